@@ -1,0 +1,89 @@
+// The activation cache: every intermediate activation of one forward pass, with TransformerLens
+// names (see DESIGN.md, "The activation cache"). There is no batch dimension.
+//
+// Storage is typed (one struct per layer) so analyses read matrices directly. Two contract keys
+// are derived on request rather than stored, because they are large and cheap to recompute:
+//   blocks.{l}.attn.hook_result      [pos, head, d_model] = z_h @ W_O[h]
+//   blocks.{l}.attn.hook_attn_scores [head, query_pos, key_pos] = q.k / sqrt(d_head), masked -inf
+// (they are stored too when RunOptions asks for it). get() returns identical values either way.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/model/weights.h"
+#include "core/tensor/eigen.h"
+#include "core/tensor/tensor.h"
+
+namespace hs {
+
+struct LayerActivations {
+  RowMatrixXf resid_pre;   // [pos, d_model]
+  RowMatrixXf q;           // [pos, head*d_head]  (= [pos, head, d_head])
+  RowMatrixXf k;           // [pos, head*d_head]
+  RowMatrixXf v;           // [pos, head*d_head]
+  std::vector<float> scores_hqk;   // [head, query_pos, key_pos] only when stored; masked = -inf
+  std::vector<float> pattern_hqk;  // [head, query_pos, key_pos]
+  RowMatrixXf z;           // [pos, head*d_head]
+  std::vector<float> result_phd;   // [pos, head, d_model] only when stored
+  RowMatrixXf attn_out;    // [pos, d_model]  concat(z) @ W_O + b_O
+  RowMatrixXf resid_mid;   // [pos, d_model]
+  RowMatrixXf mlp_pre;     // [pos, d_mlp]
+  RowMatrixXf mlp_post;    // [pos, d_mlp]
+  RowMatrixXf mlp_out;     // [pos, d_model]
+  RowMatrixXf resid_post;  // [pos, d_model]
+  // max |concat(z) @ W_O - sum_h z_h @ W_O[h]| over the layer: both paths are computed every run.
+  float concat_vs_sum_max_abs_diff = 0.0f;
+};
+
+class ActivationCache {
+ public:
+  ActivationCache(std::shared_ptr<const Weights> weights, std::vector<int32_t> tokens);
+
+  const std::shared_ptr<const Weights>& weights() const { return weights_; }
+  const ModelConfig& config() const { return weights_->config(); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int n_pos() const { return static_cast<int>(tokens_.size()); }
+  int n_layer() const { return static_cast<int>(layers_.size()); }
+
+  // Every key of the contract, in a fixed order (layer by layer, as the forward pass runs).
+  std::vector<std::string> keys() const;
+  bool has(std::string_view key) const;
+  // The activation by contract name; derived keys are computed here. Throws hs::Error for an
+  // unknown key (the message lists the key families).
+  Tensor get(std::string_view key) const;
+
+  // Typed access for analyses.
+  const LayerActivations& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
+  LayerActivations& layer(int l) { return layers_[static_cast<size_t>(l)]; }
+  RowMatrixXf embed;                // [pos, d_model]
+  RowMatrixXf pos_embed;            // [pos, d_model]
+  RowMatrixXf ln_final_normalized;  // [pos, d_model]
+  VectorXf ln_final_scale;          // [pos]  the final LayerNorm's sqrt(var + eps), for DLA
+  RowMatrixXf logits;               // [pos, d_vocab]
+
+  // Derived on request (also used by get()).
+  // One head's result z_h @ W_O[h] at every position: [pos, d_model].
+  RowMatrixXf head_result(int l, int h) const;
+  // One head's scaled scores [query_pos, key_pos] (masked -inf).
+  RowMatrixXf head_scores(int l, int h) const;
+  // One head's pattern as a matrix [query_pos, key_pos].
+  ConstMatrixRef head_pattern(int l, int h) const;
+  // The attention scale applied to q.k for layer l (1/sqrt(d_head), and 1/(l+1) when configured).
+  float attention_scale(int l) const;
+
+  // Bytes held by the stored activations.
+  size_t stored_bytes() const;
+  std::vector<LayerActivations>& layers() { return layers_; }
+
+ private:
+  std::shared_ptr<const Weights> weights_;
+  std::vector<int32_t> tokens_;
+  std::vector<LayerActivations> layers_;
+};
+
+}  // namespace hs

@@ -1,0 +1,29 @@
+// The GPT-2 forward pass, filling an ActivationCache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/model/cache.h"
+#include "core/model/weights.h"
+
+namespace hs {
+
+struct RunOptions {
+  bool store_scores = false;   // keep hook_attn_scores (otherwise derived on request)
+  bool store_results = false;  // keep hook_result (otherwise derived on request)
+  bool logits_only = false;    // keep only logits (benchmarks, generation): no per-layer cache
+};
+
+// Runs the model on `tokens` (used exactly as given). Throws hs::Error for an empty prompt, a
+// prompt longer than n_ctx, or an id outside [0, d_vocab).
+std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
+                                         const RunOptions& options = {});
+
+// The slow, obviously correct version (plain loops, double accumulators) that the fast one is
+// tested against. Only for tests: it is O(everything) and single-threaded.
+std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
+                                                   std::span<const int32_t> tokens);
+
+}  // namespace hs

@@ -1,0 +1,54 @@
+// A loaded model folder: config, weights and tokenizer, immutable once loaded and shared between
+// threads (the GUI's worker threads all read the same Model).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/model/cache.h"
+#include "core/model/config.h"
+#include "core/model/forward.h"
+#include "core/model/weights.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace hs {
+
+// fraction in [0, 1] and a short description of the stage ("mapping weights").
+using ProgressFn = std::function<void(double fraction, const std::string& stage)>;
+
+class Model {
+ public:
+  // Loads a Hugging Face GPT-2 folder: config.json, model.safetensors, vocab.json, merges.txt.
+  // A folder with only a pickle checkpoint (pytorch_model.bin) is refused with a message that
+  // says how to convert it. Throws hs::Error; nothing is left half-loaded.
+  static std::shared_ptr<const Model> load(const std::filesystem::path& dir, const ProgressFn& progress = {});
+
+  const std::string& name() const { return name_; }  // the folder's name
+  const std::filesystem::path& dir() const { return dir_; }
+  const ModelConfig& config() const { return weights_->config(); }
+  const std::shared_ptr<const Weights>& weights() const { return weights_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Warnings from loading (non-finite weights, vocabulary size mismatch), one sentence each.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+  // The BOS id: config's bos_token_id, else the tokenizer's <|endoftext|>. Throws when neither.
+  int32_t bos_id() const;
+  // Tokenizes `text`, with BOS first when asked.
+  std::vector<int32_t> encode(std::string_view text, bool prepend_bos) const;
+  std::shared_ptr<ActivationCache> run(std::span<const int32_t> tokens, const RunOptions& options = {}) const;
+
+ private:
+  Model() = default;
+  std::string name_;
+  std::filesystem::path dir_;
+  std::shared_ptr<const Weights> weights_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace hs
