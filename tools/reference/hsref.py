@@ -1,0 +1,587 @@
+#!/usr/bin/python3
+"""HeadScope's independent reference: safetensors I/O and a float64 GPT-2 forward pass.
+
+This file is the yardstick the C++ engine is measured against, so it is written to be obviously
+correct rather than fast: plain numpy for the file format, plain PyTorch in float64 for the model,
+one function per layer kind, every activation of DESIGN.md's cache contract kept under its
+TransformerLens name (no batch dimension).
+
+Run it with the Debian interpreter (the one that has torch):
+
+    /usr/bin/python3 tools/reference/hsref.py run --model DIR --tokens 1,2,3 -o OUT.npz
+    /usr/bin/python3 tools/reference/hsref.py compare --reference A.npz --candidate B.npz [--rtol 1e-4]
+
+`run` writes the cache as float32 arrays (masked attention scores as -inf) plus "tokens", to .npz
+or to .safetensors (by the output's extension). `compare` reads either format and, for every key,
+prints the largest absolute difference and the largest difference relative to that key's largest
+reference magnitude (see `compare_caches`); it exits 1 when any key fails.
+
+Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward`, `compare_caches`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import struct
+import sys
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# safetensors
+# ---------------------------------------------------------------------------------------------
+# Layout: u64 little-endian N | N bytes of JSON header (padded with spaces) | data block.
+# Header: {"__metadata__": {str: str}?, name: {"dtype", "shape", "data_offsets": [begin, end]}}
+# with offsets relative to the start of the data block.
+
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+             "U8": 1, "BOOL": 1}
+_NUMPY_DTYPE = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+                "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+class SafetensorsError(ValueError):
+    """A safetensors file that cannot be read; the message names the file and the problem."""
+
+
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 is the top half of a float32: shifting the 16 bits up is exact."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """Round float32 to the nearest bfloat16, ties to even (what torch's .to(bfloat16) does)."""
+    f32 = np.ascontiguousarray(values, dtype=np.float32)
+    u = f32.view(np.uint32).astype(np.uint64)
+    rounded = (u + np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)
+    bits = rounded.astype(np.uint16)
+    bits[np.isnan(f32)] = 0x7FC0  # keep NaN a NaN (the rounding add could carry it to inf)
+    return bits
+
+
+def read_safetensors_header(path: str) -> Tuple[dict, int]:
+    """Returns (header dict, byte offset of the data block)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise SafetensorsError(f"{path}: too short for a safetensors file (no 8-byte header length)")
+        (n,) = struct.unpack("<Q", head)
+        size = os.fstat(f.fileno()).st_size
+        if n > _MAX_HEADER_BYTES or 8 + n > size:
+            raise SafetensorsError(f"{path}: header length {n} does not fit the file ({size} bytes)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SafetensorsError(f"{path}: header is not valid UTF-8 JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise SafetensorsError(f"{path}: header is not a JSON object")
+    return header, 8 + n
+
+
+def read_safetensors(path: str, with_dtypes: bool = False):
+    """Reads every tensor of a safetensors file into numpy arrays.
+
+    F32 -> float32, F16 -> float16 (exact), BF16 -> float32 (exact), F64 -> float64,
+    integer types -> the matching numpy integers. Returns {name: array}, or with
+    with_dtypes=True ({name: array}, {name: stored dtype string}, metadata dict).
+    """
+    header, data_start = read_safetensors_header(path)
+    with open(path, "rb") as f:
+        f.seek(data_start)
+        data = bytearray(os.fstat(f.fileno()).st_size - data_start)  # writable: torch.from_numpy is happy
+        f.readinto(data)
+    metadata = header.pop("__metadata__", {}) or {}
+    tensors: Dict[str, np.ndarray] = {}
+    dtypes: Dict[str, str] = {}
+    for name, info in header.items():
+        try:
+            dtype, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise SafetensorsError(f"{path}: tensor '{name}' has a malformed entry {info!r}") from None
+        if dtype not in _ITEMSIZE:
+            raise SafetensorsError(f"{path}: tensor '{name}' has unsupported dtype {dtype}")
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if not (0 <= begin <= end <= len(data)) or end - begin != count * _ITEMSIZE[dtype]:
+            raise SafetensorsError(
+                f"{path}: tensor '{name}' ({dtype} {shape}) has data_offsets [{begin}, {end}] "
+                f"but needs {count * _ITEMSIZE[dtype]} bytes inside a {len(data)}-byte data block")
+        buf = memoryview(data)[begin:end]
+        if dtype == "BF16":
+            arr = bf16_bits_to_f32(np.frombuffer(buf, dtype="<u2"))
+        else:
+            arr = np.frombuffer(buf, dtype=_NUMPY_DTYPE[dtype])
+        tensors[name] = arr.reshape(shape)
+        dtypes[name] = dtype
+    if with_dtypes:
+        return tensors, dtypes, metadata
+    return tensors
+
+
+def _encode_for_safetensors(name: str, arr: np.ndarray, dtype: str) -> bytes:
+    if dtype == "F32":
+        return np.ascontiguousarray(arr, dtype="<f4").tobytes()
+    if dtype == "F16":
+        return np.ascontiguousarray(arr, dtype="<f2").tobytes()
+    if dtype == "F64":
+        return np.ascontiguousarray(arr, dtype="<f8").tobytes()
+    if dtype == "BF16":
+        return f32_to_bf16_bits(np.asarray(arr, dtype=np.float32)).astype("<u2").tobytes()
+    if dtype in ("I64", "I32"):
+        a = np.asarray(arr)
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a) & (a == np.round(a))):
+            raise ValueError(f"tensor '{name}': {dtype} requested for non-integer values")
+        return np.ascontiguousarray(a, dtype=_NUMPY_DTYPE[dtype]).tobytes()
+    raise ValueError(f"tensor '{name}': the writer supports F32, F16, BF16, F64, I32, I64, not {dtype}")
+
+
+def write_safetensors(path: str, tensors: Mapping[str, np.ndarray],
+                      dtypes: Union[str, Mapping[str, str], None] = None,
+                      metadata: Optional[Mapping[str, str]] = None) -> None:
+    """Writes tensors sorted by name (byte order). `dtypes` is one dtype for every floating tensor,
+    or a {name: dtype} map; by default floating arrays are written as F32 and integer arrays as I64.
+    Conversion rounds to nearest (ties to even) for F16 and BF16."""
+    names = sorted(tensors, key=lambda s: s.encode("utf-8"))
+    header: Dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    blobs: List[bytes] = []
+    offset = 0
+    for name in names:
+        arr = np.asarray(tensors[name])
+        if isinstance(dtypes, Mapping) and name in dtypes:
+            dtype = dtypes[name]
+        elif arr.dtype.kind in "iu":
+            dtype = "I64"
+        elif isinstance(dtypes, str):
+            dtype = dtypes
+        else:
+            dtype = "F32"
+        blob = _encode_for_safetensors(name, arr, dtype)
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * ((-len(text)) % 8)  # the data block starts 8-byte aligned
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+    os.replace(tmp, path)  # nothing half-written under the final name
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-2 config and weights
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class GPT2Config:
+    n_layer: int
+    n_head: int
+    d_model: int
+    d_mlp: int
+    n_ctx: int
+    d_vocab: int
+    layer_norm_eps: float = 1e-5
+    activation: str = "gelu_new"
+    scale_attn_weights: bool = True
+    scale_attn_by_inverse_layer_idx: bool = False
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @staticmethod
+    def from_hf(cfg: Mapping) -> "GPT2Config":
+        """Reads a Hugging Face GPT-2 config.json dict, with GPT2Config's defaults."""
+        d_model = int(cfg.get("n_embd", 768))
+        n_head = int(cfg.get("n_head", 12))
+        if d_model % n_head:
+            raise ValueError(f"config: n_embd {d_model} is not a multiple of n_head {n_head}")
+        n_inner = cfg.get("n_inner")
+        act = cfg.get("activation_function", "gelu_new")
+        if act not in _ACTIVATIONS:
+            raise ValueError(f"config: activation_function '{act}' is not one of {sorted(_ACTIVATIONS)}")
+        return GPT2Config(
+            n_layer=int(cfg.get("n_layer", 12)),
+            n_head=n_head,
+            d_model=d_model,
+            d_mlp=int(n_inner) if n_inner is not None else 4 * d_model,
+            n_ctx=int(cfg.get("n_positions", cfg.get("n_ctx", 1024))),
+            d_vocab=int(cfg.get("vocab_size", 50257)),
+            layer_norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
+            activation=act,
+            scale_attn_weights=bool(cfg.get("scale_attn_weights", True)),
+            scale_attn_by_inverse_layer_idx=bool(cfg.get("scale_attn_by_inverse_layer_idx", False)),
+        )
+
+
+_BUFFER_RE = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # causal-mask buffers, not weights
+
+
+def expected_shapes(c: GPT2Config) -> Dict[str, Tuple[int, ...]]:
+    """Every weight GPT2LMHeadModel has, without the `transformer.` prefix (Conv1D is [in, out])."""
+    shapes: Dict[str, Tuple[int, ...]] = {
+        "wte.weight": (c.d_vocab, c.d_model),
+        "wpe.weight": (c.n_ctx, c.d_model),
+        "ln_f.weight": (c.d_model,), "ln_f.bias": (c.d_model,),
+    }
+    for i in range(c.n_layer):
+        p = f"h.{i}."
+        shapes.update({
+            p + "ln_1.weight": (c.d_model,), p + "ln_1.bias": (c.d_model,),
+            p + "attn.c_attn.weight": (c.d_model, 3 * c.d_model), p + "attn.c_attn.bias": (3 * c.d_model,),
+            p + "attn.c_proj.weight": (c.d_model, c.d_model), p + "attn.c_proj.bias": (c.d_model,),
+            p + "ln_2.weight": (c.d_model,), p + "ln_2.bias": (c.d_model,),
+            p + "mlp.c_fc.weight": (c.d_model, c.d_mlp), p + "mlp.c_fc.bias": (c.d_mlp,),
+            p + "mlp.c_proj.weight": (c.d_mlp, c.d_model), p + "mlp.c_proj.bias": (c.d_model,),
+        })
+    return shapes
+
+
+@dataclasses.dataclass
+class GPT2Model:
+    config: GPT2Config
+    weights: Dict[str, np.ndarray]  # canonical names (no prefix), exactly as stored; "lm_head.weight" always present
+    dtypes: Dict[str, str]           # stored dtype of each tensor
+    lm_head_tied: bool
+
+
+def load_gpt2(model_dir: str) -> GPT2Model:
+    """Loads config.json + model.safetensors of a Hugging Face GPT-2 folder, strictly: every
+    expected tensor must be there with its shape, and nothing unknown may be."""
+    cfg_path = os.path.join(model_dir, "config.json")
+    st_path = os.path.join(model_dir, "model.safetensors")
+    with open(cfg_path, encoding="utf-8") as f:
+        config = GPT2Config.from_hf(json.load(f))
+    raw, raw_dtypes, _ = read_safetensors(st_path, with_dtypes=True)
+    weights: Dict[str, np.ndarray] = {}
+    dtypes: Dict[str, str] = {}
+    for name, arr in raw.items():
+        canon = name[len("transformer."):] if name.startswith("transformer.") else name
+        if _BUFFER_RE.match(canon):
+            continue
+        if canon in weights:
+            raise ValueError(f"{st_path}: tensor '{canon}' appears both with and without 'transformer.'")
+        weights[canon] = arr
+        dtypes[canon] = raw_dtypes[name]
+    shapes = expected_shapes(config)
+    tied = "lm_head.weight" not in weights
+    if not tied:
+        shapes["lm_head.weight"] = (config.d_vocab, config.d_model)
+    missing = sorted(set(shapes) - set(weights))
+    unexpected = sorted(set(weights) - set(shapes))
+    if missing or unexpected:
+        raise ValueError(f"{st_path}: missing tensors {missing[:8]}, unexpected tensors {unexpected[:8]}")
+    for name, shape in shapes.items():
+        if tuple(weights[name].shape) != shape:
+            raise ValueError(f"{st_path}: tensor '{name}' has shape {list(weights[name].shape)}, "
+                             f"expected {list(shape)} from config.json")
+    if tied:
+        weights["lm_head.weight"] = weights["wte.weight"]
+        dtypes["lm_head.weight"] = dtypes["wte.weight"]
+    return GPT2Model(config, weights, dtypes, tied)
+
+
+# ---------------------------------------------------------------------------------------------
+# float64 forward pass (PyTorch)
+# ---------------------------------------------------------------------------------------------
+
+def _torch():
+    import torch  # imported lazily: the safetensors and compare parts need only numpy
+    return torch
+
+
+def _gelu_tanh(x):
+    torch = _torch()
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _gelu_fast(x):
+    # transformers' FastGELUActivation: the truncated constant 0.7978845608, factored form
+    torch = _torch()
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+def _gelu_erf(x):
+    torch = _torch()
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def _relu(x):
+    return _torch().relu(x)
+
+
+def _silu(x):
+    return x * _torch().sigmoid(x)
+
+
+def _quick_gelu(x):
+    return x * _torch().sigmoid(1.702 * x)
+
+
+# Hugging Face's activation_function names (transformers/activations.py ACT2CLS) for GPT-2.
+_ACTIVATIONS = {
+    "gelu_new": _gelu_tanh, "gelu_pytorch_tanh": _gelu_tanh, "gelu_accurate": _gelu_tanh,
+    "gelu_fast": _gelu_fast,
+    "gelu": _gelu_erf, "gelu_python": _gelu_erf,
+    "relu": _relu, "silu": _silu, "swish": _silu, "quick_gelu": _quick_gelu,
+}
+
+
+def layer_norm(x, weight, bias, eps: float):
+    """x: [pos, d_model]. Biased variance, as torch.nn.LayerNorm."""
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / (var + eps).sqrt() * weight + bias
+
+
+def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config] = None):
+    """Runs the model in float64 and returns {cache key: torch.float64 tensor} (DESIGN.md's
+    activation cache contract, no batch dimension). `config` overrides model.config (used to show
+    that a fixture detects a wrong setting)."""
+    torch = _torch()
+    c = config or model.config
+    tokens = [int(t) for t in tokens]
+    if not 1 <= len(tokens) <= c.n_ctx:
+        raise ValueError(f"need 1..{c.n_ctx} tokens (n_positions), got {len(tokens)}")
+    bad = [t for t in tokens if not 0 <= t < c.d_vocab]
+    if bad:
+        raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {c.d_vocab})")
+
+    def W(name):
+        return torch.from_numpy(np.asarray(model.weights[name], dtype=np.float64))
+
+    n_pos, H, dh, D = len(tokens), c.n_head, c.d_head, c.d_model
+    act = _ACTIVATIONS[c.activation]
+    cache = {}
+    ids = torch.tensor(tokens, dtype=torch.long)
+    cache["hook_embed"] = W("wte.weight")[ids]                       # [pos, d_model]
+    cache["hook_pos_embed"] = W("wpe.weight")[:n_pos]                # [pos, d_model]
+    resid = cache["hook_embed"] + cache["hook_pos_embed"]            # [pos, d_model]
+    causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()       # [query_pos, key_pos]
+
+    for l in range(c.n_layer):
+        p, k_ = f"h.{l}.", f"blocks.{l}."
+        cache[k_ + "hook_resid_pre"] = resid
+        x = layer_norm(resid, W(p + "ln_1.weight"), W(p + "ln_1.bias"), c.layer_norm_eps)
+        qkv = x @ W(p + "attn.c_attn.weight") + W(p + "attn.c_attn.bias")   # [pos, 3*d_model]
+        q, k, v = (t.reshape(n_pos, H, dh) for t in qkv.split(D, dim=-1))   # [pos, head, d_head]
+        cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
+        scores = torch.einsum("qhd,khd->hqk", q, k)                          # [head, query_pos, key_pos]
+        if c.scale_attn_weights:
+            scores = scores / math.sqrt(dh)
+        if c.scale_attn_by_inverse_layer_idx:
+            scores = scores / float(l + 1)
+        # attention is the only place positions mix; a query may read only itself and earlier keys
+        scores = scores.masked_fill(~causal, float("-inf"))
+        cache[k_ + "attn.hook_attn_scores"] = scores
+        pattern = torch.softmax(scores, dim=-1)                              # [head, query_pos, key_pos]
+        cache[k_ + "attn.hook_pattern"] = pattern
+        z = torch.einsum("hqk,khd->qhd", pattern, v)                         # [pos, head, d_head]
+        cache[k_ + "attn.hook_z"] = z
+        w_o = W(p + "attn.c_proj.weight")                                    # [d_model(in), d_model]
+        cache[k_ + "attn.hook_result"] = torch.einsum(                        # [pos, head, d_model]
+            "qhd,hdm->qhm", z, w_o.reshape(H, dh, D))
+        # Hugging Face's way (concatenate heads, then project), independent of hook_result
+        attn_out = z.reshape(n_pos, D) @ w_o + W(p + "attn.c_proj.bias")     # [pos, d_model]
+        cache[k_ + "hook_attn_out"] = attn_out
+        resid = resid + attn_out
+        cache[k_ + "hook_resid_mid"] = resid
+        x = layer_norm(resid, W(p + "ln_2.weight"), W(p + "ln_2.bias"), c.layer_norm_eps)
+        pre = x @ W(p + "mlp.c_fc.weight") + W(p + "mlp.c_fc.bias")          # [pos, d_mlp]
+        post = act(pre)                                                      # [pos, d_mlp]
+        cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_post"] = pre, post
+        mlp_out = post @ W(p + "mlp.c_proj.weight") + W(p + "mlp.c_proj.bias")  # [pos, d_model]
+        cache[k_ + "hook_mlp_out"] = mlp_out
+        resid = resid + mlp_out
+        cache[k_ + "hook_resid_post"] = resid
+
+    final = layer_norm(resid, W("ln_f.weight"), W("ln_f.bias"), c.layer_norm_eps)
+    cache["ln_final.hook_normalized"] = final                                # [pos, d_model]
+    cache["logits"] = final @ W("lm_head.weight").T                          # [pos, d_vocab]
+    return cache
+
+
+def cache_keys(n_layer: int) -> List[str]:
+    """Every key of the activation cache contract, in forward order."""
+    keys = ["hook_embed", "hook_pos_embed"]
+    for l in range(n_layer):
+        b = f"blocks.{l}."
+        keys += [b + "hook_resid_pre", b + "attn.hook_q", b + "attn.hook_k", b + "attn.hook_v",
+                 b + "attn.hook_attn_scores", b + "attn.hook_pattern", b + "attn.hook_z",
+                 b + "attn.hook_result", b + "hook_attn_out", b + "hook_resid_mid",
+                 b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out", b + "hook_resid_post"]
+    return keys + ["ln_final.hook_normalized", "logits"]
+
+
+def cache_to_float32(cache, tokens: Sequence[int]) -> Dict[str, np.ndarray]:
+    """The on-disk form: float32 arrays (masked scores stay -inf) plus "tokens" as float32."""
+    out = {k: np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v, dtype=np.float32)
+           for k, v in cache.items()}
+    out["tokens"] = np.asarray([int(t) for t in tokens], dtype=np.float32)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# cache files and comparison
+# ---------------------------------------------------------------------------------------------
+
+def load_cache(path: str) -> Dict[str, np.ndarray]:
+    """Reads a cache from .npz (numpy) or .safetensors."""
+    if path.endswith(".safetensors"):
+        return dict(read_safetensors(path))
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def save_cache(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    if path.endswith(".safetensors"):
+        write_safetensors(path, arrays, dtypes="F32")
+    elif path.endswith(".npz"):
+        np.savez(path, **arrays)
+    else:
+        raise ValueError(f"output '{path}': use a .npz or .safetensors extension")
+
+
+@dataclasses.dataclass
+class KeyResult:
+    key: str
+    ok: bool
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    scale: float = 0.0
+    note: str = ""
+
+
+TINY = 1e-30
+
+
+def compare_arrays(key: str, ref: np.ndarray, cand: np.ndarray, rtol: float) -> KeyResult:
+    """Relative difference of a key = max |ref - cand| / max(max |ref|, 1e-30), both maxima taken
+    over the positions where the reference is finite: relative to the key's largest magnitude, so
+    values near zero do not blow it up. Non-finite reference positions (masked scores are -inf)
+    must hold exactly the same value in the candidate (-inf for -inf, +inf for +inf, NaN for NaN);
+    a non-finite candidate value where the reference is finite fails the key."""
+    ref = np.asarray(ref, dtype=np.float64)
+    cand = np.asarray(cand, dtype=np.float64)
+    if ref.shape != cand.shape:
+        return KeyResult(key, False, math.inf, math.inf, note=f"shape {list(cand.shape)} != reference {list(ref.shape)}")
+    finite = np.isfinite(ref)
+    nonfinite_ok = np.array_equal(np.isnan(ref), np.isnan(cand)) and np.array_equal(
+        ref[np.isinf(ref)], cand[np.isinf(ref)])
+    cand_bad = ~np.isfinite(cand[finite])
+    if not finite.any():
+        return KeyResult(key, nonfinite_ok, 0.0, 0.0, note="" if nonfinite_ok else "non-finite values differ")
+    scale = float(np.max(np.abs(ref[finite])))
+    diff = np.abs(ref[finite] - cand[finite])
+    max_abs = math.inf if cand_bad.any() else float(np.max(diff))
+    max_rel = max_abs / max(scale, TINY)
+    notes = []
+    if not nonfinite_ok:
+        notes.append("non-finite positions differ (e.g. a masked score is not -inf)")
+    if cand_bad.any():
+        notes.append(f"{int(cand_bad.sum())} non-finite candidate values where the reference is finite")
+    ok = nonfinite_ok and not cand_bad.any() and max_rel <= rtol
+    return KeyResult(key, ok, max_abs, max_rel, scale, "; ".join(notes))
+
+
+def _natural_key(s: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+def compare_caches(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
+                   rtol: float = 1e-4, keys: Optional[Iterable[str]] = None) -> List[KeyResult]:
+    """Compares every reference key (or `keys`); a key missing from the candidate fails."""
+    results = []
+    for key in sorted(keys if keys is not None else reference, key=_natural_key):
+        if key not in candidate:
+            results.append(KeyResult(key, False, math.inf, math.inf, note="missing from candidate"))
+        elif key not in reference:
+            results.append(KeyResult(key, False, math.inf, math.inf, note="missing from reference"))
+        else:
+            results.append(compare_arrays(key, reference[key], candidate[key], rtol))
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------------
+
+def _parse_tokens(text: str) -> List[int]:
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise SystemExit(f"--tokens: expected comma-separated integers like 1,2,3, got '{text}'")
+
+
+def _cmd_run(args) -> int:
+    model = load_gpt2(args.model)
+    tokens = _parse_tokens(args.tokens)
+    cache = forward(model, tokens)
+    save_cache(args.output, cache_to_float32(cache, tokens))
+    print(f"wrote {len(cache) + 1} arrays for {len(tokens)} tokens to {args.output}")
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    ref = load_cache(args.reference)
+    cand = load_cache(args.candidate)
+    keys = None
+    if args.keys:
+        keys = [k for k in ref if any(re.fullmatch(pat, k) for pat in args.keys)]
+    results = compare_caches(ref, cand, args.rtol, keys)
+    width = max([len(r.key) for r in results] + [3])
+    print(f"{'key':<{width}}  {'max_abs':>10}  {'max_rel':>10}  {'max|ref|':>10}  status")
+    for r in results:
+        status = "ok" if r.ok else "FAIL"
+        print(f"{r.key:<{width}}  {r.max_abs:10.3e}  {r.max_rel:10.3e}  {r.scale:10.3e}  {status}"
+              + (f"  ({r.note})" if r.note else ""))
+    extra = sorted(set(cand) - set(ref), key=_natural_key) if keys is None else []
+    if extra:
+        print(f"note: {len(extra)} candidate keys not in the reference (not compared): {extra[:6]}")
+    failed = [r for r in results if not r.ok]
+    worst = max(results, key=lambda r: r.max_rel) if results else None
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed (rtol {args.rtol:g} relative to "
+          f"each key's largest reference magnitude"
+          + (f"; worst {worst.key} {worst.max_rel:.3e}" if worst else "") + ")")
+    return 1 if failed or not results else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="float64 forward pass of a Hugging Face GPT-2 folder")
+    run.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
+    run.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
+    run.add_argument("-o", "--output", required=True, help="OUT.npz or OUT.safetensors (float32)")
+    run.set_defaults(func=_cmd_run)
+    cmp_ = sub.add_parser("compare", help="compare two caches key by key",
+                          description=compare_arrays.__doc__)
+    cmp_.add_argument("--reference", required=True, help=".npz or .safetensors")
+    cmp_.add_argument("--candidate", required=True, help=".npz or .safetensors")
+    cmp_.add_argument("--rtol", type=float, default=1e-4,
+                      help="largest allowed max|ref-cand| / max|ref| per key (default 1e-4)")
+    cmp_.add_argument("--keys", nargs="*", help="only keys fully matching these regexes")
+    cmp_.set_defaults(func=_cmd_compare)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (OSError, ValueError) as e:
+        print(f"hsref: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
