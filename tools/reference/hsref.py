@@ -346,11 +346,14 @@ def layer_norm(x, weight, bias, eps: float):
     return (x - mean) / (var + eps).sqrt() * weight + bias
 
 
-def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config] = None):
-    """Runs the model in float64 and returns {cache key: torch.float64 tensor} (DESIGN.md's
-    activation cache contract, no batch dimension). `config` overrides model.config (used to show
-    that a fixture detects a wrong setting)."""
+def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config] = None,
+            dtype=None):
+    """Runs the model in float64 and returns {cache key: torch tensor} (DESIGN.md's activation
+    cache contract, no batch dimension). `config` overrides model.config (used to show that a
+    fixture detects a wrong setting); `dtype` (default torch.float64) is there to measure how far
+    a float32 computation lands from the float64 one."""
     torch = _torch()
+    dtype = dtype or torch.float64
     c = config or model.config
     tokens = [int(t) for t in tokens]
     if not 1 <= len(tokens) <= c.n_ctx:
@@ -360,7 +363,7 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
         raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {c.d_vocab})")
 
     def W(name):
-        return torch.from_numpy(np.asarray(model.weights[name], dtype=np.float64))
+        return torch.from_numpy(np.asarray(model.weights[name], dtype=np.float64)).to(dtype)
 
     n_pos, H, dh, D = len(tokens), c.n_head, c.d_head, c.d_model
     act = _ACTIVATIONS[c.activation]
@@ -372,7 +375,7 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
     causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()       # [query_pos, key_pos]
 
     for l in range(c.n_layer):
-        p, k_ = f"h.{l}.", f"blocks.{l}."
+        p, k_ = f"h.{l}.", f"blocks.{l}."  # Hugging Face weight prefix, TransformerLens key prefix
         cache[k_ + "hook_resid_pre"] = resid
         x = layer_norm(resid, W(p + "ln_1.weight"), W(p + "ln_1.bias"), c.layer_norm_eps)
         qkv = x @ W(p + "attn.c_attn.weight") + W(p + "attn.c_attn.bias")   # [pos, 3*d_model]
