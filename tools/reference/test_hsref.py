@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""Checks of the reference itself: /usr/bin/python3 -m unittest discover -s tools/reference -v
+
+The reference is only worth something if it is right, so: the safetensors codec against torch's
+own conversions, the forward pass against the identities DESIGN.md promises, and the committed
+fixtures against a fresh regeneration.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import hsref  # noqa: E402
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "models")
+TINY_RANDOM = os.path.join(os.path.dirname(REPO), "shared", "models", "tiny-random-gpt2")
+
+
+class SafetensorsTest(unittest.TestCase):
+    def test_bf16_rounding_matches_torch(self):
+        rng = np.random.default_rng(0)
+        x = np.concatenate([rng.standard_normal(10000).astype(np.float32) * 10.0 ** rng.integers(-8, 8, 10000),
+                            np.array([0.0, -0.0, np.inf, -np.inf, 3.4e38, 1e-40], dtype=np.float32)])
+        # exact ties: the low half is 0x8000, half of them with an odd top half
+        ties = (rng.integers(0x3F80, 0x4000, 1000, dtype=np.uint32) << 16 | 0x8000).view(np.float32)
+        x = np.concatenate([x, ties])
+        ours = hsref.f32_to_bf16_bits(x)
+        theirs = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        np.testing.assert_array_equal(ours, theirs)
+        back = hsref.bf16_bits_to_f32(ours)
+        np.testing.assert_array_equal(back, torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+
+    def test_round_trip_and_layout(self):
+        rng = np.random.default_rng(1)
+        tensors = {"h.10.w": rng.standard_normal((3, 5)), "h.2.w": rng.standard_normal((7,)),
+                   "scalar": np.array(2.5), "ids": np.arange(6, dtype=np.int64).reshape(2, 3)}
+        with tempfile.TemporaryDirectory() as d:
+            for dtype, np_dtype in (("F32", np.float32), ("F16", np.float16), ("BF16", None)):
+                path = os.path.join(d, f"{dtype}.safetensors")
+                hsref.write_safetensors(path, tensors, dtypes=dtype, metadata={"format": "pt"})
+                header, data_start = hsref.read_safetensors_header(path)
+                self.assertEqual(data_start % 8, 0)
+                self.assertEqual(header["__metadata__"], {"format": "pt"})
+                self.assertEqual(header["ids"]["dtype"], "I64")
+                names = [k for k in header if k != "__metadata__"]
+                self.assertEqual(names, sorted(names))
+                back, dtypes, _ = hsref.read_safetensors(path, with_dtypes=True)
+                np.testing.assert_array_equal(back["ids"], tensors["ids"])
+                self.assertEqual(back["scalar"].shape, ())
+                for name in ("h.10.w", "h.2.w", "scalar"):
+                    self.assertEqual(dtypes[name], dtype)
+                    want = (tensors[name].astype(np_dtype) if np_dtype is not None else
+                            torch.from_numpy(tensors[name]).to(torch.bfloat16).double().numpy())
+                    np.testing.assert_array_equal(back[name].astype(np.float64), want.astype(np.float64))
+
+    def test_truncated_file_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "x.safetensors")
+            hsref.write_safetensors(path, {"a": np.ones((4, 4))})
+            with open(path, "rb") as f:
+                data = f.read()
+            with open(path, "wb") as f:
+                f.write(data[:-4])
+            with self.assertRaises(hsref.SafetensorsError):
+                hsref.read_safetensors(path)
+
+
+class CompareTest(unittest.TestCase):
+    def test_masked_and_relative(self):
+        ref = np.array([[1.0, -np.inf], [2.0, -4.0]], dtype=np.float32)
+        self.assertTrue(hsref.compare_arrays("k", ref, ref, 1e-4).ok)
+        near = ref + np.array([[0, 0], [0, 3e-4]], dtype=np.float32)  # 3e-4 / max|ref| 4 = 7.5e-5
+        r = hsref.compare_arrays("k", ref, near, 1e-4)
+        self.assertTrue(r.ok)
+        self.assertAlmostEqual(r.max_rel, 7.5e-5, delta=1e-6)
+        unmasked = ref.copy()
+        unmasked[0, 1] = -1e9  # a finite "masked" value is not -inf
+        self.assertFalse(hsref.compare_arrays("k", ref, unmasked, 1e-4).ok)
+        nan = ref.copy()
+        nan[1, 0] = np.nan
+        self.assertFalse(hsref.compare_arrays("k", ref, nan, 1e-4).ok)
+        self.assertFalse(hsref.compare_arrays("k", ref, ref[:1], 1e-4).ok)
+
+
+class ForwardTest(unittest.TestCase):
+    def check_identities(self, model, tokens):
+        cache = hsref.forward(model, tokens)
+        c = model.config
+        self.assertEqual(sorted(cache), sorted(hsref.cache_keys(c.n_layer)))
+        n = len(tokens)
+        resid = cache["hook_embed"] + cache["hook_pos_embed"]
+        for l in range(c.n_layer):
+            b = f"blocks.{l}."
+            pattern = cache[b + "attn.hook_pattern"]
+            self.assertEqual(tuple(pattern.shape), (c.n_head, n, n))
+            torch.testing.assert_close(pattern.sum(-1), torch.ones(c.n_head, n, dtype=torch.float64))
+            self.assertTrue(bool((pattern.triu(1) == 0).all()))
+            scores = cache[b + "attn.hook_attn_scores"]
+            above = ~torch.ones(n, n, dtype=torch.bool).tril()
+            self.assertTrue(bool(torch.isneginf(scores[:, above]).all()))
+            self.assertTrue(bool(torch.isfinite(scores[:, ~above]).all()))
+            # concat-then-project (hook_attn_out) equals project-each-head-then-sum
+            b_o = torch.from_numpy(model.weights[f"h.{l}.attn.c_proj.bias"].astype(np.float64))
+            torch.testing.assert_close(cache[b + "attn.hook_result"].sum(1) + b_o, cache[b + "hook_attn_out"])
+            self.assertEqual(tuple(cache[b + "attn.hook_result"].shape), (n, c.n_head, c.d_model))
+            self.assertEqual(tuple(cache[b + "mlp.hook_post"].shape), (n, c.d_mlp))
+            resid = resid + cache[b + "hook_attn_out"] + cache[b + "hook_mlp_out"]
+            torch.testing.assert_close(resid, cache[b + "hook_resid_post"])
+        self.assertEqual(tuple(cache["logits"].shape), (n, c.d_vocab))
+
+    def test_fixtures_identities(self):
+        for name in sorted(os.listdir(FIXTURES)):
+            with self.subTest(name):
+                folder = os.path.join(FIXTURES, name)
+                with open(os.path.join(folder, "fixture.json")) as f:
+                    tokens = json.load(f)["tokens"]
+                self.check_identities(hsref.load_gpt2(folder), tokens)
+
+    @unittest.skipUnless(os.path.isdir(TINY_RANDOM), "shared/models/tiny-random-gpt2 absent")
+    def test_real_hugging_face_file(self):
+        model = hsref.load_gpt2(TINY_RANDOM)
+        self.assertTrue(model.lm_head_tied)
+        self.assertEqual(model.config.d_mlp, 128)
+        self.check_identities(model, [98, 5, 17, 300, 999])
+
+    def test_bad_tokens(self):
+        model = hsref.load_gpt2(os.path.join(FIXTURES, "full_context"))
+        with self.assertRaises(ValueError):
+            hsref.forward(model, list(range(17)))   # n_positions is 16
+        with self.assertRaises(ValueError):
+            hsref.forward(model, [291])             # vocab is 291
+
+
+class FixturesUpToDateTest(unittest.TestCase):
+    def test_regeneration_is_byte_identical(self):
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "make_fixtures.py"),
+                            "--out", d], check=True, stdout=subprocess.DEVNULL)
+            for name in sorted(os.listdir(FIXTURES)):
+                for file in sorted(os.listdir(os.path.join(FIXTURES, name))):
+                    with self.subTest(f"{name}/{file}"):
+                        with open(os.path.join(FIXTURES, name, file), "rb") as a, \
+                                open(os.path.join(d, name, file), "rb") as b:
+                            self.assertEqual(a.read(), b.read())
+
+
+if __name__ == "__main__":
+    unittest.main()
