@@ -118,15 +118,15 @@ def src_web(xdir):
             block = zlib.decompress(bzz[off:off + size]).decode("utf-8")
             # one block is one book
             # footnotes are dropped; the text often has no space around them ("Christ,<note/>the")
-            block = re.sub(r"(\S)<note\b.*?</note>(?=[A-Za-z\u201c\u2018\"'(])", r"\1 ",
-                           block, flags=re.S)
-            block = re.sub(r"<note\b.*?</note>", "", block, flags=re.S)
+            block = re.sub(r"<note\b.*?</note>", "\x01", block, flags=re.S)
             block = re.sub(r"<title\b[^>]*>(.*?)</title>", r"\n\n\1\n\n", block, flags=re.S)
             block = re.sub(r"<div\b[^>]*type=\"x-p\"[^>]*/>", "\n\n", block)
             block = re.sub(r"<chapter\b[^>]*sID[^>]*/>", "\n\n", block)
             block = re.sub(r"<lb\b[^>]*/>", "\n", block)
             block = re.sub(r"<l\b[^>]*/>", "\n", block)
             block = re.sub(r"<[^>]+>", "", block)
+            block = re.sub(r"(\S)\x01+(?=[A-Za-z\u201c\u2018\"'(])", r"\1 ", block)
+            block = block.replace("\x01", "")
             block = block.replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
             block = block.replace("&quot;", '"').replace("&apos;", "'")
             block = unwrap(normalize(block))
