@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""PyTorch at its best on the same weights: the yardstick for HeadScope's forward-pass speed.
+
+    /usr/bin/python3 tools/bench/torch_bench.py --model DIR --tokens 20 --threads 1 \
+        --mode cache --warmup 3 --runs 20 [--dump OUT.npz] [--token-ids 1,2,3]
+
+Loads a Hugging Face GPT-2 folder (through tools/reference/hsref.py's reader) into float32 torch
+tensors and runs one forward pass per timed run under torch.inference_mode():
+
+- `--mode cache`: keeps every activation of DESIGN.md's cache contract, like TransformerLens's
+  run_with_cache (per-head results are computed, hook_attn_out is their sum plus b_O);
+- `--mode logits`: the plain forward pass (concatenated heads, one projection), logits only.
+
+Prints one JSON object: {"median_ms", "min_ms", "runs": [...], "peak_rss_mb", ...}. The prompt is
+`--tokens N` deterministic ids (or exactly `--token-ids`). `--dump OUT.npz` writes one cache-mode
+run in the format of `hsref.py run` (float32, masked scores -inf), to check this implementation:
+`hsref.py compare --reference REF.npz --candidate OUT.npz`.
+
+Measured here: Debian's torch is fastest with libopenblas0-openmp and with OPENBLAS_CORETYPE
+unset, so the script re-executes itself without that variable; threads are always set explicitly.
+"""
+
+import os
+import sys
+
+if "OPENBLAS_CORETYPE" in os.environ:  # must be gone before OpenBLAS loads
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
+import hsref  # noqa: E402
+
+_ACT = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_accurate": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
+    "gelu": F.gelu, "gelu_python": F.gelu,
+    "relu": F.relu, "silu": F.silu, "swish": F.silu,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+}
+
+
+class Block:
+    def __init__(self, w, p, H, dh, D):
+        t = lambda name: torch.from_numpy(np.ascontiguousarray(w[p + name], dtype=np.float32))  # noqa: E731
+        self.ln1_w, self.ln1_b = t("ln_1.weight"), t("ln_1.bias")
+        self.w_qkv, self.b_qkv = t("attn.c_attn.weight"), t("attn.c_attn.bias")    # [d_model, 3*d_model]
+        self.w_o, self.b_o = t("attn.c_proj.weight"), t("attn.c_proj.bias")         # [d_model, d_model]
+        self.w_o_h = self.w_o.view(H, dh, D)                                         # [head, d_head, d_model]
+        self.ln2_w, self.ln2_b = t("ln_2.weight"), t("ln_2.bias")
+        self.w_fc, self.b_fc = t("mlp.c_fc.weight"), t("mlp.c_fc.bias")             # [d_model, d_mlp]
+        self.w_proj, self.b_proj = t("mlp.c_proj.weight"), t("mlp.c_proj.bias")     # [d_mlp, d_model]
+
+
+class TorchGPT2:
+    def __init__(self, folder):
+        m = hsref.load_gpt2(folder)
+        self.c = c = m.config
+        t = lambda name: torch.from_numpy(np.ascontiguousarray(m.weights[name], dtype=np.float32))  # noqa: E731
+        self.wte, self.wpe = t("wte.weight"), t("wpe.weight")
+        self.w_u = self.wte if m.lm_head_tied else t("lm_head.weight")               # [d_vocab, d_model]
+        self.lnf_w, self.lnf_b = t("ln_f.weight"), t("ln_f.bias")
+        self.blocks = [Block(m.weights, f"h.{i}.", c.n_head, c.d_head, c.d_model) for i in range(c.n_layer)]
+        self.act = _ACT[c.activation]
+        self.mask = torch.full((c.n_ctx, c.n_ctx), float("-inf")).triu(1)           # additive causal mask
+
+    def forward(self, ids, keep_cache: bool):
+        c = self.c
+        n, H, dh, D, eps = ids.numel(), c.n_head, c.d_head, c.d_model, c.layer_norm_eps
+        cache = {}
+        embed, pos = self.wte[ids], self.wpe[:n]
+        resid = embed + pos                                                         # [pos, d_model]
+        if keep_cache:
+            cache["hook_embed"], cache["hook_pos_embed"] = embed, pos
+        mask = self.mask[:n, :n]
+        for l, b in enumerate(self.blocks):
+            k_ = f"blocks.{l}."
+            scale = (1.0 / math.sqrt(dh) if c.scale_attn_weights else 1.0) / \
+                (l + 1 if c.scale_attn_by_inverse_layer_idx else 1)
+            x = F.layer_norm(resid, (D,), b.ln1_w, b.ln1_b, eps)
+            qkv = torch.addmm(b.b_qkv, x, b.w_qkv)                                   # [pos, 3*d_model]
+            q, k, v = qkv.view(n, 3, H, dh).unbind(1)                                # [pos, head, d_head]
+            # scale and causal mask in one kernel: mask + scale * q @ k^T
+            scores = torch.baddbmm(mask, q.transpose(0, 1), k.permute(1, 2, 0), alpha=scale)  # [head, q, k]
+            pattern = torch.softmax(scores, dim=-1)
+            z_hqd = torch.bmm(pattern, v.transpose(0, 1))                            # [head, pos, d_head]
+            if keep_cache:
+                result_hqm = torch.bmm(z_hqd, b.w_o_h)                               # [head, pos, d_model]
+                attn_out = result_hqm.sum(0) + b.b_o
+                cache.update({k_ + "hook_resid_pre": resid, k_ + "attn.hook_q": q, k_ + "attn.hook_k": k,
+                              k_ + "attn.hook_v": v, k_ + "attn.hook_attn_scores": scores,
+                              k_ + "attn.hook_pattern": pattern, k_ + "attn.hook_z": z_hqd.transpose(0, 1),
+                              k_ + "attn.hook_result": result_hqm.transpose(0, 1),
+                              k_ + "hook_attn_out": attn_out})
+            else:
+                attn_out = torch.addmm(b.b_o, z_hqd.transpose(0, 1).reshape(n, D), b.w_o)
+            resid = resid + attn_out
+            x = F.layer_norm(resid, (D,), b.ln2_w, b.ln2_b, eps)
+            pre = torch.addmm(b.b_fc, x, b.w_fc)                                     # [pos, d_mlp]
+            post = self.act(pre)
+            mlp_out = torch.addmm(b.b_proj, post, b.w_proj)                          # [pos, d_model]
+            if keep_cache:
+                cache.update({k_ + "hook_resid_mid": resid, k_ + "mlp.hook_pre": pre,
+                              k_ + "mlp.hook_post": post, k_ + "hook_mlp_out": mlp_out})
+            resid = resid + mlp_out
+            if keep_cache:
+                cache[k_ + "hook_resid_post"] = resid
+        final = F.layer_norm(resid, (D,), self.lnf_w, self.lnf_b, eps)
+        logits = final @ self.w_u.t()                                                # [pos, d_vocab]
+        if keep_cache:
+            cache["ln_final.hook_normalized"] = final
+            cache["logits"] = logits
+            return cache
+        return logits
+
+
+def bench_tokens(n: int, d_vocab: int):
+    return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--tokens", type=int, default=20, help="prompt length (deterministic ids)")
+    parser.add_argument("--token-ids", help="comma-separated ids to use instead of --tokens")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--mode", choices=("cache", "logits"), default="cache")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--dump", help="write one cache-mode run to OUT.npz (hsref format)")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    t_load = time.perf_counter()
+    model = TorchGPT2(args.model)
+    load_ms = (time.perf_counter() - t_load) * 1e3
+    if args.token_ids:
+        tokens = [int(t) for t in args.token_ids.split(",") if t.strip()]
+    else:
+        tokens = bench_tokens(args.tokens, model.c.d_vocab)
+    if not 1 <= len(tokens) <= model.c.n_ctx:
+        print(f"torch_bench: need 1..{model.c.n_ctx} tokens, got {len(tokens)}", file=sys.stderr)
+        return 2
+    ids = torch.tensor(tokens, dtype=torch.long)
+    keep = args.mode == "cache"
+    times = []
+    with torch.inference_mode():
+        if args.dump:
+            cache = model.forward(ids, keep_cache=True)
+            hsref.save_cache(args.dump, hsref.cache_to_float32(cache, tokens))
+            del cache
+        for i in range(args.warmup + args.runs):
+            t0 = time.perf_counter()
+            out = model.forward(ids, keep_cache=keep)
+            dt = (time.perf_counter() - t0) * 1e3
+            del out
+            if i >= args.warmup:
+                times.append(dt)
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    print(json.dumps({
+        "median_ms": round(statistics.median(times), 3) if times else None,
+        "min_ms": round(min(times), 3) if times else None,
+        "runs": [round(t, 3) for t in times],
+        "peak_rss_mb": round(peak_rss_mb, 1),
+        "mode": args.mode, "tokens": len(tokens), "threads": args.threads,
+        "load_ms": round(load_ms, 1), "torch": torch.__version__,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
