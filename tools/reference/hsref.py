@@ -13,10 +13,13 @@ Run it with the Debian interpreter (the one that has torch):
 
 `run` writes the cache as float32 arrays (masked attention scores as -inf) plus "tokens", to .npz
 or to .safetensors (by the output's extension). `compare` reads either format and, for every key,
-prints the largest absolute difference and the largest difference relative to that key's largest
-reference magnitude (see `compare_caches`); it exits 1 when any key fails.
+prints the largest absolute difference and the relative difference
+    max|reference - candidate| / max|reference|      (per key, over finite reference entries)
+i.e. relative to the key's largest magnitude (details in `compare_arrays`); masked -inf scores
+must be -inf in both. It exits 1 when any key fails (or is missing), 2 on unreadable input.
 
 Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward`, `compare_caches`.
+Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
 """
 
 from __future__ import annotations
