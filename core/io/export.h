@@ -2,6 +2,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -9,18 +11,24 @@
 
 namespace hs {
 
-// Writes `bytes` to a temporary file beside `path` and renames it into place only when complete;
-// on failure no file is left and an existing file at `path` is untouched. Throws hs::Error
-// naming the path and the system's reason.
+// Streams into a temporary file beside `path` and renames it into place only when `write`
+// returned and every byte reached the disk; on any failure (an exception from `write`, a full
+// disk, no permission) the temporary is removed and an existing file at `path` is untouched.
+// Throws hs::Error naming the path and the system's reason.
+void write_atomically(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write);
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
-// One JSON object: "tokens" plus every cache key as nested arrays; masked scores are null.
+// One JSON object: "tokens" plus every cache key as nested arrays; masked scores (and any other
+// non-finite value, which JSON cannot hold) are null.
+void write_cache_json(const ActivationCache& cache, std::ostream& out);
+// An NPZ archive (a zip of stored .npy float32 arrays, loadable with numpy.load): "tokens" (as
+// float32 values) plus every cache key. Uses ZIP64 records when the archive passes 4 GiB.
+void write_cache_npz(const ActivationCache& cache, std::ostream& out);
 std::string cache_to_json(const ActivationCache& cache);
-// An NPZ archive (stored zip of .npy float32 arrays, loadable with numpy.load): every cache key
-// plus "tokens" (as float32 values).
 std::string cache_to_npz(const ActivationCache& cache);
 
-// Picks the format from the extension (.json or .npz) and writes atomically.
+// Picks the format from the extension (.json or .npz) and writes atomically. Throws hs::Error for
+// another extension or a path that cannot be written.
 void export_cache(const ActivationCache& cache, const std::filesystem::path& path);
 
 }  // namespace hs

@@ -1,0 +1,304 @@
+// headscope-cli: the engine without a window. See DESIGN.md, "Command line (contract)".
+#include <omp.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/analysis/head_scores.h"
+#include "core/error.h"
+#include "core/io/export.h"
+#include "core/session/session.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct UsageError : hs::Error {
+  using hs::Error::Error;
+};
+
+const char* kMainHelp = R"(headscope-cli - look inside GPT-2-family transformers from the command line
+
+Usage:
+  headscope-cli info     [--model DIR]
+  headscope-cli tokenize [--model DIR] --text TEXT
+  headscope-cli run      [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.json|OUT.npz
+  headscope-cli heads    [--model DIR]
+  headscope-cli generate [--model DIR] --text TEXT -n N [--temperature T] [--seed S]
+  headscope-cli --version | --help
+
+Without --model, the built-in model is used. Run `headscope-cli COMMAND --help` for details.
+)";
+
+const std::map<std::string, std::string> kCommandHelp = {
+    {"info", R"(Usage: headscope-cli info [--model DIR]
+
+Prints the model's architecture and sizes as JSON: n_layer, n_head, d_model, d_head, d_mlp,
+n_ctx, d_vocab, the activation function, the parameter count and any load warnings.
+)"},
+    {"tokenize", R"(Usage: headscope-cli tokenize [--model DIR] --text TEXT
+
+Prints {"ids": [...], "tokens": [...], "labels": [...]} as JSON. "tokens" holds each token's text
+(or its display label when the token is only part of a UTF-8 character); "labels" shows spaces
+as '␣' and newlines as '↵'. Never adds BOS.
+)"},
+    {"run", R"(Usage: headscope-cli run [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT
+
+Runs the model and writes every activation of the cache (TransformerLens names, no batch
+dimension) plus "tokens" to OUT. OUT ending in .json: one object of nested arrays, masked
+attention scores as null. OUT ending in .npz: float32 arrays for numpy.load. --text prepends BOS
+unless --no-bos; --tokens is used exactly as given. A text longer than the model's context is
+refused. The file is written atomically: on any error, no file is left.
+  --threads N   threads for the forward pass (default: all cores)
+)"},
+    {"heads", R"(Usage: headscope-cli heads [--model DIR] [--seed S]
+
+Prints, for every head, the previous-token score, the duplicate-token score and the induction
+score as JSON (TransformerLens definitions; see docs/head-scores.md for the exact sequences).
+)"},
+    {"generate", R"(Usage: headscope-cli generate [--model DIR] --text TEXT -n N [--temperature T] [--seed S]
+
+Continues TEXT by N tokens: greedy by default, sampled at temperature T > 0 with a fixed seed.
+Prints the continuation on stdout.
+)"},
+};
+
+struct Args {
+  std::string command;
+  std::optional<std::string> model, text, tokens, out;
+  bool no_bos = false;
+  int n = -1;
+  int threads = 0;
+  double temperature = 0.0;
+  uint64_t seed = 0;
+  bool help = false;
+};
+
+int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
+  int x = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
+    throw UsageError(flag + " expects an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                     ", got \"" + v + "\".");
+  return x;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  if (argc < 2) throw UsageError("no command given; try `headscope-cli --help`.");
+  a.command = argv[1];
+  auto value = [&](int& i, const std::string& flag) -> std::string {
+    if (i + 1 >= argc) throw UsageError(flag + " needs a value; see `headscope-cli " + a.command + " --help`.");
+    return argv[++i];
+  };
+  for (int i = 2; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "--help" || f == "-h") a.help = true;
+    else if (f == "--model") a.model = value(i, f);
+    else if (f == "--text") a.text = value(i, f);
+    else if (f == "--tokens") a.tokens = value(i, f);
+    else if (f == "-o" || f == "--output") a.out = value(i, f);
+    else if (f == "--no-bos") a.no_bos = true;
+    else if (f == "-n") a.n = parse_int(f, value(i, f), 0, 1 << 20);
+    else if (f == "--threads") a.threads = parse_int(f, value(i, f), 1, 1024);
+    else if (f == "--seed") a.seed = static_cast<uint64_t>(parse_int(f, value(i, f), 0, 1 << 30));
+    else if (f == "--temperature") {
+      const std::string v = value(i, f);
+      char* end = nullptr;
+      a.temperature = std::strtod(v.c_str(), &end);
+      if (end != v.c_str() + v.size() || !(a.temperature >= 0.0) || !std::isfinite(a.temperature))
+        throw UsageError("--temperature expects a number >= 0, got \"" + v + "\".");
+    } else {
+      throw UsageError("unknown option \"" + f + "\" for `" + a.command + "`; see `headscope-cli " + a.command +
+                       " --help`.");
+    }
+  }
+  return a;
+}
+
+std::vector<int32_t> parse_tokens(const std::string& s) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string item = s.substr(i, j - i);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    long long v = 0;
+    const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || v < 0 || v > INT32_MAX)
+      throw UsageError("--tokens expects comma-separated non-negative integer ids like 50256,464,3797; \"" + item +
+                       "\" is not one.");
+    ids.push_back(static_cast<int32_t>(v));
+    i = j + 1;
+  }
+  return ids;
+}
+
+std::shared_ptr<const hs::Model> load_model(const Args& a) {
+  return hs::Model::load(a.model ? std::filesystem::path(*a.model) : hs::builtin_model_dir());
+}
+
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+int cmd_info(const Args& a) {
+  const auto m = load_model(a);
+  const hs::ModelConfig& c = m->config();
+  json j = {{"name", m->name()},
+            {"path", std::filesystem::absolute(m->dir()).lexically_normal().string()},
+            {"model_type", c.model_type},
+            {"n_layer", c.n_layer},
+            {"n_head", c.n_head},
+            {"d_model", c.d_model},
+            {"d_head", c.d_head},
+            {"d_mlp", c.d_mlp},
+            {"n_ctx", c.n_ctx},
+            {"d_vocab", c.d_vocab},
+            {"tokenizer_vocab_size", m->tokenizer().vocab_size()},
+            {"activation_function", c.activation_name},
+            {"layer_norm_epsilon", c.layer_norm_eps},
+            {"scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx},
+            {"tied_unembedding", m->weights()->tied_unembedding()},
+            {"parameters", c.parameter_count()},
+            {"warnings", m->warnings()}};
+  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+  if (c.eos_token_id) j["eos_token_id"] = *c.eos_token_id;
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+int cmd_tokenize(const Args& a) {
+  if (!a.text) throw UsageError("tokenize needs --text TEXT.");
+  const auto m = load_model(a);
+  const std::vector<int32_t> ids = m->tokenizer().encode(*a.text);
+  json tokens = json::array(), labels = json::array();
+  for (int32_t id : ids) {
+    const std::string label = m->tokenizer().display(id);
+    const std::string bytes = m->tokenizer().token_bytes(id);
+    tokens.push_back(valid_utf8(bytes) ? bytes : label);
+    labels.push_back(label);
+  }
+  std::cout << json{{"ids", ids}, {"tokens", tokens}, {"labels", labels}}.dump() << "\n";
+  return 0;
+}
+
+int cmd_run(const Args& a) {
+  if (a.text.has_value() == a.tokens.has_value()) throw UsageError("run needs exactly one of --text TEXT or --tokens 1,2,3.");
+  if (!a.out) throw UsageError("run needs -o OUT.json or -o OUT.npz.");
+  const std::string ext = std::filesystem::path(*a.out).extension().string();
+  if (ext != ".json" && ext != ".npz")
+    throw UsageError("-o " + *a.out + ": the output must end in .json or .npz.");
+  const auto m = load_model(a);
+  hs::TextRun r;
+  if (a.text) {
+    hs::TextRunOptions o;
+    o.prepend_bos = !a.no_bos;
+    r = hs::run_text(m, *a.text, o);
+  } else {
+    r = hs::run_tokens(m, parse_tokens(*a.tokens));
+  }
+  for (const auto& w : r.warnings) std::cerr << "headscope-cli: warning: " << w << "\n";
+  hs::export_cache(*r.cache, *a.out);
+  return 0;
+}
+
+int cmd_heads(const Args& a) {
+  const auto m = load_model(a);
+  hs::HeadScoreOptions o;
+  o.seed = a.seed;
+  const hs::HeadScores s = hs::compute_head_scores(*m, o);
+  std::cout << hs::head_scores_to_json(*m, s) << "\n";
+  return 0;
+}
+
+int cmd_generate(const Args& a) {
+  if (!a.text) throw UsageError("generate needs --text TEXT.");
+  if (a.n < 0) throw UsageError("generate needs -n N (the number of tokens to add).");
+  const auto m = load_model(a);
+  std::vector<int32_t> ids = m->encode(*a.text, !a.no_bos);
+  const size_t first_new = ids.size();
+  std::mt19937_64 rng(a.seed);
+  hs::RunOptions o;
+  o.logits_only = true;
+  for (int i = 0; i < a.n; ++i) {
+    // Keep the most recent n_ctx tokens: the model cannot see further back.
+    const size_t n_ctx = static_cast<size_t>(m->config().n_ctx);
+    const size_t start = ids.size() > n_ctx ? ids.size() - n_ctx : 0;
+    const auto cache = m->run(std::span<const int32_t>(ids).subspan(start), o);
+    const auto row = cache->logits.row(cache->n_pos() - 1);
+    int32_t next = 0;
+    if (a.temperature <= 0.0) {
+      row.maxCoeff(&next);
+    } else {
+      std::vector<double> w(static_cast<size_t>(row.size()));
+      const double mx = row.maxCoeff();
+      for (Eigen::Index t = 0; t < row.size(); ++t) w[static_cast<size_t>(t)] = std::exp((row(t) - mx) / a.temperature);
+      next = static_cast<int32_t>(std::discrete_distribution<int>(w.begin(), w.end())(rng));
+    }
+    ids.push_back(next);
+  }
+  std::vector<int32_t> added(ids.begin() + static_cast<long>(first_new), ids.end());
+  std::cout << *a.text << m->tokenizer().decode(added) << "\n";
+  return 0;
+}
+
+std::string one_line(std::string s) {
+  for (size_t p; (p = s.find("\n  ")) != std::string::npos;) s.replace(p, 3, "; ");
+  for (char& ch : s)
+    if (ch == '\n') ch = ' ';
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+      std::cout << kMainHelp;
+      return 0;
+    }
+    if (argc >= 2 && std::string(argv[1]) == "--version") {
+      std::cout << "headscope-cli " << HEADSCOPE_VERSION << "\n";
+      return 0;
+    }
+    const Args a = parse_args(argc, argv);
+    const auto help = kCommandHelp.find(a.command);
+    if (help == kCommandHelp.end())
+      throw UsageError("unknown command \"" + a.command + "\"; commands are info, tokenize, run, heads, generate.");
+    if (a.help) {
+      std::cout << help->second;
+      return 0;
+    }
+    if (a.threads > 0) {
+      omp_set_num_threads(a.threads);
+      Eigen::setNbThreads(a.threads);
+    }
+    if (a.command == "info") return cmd_info(a);
+    if (a.command == "tokenize") return cmd_tokenize(a);
+    if (a.command == "run") return cmd_run(a);
+    if (a.command == "heads") return cmd_heads(a);
+    return cmd_generate(a);
+  } catch (const UsageError& e) {
+    std::cerr << "headscope-cli: " << one_line(e.what()) << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "headscope-cli: error: " << one_line(e.what()) << "\n";
+    return 1;
+  }
+}

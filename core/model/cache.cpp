@@ -1,0 +1,156 @@
+#include "core/model/cache.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+
+namespace hs {
+namespace {
+
+// The per-layer key suffixes of the contract, in forward order.
+constexpr const char* kLayerKeys[] = {
+    "hook_resid_pre",        "attn.hook_q",      "attn.hook_k",     "attn.hook_v",
+    "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z",    "attn.hook_result",
+    "hook_attn_out",         "hook_resid_mid",   "mlp.hook_pre",    "mlp.hook_post",
+    "hook_mlp_out",          "hook_resid_post",
+};
+
+Tensor from_matrix(const RowMatrixXf& m, std::vector<int64_t> shape) {
+  return Tensor(std::move(shape), std::vector<float>(m.data(), m.data() + m.size()));
+}
+
+}  // namespace
+
+ActivationCache::ActivationCache(std::shared_ptr<const Weights> weights, std::vector<int32_t> tokens)
+    : weights_(std::move(weights)), tokens_(std::move(tokens)) {
+  layers_.resize(static_cast<size_t>(weights_->config().n_layer));
+}
+
+float ActivationCache::attention_scale(int l) const {
+  const ModelConfig& c = config();
+  float scale = c.scale_attn_weights ? 1.0f / std::sqrt(static_cast<float>(c.d_head)) : 1.0f;
+  if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<float>(l + 1);
+  return scale;
+}
+
+std::vector<std::string> ActivationCache::keys() const {
+  std::vector<std::string> out = {"hook_embed", "hook_pos_embed"};
+  for (int l = 0; l < n_layer(); ++l)
+    for (const char* k : kLayerKeys) out.push_back("blocks." + std::to_string(l) + "." + k);
+  out.push_back("ln_final.hook_normalized");
+  out.push_back("logits");
+  return out;
+}
+
+bool ActivationCache::has(std::string_view key) const {
+  for (const auto& k : keys())
+    if (k == key) return true;
+  return false;
+}
+
+ConstMatrixRef ActivationCache::head_pattern(int l, int h) const {
+  const int64_t S = n_pos();
+  return ConstMatrixRef(layer(l).pattern_hqk.data() + h * S * S, S, S);
+}
+
+RowMatrixXf ActivationCache::head_result(int l, int h) const {
+  const LayerActivations& a = layer(l);
+  const ModelConfig& c = config();
+  if (!a.result_phd.empty()) {
+    RowMatrixXf r(n_pos(), c.d_model);
+    for (int p = 0; p < n_pos(); ++p)
+      r.row(p) = ConstRowVectorRef(a.result_phd.data() + (static_cast<int64_t>(p) * c.n_head + h) * c.d_model, c.d_model);
+    return r;
+  }
+  RowMatrixXf r(n_pos(), c.d_model);
+  r.noalias() = a.z.middleCols(h * c.d_head, c.d_head) * weights_->W_O(l, h);
+  return r;
+}
+
+RowMatrixXf ActivationCache::head_scores(int l, int h) const {
+  const LayerActivations& a = layer(l);
+  const ModelConfig& c = config();
+  const int64_t S = n_pos();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (!a.scores_hqk.empty()) return ConstMatrixRef(a.scores_hqk.data() + h * S * S, S, S);
+  // The same operations in the same order as the forward pass, so the values are identical.
+  RowMatrixXf s(S, S);
+  s.noalias() = a.q.middleCols(h * c.d_head, c.d_head) * a.k.middleCols(h * c.d_head, c.d_head).transpose();
+  const float scale = attention_scale(l);
+  for (int64_t i = 0; i < S; ++i) {
+    s.row(i).head(i + 1).array() *= scale;
+    s.row(i).tail(S - i - 1).setConstant(kNegInf);
+  }
+  return s;
+}
+
+Tensor ActivationCache::get(std::string_view key) const {
+  const ModelConfig& c = config();
+  const int64_t S = n_pos(), D = c.d_model, H = c.n_head, dh = c.d_head, M = c.d_mlp;
+  if (key == "hook_embed") return from_matrix(embed, {S, D});
+  if (key == "hook_pos_embed") return from_matrix(pos_embed, {S, D});
+  if (key == "ln_final.hook_normalized") return from_matrix(ln_final_normalized, {S, D});
+  if (key == "logits") return from_matrix(logits, {S, c.d_vocab});
+
+  const std::string_view prefix = "blocks.";
+  if (key.substr(0, prefix.size()) == prefix) {
+    std::string_view rest = key.substr(prefix.size());
+    int l = -1;
+    const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), l);
+    if (ec == std::errc() && ptr < rest.data() + rest.size() && *ptr == '.' && l >= 0 && l < c.n_layer) {
+      if (layers_.empty())
+        throw Error("activation \"" + std::string(key) + "\" was not kept: this run kept only the logits.");
+      const std::string_view suffix(ptr + 1, static_cast<size_t>(rest.data() + rest.size() - ptr - 1));
+      const LayerActivations& a = layer(l);
+      if (suffix == "hook_resid_pre") return from_matrix(a.resid_pre, {S, D});
+      if (suffix == "attn.hook_q") return from_matrix(a.q, {S, H, dh});
+      if (suffix == "attn.hook_k") return from_matrix(a.k, {S, H, dh});
+      if (suffix == "attn.hook_v") return from_matrix(a.v, {S, H, dh});
+      if (suffix == "attn.hook_z") return from_matrix(a.z, {S, H, dh});
+      if (suffix == "attn.hook_pattern") return Tensor({H, S, S}, a.pattern_hqk);
+      if (suffix == "attn.hook_attn_scores") {
+        Tensor t({H, S, S});
+        for (int h = 0; h < H; ++h) {
+          const RowMatrixXf s = head_scores(l, h);
+          std::memcpy(t.data.data() + h * S * S, s.data(), sizeof(float) * static_cast<size_t>(S * S));
+        }
+        return t;
+      }
+      if (suffix == "attn.hook_result") {
+        if (!a.result_phd.empty()) return Tensor({S, H, D}, a.result_phd);
+        Tensor t({S, H, D});
+        for (int h = 0; h < H; ++h) {
+          const RowMatrixXf r = head_result(l, h);
+          for (int64_t p = 0; p < S; ++p)
+            RowVectorRef(t.data.data() + (p * H + h) * D, D) = r.row(p);
+        }
+        return t;
+      }
+      if (suffix == "hook_attn_out") return from_matrix(a.attn_out, {S, D});
+      if (suffix == "hook_resid_mid") return from_matrix(a.resid_mid, {S, D});
+      if (suffix == "mlp.hook_pre") return from_matrix(a.mlp_pre, {S, M});
+      if (suffix == "mlp.hook_post") return from_matrix(a.mlp_post, {S, M});
+      if (suffix == "hook_mlp_out") return from_matrix(a.mlp_out, {S, D});
+      if (suffix == "hook_resid_post") return from_matrix(a.resid_post, {S, D});
+    }
+  }
+  throw Error("unknown activation \"" + std::string(key) +
+              "\": keys are hook_embed, hook_pos_embed, blocks.{layer}.hook_resid_pre ... blocks.{layer}.hook_resid_post "
+              "(layer 0.." + std::to_string(c.n_layer - 1) + "), ln_final.hook_normalized and logits.");
+}
+
+size_t ActivationCache::stored_bytes() const {
+  size_t n = static_cast<size_t>(embed.size() + pos_embed.size() + ln_final_normalized.size() + ln_final_scale.size() +
+                                 logits.size());
+  for (const auto& a : layers_)
+    n += static_cast<size_t>(a.resid_pre.size() + a.q.size() + a.k.size() + a.v.size() + a.z.size() +
+                             a.attn_out.size() + a.resid_mid.size() + a.mlp_pre.size() + a.mlp_post.size() +
+                             a.mlp_out.size() + a.resid_post.size()) +
+         a.scores_hqk.size() + a.pattern_hqk.size() + a.result_phd.size();
+  return n * sizeof(float);
+}
+
+}  // namespace hs

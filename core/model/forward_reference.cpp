@@ -1,0 +1,156 @@
+// The slow, obviously correct forward pass: plain loops, double accumulators, no Eigen products.
+// It exists so the fast path has something independent inside the project to be tested against.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/model/forward.h"
+
+namespace hs {
+namespace {
+
+using Rows = std::vector<std::vector<double>>;  // [rows][cols]
+
+Rows layernorm(const Rows& x, const float* w, const float* b, double eps, std::vector<double>* scales = nullptr) {
+  Rows out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t D = x[i].size();
+    double mean = 0, var = 0;
+    for (double v : x[i]) mean += v;
+    mean /= static_cast<double>(D);
+    for (double v : x[i]) var += (v - mean) * (v - mean);
+    var /= static_cast<double>(D);
+    const double scale = std::sqrt(var + eps);
+    if (scales) scales->push_back(scale);
+    out[i].resize(D);
+    for (size_t d = 0; d < D; ++d) out[i][d] = (x[i][d] - mean) / scale * w[d] + b[d];
+  }
+  return out;
+}
+
+// y = x @ W + b with W stored [in, out].
+Rows linear(const Rows& x, const float* W, const float* b, size_t n_out) {
+  Rows out(x.size(), std::vector<double>(n_out, 0.0));
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t o = 0; o < n_out; ++o) {
+      double acc = b ? b[o] : 0.0;
+      for (size_t k = 0; k < x[i].size(); ++k) acc += x[i][k] * W[k * n_out + o];
+      out[i][o] = acc;
+    }
+  return out;
+}
+
+double activation(double x, Activation a) {
+  switch (a) {
+    case Activation::GeluNew: return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::GeluErf: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::Relu: return x > 0 ? x : 0.0;
+    case Activation::Silu: return x / (1.0 + std::exp(-x));
+  }
+  return x;
+}
+
+RowMatrixXf to_matrix(const Rows& r) {
+  RowMatrixXf m(static_cast<Eigen::Index>(r.size()), r.empty() ? 0 : static_cast<Eigen::Index>(r[0].size()));
+  for (size_t i = 0; i < r.size(); ++i)
+    for (size_t j = 0; j < r[i].size(); ++j) m(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = static_cast<float>(r[i][j]);
+  return m;
+}
+
+Rows add(const Rows& a, const Rows& b) {
+  Rows out = a;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) out[i][j] += b[i][j];
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
+                                                   std::span<const int32_t> tokens) {
+  const ModelConfig& c = weights->config();
+  if (tokens.empty() || tokens.size() > static_cast<size_t>(c.n_ctx)) throw Error("forward_reference: bad prompt length");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.d_vocab) throw Error("forward_reference: token outside the vocabulary");
+  auto cache = std::make_shared<ActivationCache>(weights, std::vector<int32_t>(tokens.begin(), tokens.end()));
+  const size_t S = tokens.size(), D = static_cast<size_t>(c.d_model), H = static_cast<size_t>(c.n_head),
+               dh = static_cast<size_t>(c.d_head);
+  Rows embed(S, std::vector<double>(D)), pos(S, std::vector<double>(D));
+  for (size_t i = 0; i < S; ++i)
+    for (size_t d = 0; d < D; ++d) {
+      embed[i][d] = weights->wte()[static_cast<size_t>(tokens[i]) * D + d];
+      pos[i][d] = weights->wpe()[i * D + d];
+    }
+  cache->embed = to_matrix(embed);
+  cache->pos_embed = to_matrix(pos);
+  Rows resid = add(embed, pos);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& W = weights->layer(l);
+    LayerActivations& a = cache->layer(l);
+    a.resid_pre = to_matrix(resid);
+    const Rows qkv = linear(layernorm(resid, W.ln1_w, W.ln1_b, c.layer_norm_eps), W.attn_w, W.attn_b, 3 * D);
+    Rows q(S), k(S), v(S), z(S, std::vector<double>(D, 0.0));
+    for (size_t i = 0; i < S; ++i) {
+      q[i].assign(qkv[i].begin(), qkv[i].begin() + static_cast<long>(D));
+      k[i].assign(qkv[i].begin() + static_cast<long>(D), qkv[i].begin() + static_cast<long>(2 * D));
+      v[i].assign(qkv[i].begin() + static_cast<long>(2 * D), qkv[i].end());
+    }
+    a.q = to_matrix(q);
+    a.k = to_matrix(k);
+    a.v = to_matrix(v);
+    const double scale = cache->attention_scale(l);
+    a.pattern_hqk.assign(H * S * S, 0.0f);
+    a.scores_hqk.assign(H * S * S, -std::numeric_limits<float>::infinity());
+    for (size_t h = 0; h < H; ++h)
+      for (size_t i = 0; i < S; ++i) {
+        std::vector<double> s(i + 1);
+        double m = -1e300;
+        for (size_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (size_t e = 0; e < dh; ++e) dot += q[i][h * dh + e] * k[j][h * dh + e];
+          s[j] = dot * scale;
+          a.scores_hqk[(h * S + i) * S + j] = static_cast<float>(s[j]);
+          m = std::max(m, s[j]);
+        }
+        double total = 0;
+        for (double& x : s) total += (x = std::exp(x - m));
+        for (size_t j = 0; j <= i; ++j) {
+          const double p = s[j] / total;
+          a.pattern_hqk[(h * S + i) * S + j] = static_cast<float>(p);
+          for (size_t e = 0; e < dh; ++e) z[i][h * dh + e] += p * v[j][h * dh + e];
+        }
+      }
+    a.z = to_matrix(z);
+    const Rows attn_out = linear(z, W.proj_w, W.proj_b, D);
+    a.attn_out = to_matrix(attn_out);
+    resid = add(resid, attn_out);
+    a.resid_mid = to_matrix(resid);
+    const size_t M = static_cast<size_t>(c.d_mlp);
+    Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.layer_norm_eps), W.fc_w, W.fc_b, M);
+    a.mlp_pre = to_matrix(pre);
+    for (auto& row : pre)
+      for (double& x : row) x = activation(x, c.activation);
+    a.mlp_post = to_matrix(pre);
+    const Rows mlp_out = linear(pre, W.mlp_proj_w, W.mlp_proj_b, D);
+    a.mlp_out = to_matrix(mlp_out);
+    resid = add(resid, mlp_out);
+    a.resid_post = to_matrix(resid);
+  }
+  std::vector<double> scales;
+  const Rows lnf = layernorm(resid, weights->ln_f_w(), weights->ln_f_b(), c.layer_norm_eps, &scales);
+  cache->ln_final_normalized = to_matrix(lnf);
+  cache->ln_final_scale.resize(static_cast<Eigen::Index>(S));
+  for (size_t i = 0; i < S; ++i) cache->ln_final_scale(static_cast<Eigen::Index>(i)) = static_cast<float>(scales[i]);
+  cache->logits.resize(static_cast<Eigen::Index>(S), c.d_vocab);
+  for (size_t i = 0; i < S; ++i)
+    for (int t = 0; t < c.d_vocab; ++t) {
+      double acc = 0;
+      const float* u = weights->unembed_rows() + static_cast<size_t>(t) * D;
+      for (size_t d = 0; d < D; ++d) acc += lnf[i][d] * u[d];
+      cache->logits(static_cast<Eigen::Index>(i), t) = static_cast<float>(acc);
+    }
+  return cache;
+}
+
+}  // namespace hs

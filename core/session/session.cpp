@@ -1,0 +1,100 @@
+#include "core/session/session.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace hs {
+namespace fs = std::filesystem;
+
+fs::path executable_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::current_path(ec) : exe.parent_path();
+}
+
+fs::path builtin_model_dir() {
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("HEADSCOPE_MODEL_DIR"); env && *env) candidates.emplace_back(env);
+  // Installed: <prefix>/bin/../share/headscope/models; build tree: <build>/app/../share/...
+  candidates.push_back(executable_dir() / ".." / HEADSCOPE_MODEL_SUBDIR / "headscope-tiny");
+#ifdef HEADSCOPE_SOURCE_MODEL_DIR
+  candidates.emplace_back(HEADSCOPE_SOURCE_MODEL_DIR);
+#endif
+  std::string looked;
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    if (fs::exists(c / "config.json", ec) && fs::exists(c / "model.safetensors", ec)) return c.lexically_normal();
+    looked += "\n  " + c.lexically_normal().string();
+  }
+  throw Error("the built-in model was not found; looked in:" + looked +
+              "\nReinstall HeadScope, set HEADSCOPE_MODEL_DIR, or pass --model DIR.");
+}
+
+std::vector<std::string> token_labels(const Model& model, const std::vector<int32_t>& tokens) {
+  std::vector<std::string> out;
+  out.reserve(tokens.size());
+  for (int32_t t : tokens) {
+    if (t >= 0 && t < model.tokenizer().vocab_size()) out.push_back(model.tokenizer().display(t));
+    else out.push_back("<" + std::to_string(t) + ">");
+  }
+  return out;
+}
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void add_activation_warnings(TextRun& r) {
+  if (!r.cache->logits.allFinite())
+    r.warnings.push_back("the logits contain NaN or infinite values: the model's weights or activations overflowed, "
+                         "so the views of this run are not meaningful.");
+}
+
+}  // namespace
+
+TextRun run_tokens(std::shared_ptr<const Model> model, std::vector<int32_t> tokens, const RunOptions& options) {
+  TextRun r;
+  r.model = model;
+  r.tokens = std::move(tokens);
+  const auto t0 = std::chrono::steady_clock::now();
+  r.cache = model->run(r.tokens, options);
+  r.forward_ms = ms_since(t0);
+  r.token_labels = token_labels(*model, r.tokens);
+  r.warnings = model->warnings();
+  add_activation_warnings(r);
+  return r;
+}
+
+TextRun run_text(std::shared_ptr<const Model> model, std::string_view text, const TextRunOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int32_t> tokens = model->encode(text, options.prepend_bos);
+  const double tokenize_ms = ms_since(t0);
+  if (tokens.empty()) throw Error("the prompt is empty: type some text (or keep BOS on).");
+  const int n_ctx = model->config().n_ctx;
+  int dropped = 0;
+  if (tokens.size() > static_cast<size_t>(n_ctx)) {
+    if (options.overlong == OverlongPolicy::Refuse)
+      throw Error("the text is " + std::to_string(tokens.size()) + " tokens" +
+                  (options.prepend_bos ? " with BOS" : "") + " but " + model->name() + "'s context is " +
+                  std::to_string(n_ctx) + " tokens (n_positions); shorten the text.");
+    dropped = static_cast<int>(tokens.size()) - n_ctx;
+    tokens.resize(static_cast<size_t>(n_ctx));
+  }
+  TextRun r = run_tokens(model, std::move(tokens), options.run);
+  r.text = std::string(text);
+  r.bos_prepended = options.prepend_bos;
+  r.tokenize_ms = tokenize_ms;
+  r.dropped_tokens = dropped;
+  if (dropped > 0)
+    r.warnings.insert(r.warnings.begin(), "the text is longer than the model's context of " + std::to_string(n_ctx) +
+                                              " tokens: the last " + std::to_string(dropped) +
+                                              " tokens were left out of this run.");
+  return r;
+}
+
+}  // namespace hs
