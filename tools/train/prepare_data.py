@@ -22,6 +22,7 @@ import re
 import struct
 import subprocess
 import sys
+import urllib.parse
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -65,7 +66,7 @@ def fetch(work):
             run(["apt-get", "download", pkg], cwd=debs)
             have = glob.glob(os.path.join(debs, pkg + "_*.deb"))
         deb = sorted(have)[-1]
-        versions[pkg] = os.path.basename(deb).split("_")[1]
+        versions[pkg] = urllib.parse.unquote(os.path.basename(deb).split("_")[1])
         dest = os.path.join(xdir, pkg)
         if not os.path.isdir(dest):
             run(["dpkg", "-x", deb, dest])
