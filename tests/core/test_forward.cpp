@@ -1,0 +1,177 @@
+// The forward pass against the independent float64 PyTorch reference (tests/fixtures), against
+// the in-project slow reference, and against the identities the views display.
+#include <catch2/catch.hpp>
+
+#include "core/analysis/analysis.h"
+#include "core/model/model.h"
+#include "core/tensor/safetensors.h"
+#include "test_support.h"
+
+using namespace hs;
+
+namespace {
+
+// Tolerance: 1e-4 relative to each key's largest reference magnitude (see tests/fixtures/README.md).
+constexpr double kRelTol = 1e-4;
+
+std::vector<int32_t> reference_tokens(const SafetensorsFile& ref) {
+  std::vector<int32_t> ids;
+  for (float f : ref.to_f32(*ref.find("tokens"))) ids.push_back(static_cast<int32_t>(f));
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("every cache key matches the float64 PyTorch reference", "[forward][fixtures]") {
+  const char* names[] = {"f32_prefixed", "f16_plain", "bf16_prefixed", "full_context"};
+  for (const char* name : names) {
+    DYNAMIC_SECTION(name) {
+      const auto dir = test::fixture_model(name);
+      const auto model = Model::load(dir);
+      const auto ref = SafetensorsFile::open(dir / "reference.safetensors");
+      const std::vector<int32_t> tokens = reference_tokens(*ref);
+      const auto cache = model->run(tokens);
+      int compared = 0;
+      for (const std::string& key : cache->keys()) {
+        const TensorInfo* t = ref->find(key);
+        INFO(name << " " << key);
+        REQUIRE(t != nullptr);
+        const Tensor ours = cache->get(key);
+        CHECK(ours.shape == t->shape);
+        const test::Comparison c = test::compare(ref->to_f32(*t), ours.data);
+        INFO("max |diff| " << c.max_abs << ", relative " << c.relative);
+        CHECK(c.masks_agree);
+        CHECK(c.relative <= kRelTol);
+        ++compared;
+      }
+      CHECK(compared == static_cast<int>(cache->keys().size()));
+      if (std::string(name) == "full_context") CHECK(cache->n_pos() == model->config().n_ctx);
+    }
+  }
+}
+
+TEST_CASE("the fast forward pass equals the slow reference loops", "[forward]") {
+  const auto model = Model::load(test::fixture_model("bf16_prefixed"));
+  const std::vector<int32_t> tokens = {290, 5, 77, 260, 13, 99, 281, 0, 1, 2};
+  const auto fast = model->run(tokens);
+  const auto slow = forward_reference(model->weights(), tokens);
+  for (const std::string& key : fast->keys()) {
+    INFO(key);
+    const test::Comparison c = test::compare(slow->get(key).data, fast->get(key).data);
+    CHECK(c.masks_agree);
+    CHECK(c.relative <= 1e-5);
+  }
+}
+
+TEST_CASE("stored and derived hook_result / hook_attn_scores are identical", "[forward][cache]") {
+  const auto model = Model::load(test::fixture_model("f32_prefixed"));
+  const std::vector<int32_t> tokens = {290, 51, 257, 273, 270, 267};
+  RunOptions stored;
+  stored.store_results = true;
+  stored.store_scores = true;
+  const auto a = model->run(tokens);
+  const auto b = model->run(tokens, stored);
+  for (int l = 0; l < model->config().n_layer; ++l)
+    for (const char* k : {"attn.hook_result", "attn.hook_attn_scores"}) {
+      const std::string key = "blocks." + std::to_string(l) + "." + k;
+      INFO(key);
+      CHECK(a->get(key).data == b->get(key).data);
+    }
+}
+
+TEST_CASE("attention patterns are causal distributions", "[forward][identities]") {
+  const auto model = Model::load(test::fixture_model("full_context"));
+  std::vector<int32_t> tokens(16);
+  for (int i = 0; i < 16; ++i) tokens[static_cast<size_t>(i)] = (i * 37 + 5) % 291;
+  const auto cache = model->run(tokens);
+  for (int l = 0; l < cache->n_layer(); ++l)
+    for (int h = 0; h < model->config().n_head; ++h) {
+      const auto p = cache->head_pattern(l, h);
+      for (int q = 0; q < cache->n_pos(); ++q) {
+        CHECK(p.row(q).sum() == Approx(1.0).margin(1e-5));
+        for (int k = 0; k < cache->n_pos(); ++k) {
+          if (k > q) CHECK(p(q, k) == 0.0f);
+          else CHECK(p(q, k) >= 0.0f);
+        }
+      }
+      const RowMatrixXf s = cache->head_scores(l, h);
+      CHECK(std::isinf(s(0, 1)));
+      CHECK(s(0, 1) < 0);
+    }
+}
+
+TEST_CASE("concatenate-then-project equals project-then-sum", "[forward][identities]") {
+  const auto model = Model::load(test::fixture_model("f16_plain"));
+  const std::vector<int32_t> tokens = {54, 257, 264, 220, 266, 258, 220, 257, 77, 30, 288};
+  const auto cache = model->run(tokens);
+  for (int l = 0; l < cache->n_layer(); ++l) {
+    const ConcatVsSum cs = concat_vs_sum(*cache, l);
+    const float scale = cs.via_concat.cwiseAbs().maxCoeff();
+    INFO("layer " << l << " max |concat - sum| " << cs.max_abs_diff);
+    CHECK(cs.max_abs_diff <= 1e-6f * scale + 1e-7f);
+    CHECK(cs.max_abs_vs_cache == 0.0f);  // the view's concat path is the forward pass's
+    CHECK(cache->layer(l).concat_vs_sum_max_abs_diff <= 1e-6f * scale + 1e-7f);
+    CHECK(static_cast<int>(cs.head_results.size()) == model->config().n_head);
+    CHECK(cs.z_concat.cols() == model->config().n_head * model->config().d_head);
+    CHECK(cs.W_O.rows() == cs.z_concat.cols());
+  }
+}
+
+TEST_CASE("the residual stream is the sum of its parts", "[analysis][identities]") {
+  for (const char* name : {"f32_prefixed", "bf16_prefixed"}) {
+    const auto model = Model::load(test::fixture_model(name));
+    const std::vector<int32_t> tokens = {290, 51, 257, 273, 270, 267, 270, 220};
+    const auto cache = model->run(tokens);
+    const ModelConfig& c = model->config();
+    for (int pos = 0; pos < cache->n_pos(); ++pos) {
+      const ResidualDecomposition d = decompose_residual(*cache, pos);
+      REQUIRE(d.labels.size() == static_cast<size_t>(2 + c.n_layer * (c.n_head + 2)));
+      CHECK(d.labels[0] == "embed");
+      CHECK(d.labels[2] == "L0H0");
+      const float scale = d.residual.cwiseAbs().maxCoeff();
+      INFO(name << " pos " << pos << " error " << d.max_abs_error);
+      CHECK(d.max_abs_error <= 1e-5f * scale);
+      // Head parts equal the cache's hook_result rows.
+      const Tensor result = cache->get("blocks.1.attn.hook_result");
+      for (int h = 0; h < c.n_head; ++h)
+        for (int i = 0; i < c.d_model; ++i)
+          CHECK(d.components(2 + (c.n_head + 2) + h, i) ==
+                Approx(result.data[static_cast<size_t>((pos * c.n_head + h) * c.d_model + i)]).margin(1e-5));
+      // Write norms are the norms of those parts.
+      const RowMatrixXf norms = head_write_norms(*cache, pos);
+      CHECK(norms(0, 1) == Approx(d.norms[3]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("direct logit attribution adds up to the logit", "[analysis][identities]") {
+  const auto model = Model::load(test::fixture_model("f16_plain"));
+  const std::vector<int32_t> tokens = {54, 257, 264, 220, 266, 258, 220};
+  const auto cache = model->run(tokens);
+  for (int pos = 0; pos < cache->n_pos(); ++pos) {
+    const auto top = top_predictions(*cache, pos, 3);
+    REQUIRE(top.size() == 3);
+    CHECK(top[0].probability >= top[1].probability);
+    const ResidualDecomposition d = decompose_residual(*cache, pos);
+    for (const auto& p : top) {
+      const LogitAttribution a = direct_logit_attribution(*cache, d, p.id);
+      INFO("pos " << pos << " target " << p.id << " error " << a.max_abs_error);
+      CHECK(a.logit == p.logit);
+      CHECK(a.max_abs_error <= 1e-4f * std::max(1.0f, std::abs(a.logit)));
+      // The grid's entries are the heads' entries of the full list.
+      CHECK(a.per_head(0, 0) == a.per_component[2]);
+    }
+  }
+}
+
+TEST_CASE("a logits-only run gives the same logits", "[forward]") {
+  const auto model = Model::load(test::fixture_model("f32_prefixed"));
+  const std::vector<int32_t> tokens = {290, 51, 257, 273};
+  RunOptions o;
+  o.logits_only = true;
+  const auto full = model->run(tokens);
+  const auto lean = model->run(tokens, o);
+  CHECK(full->logits == lean->logits);
+  CHECK(lean->n_layer() == 0);
+  CHECK_THROWS_WITH(lean->get("blocks.0.hook_resid_pre"), Catch::Contains("only the logits"));
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages HeadScope needs to build, test and run, when any is missing.
+# Uses sudo when not root. Sourced by run.sh and test.sh.
+set -euo pipefail
+HEADSCOPE_PACKAGES=(cmake g++ make pkg-config
+  qt6-base-dev qt6-svg-dev libgl-dev libqcustomplot-dev libeigen3-dev catch2 nlohmann-json3-dev libpcre2-dev
+  xvfb xauth)
+missing=()
+for p in "${HEADSCOPE_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "headscope: installing ${missing[*]}" >&2
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
