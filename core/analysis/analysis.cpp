@@ -60,7 +60,7 @@ ResidualDecomposition decompose_residual(const ActivationCache& cache, int pos) 
     add("L" + std::to_string(l) + " b_O", ComponentKind::AttnBias, l, -1, cache.weights()->b_O(l).transpose());
     add("L" + std::to_string(l) + " MLP", ComponentKind::Mlp, l, -1, cache.layer(l).mlp_out.row(pos));
   }
-  d.residual = cache.layer(c.n_layer - 1).resid_post.row(pos);
+  d.residual = cache.final_residual(pos);
   d.sum_of_parts = d.components.colwise().sum();
   d.max_abs_error = (d.sum_of_parts - d.residual).cwiseAbs().maxCoeff();
   d.norms.resize(static_cast<size_t>(n));

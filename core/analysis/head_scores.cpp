@@ -15,7 +15,7 @@ const char* const kHeadScoreProse =
     "She asked why he kept counting birds that nobody else cared about. "
     "He said that when the numbers changed, the sea was telling him something, and he liked to listen.";
 
-float mean_offset_attention(ConstMatrixRef pattern, int offset, int first, int last) {
+float mean_offset_attention(const RowMatrixXf& pattern, int offset, int first, int last) {
   double total = 0.0;
   int n = 0;
   for (int i = std::max(first, offset); i <= last && i < pattern.rows(); ++i, ++n) total += pattern(i, i - offset);
@@ -42,7 +42,7 @@ HeadScores compute_head_scores(std::shared_ptr<const Weights> weights, const std
     const auto cache = forward(weights, seq);
     for (int l = 0; l < c.n_layer; ++l)
       for (int h = 0; h < c.n_head; ++h) {
-        const ConstMatrixRef p = cache->head_pattern(l, h);
+        const RowMatrixXf p = cache->head_pattern(l, h);
         s.duplicate_token(l, h) += mean_offset_attention(p, n, n + 1, 2 * n) / static_cast<float>(repeated.size());
         s.induction(l, h) += mean_offset_attention(p, n - 1, n + 1, 2 * n) / static_cast<float>(repeated.size());
       }

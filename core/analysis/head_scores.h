@@ -41,7 +41,7 @@ extern const char* const kHeadScoreProse;
 // Scores of one pattern [query_pos, key_pos]: the mean of pattern(i, i - offset) over the given
 // query positions [first, last]. offset 1 = previous token; on BOS + R + R with |R| = n,
 // first = n + 1, last = 2n: offset n = duplicate token, offset n - 1 = induction.
-float mean_offset_attention(ConstMatrixRef pattern, int offset, int first, int last);
+float mean_offset_attention(const RowMatrixXf& pattern, int offset, int first, int last);
 
 // Runs the model on the prose and on the repeated random sequences.
 HeadScores compute_head_scores(const Model& model, const HeadScoreOptions& options = {});

@@ -2,10 +2,12 @@
 
 #include <charconv>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "core/error.h"
+#include "core/model/ops.h"
 
 namespace hs {
 namespace {
@@ -51,9 +53,37 @@ bool ActivationCache::has(std::string_view key) const {
   return false;
 }
 
-ConstMatrixRef ActivationCache::head_pattern(int l, int h) const {
+RowMatrixXf ActivationCache::head_pattern(int l, int h) const {
   const int64_t S = n_pos();
-  return ConstMatrixRef(layer(l).pattern_hqk.data() + h * S * S, S, S);
+  RowMatrixXf p = RowMatrixXf::Zero(S, S);
+  for (int64_t i = 0; i < S; ++i) p.row(i).head(i + 1) = pattern_row(l, h, static_cast<int>(i));
+  return p;
+}
+
+ConstRowVectorRef ActivationCache::pattern_row(int l, int h, int q) const {
+  const int64_t S = n_pos(), tri = S * (S + 1) / 2;
+  return ConstRowVectorRef(layer(l).pattern_packed.data() + h * tri + static_cast<int64_t>(q) * (q + 1) / 2, q + 1);
+}
+
+RowMatrixXf ActivationCache::resid_mid(int l) const { return layer(l).resid_pre + layer(l).attn_out; }
+
+RowMatrixXf ActivationCache::resid_post(int l) const {
+  RowMatrixXf r = resid_mid(l);
+  r += layer(l).mlp_out;
+  return r;
+}
+
+RowMatrixXf ActivationCache::mlp_post(int l) const {
+  RowMatrixXf out;
+  activation_forward(out, layer(l).mlp_pre, config().activation);
+  return out;
+}
+
+RowVectorXf ActivationCache::final_residual(int pos) const {
+  const LayerActivations& a = layer(n_layer() - 1);
+  RowVectorXf r = a.resid_pre.row(pos) + a.attn_out.row(pos);
+  r += a.mlp_out.row(pos);
+  return r;
 }
 
 RowMatrixXf ActivationCache::head_result(int l, int h) const {
@@ -110,7 +140,15 @@ Tensor ActivationCache::get(std::string_view key) const {
       if (suffix == "attn.hook_k") return from_matrix(a.k, {S, H, dh});
       if (suffix == "attn.hook_v") return from_matrix(a.v, {S, H, dh});
       if (suffix == "attn.hook_z") return from_matrix(a.z, {S, H, dh});
-      if (suffix == "attn.hook_pattern") return Tensor({H, S, S}, a.pattern_hqk);
+      if (suffix == "attn.hook_pattern") {
+        Tensor t({H, S, S});
+        for (int h = 0; h < H; ++h)
+          for (int64_t i = 0; i < S; ++i) {
+            const ConstRowVectorRef row = pattern_row(l, h, static_cast<int>(i));
+            std::copy_n(row.data(), i + 1, t.data.data() + (h * S + i) * S);
+          }
+        return t;
+      }
       if (suffix == "attn.hook_attn_scores") {
         Tensor t({H, S, S});
         for (int h = 0; h < H; ++h) {
@@ -130,11 +168,11 @@ Tensor ActivationCache::get(std::string_view key) const {
         return t;
       }
       if (suffix == "hook_attn_out") return from_matrix(a.attn_out, {S, D});
-      if (suffix == "hook_resid_mid") return from_matrix(a.resid_mid, {S, D});
+      if (suffix == "hook_resid_mid") return from_matrix(resid_mid(l), {S, D});
       if (suffix == "mlp.hook_pre") return from_matrix(a.mlp_pre, {S, M});
-      if (suffix == "mlp.hook_post") return from_matrix(a.mlp_post, {S, M});
+      if (suffix == "mlp.hook_post") return from_matrix(mlp_post(l), {S, M});
       if (suffix == "hook_mlp_out") return from_matrix(a.mlp_out, {S, D});
-      if (suffix == "hook_resid_post") return from_matrix(a.resid_post, {S, D});
+      if (suffix == "hook_resid_post") return from_matrix(resid_post(l), {S, D});
     }
   }
   throw Error("unknown activation \"" + std::string(key) +
@@ -147,9 +185,8 @@ size_t ActivationCache::stored_bytes() const {
                                  logits.size());
   for (const auto& a : layers_)
     n += static_cast<size_t>(a.resid_pre.size() + a.q.size() + a.k.size() + a.v.size() + a.z.size() +
-                             a.attn_out.size() + a.resid_mid.size() + a.mlp_pre.size() + a.mlp_post.size() +
-                             a.mlp_out.size() + a.resid_post.size()) +
-         a.scores_hqk.size() + a.pattern_hqk.size() + a.result_phd.size();
+                             a.attn_out.size() + a.mlp_pre.size() + a.mlp_out.size()) +
+         a.scores_hqk.size() + a.pattern_packed.size() + a.result_phd.size();
   return n * sizeof(float);
 }
 

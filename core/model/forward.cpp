@@ -1,95 +1,58 @@
 // The GPT-2 forward pass. Read top to bottom, this file is the model: embeddings, then per block
 // LayerNorm -> attention -> residual add -> LayerNorm -> MLP -> residual add, then the final
 // LayerNorm and the unembedding. Every intermediate lands in the ActivationCache.
+//
+// The pass computes positions [P, S) given a cache whose rows [0, P) are already filled (P = 0
+// for a fresh run, P > 0 when a typed prompt extends the previous one).
 #include "core/model/forward.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
 #include "core/error.h"
+#include "core/model/ops.h"
 
 namespace hs {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// out[S, D] = (x - mean) / sqrt(var + eps) * w + b, row by row; scale_out[S] = sqrt(var + eps).
-void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
-                       float eps) {
-  const Eigen::Index S = x.rows(), D = x.cols();
-  out.resize(S, D);
-  ConstRowVectorRef wv(w, D), bv(b, D);
-  if (scale_out) scale_out->resize(S);
-  for (Eigen::Index i = 0; i < S; ++i) {
-    const float mean = x.row(i).mean();
-    const RowVectorXf centred = x.row(i).array() - mean;
-    const float var = centred.squaredNorm() / static_cast<float>(D);
-    const float scale = std::sqrt(var + eps);
-    out.row(i) = (centred.array() / scale) * wv.array() + bv.array();
-    if (scale_out) (*scale_out)(i) = scale;
-  }
+// Grows `m` to `rows` rows, keeping the first `keep` rows of `from`.
+void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eigen::Index rows, Eigen::Index cols) {
+  m.resize(rows, cols);
+  if (keep > 0) m.topRows(keep) = from->topRows(keep);
 }
 
-// out[S, N] = x[S, K] @ W[K, N] + b[N]; W is a Conv1D weight stored [in, out].
-void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* W, const float* b, Eigen::Index N) {
-  const Eigen::Index K = x.cols();
-  ConstMatrixRef Wm(W, K, N);
-  out.resize(x.rows(), N);
-  out.noalias() = x * Wm;
-  out.rowwise() += ConstRowVectorRef(b, N);
-}
-
-void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act) {
-  out.resize(pre.rows(), pre.cols());
-  auto x = pre.array();
-  switch (act) {
-    case Activation::GeluNew: {
-      // gelu_new: the tanh approximation GPT-2 was trained with.
-      constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
-      out.array() = 0.5f * x * (1.0f + (k * (x + 0.044715f * x * x * x)).tanh());
-      break;
-    }
-    case Activation::GeluErf:
-      out = pre.unaryExpr([](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); });
-      break;
-    case Activation::Relu:
-      out.array() = x.max(0.0f);
-      break;
-    case Activation::Silu:
-      out.array() = x / (1.0f + (-x).exp());
-      break;
-  }
-}
-
-// Attention is the only layer that mixes information across positions. For each head:
-// scores = q_h k_h^T * scale (masked above the diagonal), pattern = softmax(scores), z_h = pattern v_h.
-void attention_forward(LayerActivations& a, int n_head, int d_head, float scale, bool store_scores) {
-  const Eigen::Index S = a.q.rows();
-  const size_t SS = static_cast<size_t>(S * S);
-  a.pattern_hqk.assign(static_cast<size_t>(n_head) * SS, 0.0f);
+// Attention is the only layer that mixes information across positions. For each head and each
+// new query i in [P, S): scores = q_h[i] k_h^T * scale over keys 0..i, pattern = softmax(scores),
+// z_h[i] = pattern v_h.
+void attention_forward(LayerActivations& a, Eigen::Index P, int n_head, int d_head, float scale, bool store_scores) {
+  const Eigen::Index S = a.q.rows(), N = S - P;
+  const size_t tri = static_cast<size_t>(S * (S + 1) / 2), SS = static_cast<size_t>(S * S);
   if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_head) * SS, kNegInf);
-  a.z.resize(S, static_cast<Eigen::Index>(n_head) * d_head);
-#pragma omp parallel for schedule(static) if (S >= 64)
+#pragma omp parallel for schedule(static) if (N * S >= 4096)
   for (int h = 0; h < n_head; ++h) {
-    const auto q_h = a.q.middleCols(h * d_head, d_head);
+    const auto q_h = a.q.middleCols(h * d_head, d_head).bottomRows(N);
     const auto k_h = a.k.middleCols(h * d_head, d_head);
     const auto v_h = a.v.middleCols(h * d_head, d_head);
-    MatrixRef pattern(a.pattern_hqk.data() + h * SS, S, S);
+    RowMatrixXf pattern(N, S);  // [new query_pos, key_pos]
     pattern.noalias() = q_h * k_h.transpose();
-    for (Eigen::Index i = 0; i < S; ++i) {
-      auto row = pattern.row(i).head(i + 1).array();
+    float* packed = a.pattern_packed.data() + h * tri;
+    for (Eigen::Index r = 0; r < N; ++r) {
+      const Eigen::Index i = P + r;
+      auto row = pattern.row(r).head(i + 1).array();
       row *= scale;
-      if (store_scores) {
-        float* srow = a.scores_hqk.data() + h * SS + static_cast<size_t>(i * S);
-        for (Eigen::Index j = 0; j <= i; ++j) srow[j] = row(j);
-      }
+      if (store_scores) std::copy_n(row.data(), i + 1, a.scores_hqk.data() + h * SS + static_cast<size_t>(i * S));
       const float m = row.maxCoeff();
       row = (row - m).exp();
       row /= row.sum();
-      pattern.row(i).tail(S - i - 1).setZero();
+      pattern.row(r).tail(S - i - 1).setZero();
+      std::copy_n(row.data(), i + 1, packed + i * (i + 1) / 2);
     }
-    a.z.middleCols(h * d_head, d_head).noalias() = pattern * v_h;
+    a.z.middleCols(h * d_head, d_head).bottomRows(N).noalias() = pattern * v_h;
   }
 }
 
@@ -104,70 +67,123 @@ void check_tokens(const ModelConfig& c, std::span<const int32_t> tokens) {
                   " is outside the vocabulary [0, " + std::to_string(c.d_vocab) + ").");
 }
 
+// How many leading positions of `previous` can be reused for `tokens`.
+Eigen::Index reusable_prefix(const ActivationCache* previous, const Weights* weights, std::span<const int32_t> tokens,
+                             const RunOptions& o) {
+  if (!previous || o.logits_only || previous->weights().get() != weights || previous->n_layer() == 0) return 0;
+  // Stored extras must be stored for the prefix too.
+  const LayerActivations& l0 = previous->layer(0);
+  if ((o.store_scores && l0.scores_hqk.empty()) || (o.store_results && l0.result_phd.empty())) return 0;
+  const auto& old = previous->tokens();
+  size_t p = 0;
+  while (p < old.size() && p < tokens.size() && old[p] == tokens[p]) ++p;
+  // Always recompute the last position, so a run of the very same tokens still runs.
+  return static_cast<Eigen::Index>(std::min(p, tokens.size() - 1));
+}
+
 }  // namespace
 
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
-                                         const RunOptions& options) {
+                                         const RunOptions& options, std::shared_ptr<const ActivationCache> previous) {
   const ModelConfig& c = weights->config();
   check_tokens(c, tokens);
+  const Eigen::Index P = reusable_prefix(previous.get(), weights.get(), tokens, options);
+  const ActivationCache* prev = P > 0 ? previous.get() : nullptr;
   auto cache = std::make_shared<ActivationCache>(weights, std::vector<int32_t>(tokens.begin(), tokens.end()));
-  const Eigen::Index S = static_cast<Eigen::Index>(tokens.size()), D = c.d_model;
+  cache->reused_prefix = static_cast<int>(P);
+  const Eigen::Index S = static_cast<Eigen::Index>(tokens.size()), N = S - P, D = c.d_model, H = c.n_head;
 
   // hook_embed, hook_pos_embed [pos, d_model]
-  cache->embed.resize(S, D);
-  cache->pos_embed.resize(S, D);
-  for (Eigen::Index i = 0; i < S; ++i) {
-    cache->embed.row(i) = ConstRowVectorRef(weights->wte() + static_cast<int64_t>(tokens[i]) * D, D);
+  with_prefix(cache->embed, prev ? &prev->embed : nullptr, P, S, D);
+  with_prefix(cache->pos_embed, prev ? &prev->pos_embed : nullptr, P, S, D);
+  for (Eigen::Index i = P; i < S; ++i) {
+    cache->embed.row(i) = ConstRowVectorRef(weights->wte() + static_cast<int64_t>(tokens[static_cast<size_t>(i)]) * D, D);
     cache->pos_embed.row(i) = ConstRowVectorRef(weights->wpe() + i * D, D);
   }
-  RowMatrixXf resid = cache->embed + cache->pos_embed;  // [pos, d_model]
+  RowMatrixXf resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);  // [new pos, d_model]
 
   LayerActivations scratch;  // reused across layers when only logits are kept
-  RowMatrixXf normalized, qkv;
+  RowMatrixXf normalized, qkv, mlp_post, block_out, r_h(N, D), by_head_sum(N, D);
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights->layer(l);
     LayerActivations& a = options.logits_only ? scratch : cache->layer(l);
-    a.resid_pre = resid;
+    const LayerActivations* pa = prev ? &prev->layer(l) : nullptr;
+    with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
+    a.resid_pre.bottomRows(N) = resid;
 
-    layernorm_forward(normalized, nullptr, a.resid_pre, W.ln1_w, W.ln1_b, c.layer_norm_eps);
+    layernorm_forward(normalized, nullptr, resid, W.ln1_w, W.ln1_b, c.layer_norm_eps);
     linear_forward(qkv, normalized, W.attn_w, W.attn_b, 3 * D);
-    a.q = qkv.leftCols(D);
-    a.k = qkv.middleCols(D, D);
-    a.v = qkv.rightCols(D);
-    attention_forward(a, c.n_head, c.d_head, cache->attention_scale(l), options.store_scores);
+    with_prefix(a.q, pa ? &pa->q : nullptr, P, S, D);
+    with_prefix(a.k, pa ? &pa->k : nullptr, P, S, D);
+    with_prefix(a.v, pa ? &pa->v : nullptr, P, S, D);
+    a.q.bottomRows(N) = qkv.leftCols(D);
+    a.k.bottomRows(N) = qkv.middleCols(D, D);
+    a.v.bottomRows(N) = qkv.rightCols(D);
+    // Packed patterns of a shorter prompt are a prefix of each head's packed block.
+    const size_t tri = static_cast<size_t>(S * (S + 1) / 2), old_tri = static_cast<size_t>(P * (P + 1) / 2);
+    a.pattern_packed.resize(static_cast<size_t>(H) * tri);
+    if (pa)
+      for (int h = 0; h < H; ++h)
+        std::copy_n(pa->pattern_packed.data() + h * (pa->pattern_packed.size() / static_cast<size_t>(H)), old_tri,
+                    a.pattern_packed.data() + h * tri);
+    with_prefix(a.z, pa ? &pa->z : nullptr, P, S, D);
+    attention_forward(a, P, c.n_head, c.d_head, cache->attention_scale(l), options.store_scores);
+    if (pa && options.store_scores) {
+      // The earlier run's scores are [head, S_prev, S_prev]; its first P query rows carry over.
+      const size_t S_prev = static_cast<size_t>(prev->n_pos()), SS = static_cast<size_t>(S);
+      for (size_t h = 0; h < static_cast<size_t>(H); ++h)
+        for (size_t i = 0; i < static_cast<size_t>(P); ++i)
+          std::copy_n(pa->scores_hqk.data() + (h * S_prev + i) * S_prev, i + 1, a.scores_hqk.data() + (h * SS + i) * SS);
+    }
 
     // Two ways to the same attn_out: the concatenated heads through all of W_O at once, and each
     // head through its own rows of W_O, summed. Both are computed; their gap is float rounding.
-    linear_forward(a.attn_out, a.z, W.proj_w, W.proj_b, D);
-    RowMatrixXf by_head_sum = RowMatrixXf::Zero(S, D);
-    if (options.store_results) a.result_phd.assign(static_cast<size_t>(S * c.n_head * D), 0.0f);
-    RowMatrixXf r_h(S, D);
-    for (int h = 0; h < c.n_head; ++h) {
-      r_h.noalias() = a.z.middleCols(h * c.d_head, c.d_head) * weights->W_O(l, h);
+    const RowMatrixXf z_new = a.z.bottomRows(N);
+    linear_forward(block_out, z_new, W.proj_w, W.proj_b, D);
+    with_prefix(a.attn_out, pa ? &pa->attn_out : nullptr, P, S, D);
+    a.attn_out.bottomRows(N) = block_out;
+    by_head_sum.setZero();
+    if (options.store_results) {
+      a.result_phd.resize(static_cast<size_t>(S * H * D));
+      if (pa) std::copy_n(pa->result_phd.data(), static_cast<size_t>(P * H * D), a.result_phd.data());
+    }
+    for (int h = 0; h < H; ++h) {
+      r_h.noalias() = z_new.middleCols(h * c.d_head, c.d_head) * weights->W_O(l, h);
       by_head_sum += r_h;
       if (options.store_results)
-        for (Eigen::Index p = 0; p < S; ++p)
-          RowVectorRef(a.result_phd.data() + (p * c.n_head + h) * D, D) = r_h.row(p);
+        for (Eigen::Index p = 0; p < N; ++p)
+          RowVectorRef(a.result_phd.data() + ((P + p) * H + h) * D, D) = r_h.row(p);
     }
     by_head_sum.rowwise() += ConstRowVectorRef(W.proj_b, D);
-    a.concat_vs_sum_max_abs_diff = S > 0 ? (a.attn_out - by_head_sum).cwiseAbs().maxCoeff() : 0.0f;
+    const float gap = (block_out - by_head_sum).cwiseAbs().maxCoeff();
+    a.concat_vs_sum_max_abs_diff = pa ? std::max(pa->concat_vs_sum_max_abs_diff, gap) : gap;
 
-    a.resid_mid = a.resid_pre + a.attn_out;
-    layernorm_forward(normalized, nullptr, a.resid_mid, W.ln2_w, W.ln2_b, c.layer_norm_eps);
-    linear_forward(a.mlp_pre, normalized, W.fc_w, W.fc_b, c.d_mlp);
-    activation_forward(a.mlp_post, a.mlp_pre, c.activation);
-    linear_forward(a.mlp_out, a.mlp_post, W.mlp_proj_w, W.mlp_proj_b, D);
-    a.resid_post = a.resid_mid + a.mlp_out;
-    resid = a.resid_post;
+    resid += block_out;  // resid_mid
+    layernorm_forward(normalized, nullptr, resid, W.ln2_w, W.ln2_b, c.layer_norm_eps);
+    linear_forward(block_out, normalized, W.fc_w, W.fc_b, c.d_mlp);
+    with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
+    a.mlp_pre.bottomRows(N) = block_out;
+    activation_forward(mlp_post, block_out, c.activation);
+    linear_forward(block_out, mlp_post, W.mlp_proj_w, W.mlp_proj_b, D);
+    with_prefix(a.mlp_out, pa ? &pa->mlp_out : nullptr, P, S, D);
+    a.mlp_out.bottomRows(N) = block_out;
+    resid += block_out;  // resid_post
   }
   if (options.logits_only) cache->layers().clear();
 
-  layernorm_forward(cache->ln_final_normalized, &cache->ln_final_scale, resid, weights->ln_f_w(), weights->ln_f_b(),
-                    c.layer_norm_eps);
+  // ln_final and logits for the new positions; the prefix's rows are copied.
+  RowMatrixXf ln_new, logits_new;
+  VectorXf scale_new;
+  layernorm_forward(ln_new, &scale_new, resid, weights->ln_f_w(), weights->ln_f_b(), c.layer_norm_eps);
+  with_prefix(cache->ln_final_normalized, prev ? &prev->ln_final_normalized : nullptr, P, S, D);
+  cache->ln_final_normalized.bottomRows(N) = ln_new;
+  cache->ln_final_scale.resize(S);
+  if (prev) cache->ln_final_scale.head(P) = prev->ln_final_scale.head(P);
+  cache->ln_final_scale.tail(N) = scale_new;
   // logits [pos, d_vocab] = ln_final [pos, d_model] @ W_U; W_U's rows are kept [d_vocab, d_model].
-  ConstMatrixRef unembed(weights->unembed_rows(), c.d_vocab, D);
-  cache->logits.resize(S, c.d_vocab);
-  cache->logits.noalias() = cache->ln_final_normalized * unembed.transpose();
+  unembed_forward(logits_new, ln_new, weights->unembed_rows(), c.d_vocab);
+  with_prefix(cache->logits, prev ? &prev->logits : nullptr, P, S, c.d_vocab);
+  cache->logits.bottomRows(N) = logits_new;
   return cache;
 }
 

@@ -18,8 +18,14 @@ struct RunOptions {
 
 // Runs the model on `tokens` (used exactly as given). Throws hs::Error for an empty prompt, a
 // prompt longer than n_ctx, or an id outside [0, d_vocab).
+//
+// With `previous` (an earlier full-cache run of the same weights), the positions of the longest
+// common token prefix are copied from it instead of recomputed: causal attention means their
+// activations cannot depend on what follows. Only the new positions are computed; the result is
+// identical to a full run (tested). At least the last position is always recomputed.
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
-                                         const RunOptions& options = {});
+                                         const RunOptions& options = {},
+                                         std::shared_ptr<const ActivationCache> previous = nullptr);
 
 // The slow, obviously correct version (plain loops, double accumulators) that the fast one is
 // tested against. Only for tests: it is O(everything) and single-threaded.

@@ -100,7 +100,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     a.k = to_matrix(k);
     a.v = to_matrix(v);
     const double scale = cache->attention_scale(l);
-    a.pattern_hqk.assign(H * S * S, 0.0f);
+    a.pattern_packed.assign(H * S * (S + 1) / 2, 0.0f);
     a.scores_hqk.assign(H * S * S, -std::numeric_limits<float>::infinity());
     for (size_t h = 0; h < H; ++h)
       for (size_t i = 0; i < S; ++i) {
@@ -117,7 +117,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
         for (double& x : s) total += (x = std::exp(x - m));
         for (size_t j = 0; j <= i; ++j) {
           const double p = s[j] / total;
-          a.pattern_hqk[(h * S + i) * S + j] = static_cast<float>(p);
+          a.pattern_packed[h * S * (S + 1) / 2 + i * (i + 1) / 2 + j] = static_cast<float>(p);
           for (size_t e = 0; e < dh; ++e) z[i][h * dh + e] += p * v[j][h * dh + e];
         }
       }
@@ -125,17 +125,14 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     const Rows attn_out = linear(z, W.proj_w, W.proj_b, D);
     a.attn_out = to_matrix(attn_out);
     resid = add(resid, attn_out);
-    a.resid_mid = to_matrix(resid);
     const size_t M = static_cast<size_t>(c.d_mlp);
     Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.layer_norm_eps), W.fc_w, W.fc_b, M);
     a.mlp_pre = to_matrix(pre);
     for (auto& row : pre)
       for (double& x : row) x = activation(x, c.activation);
-    a.mlp_post = to_matrix(pre);
     const Rows mlp_out = linear(pre, W.mlp_proj_w, W.mlp_proj_b, D);
     a.mlp_out = to_matrix(mlp_out);
     resid = add(resid, mlp_out);
-    a.resid_post = to_matrix(resid);
   }
   std::vector<double> scales;
   const Rows lnf = layernorm(resid, weights->ln_f_w(), weights->ln_f_b(), c.layer_norm_eps, &scales);

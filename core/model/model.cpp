@@ -118,8 +118,9 @@ std::vector<int32_t> Model::encode(std::string_view text, bool prepend_bos) cons
   return ids;
 }
 
-std::shared_ptr<ActivationCache> Model::run(std::span<const int32_t> tokens, const RunOptions& options) const {
-  return forward(weights_, tokens, options);
+std::shared_ptr<ActivationCache> Model::run(std::span<const int32_t> tokens, const RunOptions& options,
+                                            std::shared_ptr<const ActivationCache> previous) const {
+  return forward(weights_, tokens, options, std::move(previous));
 }
 
 }  // namespace hs

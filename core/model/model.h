@@ -40,7 +40,9 @@ class Model {
   int32_t bos_id() const;
   // Tokenizes `text`, with BOS first when asked.
   std::vector<int32_t> encode(std::string_view text, bool prepend_bos) const;
-  std::shared_ptr<ActivationCache> run(std::span<const int32_t> tokens, const RunOptions& options = {}) const;
+  // `previous`: an earlier run of this model whose common token prefix is reused (see forward()).
+  std::shared_ptr<ActivationCache> run(std::span<const int32_t> tokens, const RunOptions& options = {},
+                                       std::shared_ptr<const ActivationCache> previous = nullptr) const;
 
  private:
   Model() = default;

@@ -57,12 +57,13 @@ void add_activation_warnings(TextRun& r) {
 
 }  // namespace
 
-TextRun run_tokens(std::shared_ptr<const Model> model, std::vector<int32_t> tokens, const RunOptions& options) {
+TextRun run_tokens(std::shared_ptr<const Model> model, std::vector<int32_t> tokens, const RunOptions& options,
+                   std::shared_ptr<const ActivationCache> previous) {
   TextRun r;
   r.model = model;
   r.tokens = std::move(tokens);
   const auto t0 = std::chrono::steady_clock::now();
-  r.cache = model->run(r.tokens, options);
+  r.cache = model->run(r.tokens, options, std::move(previous));
   r.forward_ms = ms_since(t0);
   r.token_labels = token_labels(*model, r.tokens);
   r.warnings = model->warnings();
@@ -85,7 +86,7 @@ TextRun run_text(std::shared_ptr<const Model> model, std::string_view text, cons
     dropped = static_cast<int>(tokens.size()) - n_ctx;
     tokens.resize(static_cast<size_t>(n_ctx));
   }
-  TextRun r = run_tokens(model, std::move(tokens), options.run);
+  TextRun r = run_tokens(model, std::move(tokens), options.run, options.previous);
   r.text = std::string(text);
   r.bos_prepended = options.prepend_bos;
   r.tokenize_ms = tokenize_ms;

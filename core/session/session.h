@@ -25,6 +25,9 @@ struct TextRunOptions {
   bool prepend_bos = true;
   OverlongPolicy overlong = OverlongPolicy::Refuse;
   RunOptions run;
+  // An earlier run of the same model: when the new tokens extend its tokens, the shared prefix
+  // is reused instead of recomputed (typing at the end of the prompt recomputes one position).
+  std::shared_ptr<const ActivationCache> previous;
 };
 
 struct TextRun {
@@ -43,7 +46,8 @@ struct TextRun {
 // Tokenizes and runs. Throws hs::Error (invalid UTF-8, too long under Refuse, empty prompt).
 TextRun run_text(std::shared_ptr<const Model> model, std::string_view text, const TextRunOptions& options = {});
 // Runs given ids exactly.
-TextRun run_tokens(std::shared_ptr<const Model> model, std::vector<int32_t> tokens, const RunOptions& options = {});
+TextRun run_tokens(std::shared_ptr<const Model> model, std::vector<int32_t> tokens, const RunOptions& options = {},
+                   std::shared_ptr<const ActivationCache> previous = nullptr);
 
 // Labels for views: the tokenizer's display string of each id.
 std::vector<std::string> token_labels(const Model& model, const std::vector<int32_t>& tokens);

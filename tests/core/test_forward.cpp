@@ -175,3 +175,35 @@ TEST_CASE("a logits-only run gives the same logits", "[forward]") {
   CHECK(lean->n_layer() == 0);
   CHECK_THROWS_WITH(lean->get("blocks.0.hook_resid_pre"), Catch::Contains("only the logits"));
 }
+
+TEST_CASE("an incremental run equals a full run", "[forward][incremental]") {
+  // Typing at the end of the prompt: the new run reuses the previous run's prefix.
+  const auto model = Model::load(test::fixture_model("full_context"));
+  std::vector<int32_t> first = {290, 46, 69, 258, 280, 272, 11};
+  std::vector<int32_t> longer = first;
+  for (int32_t t : {220, 257, 220, 266, 258}) longer.push_back(t);
+  std::vector<int32_t> edited = longer;
+  edited[4] = 12;  // an edit in the middle: only positions before it are reused
+  RunOptions stored;
+  stored.store_scores = true;
+  stored.store_results = true;
+  for (const RunOptions& o : {RunOptions{}, stored}) {
+    const auto base = model->run(first, o);
+    for (const std::vector<int32_t>* next : {&longer, &edited, &first}) {
+      const auto full = model->run(*next, o);
+      const auto incremental = model->run(*next, o, base);
+      size_t common = 0;
+      while (common < first.size() && common < next->size() && first[common] == (*next)[common]) ++common;
+      CHECK(incremental->reused_prefix == static_cast<int>(std::min(common, next->size() - 1)));
+      CHECK(full->reused_prefix == 0);
+      for (const std::string& key : full->keys()) {
+        INFO(key << " after reusing " << incremental->reused_prefix);
+        const test::Comparison c = test::compare(full->get(key).data, incremental->get(key).data);
+        CHECK(c.masks_agree);
+        CHECK(c.relative <= 1e-5);  // float rounding only: the products see different row counts
+      }
+      for (int l = 0; l < full->n_layer(); ++l)
+        CHECK(incremental->layer(l).concat_vs_sum_max_abs_diff < 1e-5f);
+    }
+  }
+}

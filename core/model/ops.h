@@ -1,0 +1,21 @@
+// The layer kernels of the forward pass, one function per layer kind: outputs first, then
+// inputs, then sizes. Shared by the forward pass and by the cache's derived activations, so a
+// value computed on request is bit-identical to one computed during the run.
+#pragma once
+
+#include "core/model/config.h"
+#include "core/tensor/eigen.h"
+
+namespace hs {
+
+// out[S, D] = (x - mean) / sqrt(var + eps) * w + b, row by row; scale_out[S] = sqrt(var + eps).
+void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
+                       float eps);
+// out[S, N] = x[S, K] @ W[K, N] + b[N]; W is a Conv1D weight stored [in, out].
+void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* W, const float* b, Eigen::Index N);
+// out = act(pre), elementwise.
+void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act);
+// out[S, V] = x[S, D] @ rows[V, D]^T, split over vocabulary blocks on all threads.
+void unembed_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* rows, Eigen::Index V);
+
+}  // namespace hs
