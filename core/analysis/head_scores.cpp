@@ -2,18 +2,24 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "core/error.h"
 
 namespace hs {
 
+// Held out from the built-in model's training: Jane Austen, Persuasion, chapter 21 (public domain).
 const char* const kHeadScoreProse =
-    "The lighthouse keeper rowed out to the rocks every morning before the fog lifted. "
-    "He counted the gulls, wrote the number in a small green notebook, and rowed back for breakfast. "
-    "One winter the notebook filled up, so his daughter bought him another from the shop in town. "
-    "She asked why he kept counting birds that nobody else cared about. "
-    "He said that when the numbers changed, the sea was telling him something, and he liked to listen.";
+    "\"Mr Elliot,\" replied Mrs Smith, \"at that period of his life, had one object in view: to ma"
+    "ke his fortune, and by a rather quicker process than the law. He was determined to make it"
+    " by marriage. He was determined, at least, not to mar it by an imprudent marriage; and I k"
+    "now it was his belief (whether justly or not, of course I cannot decide), that your father"
+    " and sister, in their civilities and invitations, were designing a match between the heir "
+    "and the young lady, and it was impossible that such a match should have answered his ideas"
+    " of wealth and independence. That was his motive for drawing back, I can assure you. He to"
+    "ld me the whole story. He had no concealments with me. It was curious, that having just le"
+    "ft you behind me in Bath, my first and principal acquaintance on marrying should be your c"
+    "ousin; and that, through him, I should be continually hearing of your father and sister. H"
+    "e described one Miss Elliot, and I thought very affectionately of the other.\"";
 
 float mean_offset_attention(const RowMatrixXf& pattern, int offset, int first, int last) {
   double total = 0.0;
@@ -36,7 +42,7 @@ HeadScores compute_head_scores(std::shared_ptr<const Weights> weights, const std
   const auto prose = forward(weights, prose_ids);
   for (int l = 0; l < c.n_layer; ++l)
     for (int h = 0; h < c.n_head; ++h)
-      s.previous_token(l, h) = mean_offset_attention(prose->head_pattern(l, h), 1, 1, prose->n_pos() - 1);
+      s.previous_token(l, h) = mean_offset_attention(prose->head_pattern(l, h), 1, 2, prose->n_pos() - 1);
   for (const auto& seq : repeated) {
     if (static_cast<int>(seq.size()) != 2 * n + 1) throw Error("head scores: each repeated sequence must be BOS + R + R.");
     const auto cache = forward(weights, seq);
@@ -57,26 +63,37 @@ HeadScores compute_head_scores(const Model& model, const HeadScoreOptions& optio
   std::vector<int32_t> prose = model.encode(options.prose.empty() ? kHeadScoreProse : options.prose, true);
   if (prose.size() > static_cast<size_t>(c.n_ctx)) prose.resize(static_cast<size_t>(c.n_ctx));
   const int32_t bos = model.bos_id();
-  std::mt19937_64 rng(options.seed);
-  // Draw from the ids the tokenizer can produce, leaving out BOS itself.
-  const int32_t vocab = std::min(c.d_vocab, model.tokenizer().vocab_size());
-  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  // splitmix64, so that an implementation in any language draws the same ids (see the header).
+  uint64_t state = options.seed;
+  auto next = [&state] {
+    state += 0x9E3779B97F4A7C15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  const uint64_t vocab = static_cast<uint64_t>(std::min(c.d_vocab, model.tokenizer().vocab_size()));
   std::vector<std::vector<int32_t>> repeated;
   for (int b = 0; b < options.batch; ++b) {
     std::vector<int32_t> r;
     while (static_cast<int>(r.size()) < n) {
-      const int32_t t = pick(rng);
-      if (t != bos) r.push_back(t);
+      // Every id but BOS, uniformly: out % (vocab - 1), shifted past BOS.
+      int32_t t = static_cast<int32_t>(next() % (vocab - 1));
+      if (t >= bos) ++t;
+      r.push_back(t);
     }
     std::vector<int32_t> seq = {bos};
     seq.insert(seq.end(), r.begin(), r.end());
     seq.insert(seq.end(), r.begin(), r.end());
     repeated.push_back(std::move(seq));
   }
-  return compute_head_scores(model.weights(), prose, repeated, n);
+  HeadScores scores = compute_head_scores(model.weights(), prose, repeated, n);
+  scores.seed = options.seed;
+  return scores;
 }
 
 std::string head_scores_to_json(const Model& model, const HeadScores& s) {
+  const uint64_t seed = s.seed;
   using nlohmann::json;
   json heads = json::array();
   auto best = [&](const RowMatrixXf& m) {
@@ -94,11 +111,11 @@ std::string head_scores_to_json(const Model& model, const HeadScores& s) {
                        {"induction", s.induction(l, h)}});
   json j = {{"model", model.name()},
             {"definitions",
-             {{"previous_token", "mean attention from position i to i-1 over i >= 1 on BOS + prose (" +
+             {{"previous_token", "mean attention from position i to i-1 over i >= 2 on BOS + prose (" +
                                      std::to_string(s.prose_tokens) + " tokens)"},
               {"duplicate_token", "mean attention from i to i-n over the second copy of BOS + R + R, |R| = n = " +
                                       std::to_string(s.repeat_length) + ", " + std::to_string(s.batch) +
-                                      " sequences of uniform random tokens"},
+                                      " sequences of random ids (splitmix64, seed " + std::to_string(seed) + ", every id but BOS)"},
               {"induction", "mean attention from i to i-n+1 over the second copy of the same sequences"}}},
             {"heads", heads},
             {"best",

@@ -1,13 +1,15 @@
 // Head-type scores in TransformerLens's sense, for every head of a model.
 //
-//   previous-token score: on plain prose (BOS + the text), the mean over query positions i >= 1 of
-//                         the attention from i to i - 1.
+//   previous-token score: on plain prose (BOS + the text), the mean over query positions i >= 2 of
+//                         the attention from i to i - 1 (query 1's previous token is BOS).
 //   duplicate-token score: on BOS + R + R, R = n random tokens, the mean over the second copy's
 //                          positions of the attention to the same token in the first copy (i - n).
 //   induction score:       on the same sequences, the mean over the second copy's positions of the
 //                          attention to the token after the previous occurrence (i - n + 1).
-// Random tokens are drawn uniformly from the model's vocabulary with a fixed seed, `batch`
-// sequences of length n each; scores are averaged over all of them.
+// Random ids come from one splitmix64 stream (seed 0 by default), sequence after sequence:
+// id = out % (vocab - 1), plus one when >= BOS, so every id but BOS is equally likely (with BOS the
+// last id, as in GPT-2, this is just out % (vocab - 1)). `batch` sequences of length n; scores are
+// averaged over all of them. tools/train/head_scores.py is an independent implementation.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,7 @@ struct HeadScores {
   int repeat_length = 0;
   int batch = 0;
   int prose_tokens = 0;         // including BOS
+  uint64_t seed = 0;
 };
 
 // An original paragraph (written for HeadScope, so no model was trained on it).
