@@ -61,6 +61,7 @@ def main():
         "head_scores": {k: scores[k] for k in ("previous_token", "duplicate_token", "induction",
                                                "best", "definitions", "prose_tokens")},
         "prose": head_scores.PROSE,
+        "rep_first_ids": head_scores.repeated_random_tokens(cfg.vocab_size, cfg.eos_token_id)[0, 1:11].tolist(),
         "generator": "tools/train/make_builtin_fixture.py",
     }
     with open(os.path.join(args.out, "fixture.json"), "w") as f:

@@ -7,15 +7,15 @@ Writes WORK/run/: log.jsonl (train loss every --log-every steps, probes every --
 steps), ckpt.pt (model + optimizer + RNG, every --ckpt-every steps; a rerun resumes from it),
 final.pt (float32 weights at the end).
 
-Length: --tokens (default 7.5M) or --minutes of wall time (default 80), whichever runs out first;
+Length: --tokens (default 7.5M) or --minutes of wall time (default 86), whichever runs out first;
 the cosine learning-rate schedule follows whichever is further along. On a free 2-core machine
 (~3,500 tokens/s) the token budget ends first and the run is reproducible step for step; when the
 cores are shared (compilers...) the time budget may end it earlier, with fewer tokens.
 
 Training mix (each sequence is context+1 = 257 tokens; next-token loss):
-  * 50% natural text: a random window of the training token stream (documents joined by
+  * 40% natural text: a random window of the training token stream (documents joined by
     <|endoftext|>).
-  * 30% random-token repeats: <|endoftext|>, then blocks until full; a block is a span of
+  * 40% random-token repeats: <|endoftext|>, then blocks until full; a block is a span of
     uniformly random token ids (length 8..96, ids in [0, vocab-2]) repeated 2 or 3 times. The loss
     on the first copy of every random span is masked out (it cannot be predicted).
   * 20% repeated natural text: a natural window whose span (length 16..120) starting at a random
@@ -149,13 +149,13 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--pos-scale", type=float, default=0.03)
-    ap.add_argument("--p-rand", type=float, default=0.3)
+    ap.add_argument("--p-rand", type=float, default=0.4)
     ap.add_argument("--p-nat-rep", type=float, default=0.2)
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--probe-every", type=int, default=200)
     ap.add_argument("--ckpt-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--minutes", type=float, default=80.0,
+    ap.add_argument("--minutes", type=float, default=86.0,
                     help="wall-time budget of the training loop: the cosine schedule follows whichever "
                          "of tokens or time is further along, and training ends when either runs out")
     args = ap.parse_args()
