@@ -1,0 +1,126 @@
+// `headscope`: the desktop app. With --export it writes every view's PNG and exits, no window.
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "ui/controller/stall_monitor.h"
+#include "ui/export/headless.h"
+#include "ui/main_window.h"
+#include "ui/style/app_style.h"
+
+namespace {
+
+const char* kUsage =
+    "Usage: headscope [--model DIR] [--text TEXT] [--export OUTDIR [--scale 1|2]]\n"
+    "\n"
+    "HeadScope: type a sentence, see how each attention head of a GPT-2 style model builds the answer.\n"
+    "\n"
+    "Options:\n"
+    "  --model DIR      a Hugging Face GPT-2 model folder (config.json, model.safetensors,\n"
+    "                   vocab.json, merges.txt); default: the built-in model\n"
+    "  --text TEXT      the prompt to start with\n"
+    "  --export OUTDIR  write a PNG of every view (each head's attention pattern, an overview of\n"
+    "                   all heads, the contributions and the concat-vs-sum view of every layer)\n"
+    "                   into OUTDIR and exit, without opening a window; needs --text\n"
+    "  --scale S        resolution factor of exported PNGs (1 or 2; default 1)\n"
+    "  -h, --help       show this help and exit\n"
+    "  --version        show the version and exit\n"
+    "\n"
+    "Without --export a window opens; it needs a display (set DISPLAY, or run under Xvfb).\n";
+
+bool hasArg(int argc, char** argv, const char* a, const char* b = nullptr) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], a) == 0 || (b && std::strcmp(argv[i], b) == 0)) return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --help and --version must work without a display, so they are answered before Qt starts.
+  if (hasArg(argc, argv, "--help", "-h")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (hasArg(argc, argv, "--version")) {
+    std::printf("headscope %s\n", HEADSCOPE_VERSION);
+    return 0;
+  }
+  const bool headless = hasArg(argc, argv, "--export");
+  if (headless && !std::getenv("QT_QPA_PLATFORM")) setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  if (!headless && !std::getenv("QT_QPA_PLATFORM") && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY")) {
+    std::fputs("headscope: no display (DISPLAY is not set). Run it on a desktop or under Xvfb, or use "
+               "--export OUTDIR to write the views as PNG files.\n",
+               stderr);
+    return 1;
+  }
+
+  if (headless) {
+    // The contract is one line on failure: Qt's own chatter (missing XDG_RUNTIME_DIR, fonts)
+    // would bury it, so only critical messages get through.
+    qInstallMessageHandler([](QtMsgType type, const QMessageLogContext&, const QString& message) {
+      if (type == QtCriticalMsg || type == QtFatalMsg) std::fprintf(stderr, "headscope: %s\n", qPrintable(message));
+    });
+  }
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("HeadScope"));
+  QApplication::setApplicationName(QStringLiteral("headscope"));
+  QApplication::setApplicationVersion(QStringLiteral(HEADSCOPE_VERSION));
+  QApplication::setDesktopFileName(QStringLiteral("headscope"));
+  hs::ui::applyAppStyle(app);
+
+  QCommandLineParser parser;
+  const QCommandLineOption model(QStringLiteral("model"), "model folder", "DIR");
+  const QCommandLineOption text(QStringLiteral("text"), "prompt", "TEXT");
+  const QCommandLineOption out(QStringLiteral("export"), "output folder", "OUTDIR");
+  const QCommandLineOption scale(QStringLiteral("scale"), "PNG scale", "S", "1");
+  parser.addOptions({model, text, out, scale});
+  if (!parser.parse(QApplication::arguments())) {
+    std::fprintf(stderr, "headscope: %s (see headscope --help)\n", qPrintable(parser.errorText()));
+    return 2;
+  }
+  if (!parser.positionalArguments().isEmpty()) {
+    std::fprintf(stderr, "headscope: unexpected argument '%s' (see headscope --help)\n",
+                 qPrintable(parser.positionalArguments().front()));
+    return 2;
+  }
+  bool scale_ok = false;
+  const double scale_value = parser.value(scale).toDouble(&scale_ok);
+  if (!scale_ok || scale_value < 0.5 || scale_value > 4.0) {
+    std::fprintf(stderr, "headscope: --scale must be a number between 0.5 and 4 (got '%s')\n",
+                 qPrintable(parser.value(scale)));
+    return 2;
+  }
+
+  if (headless) {
+    hs::ui::HeadlessExportOptions options;
+    options.model_dir = parser.value(model);
+    options.text = parser.value(text);
+    options.out_dir = parser.value(out);
+    options.scale = scale_value;
+    return hs::ui::runHeadlessExport(options);
+  }
+
+  hs::ui::MainWindow::StartOptions options;
+  options.model_dir = parser.value(model);
+  options.text = parser.value(text);
+  hs::ui::MainWindow window(options);
+  window.show();
+
+  // HEADSCOPE_STALL_MONITOR=1: report the longest GUI-thread stall at exit.
+  std::unique_ptr<hs::ui::StallMonitor> monitor;
+  if (qEnvironmentVariableIntValue("HEADSCOPE_STALL_MONITOR") == 1) {
+    monitor = std::make_unique<hs::ui::StallMonitor>();
+    monitor->start();
+  }
+  const int code = app.exec();
+  if (monitor)
+    std::fprintf(stderr, "headscope: longest GUI-thread stall %.1f ms; %d stalls over 50 ms in %d ticks\n",
+                 monitor->maxStallMs(), monitor->stallsOver50ms(), monitor->ticks());
+  return code;
+}

@@ -1,0 +1,86 @@
+// The controller: work off the GUI thread, latest request wins, failures reported, models kept.
+#include <catch2/catch.hpp>
+
+#include <QSignalSpy>
+#include <QTemporaryDir>
+
+#include "core/model/model.h"
+#include "ui/controller/analysis_controller.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using hs::ui::test::waitFor;
+
+TEST_CASE("Only the latest run request is delivered", "[controller]") {
+  AnalysisController c;
+  c.setModel(test::fixtureModel());
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  c.requestRun(QStringLiteral("The"));
+  c.requestRun(QStringLiteral("The cat"));
+  c.requestRun(QStringLiteral("The cat sat"));
+  REQUIRE(waitFor([&] { return !c.isRunning() && ready.count() >= 1; }));
+  waitFor([] { return false; }, 200);  // anything stale would have arrived by now
+  REQUIRE(ready.count() == 1);
+  const auto run = ready.at(0).at(0).value<std::shared_ptr<const RunResult>>();
+  CHECK(run->run.text == "The cat sat");
+  CHECK(run->thumbnails.size() == static_cast<size_t>(run->n_layer() * run->n_head()));
+  CHECK(run->next.size() == static_cast<size_t>(AnalysisController::kTopK));
+  CHECK(c.currentRun() == run);
+}
+
+TEST_CASE("A prompt longer than the context is truncated with a visible warning", "[controller]") {
+  AnalysisController c;
+  c.setModel(test::fixtureModel());
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  QString text;
+  for (int i = 0; i < 40; ++i) text += QStringLiteral("the cat ");
+  c.requestRun(text);
+  REQUIRE(waitFor([&] { return ready.count() == 1; }));
+  const auto run = ready.at(0).at(0).value<std::shared_ptr<const RunResult>>();
+  CHECK(run->n_pos() == test::fixtureModel()->config().n_ctx);
+  CHECK(run->run.dropped_tokens > 0);
+  CHECK(!run->run.warnings.empty());
+}
+
+TEST_CASE("Position and layer analyses arrive for the current run", "[controller]") {
+  AnalysisController c;
+  c.setModel(test::fixtureModel());
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  c.requestRun(QStringLiteral("The cat sat on the mat"));
+  REQUIRE(waitFor([&] { return ready.count() == 1; }));
+  QSignalSpy pos(&c, &AnalysisController::positionReady);
+  QSignalSpy layer(&c, &AnalysisController::layerReady);
+  c.requestPosition(0, std::nullopt);
+  c.requestPosition(2, std::nullopt);  // supersedes the first
+  c.requestLayer(1);
+  REQUIRE(waitFor([&] { return pos.count() == 1 && layer.count() == 1; }));
+  waitFor([] { return false; }, 100);
+  CHECK(pos.count() == 1);
+  const auto p = pos.at(0).at(0).value<std::shared_ptr<const PositionResult>>();
+  CHECK(p->pos == 2);
+  CHECK(p->parts.max_abs_error < 1e-4f);
+  const auto l = layer.at(0).at(0).value<std::shared_ptr<const LayerResult>>();
+  CHECK(l->layer == 1);
+  CHECK(l->cs.max_abs_diff < 1e-4f);
+  CHECK(l->head_result_images.size() == static_cast<size_t>(c.currentRun()->n_head()));
+}
+
+TEST_CASE("Loading a model happens off the GUI thread and a failure keeps the previous model", "[controller]") {
+  AnalysisController c;
+  QSignalSpy changed(&c, &AnalysisController::modelChanged);
+  QSignalSpy failed(&c, &AnalysisController::modelLoadFailed);
+  QSignalSpy progress(&c, &AnalysisController::loadProgress);
+  c.loadModel(test::fixtureModelDir());
+  CHECK(c.isLoading());
+  REQUIRE(waitFor([&] { return changed.count() == 1; }));
+  const auto model = c.model();
+  REQUIRE(model);
+  QTemporaryDir tmp;
+  c.loadModel(test::makeBrokenModelDir(tmp.path()));
+  REQUIRE(waitFor([&] { return failed.count() == 1; }));
+  CHECK(c.model() == model);
+  CHECK(!failed.at(0).at(1).toString().isEmpty());
+  c.loadModel(tmp.filePath(QStringLiteral("does-not-exist")));
+  REQUIRE(waitFor([&] { return failed.count() == 2; }));
+  CHECK(c.model() == model);
+}

@@ -1,0 +1,166 @@
+// Export: PNGs that load, at the expected size, written atomically; the headless command line.
+#include <catch2/catch.hpp>
+
+#include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QProcess>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+
+#include "ui/controller/analysis_controller.h"
+#include "ui/export/export_all.h"
+#include "ui/export/figure.h"
+#include "ui/widgets/heatmap_view.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using hs::ui::test::waitFor;
+
+namespace {
+
+std::shared_ptr<const RunResult> fixtureRun(const QString& text = QStringLiteral("The cat sat on the mat")) {
+  auto run = AnalysisController::computeRun(test::fixtureModel(), text);
+  run->job = 1;
+  return run;
+}
+
+struct ExportOutcome {
+  bool finished = false, ok = false;
+  QString message;
+};
+
+ExportOutcome runExport(ExportAllJob& job) {
+  ExportOutcome out;
+  QObject::connect(&job, &ExportAllJob::finished, [&](bool ok, const QString& message) {
+    out.finished = true;
+    out.ok = ok;
+    out.message = message;
+  });
+  job.start();
+  waitFor([&] { return out.finished; }, 60000);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A saved figure is a valid PNG of the expected size", "[export]") {
+  QTemporaryDir tmp;
+  HeatmapView view;
+  view.resize(640, 480);
+  view.setMatrix(2, 2, {1.0f, NAN, 0.4f, 0.6f});
+  view.setRowLabels({QStringLiteral("<bos>"), QStringLiteral("␣cat")});
+  view.setColumnLabels({QStringLiteral("<bos>"), QStringLiteral("␣cat")});
+  view.setFigureText({QStringLiteral("L0H0 attention pattern"), QStringLiteral("fixture · “x” · 2 tokens")},
+                     QStringLiteral("attention_L0H0"));
+  view.show();
+  view.replotNow();
+  const QSize body = view.figureSize();
+  for (double scale : {1.0, 2.0}) {
+    const QString path = tmp.filePath(QStringLiteral("figure_%1.png").arg(scale));
+    const QImage image = renderFigureImage(view, body, scale);
+    REQUIRE(writeFileAtomically(path, encodePng(image, view.figureText())).isEmpty());
+    QImage loaded(path);
+    REQUIRE(!loaded.isNull());
+    CHECK(loaded.width() == static_cast<int>(body.width() * scale));
+    CHECK(loaded.height() == static_cast<int>((body.height() + figureTitleHeight()) * scale));
+    CHECK(loaded.text(QStringLiteral("Title")) == QStringLiteral("L0H0 attention pattern"));
+  }
+  // Nothing but the two files: no temporaries left behind.
+  CHECK(QDir(tmp.path()).entryList(QDir::Files).size() == 2);
+}
+
+TEST_CASE("Writing into a folder that does not exist fails with a message and leaves nothing", "[export]") {
+  QTemporaryDir tmp;
+  const QString path = tmp.filePath(QStringLiteral("missing/figure.png"));
+  const QString error = writeFileAtomically(path, QByteArray("png bytes"));
+  CHECK(!error.isEmpty());
+  CHECK(error.contains(path));
+  CHECK(!QFile::exists(path));
+}
+
+TEST_CASE("Export All writes a PNG of every view", "[export]") {
+  QTemporaryDir tmp;
+  const auto run = fixtureRun();
+  ExportAllJob::Options options;
+  options.out_dir = tmp.filePath(QStringLiteral("out"));
+  ExportAllJob job(run, options);
+  QSignalSpy progress(&job, &ExportAllJob::progress);
+  const ExportOutcome out = runExport(job);
+  REQUIRE(out.finished);
+  INFO(out.message.toStdString());
+  REQUIRE(out.ok);
+  const int L = run->n_layer(), H = run->n_head();
+  const QStringList files = QDir(options.out_dir).entryList({QStringLiteral("*.png")}, QDir::Files, QDir::Name);
+  CHECK(files.size() == L * H + 1 + 2 + L);
+  CHECK(files.contains(QStringLiteral("attention_L1H3.png")));
+  CHECK(files.contains(QStringLiteral("concat_vs_sum_L0.png")));
+  CHECK(files.contains(QStringLiteral("heads_overview.png")));
+  const int last = run->n_pos() - 1;
+  CHECK(files.contains(QStringLiteral("contributions_norm_pos%1.png").arg(last)));
+  CHECK(files.contains(QStringLiteral("contributions_dla_pos%1.png").arg(last)));
+  for (const QString& f : files) {
+    QImage image(QDir(options.out_dir).filePath(f));
+    INFO(f.toStdString());
+    CHECK(!image.isNull());
+  }
+  QImage concat(QDir(options.out_dir).filePath(QStringLiteral("concat_vs_sum_L0.png")));
+  CHECK(concat.size() == QSize(options.concat_size.width(), options.concat_size.height() + figureTitleHeight()));
+  CHECK(progress.count() == L * H + 1 + 2 + L);
+  CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
+}
+
+TEST_CASE("Export All into an unwritable folder fails at once with a message", "[export]") {
+  const auto run = fixtureRun();
+  ExportAllJob::Options options;
+  options.out_dir = QStringLiteral("/proc/headscope-cannot-write-here");
+  ExportAllJob job(run, options);
+  const ExportOutcome out = runExport(job);
+  CHECK(out.finished);
+  CHECK(!out.ok);
+  CHECK(out.message.contains(QStringLiteral("/proc/headscope-cannot-write-here")));
+}
+
+TEST_CASE("headscope --export writes every view without a window and failures exit non-zero", "[export][cli]") {
+  QTemporaryDir tmp;
+  const QString exe = QStringLiteral(HEADSCOPE_GUI_PATH);
+  REQUIRE(QFile::exists(exe));
+  QProcess p;
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  env.remove(QStringLiteral("DISPLAY"));
+  env.remove(QStringLiteral("QT_QPA_PLATFORM"));
+  p.setProcessEnvironment(env);
+
+  const QString out = tmp.filePath(QStringLiteral("pngs"));
+  p.start(exe, {QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"), QStringLiteral("The cat sat"),
+                QStringLiteral("--export"), out});
+  REQUIRE(p.waitForFinished(120000));
+  INFO(p.readAllStandardError().toStdString());
+  CHECK(p.exitCode() == 0);
+  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2);
+
+  p.start(exe, {QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"), QStringLiteral("x"),
+                QStringLiteral("--export"), QStringLiteral("/proc/no-such-place")});
+  REQUIRE(p.waitForFinished(60000));
+  CHECK(p.exitCode() != 0);
+  const QString err = QString::fromUtf8(p.readAllStandardError()).trimmed();
+  CHECK(err.startsWith(QStringLiteral("headscope: ")));
+  CHECK(!err.contains('\n'));
+
+  p.start(exe, {QStringLiteral("--model"), test::makeBrokenModelDir(tmp.path()), QStringLiteral("--text"),
+                QStringLiteral("x"), QStringLiteral("--export"), tmp.filePath(QStringLiteral("never"))});
+  REQUIRE(p.waitForFinished(60000));
+  CHECK(p.exitCode() != 0);
+  CHECK(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("config.json")));
+  CHECK(!QDir(tmp.filePath(QStringLiteral("never"))).exists());
+
+  p.start(exe, {QStringLiteral("--version")});
+  REQUIRE(p.waitForFinished(30000));
+  CHECK(p.exitCode() == 0);
+  CHECK(QString::fromUtf8(p.readAllStandardOutput()).trimmed() == QStringLiteral("headscope " HEADSCOPE_VERSION));
+
+  p.start(exe, {QStringLiteral("--help")});
+  REQUIRE(p.waitForFinished(30000));
+  CHECK(p.exitCode() == 0);
+  CHECK(QString::fromUtf8(p.readAllStandardOutput()).contains(QStringLiteral("--export OUTDIR")));
+}

@@ -1,0 +1,260 @@
+// The window as a person uses it: type, click, press keys; the views must show the core's numbers.
+#include <catch2/catch.hpp>
+
+#include <QComboBox>
+#include <QLabel>
+#include <QMessageBox>
+#include <QRadioButton>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <cmath>
+
+#include "core/analysis/analysis.h"
+#include "core/model/model.h"
+#include "ui/controller/analysis_controller.h"
+#include "ui/controller/selection.h"
+#include "ui/controller/stall_monitor.h"
+#include "ui/main_window.h"
+#include "ui/views/attention_view.h"
+#include "ui/views/concat_sum_view.h"
+#include "ui/views/contributions_view.h"
+#include "ui/widgets/bar_chart_view.h"
+#include "ui/widgets/heatmap_view.h"
+#include "ui/widgets/image_grid_view.h"
+#include "ui/widgets/labels.h"
+#include "ui/widgets/prompt_edit.h"
+#include "ui/widgets/token_strip.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using hs::ui::test::waitFor;
+
+namespace {
+
+struct Window {
+  MainWindow window;
+  explicit Window(const QString& text = QStringLiteral("The cat sat on the mat"))
+      : window(MainWindow::StartOptions{test::fixtureModelDir(), text, false}) {
+    window.resize(1400, 900);
+    window.show();
+    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }));
+  }
+  std::shared_ptr<const RunResult> run() const { return window.controller()->currentRun(); }
+  Selection* selection() const { return window.selection(); }
+};
+
+// Waits until the views show analyses of the current run at the current selection.
+void waitForAnalyses(Window& w) {
+  REQUIRE(waitFor([&] {
+    const auto run = w.run();
+    const auto& pos = w.window.contributionsView()->positionResult();
+    const auto& layer = w.window.concatSumView()->layerResult();
+    return run && pos && layer && pos->run_job == run->job && layer->run_job == run->job &&
+           pos->pos == w.selection()->position() && layer->layer == w.selection()->layer();
+  }));
+}
+
+}  // namespace
+
+TEST_CASE("Typing runs the model and updates every view", "[window]") {
+  Window w(QStringLiteral("Hello"));
+  PromptEdit* prompt = w.window.promptEdit();
+  prompt->setFocus();
+  prompt->selectAll();
+  QTest::keyClick(prompt, Qt::Key_Delete);
+  QTest::keyClicks(prompt, QStringLiteral("The cat sat on"));
+  REQUIRE(waitFor([&] { return w.run() && QString::fromStdString(w.run()->run.text) == QStringLiteral("The cat sat on"); }));
+  const auto run = w.run();
+  const int n = run->n_pos();
+  CHECK(run->run.bos_prepended);
+  CHECK(w.window.tokenStrip()->tokenCount() == n);
+  CHECK(w.window.headGrid()->itemCount() == run->n_layer() * run->n_head());
+  CHECK(w.window.attentionView()->heatmap()->rowCount() == n);
+  CHECK(w.window.attentionView()->heatmap()->columnCount() == n);
+  CHECK(w.selection()->position() == n - 1);  // the last token stays selected while typing
+  auto* tokens = w.window.findChild<QLabel*>(QStringLiteral("statusTokens"));
+  REQUIRE(tokens);
+  CHECK(tokens->text().contains(QString::number(n)));
+  auto* next = w.window.findChild<QLabel*>(QStringLiteral("statusNext"));
+  REQUIRE(next);
+  CHECK(next->text().contains(QStringLiteral("p = ")));
+  waitForAnalyses(w);
+  CHECK(w.window.contributionsView()->positionResult()->pos == n - 1);
+}
+
+TEST_CASE("Clicking a thumbnail shows that head's pattern, equal to the cache's", "[window]") {
+  Window w;
+  const auto run = w.run();
+  ImageGridView* grid = w.window.headGrid();
+  const int n_head = run->n_head();
+  const int layer = 1, head = 2;
+  const int index = layer * n_head + head;
+  QTest::mouseClick(grid, Qt::LeftButton, Qt::NoModifier, grid->itemRect(index).center());
+  CHECK(w.selection()->layer() == layer);
+  CHECK(w.selection()->head() == head);
+  CHECK(grid->selectedIndex() == index);
+  HeatmapView* heatmap = w.window.attentionView()->heatmap();
+  const hs::RowMatrixXf pattern = run->run.cache->head_pattern(layer, head);  // [query_pos, key_pos]
+  const int n = run->n_pos();
+  REQUIRE(heatmap->rowCount() == n);
+  int compared = 0;
+  for (int q = 0; q < n; ++q) {
+    for (int k = 0; k < n; ++k) {
+      const double plotted = heatmap->plottedValue(q, k);
+      if (k > q) {
+        CHECK(std::isnan(plotted));  // masked, not zero
+      } else {
+        CHECK(plotted == static_cast<double>(pattern(q, k)));
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared == n * (n + 1) / 2);
+  CHECK(heatmap->figureText().title.startsWith(QStringLiteral("L1H2")));
+}
+
+TEST_CASE("Arrow keys move through heads and Page Up/Down through layers", "[window]") {
+  Window w;
+  w.window.headGrid()->setFocus();
+  w.selection()->setHead(0, 0);
+  QTest::keyClick(w.window.headGrid(), Qt::Key_Right);
+  CHECK((w.selection()->layer() == 0 && w.selection()->head() == 1));
+  QTest::keyClick(w.window.headGrid(), Qt::Key_PageDown);
+  CHECK((w.selection()->layer() == 1 && w.selection()->head() == 1));
+  QTest::keyClick(w.window.headGrid(), Qt::Key_Left);
+  CHECK((w.selection()->layer() == 1 && w.selection()->head() == 0));
+  QTest::keyClick(w.window.headGrid(), Qt::Key_PageUp);
+  CHECK((w.selection()->layer() == 0 && w.selection()->head() == 0));
+  // In the prompt, arrows move the cursor, not the selection.
+  w.window.promptEdit()->setFocus();
+  QTest::keyClick(w.window.promptEdit(), Qt::Key_Right);
+  CHECK((w.selection()->layer() == 0 && w.selection()->head() == 0));
+}
+
+TEST_CASE("Clicking a row of the pattern or a token selects that position everywhere", "[window]") {
+  Window w;
+  HeatmapView* heatmap = w.window.attentionView()->heatmap();
+  heatmap->replotNow();
+  QTest::mouseClick(heatmap->findChild<QWidget*>(QStringLiteral("heatmapPlot")), Qt::LeftButton, Qt::NoModifier,
+                    heatmap->cellCenter(2, 1));
+  CHECK(w.selection()->position() == 2);
+  CHECK(heatmap->highlightedRow() == 2);
+  waitForAnalyses(w);
+  CHECK(w.window.contributionsView()->positionResult()->pos == 2);
+
+  TokenStrip* strip = w.window.tokenStrip();
+  QTest::mouseClick(strip, Qt::LeftButton, Qt::NoModifier, strip->chipRect(1).center());
+  CHECK(w.selection()->position() == 1);
+  CHECK(heatmap->highlightedRow() == 1);
+}
+
+TEST_CASE("The concat and sum panels agree and show the core's numbers", "[window]") {
+  Window w;
+  w.window.tabs()->setCurrentWidget(w.window.concatSumView());
+  w.selection()->setHead(1, 3);
+  waitForAnalyses(w);
+  ConcatSumView* view = w.window.concatSumView();
+  const auto& result = view->layerResult();
+  REQUIRE(result->layer == 1);
+  const hs::ConcatVsSum reference = hs::concat_vs_sum(*w.run()->run.cache, 1);
+  const int S = w.run()->n_pos();
+  const int D = w.run()->run.cache->config().d_model;
+  REQUIRE(view->concatPlot()->rowCount() == S);
+  REQUIRE(view->sumPlot()->columnCount() == D);
+  double max_shown_diff = 0.0;
+  for (int p = 0; p < S; ++p) {
+    for (int d = 0; d < D; ++d) {
+      const double concat = view->concatPlot()->plottedValue(p, d);
+      const double sum = view->sumPlot()->plottedValue(p, d);
+      CHECK(concat == static_cast<double>(reference.via_concat(p, d)));
+      CHECK(sum == static_cast<double>(reference.via_sum(p, d)));
+      max_shown_diff = std::max(max_shown_diff, std::fabs(concat - sum));
+    }
+  }
+  CHECK(max_shown_diff < 1e-4);
+  CHECK(static_cast<float>(max_shown_diff) == Approx(reference.max_abs_diff).margin(1e-12));
+  CHECK(view->differenceText().contains(formatNumber(reference.max_abs_diff)));
+  // Both panels are drawn on one colour scale, so equal values look equal.
+  CHECK(view->concatPlot()->rangeUpper() == view->sumPlot()->rangeUpper());
+  // The selected head's band and result are highlighted.
+  CHECK(view->headResults()->selectedIndex() == 3);
+  CHECK(view->headResults()->itemCount() == w.run()->n_head());
+}
+
+TEST_CASE("Contributions show the decomposition and the logit attribution of the core", "[window]") {
+  Window w;
+  waitForAnalyses(w);
+  ContributionsView* view = w.window.contributionsView();
+  const auto result = view->positionResult();
+  const auto& parts = result->parts;
+  REQUIRE(view->bars()->barCount() == static_cast<int>(parts.labels.size()));
+  for (int i = 0; i < view->bars()->barCount(); ++i)
+    CHECK(view->bars()->plottedValue(i) == Approx(parts.norms[static_cast<size_t>(i)]));
+  CHECK(view->checkText().contains(formatNumber(parts.max_abs_error)));
+  // The default target is the predicted next token.
+  CHECK(result->target_is_prediction);
+  CHECK(result->target == result->top.front().id);
+
+  view->findChild<QRadioButton*>(QStringLiteral("modeDla"))->click();
+  CHECK(view->mode() == ContributionsView::Mode::LogitAttribution);
+  for (int i = 0; i < view->bars()->barCount(); ++i)
+    CHECK(view->bars()->plottedValue(i) == Approx(result->dla.per_component[static_cast<size_t>(i)]));
+  HeatmapView* heads = view->headHeatmap();
+  for (int l = 0; l < heads->rowCount(); ++l)
+    for (int h = 0; h < heads->columnCount(); ++h) CHECK(heads->plottedValue(l, h) == Approx(result->dla.per_head(l, h)));
+  CHECK(heads->rangeLower() == -heads->rangeUpper());  // diverging, symmetric around 0
+
+  // Choosing another of the top predictions re-attributes to it.
+  auto* combo = view->findChild<QComboBox*>(QStringLiteral("targetCombo"));
+  REQUIRE(combo->count() >= 3);
+  const int32_t second = combo->itemData(2).toInt();
+  combo->setCurrentIndex(2);
+  Q_EMIT combo->activated(2);
+  REQUIRE(waitFor([&] { return view->positionResult() && view->positionResult()->target == second; }));
+  CHECK(!view->positionResult()->target_is_prediction);
+}
+
+TEST_CASE("A broken model folder reports the error and keeps the previous model", "[window]") {
+  Window w;
+  QTemporaryDir tmp;
+  const auto before = w.window.controller()->model();
+  QSignalSpy failed(w.window.controller(), &AnalysisController::modelLoadFailed);
+  w.window.loadModel(test::makeBrokenModelDir(tmp.path()));
+  REQUIRE(waitFor([&] { return failed.count() == 1; }));
+  CHECK(w.window.controller()->model() == before);
+  const QString message = failed.at(0).at(1).toString();
+  CHECK(message.contains(QStringLiteral("config.json")));
+  auto* box = w.window.findChild<QMessageBox*>(QStringLiteral("modelLoadError"));
+  REQUIRE(box);
+  CHECK(box->informativeText().contains(QStringLiteral("still loaded")));
+  box->close();
+  // The previous model still runs.
+  w.window.promptEdit()->setPlainText(QStringLiteral("The mat"));
+  REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The mat"; }));
+  CHECK(w.run()->run.model == before);
+}
+
+TEST_CASE("Typing stays responsive: keystroke-to-views latency and GUI-thread stalls", "[window][measure]") {
+  Window w(QStringLiteral("A"));
+  PromptEdit* prompt = w.window.promptEdit();
+  prompt->setFocus();
+  prompt->moveCursor(QTextCursor::End);
+  StallMonitor monitor;
+  monitor.start();
+  const QString typed = QStringLiteral(" cat sat on the mat");
+  for (QChar c : typed) {
+    QTest::keyClicks(prompt, QString(c));
+    waitFor([] { return false; }, 40);  // ~25 characters per second, a fast typist
+  }
+  REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "A cat sat on the mat"; }));
+  waitForAnalyses(w);
+  monitor.stop();
+  const auto run = w.run();
+  WARN("keystroke -> views: " << run->latency_ms << " ms after the " << MainWindow::kDebounceMs
+                             << " ms debounce (worker " << run->worker_ms << " ms, forward " << run->run.forward_ms
+                             << " ms); longest GUI-thread stall while typing " << monitor.maxStallMs() << " ms");
+  CHECK(monitor.maxStallMs() < 250.0);  // generous for loaded CI machines; typically a few ms
+  CHECK(run->latency_ms < 2000.0);
+}

@@ -1,0 +1,40 @@
+#include "ui_test_support.h"
+
+#include <QDir>
+#include <QFile>
+#include <QThread>
+
+#include "core/model/model.h"
+
+namespace hs::ui::test {
+
+QString fixtureModelDir() { return QStringLiteral(HEADSCOPE_SOURCE_DIR "/tests/fixtures/models/f32_prefixed"); }
+
+std::shared_ptr<const hs::Model> fixtureModel() {
+  static std::shared_ptr<const hs::Model> model = hs::Model::load(fixtureModelDir().toStdString());
+  return model;
+}
+
+bool waitFor(const std::function<bool()>& done, int timeout_ms) {
+  QElapsedTimer clock;
+  clock.start();
+  while (!done()) {
+    if (clock.elapsed() > timeout_ms) return done();
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    QThread::msleep(1);
+  }
+  return true;
+}
+
+QString makeBrokenModelDir(const QString& parent) {
+  const QString dir = QDir(parent).filePath(QStringLiteral("broken-model"));
+  QDir().mkpath(dir);
+  for (const char* name : {"config.json", "vocab.json", "merges.txt", "model.safetensors"}) {
+    QFile f(QDir(dir).filePath(QString::fromLatin1(name)));
+    f.open(QIODevice::WriteOnly);
+    f.write(QByteArray(name) == "config.json" ? "{ this is not json" : "garbage");
+  }
+  return dir;
+}
+
+}  // namespace hs::ui::test

@@ -1,0 +1,245 @@
+#include "ui/controller/analysis_controller.h"
+
+#include <QFuture>
+#include <QMetaObject>
+#include <QPointer>
+#include <QThreadPool>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+
+#include "core/error.h"
+#include "core/model/model.h"
+#include "ui/controller/thumbnails.h"
+
+namespace hs::ui {
+namespace {
+
+// What a worker hands back: a result or a message for a person, never an exception (QFuture
+// only carries QException subclasses across threads).
+template <typename T>
+struct Outcome {
+  std::shared_ptr<T> value;
+  QString error;
+};
+
+template <typename T, typename F>
+Outcome<T> capture(F&& f) {
+  Outcome<T> out;
+  try {
+    out.value = f();
+  } catch (const hs::Error& e) {
+    out.error = QString::fromStdString(e.what());
+  } catch (const std::bad_alloc&) {
+    out.error = QStringLiteral("Out of memory. Try a shorter prompt or a smaller model.");
+  } catch (const std::exception& e) {
+    out.error = QStringLiteral("Unexpected error: %1").arg(QString::fromStdString(e.what()));
+  }
+  return out;
+}
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The pools: loads get their own thread so a 500 MB load never queues runs behind it.
+QThreadPool* loadPool() {
+  static QThreadPool* pool = [] {
+    auto* p = new QThreadPool;
+    p->setMaxThreadCount(1);
+    return p;
+  }();
+  return pool;
+}
+
+}  // namespace
+
+// Job numbers readable from worker threads, so a queued job that has already been superseded
+// skips its work instead of computing a result nobody will see.
+struct LatestJobs {
+  std::atomic<quint64> run{0}, position{0}, layer{0};
+};
+
+AnalysisController::AnalysisController(QObject* parent) : QObject(parent) {
+  qRegisterMetaType<std::shared_ptr<const hs::ui::RunResult>>();
+  qRegisterMetaType<std::shared_ptr<const hs::ui::PositionResult>>();
+  qRegisterMetaType<std::shared_ptr<const hs::ui::LayerResult>>();
+  latest_ = std::make_shared<LatestJobs>();
+  clock_.start();
+}
+
+// Workers hold copies of their inputs and a share of latest_; their continuations are tied to
+// this object and are dropped when it goes, so nothing waits here.
+AnalysisController::~AnalysisController() = default;
+
+std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
+                                                         std::shared_ptr<const hs::ActivationCache> previous) {
+  if (!model) throw hs::Error("No model is loaded. Open a model folder (File > Open Model Folder).");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto result = std::make_shared<RunResult>();
+  hs::TextRunOptions options;
+  options.overlong = hs::OverlongPolicy::TruncateWithWarning;
+  options.previous = std::move(previous);
+  result->run = hs::run_text(std::move(model), text.toStdString(), options);
+  const hs::ActivationCache& cache = *result->run.cache;
+  for (const std::string& label : result->run.token_labels) result->labels << QString::fromStdString(label);
+  result->next = hs::top_predictions(cache, cache.n_pos() - 1, kTopK);
+  const int n_head = cache.config().n_head;
+  result->thumbnails.reserve(static_cast<size_t>(cache.n_layer() * n_head));
+  for (int l = 0; l < cache.n_layer(); ++l)
+    for (int h = 0; h < n_head; ++h) result->thumbnails.push_back(patternThumbnail(cache, l, h));
+  result->worker_ms = msSince(t0);
+  return result;
+}
+
+std::shared_ptr<PositionResult> AnalysisController::computePosition(std::shared_ptr<const RunResult> run, int pos,
+                                                                    std::optional<int32_t> target) {
+  const hs::ActivationCache& cache = *run->run.cache;
+  pos = std::clamp(pos, 0, cache.n_pos() - 1);
+  auto result = std::make_shared<PositionResult>();
+  result->run_job = run->job;
+  result->pos = pos;
+  result->top = hs::top_predictions(cache, pos, kTopK);
+  result->target_is_prediction = !target.has_value();
+  result->target = target.value_or(result->top.empty() ? 0 : result->top.front().id);
+  result->write_norms = hs::head_write_norms(cache, pos);
+  result->parts = hs::decompose_residual(cache, pos);
+  result->dla = hs::direct_logit_attribution(cache, result->parts, result->target);
+  result->run = std::move(run);
+  return result;
+}
+
+std::shared_ptr<LayerResult> AnalysisController::computeLayer(std::shared_ptr<const RunResult> run, int layer) {
+  auto result = std::make_shared<LayerResult>();
+  result->run_job = run->job;
+  result->layer = std::clamp(layer, 0, run->n_layer() - 1);
+  result->cs = hs::concat_vs_sum(*run->run.cache, result->layer);
+  float range = result->cs.via_concat.cwiseAbs().maxCoeff();
+  for (const hs::RowMatrixXf& r : result->cs.head_results) range = std::max(range, r.cwiseAbs().maxCoeff());
+  result->output_range = range > 0.0f ? range : 1.0f;
+  for (const hs::RowMatrixXf& r : result->cs.head_results)
+    result->head_result_images.push_back(signedMatrixImage(r, result->output_range));
+  result->run = std::move(run);
+  return result;
+}
+
+void AnalysisController::loadModel(const QString& dir) {
+  const quint64 job = ++load_job_;
+  loading_ = true;
+  Q_EMIT loadStarted(dir);
+  QPointer<AnalysisController> self(this);
+  auto progress = [self, job](double fraction, const std::string& stage) {
+    const QString text = QString::fromStdString(stage);
+    QMetaObject::invokeMethod(
+        self.data(),
+        [self, job, fraction, text] {
+          if (self && self->load_job_ == job) Q_EMIT self->loadProgress(fraction, text);
+        },
+        Qt::QueuedConnection);
+  };
+  const std::string path = dir.toStdString();
+  QtConcurrent::run(loadPool(),
+                    [path, progress] {
+                      return capture<const hs::Model>([&] { return hs::Model::load(path, progress); });
+                    })
+      .then(this, [this, job, dir](Outcome<const hs::Model> out) {
+        if (job != load_job_) return;  // a newer load was asked for
+        loading_ = false;
+        if (!out.value) {
+          Q_EMIT modelLoadFailed(dir, out.error);
+          return;
+        }
+        setModel(out.value);
+      });
+}
+
+void AnalysisController::setModel(std::shared_ptr<const hs::Model> model) {
+  model_ = std::move(model);
+  run_.reset();
+  Q_EMIT modelChanged(model_);
+}
+
+void AnalysisController::requestRun(const QString& text) {
+  text_ = text;
+  if (!model_) return;
+  const quint64 job = ++run_job_;
+  auto jobs = latest_;
+  jobs->run = job;
+  setRunning(true);
+  Q_EMIT runStarted(job);
+  const qint64 requested_at = clock_.nsecsElapsed();
+  // Typing at the end of the prompt extends the previous tokens: the core reuses that prefix.
+  std::shared_ptr<const hs::ActivationCache> previous;
+  if (run_ && run_->run.model == model_) previous = run_->run.cache;
+  QtConcurrent::run([model = model_, text, job, jobs, previous] {
+    return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
+      if (jobs->run.load() != job) return nullptr;  // superseded before it started
+      auto result = computeRun(model, text, previous);
+      result->job = job;
+      return result;
+    });
+  }).then(this, [this, job, requested_at](Outcome<RunResult> out) {
+    if (job != run_job_) return;  // stale: a newer run was requested meanwhile
+    setRunning(false);
+    if (!out.value) {
+      if (!out.error.isEmpty()) Q_EMIT runFailed(out.error);
+      return;
+    }
+    out.value->latency_ms = (clock_.nsecsElapsed() - requested_at) / 1e6;
+    run_ = out.value;
+    Q_EMIT runReady(run_);
+  });
+}
+
+void AnalysisController::requestPosition(int pos, std::optional<int32_t> target) {
+  if (!run_) return;
+  const quint64 job = ++position_job_;
+  auto jobs = latest_;
+  jobs->position = job;
+  QtConcurrent::run([run = run_, pos, target, job, jobs] {
+    return capture<PositionResult>([&]() -> std::shared_ptr<PositionResult> {
+      if (jobs->position.load() != job) return nullptr;
+      return computePosition(run, pos, target);
+    });
+  }).then(this, [this, job](Outcome<PositionResult> out) {
+    if (job != position_job_) return;
+    if (!out.value) {
+      if (!out.error.isEmpty()) Q_EMIT analysisFailed(out.error);
+      return;
+    }
+    if (!run_ || out.value->run_job != run_->job) return;  // computed for a replaced run
+    Q_EMIT positionReady(out.value);
+  });
+}
+
+void AnalysisController::requestLayer(int layer) {
+  if (!run_) return;
+  const quint64 job = ++layer_job_;
+  auto jobs = latest_;
+  jobs->layer = job;
+  QtConcurrent::run([run = run_, layer, job, jobs] {
+    return capture<LayerResult>([&]() -> std::shared_ptr<LayerResult> {
+      if (jobs->layer.load() != job) return nullptr;
+      return computeLayer(run, layer);
+    });
+  }).then(this, [this, job](Outcome<LayerResult> out) {
+    if (job != layer_job_) return;
+    if (!out.value) {
+      if (!out.error.isEmpty()) Q_EMIT analysisFailed(out.error);
+      return;
+    }
+    if (!run_ || out.value->run_job != run_->job) return;
+    Q_EMIT layerReady(out.value);
+  });
+}
+
+void AnalysisController::setRunning(bool running) {
+  if (running == running_) return;
+  running_ = running;
+  Q_EMIT busyChanged(running_ || loading_);
+}
+
+}  // namespace hs::ui

@@ -1,0 +1,38 @@
+#include "ui/controller/stall_monitor.h"
+
+#include <algorithm>
+
+namespace hs::ui {
+
+StallMonitor::StallMonitor(int interval_ms, QObject* parent) : QObject(parent), interval_ms_(interval_ms) {
+  timer_.setTimerType(Qt::PreciseTimer);
+  timer_.setInterval(interval_ms_);
+  connect(&timer_, &QTimer::timeout, this, &StallMonitor::tick);
+}
+
+void StallMonitor::start() {
+  reset();
+  timer_.start();
+}
+
+void StallMonitor::stop() { timer_.stop(); }
+
+void StallMonitor::reset() {
+  clock_.start();
+  last_ns_ = 0;
+  max_gap_ms_ = 0.0;
+  stalls_over_50_ = 0;
+  ticks_ = 0;
+}
+
+void StallMonitor::tick() {
+  const qint64 now = clock_.nsecsElapsed();
+  const double gap_ms = (now - last_ns_) / 1e6 - interval_ms_;
+  last_ns_ = now;
+  ++ticks_;
+  if (ticks_ == 1) return;  // the first tick measures the start, not the loop
+  max_gap_ms_ = std::max(max_gap_ms_, gap_ms);
+  if (gap_ms > 50.0) ++stalls_over_50_;
+}
+
+}  // namespace hs::ui

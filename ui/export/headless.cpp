@@ -1,0 +1,54 @@
+#include "ui/export/headless.h"
+
+#include <QEventLoop>
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/model/model.h"
+#include "core/session/session.h"
+#include "ui/controller/analysis_controller.h"
+#include "ui/export/export_all.h"
+
+namespace hs::ui {
+
+int runHeadlessExport(const HeadlessExportOptions& options) {
+  auto complain = [](const QString& message) {
+    std::fprintf(stderr, "headscope: %s\n", qPrintable(QString(message).replace('\n', ' ')));
+    return 1;
+  };
+  if (options.out_dir.isEmpty()) return complain(QStringLiteral("--export needs an output folder."));
+  if (options.text.isEmpty()) return complain(QStringLiteral("--export needs a prompt: add --text \"...\"."));
+  std::shared_ptr<const RunResult> run;
+  try {
+    const std::filesystem::path dir =
+        options.model_dir.isEmpty() ? hs::builtin_model_dir() : std::filesystem::path(options.model_dir.toStdString());
+    auto model = hs::Model::load(dir);
+    run = AnalysisController::computeRun(model, options.text);
+  } catch (const std::exception& e) {
+    return complain(QString::fromStdString(e.what()));
+  }
+  for (const std::string& warning : run->run.warnings)
+    std::fprintf(stderr, "headscope: warning: %s\n", warning.c_str());
+
+  ExportAllJob::Options export_options;
+  export_options.out_dir = options.out_dir;
+  export_options.scale = options.scale;
+  ExportAllJob job(run, export_options);
+  bool ok = false, done = false;
+  QString message;
+  QEventLoop loop;
+  QObject::connect(&job, &ExportAllJob::finished, &loop, [&](bool success, const QString& text) {
+    ok = success;
+    message = text;
+    done = true;
+    loop.quit();
+  });
+  job.start();  // may finish at once (an unwritable folder)
+  if (!done) loop.exec();
+  if (!ok) return complain(message);
+  std::printf("%s\n", qPrintable(message));
+  return 0;
+}
+
+}  // namespace hs::ui

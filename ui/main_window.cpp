@@ -1,0 +1,647 @@
+#include "ui/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDir>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFrame>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QScrollArea>
+#include <QSettings>
+#include <QShortcut>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+#include "core/model/model.h"
+#include "core/session/session.h"
+#include "ui/controller/analysis_controller.h"
+#include "ui/controller/selection.h"
+#include "ui/export/export_all.h"
+#include "ui/export/figure.h"
+#include "ui/views/attention_view.h"
+#include "ui/views/concat_sum_view.h"
+#include "ui/views/contributions_view.h"
+#include "ui/views/view_text.h"
+#include "ui/widgets/heatmap_view.h"
+#include "ui/widgets/image_grid_view.h"
+#include "ui/widgets/labels.h"
+#include "ui/widgets/prompt_edit.h"
+#include "ui/widgets/token_strip.h"
+
+namespace hs::ui {
+namespace {
+
+constexpr int kMaxRecent = 8;
+const char* kExamplePrompt = "The cat sat on the mat. The cat sat on the";
+
+QString tokenTooltip(const RunResult& run, int pos) {
+  const int32_t id = run.run.tokens[static_cast<size_t>(pos)];
+  QString bytes;
+  try {
+    const std::string raw = run.model().tokenizer().token_bytes(id);
+    QStringList hex;
+    for (unsigned char c : raw) hex << QStringLiteral("%1").arg(c, 2, 16, QChar('0'));
+    bytes = hex.join(' ');
+  } catch (const std::exception&) {
+  }
+  QString text = QStringLiteral("position %1 · id %2\n%3").arg(pos).arg(id).arg(run.labels.value(pos));
+  if (!bytes.isEmpty()) text += QStringLiteral("\nbytes: %1").arg(bytes);
+  if (pos == 0 && run.run.bos_prepended) text += QStringLiteral("\n(BOS, added before the prompt)");
+  return text;
+}
+
+}  // namespace
+
+MainWindow::MainWindow(const StartOptions& options, QWidget* parent)
+    : QMainWindow(parent), restore_settings_(options.restore_settings) {
+  setObjectName(QStringLiteral("mainWindow"));
+  setWindowTitle(QStringLiteral("HeadScope"));
+  setAcceptDrops(true);
+  controller_ = new AnalysisController(this);
+  selection_ = new Selection(this);
+  debounce_.setSingleShot(true);
+  debounce_.setInterval(kDebounceMs);
+
+  buildCentral();
+  buildMenus();
+  buildStatusBar();
+  connectEverything();
+
+  QSettings settings;
+  if (restore_settings_) {
+    restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    splitter_->restoreState(settings.value(QStringLiteral("window/splitter")).toByteArray());
+  }
+  if (!restore_settings_ || settings.value(QStringLiteral("window/geometry")).isNull()) resize(1600, 1000);
+
+  try {
+    builtin_dir_ = QString::fromStdString(hs::builtin_model_dir().string());
+  } catch (const std::exception& e) {
+    builtin_error_ = QString::fromStdString(e.what());
+  }
+  refreshModelCombo();
+  updateRecentMenu();
+
+  prompt_->setPlainText(options.text.isEmpty() ? QString::fromUtf8(kExamplePrompt) : options.text);
+  prompt_->moveCursor(QTextCursor::End);
+  debounce_.stop();  // the text above is run once the model is in
+  const QString start_dir = options.model_dir.isEmpty() ? builtin_dir_ : options.model_dir;
+  if (!start_dir.isEmpty()) {
+    loadModel(start_dir);
+  } else {
+    showBanner(QStringLiteral("<b>No model loaded.</b> %1<br>Open a model folder with File › Open Model Folder "
+                              "(Ctrl+O), or drop one on this window.")
+                   .arg(builtin_error_.toHtmlEscaped()),
+               true);
+  }
+  updateStatus();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildCentral() {
+  auto* central = new QWidget(this);
+  auto* layout = new QVBoxLayout(central);
+  layout->setContentsMargins(10, 8, 10, 4);
+  layout->setSpacing(6);
+
+  auto* top = new QHBoxLayout;
+  top->setSpacing(8);
+  auto* model_label = new QLabel(QStringLiteral("&Model:"), central);
+  model_combo_ = new QComboBox(central);
+  model_combo_->setObjectName(QStringLiteral("modelCombo"));
+  model_combo_->setMinimumContentsLength(18);
+  model_combo_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+  model_label->setBuddy(model_combo_);
+  auto* prompt_label = new QLabel(QStringLiteral("&Prompt:"), central);
+  prompt_ = new PromptEdit(central);
+  prompt_->setObjectName(QStringLiteral("promptEdit"));
+  prompt_->setAcceptDrops(false);  // a dropped folder opens a model instead
+  prompt_label->setBuddy(prompt_);
+  top->addWidget(model_label);
+  top->addWidget(model_combo_);
+  top->addSpacing(8);
+  top->addWidget(prompt_label);
+  top->addWidget(prompt_, 1);
+  layout->addLayout(top);
+
+  auto* token_row = new QHBoxLayout;
+  auto* tokens_label = new QLabel(QStringLiteral("Tokens:"), central);
+  tokens_label->setAlignment(Qt::AlignLeft | Qt::AlignTop);
+  tokens_label->setContentsMargins(0, 6, 0, 0);
+  tokens_ = new TokenStrip;
+  tokens_->setObjectName(QStringLiteral("tokenStrip"));
+  auto* token_scroll = new QScrollArea(central);
+  token_scroll->setObjectName(QStringLiteral("tokenScroll"));
+  token_scroll->setWidget(tokens_);
+  token_scroll->setWidgetResizable(true);
+  token_scroll->setFrameShape(QFrame::NoFrame);
+  token_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  token_scroll->setMaximumHeight(3 * (fontMetrics().height() + 12) + 8);
+  token_scroll->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Maximum);
+  token_row->addWidget(tokens_label);
+  token_row->addWidget(token_scroll, 1);
+  layout->addLayout(token_row);
+
+  banner_ = new QLabel(central);
+  banner_->setObjectName(QStringLiteral("banner"));
+  banner_->setWordWrap(true);
+  banner_->setTextFormat(Qt::RichText);
+  banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  banner_->hide();
+  layout->addWidget(banner_);
+
+  splitter_ = new QSplitter(Qt::Horizontal, central);
+  splitter_->setObjectName(QStringLiteral("mainSplitter"));
+  splitter_->setChildrenCollapsible(false);
+  auto* heads_panel = new QFrame(splitter_);
+  heads_panel->setObjectName(QStringLiteral("headsPanel"));
+  auto* heads_layout = new QVBoxLayout(heads_panel);
+  heads_layout->setContentsMargins(8, 8, 8, 8);
+  auto* heads_title = new QLabel(QStringLiteral("Heads"), heads_panel);
+  heads_title->setObjectName(QStringLiteral("headsTitle"));
+  heads_caption_ = new QLabel(heads_panel);
+  heads_caption_->setObjectName(QStringLiteral("sectionCaption"));
+  heads_caption_->setWordWrap(true);
+  heads_caption_->setText(QStringLiteral("Every head's attention pattern. Click one, or use ←/→ for heads and "
+                                         "↑/↓ or Page Up/Down for layers."));
+  head_grid_ = new ImageGridView(heads_panel);
+  head_grid_->setObjectName(QStringLiteral("headGrid"));
+  head_grid_->setMaxCellWidth(110);
+  heads_layout->addWidget(heads_title);
+  heads_layout->addWidget(heads_caption_);
+  heads_layout->addWidget(head_grid_, 1);
+  heads_panel->setMinimumWidth(220);
+
+  tabs_ = new QTabWidget(splitter_);
+  tabs_->setObjectName(QStringLiteral("viewTabs"));
+  tabs_->setDocumentMode(false);
+  attention_ = new AttentionView(selection_, tabs_);
+  contributions_ = new ContributionsView(selection_, tabs_);
+  concat_ = new ConcatSumView(selection_, tabs_);
+  tabs_->addTab(attention_, QStringLiteral("Attention"));
+  tabs_->addTab(contributions_, QStringLiteral("Contributions"));
+  tabs_->addTab(concat_, QStringLiteral("Concat vs Sum"));
+  splitter_->addWidget(heads_panel);
+  splitter_->addWidget(tabs_);
+  splitter_->setStretchFactor(0, 0);
+  splitter_->setStretchFactor(1, 1);
+  splitter_->setSizes({400, 1200});
+  layout->addWidget(splitter_, 1);
+  setCentralWidget(central);
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(QStringLiteral("&File"));
+  QAction* open = file->addAction(QStringLiteral("&Open Model Folder…"), this, &MainWindow::openModelFolder);
+  open->setShortcut(QKeySequence::Open);
+  open->setObjectName(QStringLiteral("actionOpen"));
+  recent_menu_ = file->addMenu(QStringLiteral("Open &Recent"));
+  QAction* builtin = file->addAction(QStringLiteral("Load &Built-in Model"), this, [this] {
+    if (!builtin_dir_.isEmpty()) loadModel(builtin_dir_);
+  });
+  builtin->setEnabled(!builtin_dir_.isEmpty() || true);
+  file->addSeparator();
+  QAction* export_view = file->addAction(QStringLiteral("&Export Current View…"), this, &MainWindow::exportCurrentView);
+  export_view->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  export_view->setObjectName(QStringLiteral("actionExport"));
+  QAction* export_all = file->addAction(QStringLiteral("Export &All Views…"), this, &MainWindow::exportAll);
+  export_all->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E));
+  export_all->setObjectName(QStringLiteral("actionExportAll"));
+  file->addSeparator();
+  QAction* quit = file->addAction(QStringLiteral("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));
+  quit->setObjectName(QStringLiteral("actionQuit"));
+
+  QMenu* view = menuBar()->addMenu(QStringLiteral("&View"));
+  const QStringList names = {QStringLiteral("&Attention"), QStringLiteral("&Contributions"),
+                             QStringLiteral("Concat vs &Sum")};
+  for (int i = 0; i < names.size(); ++i) {
+    QAction* a = view->addAction(names[i], this, [this, i] { tabs_->setCurrentIndex(i); });
+    a->setShortcut(QKeySequence(Qt::CTRL | (Qt::Key_1 + i)));
+  }
+  view->addSeparator();
+  auto add_nav = [&](const QString& text, QKeySequence key, std::function<void()> fn) {
+    QAction* a = view->addAction(text, this, std::move(fn));
+    a->setShortcut(key);
+    // Plain arrow keys belong to the text fields while they have focus; elsewhere they move the
+    // selection. WindowShortcut + the fields' ShortcutOverride gives exactly that.
+    a->setShortcutContext(Qt::WindowShortcut);
+  };
+  add_nav(QStringLiteral("Previous Head"), QKeySequence(Qt::Key_Left), [this] { selection_->stepHead(-1); });
+  add_nav(QStringLiteral("Next Head"), QKeySequence(Qt::Key_Right), [this] { selection_->stepHead(1); });
+  add_nav(QStringLiteral("Previous Layer"), QKeySequence(Qt::Key_Up), [this] { selection_->stepLayer(-1); });
+  add_nav(QStringLiteral("Next Layer"), QKeySequence(Qt::Key_Down), [this] { selection_->stepLayer(1); });
+  add_nav(QStringLiteral("Previous Layer (Page Up)"), QKeySequence(Qt::Key_PageUp), [this] { selection_->stepLayer(-1); });
+  add_nav(QStringLiteral("Next Layer (Page Down)"), QKeySequence(Qt::Key_PageDown), [this] { selection_->stepLayer(1); });
+  add_nav(QStringLiteral("Previous Position"), QKeySequence(Qt::SHIFT | Qt::Key_Left),
+          [this] { selection_->setPosition(selection_->position() - 1); });
+  add_nav(QStringLiteral("Next Position"), QKeySequence(Qt::SHIFT | Qt::Key_Right),
+          [this] { selection_->setPosition(selection_->position() + 1); });
+
+  QMenu* help = menuBar()->addMenu(QStringLiteral("&Help"));
+  help->addAction(QStringLiteral("&Keyboard Shortcuts"), this, &MainWindow::showShortcuts);
+  help->addAction(QStringLiteral("&About HeadScope"), this, &MainWindow::showAbout);
+}
+
+void MainWindow::buildStatusBar() {
+  QStatusBar* bar = statusBar();
+  bar->setObjectName(QStringLiteral("statusBar"));
+  auto label = [&](const QString& name) {
+    auto* l = new QLabel(bar);
+    l->setObjectName(name);
+    bar->addWidget(l);
+    return l;
+  };
+  status_model_ = label(QStringLiteral("statusModel"));
+  status_tokens_ = label(QStringLiteral("statusTokens"));
+  status_time_ = label(QStringLiteral("statusTime"));
+  status_next_ = label(QStringLiteral("statusNext"));
+  status_busy_ = new QLabel(bar);
+  status_busy_->setObjectName(QStringLiteral("statusBusy"));
+  bar->addPermanentWidget(status_busy_);
+  progress_ = new QProgressBar(bar);
+  progress_->setObjectName(QStringLiteral("loadProgress"));
+  progress_->setRange(0, 1000);
+  progress_->setMaximumWidth(260);
+  progress_->setTextVisible(true);
+  progress_->hide();
+  bar->addPermanentWidget(progress_);
+}
+
+void MainWindow::connectEverything() {
+  connect(prompt_, &QPlainTextEdit::textChanged, &debounce_, qOverload<>(&QTimer::start));
+  connect(&debounce_, &QTimer::timeout, this, [this] { controller_->requestRun(prompt_->toPlainText()); });
+  connect(prompt_, &PromptEdit::submitted, this, [this] {
+    debounce_.stop();
+    controller_->requestRun(prompt_->toPlainText());
+  });
+
+  connect(controller_, &AnalysisController::loadStarted, this, [this](const QString& dir) {
+    loading_dir_ = dir;
+    progress_->setValue(0);
+    progress_->setFormat(QStringLiteral("Loading %1… %p%").arg(QFileInfo(dir).fileName()));
+    progress_->show();
+  });
+  connect(controller_, &AnalysisController::loadProgress, this, [this](double fraction, const QString& stage) {
+    progress_->setValue(static_cast<int>(fraction * 1000));
+    progress_->setFormat(QStringLiteral("%1: %2 %p%").arg(QFileInfo(loading_dir_).fileName(), stage));
+  });
+  connect(controller_, &AnalysisController::modelChanged, this, &MainWindow::onModelChanged);
+  connect(controller_, &AnalysisController::modelLoadFailed, this, &MainWindow::onModelLoadFailed);
+  connect(controller_, &AnalysisController::runReady, this, &MainWindow::onRunReady);
+  connect(controller_, &AnalysisController::runFailed, this, &MainWindow::onRunFailed);
+  connect(controller_, &AnalysisController::busyChanged, this,
+          [this](bool busy) { status_busy_->setText(busy ? QStringLiteral("running…") : QString()); });
+  connect(controller_, &AnalysisController::positionReady, this,
+          [this](std::shared_ptr<const PositionResult> r) { contributions_->setPositionResult(std::move(r)); });
+  connect(controller_, &AnalysisController::layerReady, this,
+          [this](std::shared_ptr<const LayerResult> r) { concat_->setLayerResult(std::move(r)); });
+  connect(controller_, &AnalysisController::analysisFailed, this,
+          [this](const QString& message) { showBanner(message.toHtmlEscaped(), true); });
+
+  connect(model_combo_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
+    const QString dir = model_combo_->itemData(index).toString();
+    if (dir == QStringLiteral("::open")) {
+      refreshModelCombo();
+      openModelFolder();
+    } else if (!dir.isEmpty()) {
+      loadModel(dir);
+    }
+  });
+
+  connect(head_grid_, &ImageGridView::itemClicked, this, [this](int index) {
+    const int n_head = std::max(1, selection_->headCount());
+    selection_->setHead(index / n_head, index % n_head);
+  });
+  connect(tokens_, &TokenStrip::tokenClicked, selection_, &Selection::setPosition);
+  connect(tokens_, &TokenStrip::tokenHovered, selection_, &Selection::setHoverPosition);
+
+  connect(selection_, &Selection::headChanged, this, [this](int layer, int head) {
+    head_grid_->setSelectedIndex(layer * selection_->headCount() + head);
+    const auto& shown = concat_->layerResult();
+    if (controller_->currentRun() && (!shown || shown->layer != layer || shown->run_job != controller_->currentRun()->job))
+      controller_->requestLayer(layer);
+  });
+  connect(selection_, &Selection::positionChanged, this, [this](int pos) {
+    tokens_->setSelectedPosition(pos);
+    controller_->requestPosition(pos, selection_->target());
+  });
+  connect(selection_, &Selection::targetChanged, this,
+          [this] { controller_->requestPosition(selection_->position(), selection_->target()); });
+  connect(selection_, &Selection::hoverChanged, tokens_, &TokenStrip::setHoverPosition);
+}
+
+void MainWindow::loadModel(const QString& dir) { controller_->loadModel(dir); }
+
+void MainWindow::openModelFolder() {
+  QSettings settings;
+  const QString start = settings.value(QStringLiteral("models/lastFolder"), QDir::homePath()).toString();
+  const QString dir = QFileDialog::getExistingDirectory(this, QStringLiteral("Open Model Folder"), start);
+  if (dir.isEmpty()) return;
+  settings.setValue(QStringLiteral("models/lastFolder"), QFileInfo(dir).absolutePath());
+  loadModel(dir);
+}
+
+void MainWindow::onModelChanged(std::shared_ptr<const hs::Model> model) {
+  progress_->hide();
+  run_.reset();
+  if (!model) return;
+  const QString dir = QString::fromStdString(model->dir().string());
+  if (QDir(dir) != QDir(builtin_dir_)) rememberRecent(dir);
+  refreshModelCombo();
+  setWindowTitle(QStringLiteral("HeadScope — %1").arg(QString::fromStdString(model->name())));
+  hideBanner();
+  if (!model->warnings().empty()) {
+    QStringList lines;
+    for (const std::string& w : model->warnings()) lines << QString::fromStdString(w).toHtmlEscaped();
+    showBanner(QStringLiteral("<b>The model loaded with warnings:</b> ") + lines.join(QStringLiteral("<br>")), false);
+  }
+  // The controller re-runs its last text on a new model; make sure it knows the current one.
+  debounce_.stop();
+  controller_->requestRun(prompt_->toPlainText());
+  updateStatus();
+}
+
+void MainWindow::onModelLoadFailed(const QString& dir, const QString& message) {
+  progress_->hide();
+  refreshModelCombo();
+  const bool have_model = controller_->model() != nullptr;
+  if (load_error_box_) load_error_box_->close();
+  auto* box = new QMessageBox(QMessageBox::Warning, QStringLiteral("Could not open the model"),
+                              QStringLiteral("HeadScope could not load the model folder\n%1").arg(QDir::toNativeSeparators(dir)),
+                              QMessageBox::Ok, this);
+  box->setObjectName(QStringLiteral("modelLoadError"));
+  box->setInformativeText(message + (have_model ? QStringLiteral("\n\nThe previous model (%1) is still loaded.")
+                                                      .arg(QString::fromStdString(controller_->model()->name()))
+                                                : QString()));
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->setWindowModality(Qt::WindowModal);
+  load_error_box_ = box;
+  box->open();
+  if (!have_model)
+    showBanner(QStringLiteral("<b>No model loaded.</b> %1").arg(message.toHtmlEscaped()), true);
+}
+
+void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
+  run_ = run;
+  if (banner_->property("kind").toString() == QStringLiteral("error")) hideBanner();
+  if (!run->run.warnings.empty()) {
+    QStringList lines;
+    for (const std::string& w : run->run.warnings) lines << QString::fromStdString(w).toHtmlEscaped();
+    showBanner(QStringLiteral("<b>Warning:</b> ") + lines.join(QStringLiteral("<br>")), false);
+  } else if (banner_->property("kind").toString() == QStringLiteral("warning") &&
+             banner_->property("source").toString() == QStringLiteral("run")) {
+    hideBanner();
+  }
+  if (!run->run.warnings.empty()) banner_->setProperty("source", QStringLiteral("run"));
+
+  const int n_layer = run->n_layer(), n_head = run->n_head(), n_pos = run->n_pos();
+  const bool shape_changed = selection_->layerCount() != n_layer || selection_->headCount() != n_head;
+  {
+    // Bounds first, quietly: the views below take the new run before anyone redraws.
+    QSignalBlocker block(selection_);
+    selection_->setBounds(n_layer, n_head, n_pos);
+  }
+  QStringList tooltips;
+  for (int i = 0; i < n_pos; ++i) tooltips << tokenTooltip(*run, i);
+  tokens_->setTokens(run->labels, tooltips, run->run.bos_prepended);
+  tokens_->setSelectedPosition(selection_->position());
+  tokens_->setHoverPosition(selection_->hoverPosition());
+
+  std::vector<ImageGridView::Item> items;
+  items.reserve(run->thumbnails.size());
+  for (int l = 0; l < n_layer; ++l)
+    for (int h = 0; h < n_head; ++h)
+      items.push_back({run->thumbnails[static_cast<size_t>(l * n_head + h)], headLabel(l, h),
+                       QStringLiteral("%1 — click to show its pattern").arg(headLabel(l, h))});
+  head_grid_->setItems(std::move(items), n_head);
+  if (shape_changed) {
+    QStringList rows, cols;
+    for (int l = 0; l < n_layer; ++l) rows << QStringLiteral("L%1").arg(l);
+    for (int h = 0; h < n_head; ++h) cols << QStringLiteral("H%1").arg(h);
+    head_grid_->setRowHeaders(rows);
+    head_grid_->setColumnHeaders(cols);
+  }
+  head_grid_->setSelectedIndex(selection_->layer() * n_head + selection_->head());
+  head_grid_->setFigureText({QStringLiteral("Attention patterns of all %1 heads").arg(n_layer * n_head), runSubtitle(*run)},
+                            QStringLiteral("heads_overview"));
+
+  attention_->setRun(run);
+  contributions_->setRun(run);
+  controller_->requestPosition(selection_->position(), selection_->target());
+  controller_->requestLayer(selection_->layer());
+  updateStatus();
+}
+
+void MainWindow::onRunFailed(const QString& message) {
+  showBanner(QStringLiteral("<b>Could not run the model:</b> %1").arg(message.toHtmlEscaped()), true);
+  banner_->setProperty("source", QStringLiteral("run"));
+}
+
+void MainWindow::showBanner(const QString& html, bool error) {
+  banner_->setText(html);
+  banner_->setProperty("kind", error ? QStringLiteral("error") : QStringLiteral("warning"));
+  banner_->setProperty("source", QString());
+  banner_->style()->unpolish(banner_);
+  banner_->style()->polish(banner_);
+  banner_->show();
+}
+
+void MainWindow::hideBanner() {
+  banner_->hide();
+  banner_->setProperty("kind", QString());
+  banner_->setProperty("source", QString());
+}
+
+void MainWindow::updateStatus() {
+  const auto& model = controller_->model();
+  status_model_->setText(model ? QString::fromStdString(model->name()) : QStringLiteral("no model"));
+  if (model) {
+    const hs::ModelConfig& c = model->config();
+    status_model_->setToolTip(QStringLiteral("%1\n%2 layers × %3 heads, d_model %4, d_head %5, vocabulary %6, context %7")
+                                  .arg(QString::fromStdString(model->dir().string()))
+                                  .arg(c.n_layer)
+                                  .arg(c.n_head)
+                                  .arg(c.d_model)
+                                  .arg(c.d_head)
+                                  .arg(c.d_vocab)
+                                  .arg(c.n_ctx));
+  }
+  if (!run_) {
+    status_tokens_->clear();
+    status_time_->clear();
+    status_next_->clear();
+    return;
+  }
+  status_tokens_->setText(QStringLiteral("· %1 tokens").arg(run_->n_pos()));
+  status_time_->setText(QStringLiteral("· forward %1").arg(formatDuration(run_->run.forward_ms)));
+  status_time_->setToolTip(QStringLiteral("tokenize %1 · forward %2 · whole run on the worker %3 · keystroke to "
+                                          "views %4 (after the %5 ms typing pause)")
+                               .arg(formatDuration(run_->run.tokenize_ms), formatDuration(run_->run.forward_ms),
+                                    formatDuration(run_->worker_ms), formatDuration(run_->latency_ms))
+                               .arg(kDebounceMs));
+  status_next_->setText(run_->next.empty() ? QString()
+                                           : QStringLiteral("· next token %1").arg(predictionText(*run_, run_->next.front())));
+}
+
+void MainWindow::refreshModelCombo() {
+  QSignalBlocker block(model_combo_);
+  model_combo_->clear();
+  const auto& model = controller_->model();
+  const QString current = model ? QDir(QString::fromStdString(model->dir().string())).absolutePath() : QString();
+  if (!builtin_dir_.isEmpty())
+    model_combo_->addItem(QStringLiteral("%1 (built-in)").arg(QFileInfo(builtin_dir_).fileName()),
+                          QDir(builtin_dir_).absolutePath());
+  const QStringList recent = QSettings().value(QStringLiteral("models/recent")).toStringList();
+  for (const QString& dir : recent)
+    if (QDir(dir).absolutePath() != QDir(builtin_dir_).absolutePath())
+      model_combo_->addItem(QFileInfo(dir).fileName(), QDir(dir).absolutePath());
+  if (!current.isEmpty() && model_combo_->findData(current) < 0)
+    model_combo_->addItem(QFileInfo(current).fileName(), current);
+  model_combo_->insertSeparator(model_combo_->count());
+  model_combo_->addItem(QStringLiteral("Open model folder…"), QStringLiteral("::open"));
+  const int index = model_combo_->findData(current);
+  model_combo_->setCurrentIndex(index >= 0 ? index : -1);
+  for (int i = 0; i < model_combo_->count(); ++i)
+    model_combo_->setItemData(i, model_combo_->itemData(i), Qt::ToolTipRole);
+}
+
+void MainWindow::rememberRecent(const QString& dir) {
+  QSettings settings;
+  QStringList recent = settings.value(QStringLiteral("models/recent")).toStringList();
+  const QString path = QDir(dir).absolutePath();
+  recent.removeAll(path);
+  recent.prepend(path);
+  while (recent.size() > kMaxRecent) recent.removeLast();
+  settings.setValue(QStringLiteral("models/recent"), recent);
+  updateRecentMenu();
+}
+
+void MainWindow::updateRecentMenu() {
+  recent_menu_->clear();
+  const QStringList recent = QSettings().value(QStringLiteral("models/recent")).toStringList();
+  for (const QString& dir : recent)
+    recent_menu_->addAction(QDir::toNativeSeparators(dir), this, [this, dir] { loadModel(dir); });
+  recent_menu_->setEnabled(!recent.isEmpty());
+  if (!recent.isEmpty()) {
+    recent_menu_->addSeparator();
+    recent_menu_->addAction(QStringLiteral("Clear Recent Models"), this, [this] {
+      QSettings().remove(QStringLiteral("models/recent"));
+      updateRecentMenu();
+      refreshModelCombo();
+    });
+  }
+}
+
+void MainWindow::exportCurrentView() {
+  FigureSource* source = nullptr;
+  switch (tabs_->currentIndex()) {
+    case 0: source = attention_->heatmap(); break;
+    case 1: source = contributions_; break;
+    default: source = concat_; break;
+  }
+  if (!run_) {
+    statusBar()->showMessage(QStringLiteral("Nothing to export yet: type a prompt first."), 4000);
+    return;
+  }
+  saveFigureInteractively(this, *source, FigureFormat::Png, 2.0);
+}
+
+void MainWindow::exportAll() {
+  if (!run_) {
+    statusBar()->showMessage(QStringLiteral("Nothing to export yet: type a prompt first."), 4000);
+    return;
+  }
+  if (export_job_) {
+    statusBar()->showMessage(QStringLiteral("An export is already running."), 4000);
+    return;
+  }
+  QSettings settings;
+  const QString start = settings.value(QStringLiteral("export/lastFolder"), QDir::homePath()).toString();
+  const QString dir = QFileDialog::getExistingDirectory(this, QStringLiteral("Export All Views To"), start);
+  if (dir.isEmpty()) return;
+  settings.setValue(QStringLiteral("export/lastFolder"), dir);
+  ExportAllJob::Options options;
+  options.out_dir = dir;
+  options.scale = 2.0;
+  options.position = selection_->position();
+  options.target = selection_->target();
+  export_job_ = std::make_unique<ExportAllJob>(run_, options);
+  progress_->setValue(0);
+  progress_->setFormat(QStringLiteral("Exporting… %p%"));
+  progress_->show();
+  connect(export_job_.get(), &ExportAllJob::progress, this, [this](int done, int total, const QString& name) {
+    progress_->setValue(total > 0 ? done * 1000 / total : 0);
+    progress_->setFormat(QStringLiteral("Exporting %1 (%2/%3)").arg(name).arg(done).arg(total));
+  });
+  connect(export_job_.get(), &ExportAllJob::finished, this, [this](bool ok, const QString& message) {
+    progress_->hide();
+    if (ok) statusBar()->showMessage(message, 8000);
+    else QMessageBox::warning(this, QStringLiteral("Export failed"), message);
+    export_job_.release()->deleteLater();
+  });
+  export_job_->start();
+}
+
+void MainWindow::showShortcuts() {
+  QMessageBox::information(
+      this, QStringLiteral("Keyboard Shortcuts"),
+      QStringLiteral("<table cellpadding=3>"
+                     "<tr><td><b>Enter</b></td><td>run the prompt now (it also runs as you type)</td></tr>"
+                     "<tr><td><b>Shift+Enter</b></td><td>new line in the prompt</td></tr>"
+                     "<tr><td><b>← / →</b></td><td>previous / next head</td></tr>"
+                     "<tr><td><b>↑ / ↓, Page Up / Page Down</b></td><td>previous / next layer</td></tr>"
+                     "<tr><td><b>Shift+← / Shift+→</b></td><td>previous / next position</td></tr>"
+                     "<tr><td><b>Ctrl+1, 2, 3</b></td><td>Attention, Contributions, Concat vs Sum</td></tr>"
+                     "<tr><td><b>Ctrl+O</b></td><td>open a model folder</td></tr>"
+                     "<tr><td><b>Ctrl+E</b></td><td>export the current view (PNG, 2×)</td></tr>"
+                     "<tr><td><b>Ctrl+Shift+E</b></td><td>export every view</td></tr>"
+                     "<tr><td><b>Ctrl+Q</b></td><td>quit</td></tr></table>"
+                     "<p>Arrow keys move the selection when the prompt does not have the focus "
+                     "(press Tab or click a view).</p>"));
+}
+
+void MainWindow::showAbout() {
+  QMessageBox::about(this, QStringLiteral("About HeadScope"),
+                     QStringLiteral("<h3>HeadScope %1</h3><p>A lab for looking inside transformer language models: "
+                                    "attention patterns, what each head adds to the residual stream, and why "
+                                    "concatenating heads then projecting equals projecting each head then summing.</p>")
+                         .arg(QStringLiteral(HEADSCOPE_VERSION)));
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  QSettings settings;
+  if (restore_settings_) {
+    settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("window/splitter"), splitter_->saveState());
+  }
+  QMainWindow::closeEvent(event);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  const QList<QUrl> urls = event->mimeData()->urls();
+  if (urls.size() == 1 && urls.front().isLocalFile() && QFileInfo(urls.front().toLocalFile()).isDir())
+    event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  const QList<QUrl> urls = event->mimeData()->urls();
+  if (urls.isEmpty()) return;
+  event->acceptProposedAction();
+  loadModel(urls.front().toLocalFile());
+}
+
+}  // namespace hs::ui

@@ -1,0 +1,122 @@
+// The HeadScope window: the model and the prompt on top, the tokens as the model sees them, the
+// heads on the left, the views on the right, the run's facts in the status bar.
+#pragma once
+
+#include <QMainWindow>
+#include <QPointer>
+#include <QTimer>
+
+#include <memory>
+
+#include "ui/controller/results.h"
+
+class QComboBox;
+class QLabel;
+class QProgressBar;
+class QSplitter;
+class QTabWidget;
+class QMessageBox;
+class QMenu;
+
+namespace hs { class Model; }
+
+namespace hs::ui {
+
+class AnalysisController;
+class AttentionView;
+class ConcatSumView;
+class ContributionsView;
+class ExportAllJob;
+class ImageGridView;
+class PromptEdit;
+class Selection;
+class TokenStrip;
+
+// How the window starts.
+struct MainWindowOptions {
+  QString model_dir;             // empty: the built-in model
+  QString text;                  // empty: the example prompt
+  bool restore_settings = true;  // window geometry from QSettings (off in tests)
+};
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  using StartOptions = MainWindowOptions;
+
+  explicit MainWindow(const StartOptions& options = {}, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  AnalysisController* controller() const { return controller_; }
+  Selection* selection() const { return selection_; }
+  PromptEdit* promptEdit() const { return prompt_; }
+  TokenStrip* tokenStrip() const { return tokens_; }
+  ImageGridView* headGrid() const { return head_grid_; }
+  AttentionView* attentionView() const { return attention_; }
+  ContributionsView* contributionsView() const { return contributions_; }
+  ConcatSumView* concatSumView() const { return concat_; }
+  QTabWidget* tabs() const { return tabs_; }
+  // The debounce between a keystroke and the run it starts.
+  static constexpr int kDebounceMs = 150;
+
+ public Q_SLOTS:
+  void openModelFolder();
+  void loadModel(const QString& dir);
+  void exportCurrentView();
+  void exportAll();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  void buildMenus();
+  void buildCentral();
+  void buildStatusBar();
+  void connectEverything();
+  void onModelChanged(std::shared_ptr<const hs::Model> model);
+  void onModelLoadFailed(const QString& dir, const QString& message);
+  void onRunReady(std::shared_ptr<const RunResult> run);
+  void onRunFailed(const QString& message);
+  void showBanner(const QString& html, bool error);
+  void hideBanner();
+  void refreshModelCombo();
+  void rememberRecent(const QString& dir);
+  void updateRecentMenu();
+  void updateStatus();
+  void showShortcuts();
+  void showAbout();
+
+  AnalysisController* controller_ = nullptr;
+  Selection* selection_ = nullptr;
+  QComboBox* model_combo_ = nullptr;
+  PromptEdit* prompt_ = nullptr;
+  TokenStrip* tokens_ = nullptr;
+  QLabel* banner_ = nullptr;
+  QSplitter* splitter_ = nullptr;
+  ImageGridView* head_grid_ = nullptr;
+  QLabel* heads_caption_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  AttentionView* attention_ = nullptr;
+  ContributionsView* contributions_ = nullptr;
+  ConcatSumView* concat_ = nullptr;
+  QLabel* status_model_ = nullptr;
+  QLabel* status_tokens_ = nullptr;
+  QLabel* status_time_ = nullptr;
+  QLabel* status_next_ = nullptr;
+  QLabel* status_busy_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+  QMenu* recent_menu_ = nullptr;
+  QTimer debounce_;
+  QString loading_dir_;
+  QString builtin_dir_;
+  QString builtin_error_;
+  std::shared_ptr<const RunResult> run_;
+  QPointer<QMessageBox> load_error_box_;
+  std::unique_ptr<ExportAllJob> export_job_;
+  bool restore_settings_ = true;
+};
+
+}  // namespace hs::ui

@@ -1,0 +1,116 @@
+#include "ui/views/attention_view.h"
+
+#include <QLabel>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "ui/controller/selection.h"
+#include "ui/views/view_text.h"
+#include "ui/widgets/heatmap_view.h"
+#include "ui/widgets/labels.h"
+
+namespace hs::ui {
+
+AttentionView::AttentionView(Selection* selection, QWidget* parent) : QWidget(parent), selection_(selection) {
+  setObjectName(QStringLiteral("attentionView"));
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(8, 8, 8, 4);
+  layout->setSpacing(4);
+  title_ = new QLabel(this);
+  title_->setObjectName(QStringLiteral("viewTitle"));
+  summary_ = new QLabel(this);
+  summary_->setObjectName(QStringLiteral("attentionSummary"));
+  summary_->setWordWrap(true);
+  summary_->setTextFormat(Qt::RichText);
+  heatmap_ = new HeatmapView(this);
+  heatmap_->setObjectName(QStringLiteral("attentionHeatmap"));
+  heatmap_->setColorMap(ColorMap::Sequential);
+  heatmap_->setRangeMode(HeatmapView::RangeMode::Fixed, 0.0, 1.0);
+  heatmap_->setAxisTitles(QStringLiteral("query position (reads)"), QStringLiteral("key position (is read)"));
+  heatmap_->setColorScaleTitle(QStringLiteral("attention weight"));
+  layout->addWidget(title_);
+  layout->addWidget(summary_);
+  layout->addWidget(heatmap_, 1);
+
+  heatmap_->setTooltipFormatter([this](int row, int col, float v) -> QString {
+    if (!run_) return {};
+    const QString q = tokenAt(run_->labels.value(row), row);
+    const QString k = tokenAt(run_->labels.value(col), col);
+    if (col > row) return QStringLiteral("query %1 ← key %2: masked (a later position)").arg(q, k);
+    return QStringLiteral("query %1 ← key %2: %3").arg(q, k, QString::number(v, 'f', 2));
+  });
+  connect(heatmap_, &HeatmapView::cellClicked, this, [this](int row, int) { selection_->setPosition(row); });
+  connect(heatmap_, &HeatmapView::cellHovered, this, [this](int row, int) { selection_->setHoverPosition(row); });
+  connect(selection_, &Selection::headChanged, this, [this] { refresh(); });
+  connect(selection_, &Selection::positionChanged, this, [this](int pos) {
+    heatmap_->setHighlightedRow(pos);
+    updateSummary();
+  });
+  connect(selection_, &Selection::hoverChanged, this, [this](int pos) { heatmap_->setHoverRow(pos); });
+  refresh();
+}
+
+void AttentionView::setRun(std::shared_ptr<const RunResult> run) {
+  run_ = std::move(run);
+  shown_layer_ = shown_head_ = -1;
+  refresh();
+}
+
+void AttentionView::refresh() { showHead(selection_->layer(), selection_->head()); }
+
+void AttentionView::showHead(int layer, int head) {
+  if (!run_) {
+    title_->setText(QStringLiteral("Attention pattern"));
+    summary_->setText(QStringLiteral("Type a prompt to see which earlier tokens each head reads from."));
+    heatmap_->clear();
+    return;
+  }
+  layer = std::clamp(layer, 0, run_->n_layer() - 1);
+  head = std::clamp(head, 0, run_->n_head() - 1);
+  if (layer != shown_layer_ || head != shown_head_) {
+    shown_layer_ = layer;
+    shown_head_ = head;
+    const int n = run_->n_pos();
+    // [query_pos, key_pos]; keys after the query are masked (NaN), not zero.
+    std::vector<float> cells(static_cast<size_t>(n) * n, std::numeric_limits<float>::quiet_NaN());
+    for (int q = 0; q < n; ++q) {
+      const hs::ConstRowVectorRef row = run_->run.cache->pattern_row(layer, head, q);  // keys 0..q
+      std::copy(row.data(), row.data() + q + 1, cells.begin() + static_cast<long>(q) * n);
+    }
+    heatmap_->setMatrix(n, n, std::move(cells));
+    heatmap_->setRowLabels(run_->labels);
+    heatmap_->setColumnLabels(run_->labels);
+    heatmap_->setHighlightedRow(selection_->position());
+    heatmap_->setHoverRow(selection_->hoverPosition());
+    const QString label = headLabel(layer, head);
+    title_->setText(QStringLiteral("<b>%1</b> &nbsp;attention pattern").arg(label));
+    heatmap_->setFigureText({label + " attention pattern", runSubtitle(*run_)}, "attention_" + label);
+  }
+  updateSummary();
+}
+
+void AttentionView::updateSummary() {
+  if (!run_ || shown_layer_ < 0) return;
+  const int q = std::clamp(selection_->position(), 0, run_->n_pos() - 1);
+  const hs::ConstRowVectorRef row = run_->run.cache->pattern_row(shown_layer_, shown_head_, q);
+  std::vector<int> keys(static_cast<size_t>(q + 1));
+  std::iota(keys.begin(), keys.end(), 0);
+  const size_t shown = std::min<size_t>(3, keys.size());
+  std::partial_sort(keys.begin(), keys.begin() + static_cast<long>(shown), keys.end(),
+                    [&](int a, int b) { return row[a] > row[b]; });
+  QStringList parts;
+  for (size_t i = 0; i < shown; ++i) {
+    const int k = keys[i];
+    parts << QStringLiteral("%1 <span style='color:#666'>%2</span>")
+                 .arg(tokenAt(run_->labels.value(k), k).toHtmlEscaped(), QString::number(row[k], 'f', 2));
+  }
+  summary_->setText(QStringLiteral("Query <b>%1</b> reads most from: %2. "
+                                   "<span style='color:#666'>Rows sum to 1; hatched cells are later positions "
+                                   "the head cannot see. Click a row to select that position.</span>")
+                        .arg(tokenAt(run_->labels.value(q), q).toHtmlEscaped(), parts.join(QStringLiteral(", "))));
+}
+
+}  // namespace hs::ui

@@ -1,0 +1,42 @@
+// The selected head's attention pattern, large: query position on y (first token at the top),
+// key position on x, the fixed colour range [0, 1], masked cells hatched. Clicking a row selects
+// that destination position everywhere.
+#pragma once
+
+#include <QWidget>
+
+#include <memory>
+
+#include "ui/controller/results.h"
+
+class QLabel;
+
+namespace hs::ui {
+
+class HeatmapView;
+class Selection;
+
+class AttentionView : public QWidget {
+  Q_OBJECT
+
+ public:
+  AttentionView(Selection* selection, QWidget* parent = nullptr);
+
+  void setRun(std::shared_ptr<const RunResult> run);
+  HeatmapView* heatmap() const { return heatmap_; }
+  // Shows head (layer, head) regardless of the selection (used by the exporter).
+  void showHead(int layer, int head);
+
+ private:
+  void refresh();
+  void updateSummary();
+
+  Selection* selection_;
+  std::shared_ptr<const RunResult> run_;
+  QLabel* title_ = nullptr;
+  QLabel* summary_ = nullptr;
+  HeatmapView* heatmap_ = nullptr;
+  int shown_layer_ = -1, shown_head_ = -1;
+};
+
+}  // namespace hs::ui

@@ -1,0 +1,351 @@
+#include "ui/views/concat_sum_view.h"
+
+#include <QFrame>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/model/model.h"
+#include "qcustomplot.h"
+#include "ui/controller/selection.h"
+#include "ui/views/view_text.h"
+#include "ui/widgets/heatmap_view.h"
+#include "ui/widgets/image_grid_view.h"
+#include "ui/widgets/labels.h"
+
+namespace hs::ui {
+namespace {
+
+std::vector<float> toVector(const hs::RowMatrixXf& m) { return std::vector<float>(m.data(), m.data() + m.size()); }
+
+QLabel* caption(QWidget* parent, const QString& object_name = QStringLiteral("plotCaption")) {
+  auto* label = new QLabel(parent);
+  label->setObjectName(object_name);
+  label->setAlignment(Qt::AlignCenter);
+  label->setWordWrap(true);
+  return label;
+}
+
+QLabel* operatorLabel(QWidget* parent, const QString& text) {
+  auto* label = new QLabel(text, parent);
+  label->setObjectName(QStringLiteral("operatorLabel"));
+  label->setAlignment(Qt::AlignCenter);
+  return label;
+}
+
+HeatmapView* signedPlot(QWidget* parent, const QString& name) {
+  auto* plot = new HeatmapView(parent);
+  plot->setObjectName(name);
+  plot->setColorMap(ColorMap::Diverging);
+  plot->setRangeMode(HeatmapView::RangeMode::Symmetric);
+  plot->setMinimumSize(120, 120);
+  return plot;
+}
+
+QFrame* panel(QWidget* parent, const QString& name) {
+  auto* frame = new QFrame(parent);
+  frame->setObjectName(name);
+  frame->setFrameShape(QFrame::StyledPanel);
+  return frame;
+}
+
+}  // namespace
+
+ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(parent), selection_(selection) {
+  setObjectName(QStringLiteral("concatSumView"));
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(8, 8, 8, 4);
+  layout->setSpacing(6);
+  title_ = new QLabel(this);
+  title_->setObjectName(QStringLiteral("viewTitle"));
+  title_->setWordWrap(true);
+  layout->addWidget(title_);
+
+  auto* vertical = new QSplitter(Qt::Vertical, this);
+  vertical->setChildrenCollapsible(false);
+  auto* sides = new QSplitter(Qt::Horizontal, vertical);
+  sides->setChildrenCollapsible(false);
+
+  // Left: concatenate, then project.
+  QFrame* left = panel(sides, QStringLiteral("concatPanel"));
+  auto* left_layout = new QVBoxLayout(left);
+  left_layout->setContentsMargins(6, 6, 6, 6);
+  concat_caption_ = caption(left, QStringLiteral("panelTitle"));
+  concat_caption_->setText(QStringLiteral("Concatenate the heads, then project"));
+  left_layout->addWidget(concat_caption_);
+  auto* grid = new QGridLayout;
+  grid->setHorizontalSpacing(2);
+  grid->setVerticalSpacing(2);
+  z_caption_ = caption(left);
+  wo_caption_ = caption(left);
+  concat_out_caption_ = caption(left);
+  z_ = signedPlot(left, QStringLiteral("concatZ"));
+  wo_ = signedPlot(left, QStringLiteral("concatWO"));
+  concat_out_ = signedPlot(left, QStringLiteral("concatOut"));
+  grid->addWidget(z_caption_, 0, 0);
+  grid->addWidget(wo_caption_, 0, 2);
+  grid->addWidget(concat_out_caption_, 0, 4);
+  grid->addWidget(z_, 1, 0);
+  grid->addWidget(operatorLabel(left, QStringLiteral("×")), 1, 1);
+  grid->addWidget(wo_, 1, 2);
+  grid->addWidget(operatorLabel(left, QStringLiteral("+ b_O =")), 1, 3);
+  grid->addWidget(concat_out_, 1, 4);
+  grid->setColumnStretch(0, 1);
+  grid->setColumnStretch(2, 1);
+  grid->setColumnStretch(4, 1);
+  grid->setRowStretch(1, 1);
+  left_layout->addLayout(grid, 1);
+
+  // Right: project each head, then sum.
+  QFrame* right = panel(sides, QStringLiteral("sumPanel"));
+  auto* right_layout = new QVBoxLayout(right);
+  right_layout->setContentsMargins(6, 6, 6, 6);
+  sum_caption_ = caption(right, QStringLiteral("panelTitle"));
+  sum_caption_->setText(QStringLiteral("Project each head, then sum"));
+  right_layout->addWidget(sum_caption_);
+  auto* right_row = new QHBoxLayout;
+  auto* results_box = new QVBoxLayout;
+  results_caption_ = caption(right);
+  results_ = new ImageGridView(right);
+  results_->setObjectName(QStringLiteral("headResults"));
+  results_->setCellAspect(1.0);
+  results_box->addWidget(results_caption_);
+  results_box->addWidget(results_, 1);
+  auto* sum_box = new QVBoxLayout;
+  sum_out_caption_ = caption(right);
+  sum_out_ = signedPlot(right, QStringLiteral("sumOut"));
+  sum_box->addWidget(sum_out_caption_);
+  sum_box->addWidget(sum_out_, 1);
+  right_row->addLayout(results_box, 1);
+  right_row->addWidget(operatorLabel(right, QStringLiteral("Σ + b_O =")));
+  right_row->addLayout(sum_box, 1);
+  right_layout->addLayout(right_row, 1);
+  sides->addWidget(left);
+  sides->addWidget(right);
+  sides->setStretchFactor(0, 3);
+  sides->setStretchFactor(1, 2);
+
+  // Below: the difference, and the shapes.
+  auto* below = new QWidget(vertical);
+  auto* below_layout = new QHBoxLayout(below);
+  below_layout->setContentsMargins(0, 0, 0, 0);
+  auto* diff_box = new QVBoxLayout;
+  diff_label_ = new QLabel(below);
+  diff_label_->setObjectName(QStringLiteral("differenceLabel"));
+  diff_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  diff_ = new HeatmapView(below);
+  diff_->setObjectName(QStringLiteral("differencePlot"));
+  diff_->setColorMap(ColorMap::Sequential);
+  diff_->setRangeMode(HeatmapView::RangeMode::ZeroToMax);
+  diff_->setColorScaleTitle(QStringLiteral("|concat − sum|"));
+  diff_box->addWidget(diff_label_);
+  diff_box->addWidget(diff_, 1);
+  shapes_ = new QTableWidget(below);
+  shapes_->setObjectName(QStringLiteral("shapesTable"));
+  shapes_->setColumnCount(3);
+  shapes_->setHorizontalHeaderLabels({QStringLiteral("Step"), QStringLiteral("Shape"), QStringLiteral("Sizes")});
+  shapes_->verticalHeader()->setVisible(false);
+  shapes_->horizontalHeader()->setStretchLastSection(true);
+  shapes_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  shapes_->setSelectionMode(QAbstractItemView::NoSelection);
+  shapes_->setAlternatingRowColors(true);
+  shapes_->setWordWrap(false);
+  below_layout->addLayout(diff_box, 2);
+  below_layout->addWidget(shapes_, 3);
+  vertical->addWidget(sides);
+  vertical->addWidget(below);
+  vertical->setStretchFactor(0, 3);
+  vertical->setStretchFactor(1, 2);
+  layout->addWidget(vertical, 1);
+
+  connect(z_, &HeatmapView::cellClicked, this, [this](int row, int col) {
+    if (!result_) return;
+    selection_->setHead(result_->layer, col / result_->run->run.cache->config().d_head);
+    selection_->setPosition(row);
+  });
+  connect(wo_, &HeatmapView::cellClicked, this, [this](int row, int) {
+    if (result_) selection_->setHead(result_->layer, row / result_->run->run.cache->config().d_head);
+  });
+  connect(results_, &ImageGridView::itemClicked, this, [this](int head) {
+    if (result_) selection_->setHead(result_->layer, head);
+  });
+  for (HeatmapView* plot : {z_, concat_out_, sum_out_, diff_})
+    connect(plot, &HeatmapView::cellClicked, this, [this](int row, int) { selection_->setPosition(row); });
+  connect(selection_, &Selection::headChanged, this, [this] { updateHighlights(); });
+  connect(selection_, &Selection::positionChanged, this, [this] { updateHighlights(); });
+  connect(selection_, &Selection::hoverChanged, this, [this](int pos) {
+    for (HeatmapView* plot : {z_, concat_out_, sum_out_, diff_}) plot->setHoverRow(pos);
+  });
+  refresh();
+}
+
+void ConcatSumView::setLayerResult(std::shared_ptr<const LayerResult> result) {
+  result_ = std::move(result);
+  refresh();
+}
+
+QString ConcatSumView::differenceText() const { return diff_label_->text(); }
+
+void ConcatSumView::refresh() {
+  if (!result_) {
+    title_->setText(QStringLiteral("Concat vs Sum"));
+    for (HeatmapView* plot : {z_, wo_, concat_out_, sum_out_, diff_}) plot->clear();
+    results_->clear();
+    diff_label_->clear();
+    shapes_->setRowCount(0);
+    return;
+  }
+  const hs::ConcatVsSum& cs = result_->cs;
+  const RunResult& run = *result_->run;
+  const hs::ModelConfig& cfg = run.run.cache->config();
+  const int S = run.n_pos(), H = cfg.n_head, dh = cfg.d_head, D = cfg.d_model;
+  const int layer = result_->layer;
+  title_->setText(QStringLiteral("<b>Layer %1</b> &nbsp;multi-head attention is a sum over heads: concatenating the "
+                                 "heads' z and multiplying by W_O gives the same attn_out as adding each head's "
+                                 "own projection r_h = z_h · W_O[h].")
+                      .arg(layer));
+
+  z_->setMatrix(S, H * dh, toVector(cs.z_concat));
+  z_->setRowLabels(run.labels);
+  z_->setColumnBands(dh, QStringLiteral("h"), selection_->head());
+  z_->setAxisTitles(QStringLiteral("position"), QString());
+  z_->setColorScaleTitle(QStringLiteral("z"));
+  z_caption_->setText(QStringLiteral("z concat  [S × H·d_head] = [%1 × %2]").arg(S).arg(H * dh));
+
+  wo_->setMatrix(H * dh, D, toVector(cs.W_O));
+  wo_->setRowBands(dh, QStringLiteral("h"), selection_->head());
+  wo_->setAxisTitles(QString(), QStringLiteral("d_model"));
+  wo_->setColorScaleTitle(QStringLiteral("W_O"));
+  wo_caption_->setText(QStringLiteral("W_O  [H·d_head × D] = [%1 × %2]").arg(H * dh).arg(D));
+
+  const double range = result_->output_range;
+  concat_out_->setMatrix(S, D, toVector(cs.via_concat));
+  concat_out_->setRangeMode(HeatmapView::RangeMode::Fixed, -range, range);
+  concat_out_->setRowLabels(run.labels);
+  concat_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
+  concat_out_->setColorScaleTitle(QStringLiteral("attn_out"));
+  concat_out_caption_->setText(QStringLiteral("attn_out  [S × D] = [%1 × %2]").arg(S).arg(D));
+
+  std::vector<ImageGridView::Item> items;
+  for (int h = 0; h < H; ++h) {
+    const float norm = cs.head_results[static_cast<size_t>(h)].norm();
+    items.push_back({result_->head_result_images[static_cast<size_t>(h)], QStringLiteral("r_%1").arg(h),
+                     QStringLiteral("r_%1 = z_%1 · W_O[%1]  [%2 × %3], Frobenius norm %4")
+                         .arg(h)
+                         .arg(S)
+                         .arg(D)
+                         .arg(formatNumber(norm))});
+  }
+  const int columns = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(H)))));
+  results_->setItems(std::move(items), columns);
+  results_->setCellAspect(std::clamp(static_cast<double>(D) / std::max(1, S), 0.5, 2.0));
+  results_caption_->setText(QStringLiteral("r_h = z_h [S × %1] · W_O[h] [%1 × D]  (one per head)").arg(dh));
+  results_->setFigureText({QStringLiteral("L%1 per-head results r_h").arg(layer), runSubtitle(run)},
+                          QStringLiteral("head_results_L%1").arg(layer));
+
+  sum_out_->setMatrix(S, D, toVector(cs.via_sum));
+  sum_out_->setRangeMode(HeatmapView::RangeMode::Fixed, -range, range);
+  sum_out_->setRowLabels(run.labels);
+  sum_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
+  sum_out_->setColorScaleTitle(QStringLiteral("attn_out"));
+  sum_out_caption_->setText(QStringLiteral("Σ_h r_h + b_O  [S × D] = [%1 × %2]").arg(S).arg(D));
+
+  hs::RowMatrixXf abs_diff = cs.difference.cwiseAbs();
+  diff_->setMatrix(S, D, toVector(abs_diff));
+  diff_->setRowLabels(run.labels);
+  diff_->setAxisTitles(QStringLiteral("position"), QStringLiteral("d_model"));
+  diff_label_->setText(QStringLiteral("<b>|concat − sum|</b> [S × D] &nbsp; max |difference| = <b>%1</b> "
+                                      "(float32 rounding) &nbsp;·&nbsp; concat vs the cache's hook_attn_out: %2")
+                           .arg(formatNumber(cs.max_abs_diff), formatNumber(cs.max_abs_vs_cache)));
+
+  const QString subtitle = runSubtitle(run);
+  z_->setFigureText({QStringLiteral("L%1 z concatenated [S × H·d_head]").arg(layer), subtitle},
+                    QStringLiteral("z_concat_L%1").arg(layer));
+  wo_->setFigureText({QStringLiteral("L%1 W_O [H·d_head × D]").arg(layer), subtitle}, QStringLiteral("W_O_L%1").arg(layer));
+  concat_out_->setFigureText({QStringLiteral("L%1 attn_out via concat · W_O + b_O").arg(layer), subtitle},
+                             QStringLiteral("attn_out_concat_L%1").arg(layer));
+  sum_out_->setFigureText({QStringLiteral("L%1 attn_out via Σ_h r_h + b_O").arg(layer), subtitle},
+                          QStringLiteral("attn_out_sum_L%1").arg(layer));
+  diff_->setFigureText({QStringLiteral("L%1 |concat − sum|, max %2").arg(layer).arg(formatNumber(cs.max_abs_diff)), subtitle},
+                       QStringLiteral("concat_minus_sum_L%1").arg(layer));
+  fillShapes();
+  updateHighlights();
+}
+
+void ConcatSumView::fillShapes() {
+  const RunResult& run = *result_->run;
+  const hs::ModelConfig& cfg = run.run.cache->config();
+  const int S = run.n_pos(), H = cfg.n_head, dh = cfg.d_head, D = cfg.d_model, V = cfg.d_vocab, L = cfg.n_layer;
+  struct Row {
+    QString step, shape, sizes;
+  };
+  auto dims = [](std::initializer_list<int> d) {
+    QStringList parts;
+    for (int x : d) parts << QString::number(x);
+    return "[" + parts.join(", ") + "]";
+  };
+  const std::vector<Row> rows = {
+      {QStringLiteral("tokens"), QStringLiteral("[B, S]"), dims({1, S})},
+      {QStringLiteral("resid_pre (embed + pos)"), QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {QStringLiteral("z = pattern · v (hook_z)"), QStringLiteral("[B, S, H, d_head]"), dims({1, S, H, dh})},
+      {QStringLiteral("z concatenated"), QStringLiteral("[B, S, H·d_head]"), dims({1, S, H * dh})},
+      {QStringLiteral("W_O"), QStringLiteral("[H·d_head, D]"), dims({H * dh, D})},
+      {QStringLiteral("concat · W_O + b_O = attn_out"), QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {QStringLiteral("z_h (one head)"), QStringLiteral("[B, S, d_head]"), dims({1, S, dh})},
+      {QStringLiteral("W_O[h]"), QStringLiteral("[d_head, D]"), dims({dh, D})},
+      {QStringLiteral("r_h = z_h · W_O[h] (hook_result)"), QStringLiteral("[B, S, H, D]"), dims({1, S, H, D})},
+      {QStringLiteral("Σ_h r_h + b_O = attn_out"), QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {QStringLiteral("logits (after %1 layers)").arg(L), QStringLiteral("[B, S, V]"), dims({1, S, V})},
+  };
+  shapes_->setRowCount(static_cast<int>(rows.size()));
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    shapes_->setItem(i, 0, new QTableWidgetItem(rows[static_cast<size_t>(i)].step));
+    shapes_->setItem(i, 1, new QTableWidgetItem(rows[static_cast<size_t>(i)].shape));
+    shapes_->setItem(i, 2, new QTableWidgetItem(rows[static_cast<size_t>(i)].sizes));
+  }
+  shapes_->setHorizontalHeaderLabels({QStringLiteral("Step"), QStringLiteral("Shape"),
+                                      QStringLiteral("B=1  S=%1  V=%2  D=%3  H=%4  d_head=%5  L=%6")
+                                          .arg(S)
+                                          .arg(V)
+                                          .arg(D)
+                                          .arg(H)
+                                          .arg(dh)
+                                          .arg(L)});
+  shapes_->resizeColumnsToContents();
+  shapes_->resizeRowsToContents();
+}
+
+void ConcatSumView::updateHighlights() {
+  const int head = selection_->head();
+  z_->setHighlightedColumnBand(head);
+  wo_->setHighlightedRowBand(head);
+  results_->setSelectedIndex(head);
+  const int pos = selection_->position();
+  for (HeatmapView* plot : {z_, concat_out_, sum_out_, diff_}) plot->setHighlightedRow(pos);
+}
+
+FigureText ConcatSumView::figureText() const {
+  if (!result_) return {QStringLiteral("Concat vs Sum"), {}};
+  return {QStringLiteral("L%1 concat vs sum: max |difference| = %2")
+              .arg(result_->layer)
+              .arg(formatNumber(result_->cs.max_abs_diff)),
+          runSubtitle(*result_->run)};
+}
+
+QString ConcatSumView::figureFileStem() const {
+  return QStringLiteral("concat_vs_sum_L%1").arg(result_ ? result_->layer : 0);
+}
+
+void ConcatSumView::paintFigure(QCPPainter& painter, QSize size) {
+  Q_UNUSED(size);
+  renderWidgetInto(this, painter, painter.transform().m11());
+}
+
+}  // namespace hs::ui

@@ -1,0 +1,345 @@
+#include "ui/views/contributions_view.h"
+
+#include <QButtonGroup>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QRadioButton>
+#include <QSplitter>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/model/model.h"
+#include "qcustomplot.h"
+#include "ui/controller/selection.h"
+#include "ui/export/figure.h"
+#include "ui/views/view_text.h"
+#include "ui/widgets/bar_chart_view.h"
+#include "ui/widgets/heatmap_view.h"
+#include "ui/widgets/labels.h"
+
+namespace hs::ui {
+namespace {
+
+QColor kindColor(hs::ComponentKind kind) {
+  switch (kind) {
+    case hs::ComponentKind::Embed: return QColor(0x52, 0x52, 0x52);
+    case hs::ComponentKind::PosEmbed: return QColor(0x96, 0x96, 0x96);
+    case hs::ComponentKind::Head: return QColor(0x31, 0x82, 0xbd);
+    case hs::ComponentKind::AttnBias: return QColor(0x9e, 0xca, 0xe1);
+    case hs::ComponentKind::Mlp: return QColor(0x31, 0xa3, 0x54);
+  }
+  return Qt::gray;
+}
+
+// What the person typed as a target, in the tokenizer's own text: the visible-whitespace marks
+// mean the characters they stand for.
+QString typedTokenText(QString text) {
+  text.replace(QChar(0x2423), ' ');   // ␣
+  text.replace(QChar(0x21b5), '\n');  // ↵
+  text.replace(QChar(0x21e5), '\t');  // ⇥
+  return text;
+}
+
+}  // namespace
+
+ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : QWidget(parent), selection_(selection) {
+  setObjectName(QStringLiteral("contributionsView"));
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(8, 8, 8, 4);
+  layout->setSpacing(6);
+
+  auto* controls = new QHBoxLayout;
+  controls->setSpacing(10);
+  position_ = new QLabel(this);
+  position_->setObjectName(QStringLiteral("viewTitle"));
+  controls->addWidget(position_);
+  controls->addSpacing(12);
+  norm_button_ = new QRadioButton(QStringLiteral("Head write norm ‖r_h‖"), this);
+  norm_button_->setObjectName(QStringLiteral("modeNorm"));
+  dla_button_ = new QRadioButton(QStringLiteral("Direct logit attribution"), this);
+  dla_button_->setObjectName(QStringLiteral("modeDla"));
+  norm_button_->setChecked(true);
+  auto* group = new QButtonGroup(this);
+  group->addButton(norm_button_);
+  group->addButton(dla_button_);
+  controls->addWidget(norm_button_);
+  controls->addWidget(dla_button_);
+  controls->addSpacing(12);
+  auto* target_label = new QLabel(QStringLiteral("Target token:"), this);
+  controls->addWidget(target_label);
+  target_ = new QComboBox(this);
+  target_->setObjectName(QStringLiteral("targetCombo"));
+  target_->setEditable(true);
+  target_->setInsertPolicy(QComboBox::NoInsert);
+  target_->setMinimumContentsLength(18);
+  target_->setToolTip(QStringLiteral("The token whose logit the attribution explains. Pick one of the model's top "
+                                     "predictions, or type a token (␣ or a leading space for a space)."));
+  target_label->setBuddy(target_);
+  controls->addWidget(target_);
+  target_error_ = new QLabel(this);
+  target_error_->setObjectName(QStringLiteral("targetError"));
+  target_error_->setStyleSheet(QStringLiteral("color: #b3261e;"));
+  controls->addWidget(target_error_);
+  controls->addStretch(1);
+  layout->addLayout(controls);
+
+  auto* splitter = new QSplitter(Qt::Vertical, this);
+  splitter->setChildrenCollapsible(false);
+  auto* top = new QWidget(splitter);
+  auto* top_layout = new QVBoxLayout(top);
+  top_layout->setContentsMargins(0, 0, 0, 0);
+  top_layout->setSpacing(2);
+  heads_caption_ = new QLabel(top);
+  heads_caption_->setObjectName(QStringLiteral("sectionCaption"));
+  heads_ = new HeatmapView(top);
+  heads_->setObjectName(QStringLiteral("contribHeadHeatmap"));
+  heads_->setAxisTitles(QStringLiteral("layer"), QStringLiteral("head"));
+  top_layout->addWidget(heads_caption_);
+  top_layout->addWidget(heads_, 1);
+  auto* bottom = new QWidget(splitter);
+  auto* bottom_layout = new QVBoxLayout(bottom);
+  bottom_layout->setContentsMargins(0, 0, 0, 0);
+  bottom_layout->setSpacing(2);
+  bars_caption_ = new QLabel(bottom);
+  bars_caption_->setObjectName(QStringLiteral("sectionCaption"));
+  bars_ = new BarChartView(bottom);
+  bars_->setObjectName(QStringLiteral("contribBars"));
+  bars_->setLegend({{QStringLiteral("embed"), kindColor(hs::ComponentKind::Embed)},
+                    {QStringLiteral("pos_embed"), kindColor(hs::ComponentKind::PosEmbed)},
+                    {QStringLiteral("head result"), kindColor(hs::ComponentKind::Head)},
+                    {QStringLiteral("attention bias b_O"), kindColor(hs::ComponentKind::AttnBias)},
+                    {QStringLiteral("MLP out"), kindColor(hs::ComponentKind::Mlp)}});
+  check_ = new QLabel(bottom);
+  check_->setObjectName(QStringLiteral("contribCheck"));
+  check_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  bottom_layout->addWidget(bars_caption_);
+  bottom_layout->addWidget(bars_, 1);
+  bottom_layout->addWidget(check_);
+  splitter->addWidget(top);
+  splitter->addWidget(bottom);
+  splitter->setStretchFactor(0, 2);
+  splitter->setStretchFactor(1, 3);
+  layout->addWidget(splitter, 1);
+
+  connect(norm_button_, &QRadioButton::toggled, this, [this](bool on) {
+    if (on) setMode(Mode::WriteNorm);
+  });
+  connect(dla_button_, &QRadioButton::toggled, this, [this](bool on) {
+    if (on) setMode(Mode::LogitAttribution);
+  });
+  connect(target_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
+    if (updating_targets_) return;
+    target_error_->clear();
+    const QVariant data = target_->itemData(index);
+    if (index == 0 || !data.isValid()) selection_->setTarget(std::nullopt);
+    else selection_->setTarget(data.toInt());
+    if (mode_ != Mode::LogitAttribution) dla_button_->setChecked(true);
+  });
+  connect(target_->lineEdit(), &QLineEdit::returnPressed, this, &ContributionsView::applyTypedTarget);
+  connect(heads_, &HeatmapView::cellClicked, this, [this](int row, int col) { selection_->setHead(row, col); });
+  connect(bars_, &BarChartView::barClicked, this, [this](int index) {
+    if (!result_) return;
+    const auto& parts = result_->parts;
+    if (index < static_cast<int>(parts.heads.size()) && parts.heads[static_cast<size_t>(index)] >= 0)
+      selection_->setHead(parts.layers[static_cast<size_t>(index)], parts.heads[static_cast<size_t>(index)]);
+  });
+  connect(selection_, &Selection::headChanged, this, [this] { updateHighlights(); });
+  refresh();
+}
+
+void ContributionsView::setRun(std::shared_ptr<const RunResult> run) { run_ = std::move(run); }
+
+void ContributionsView::setPositionResult(std::shared_ptr<const PositionResult> result) {
+  result_ = std::move(result);
+  if (result_) run_ = result_->run;
+  refreshTargets();
+  refresh();
+}
+
+void ContributionsView::setMode(Mode mode) {
+  mode_ = mode;
+  QSignalBlocker b1(norm_button_), b2(dla_button_);
+  norm_button_->setChecked(mode == Mode::WriteNorm);
+  dla_button_->setChecked(mode == Mode::LogitAttribution);
+  refresh();
+}
+
+void ContributionsView::refreshTargets() {
+  if (!result_) return;
+  updating_targets_ = true;
+  target_->clear();
+  const RunResult& run = *result_->run;
+  const QString predicted = result_->top.empty() ? QStringLiteral("–") : predictionText(run, result_->top.front());
+  target_->addItem(QStringLiteral("predicted: %1").arg(predicted));
+  for (const hs::Prediction& p : result_->top) target_->addItem(predictionText(run, p), p.id);
+  if (result_->target_is_prediction) {
+    target_->setCurrentIndex(0);
+  } else {
+    int found = -1;
+    for (int i = 1; i < target_->count(); ++i)
+      if (target_->itemData(i).toInt() == result_->target) found = i;
+    if (found < 0) {
+      target_->addItem(tokenText(run, result_->target), result_->target);
+      found = target_->count() - 1;
+    }
+    target_->setCurrentIndex(found);
+  }
+  updating_targets_ = false;
+}
+
+void ContributionsView::applyTypedTarget() {
+  if (!run_) return;
+  const QString typed = target_->currentText();
+  for (int i = 0; i < target_->count(); ++i) {
+    if (target_->itemText(i) == typed) {
+      Q_EMIT target_->activated(i);
+      return;
+    }
+  }
+  const QString text = typedTokenText(typed);
+  std::vector<int32_t> ids;
+  try {
+    ids = run_->model().encode(text.toStdString(), false);
+  } catch (const std::exception& e) {
+    target_error_->setText(QString::fromStdString(e.what()));
+    return;
+  }
+  if (ids.size() != 1) {
+    QStringList pieces;
+    for (int32_t id : ids) pieces << tokenText(*run_, id);
+    target_error_->setText(ids.empty() ? QStringLiteral("Type a token.")
+                                       : QStringLiteral("“%1” is %2 tokens (%3); type a single token.")
+                                             .arg(typed)
+                                             .arg(ids.size())
+                                             .arg(pieces.join(QStringLiteral(" + "))));
+    return;
+  }
+  target_error_->clear();
+  selection_->setTarget(ids.front());
+  if (mode_ != Mode::LogitAttribution) dla_button_->setChecked(true);
+}
+
+QString ContributionsView::checkText() const { return check_->text(); }
+
+void ContributionsView::refresh() {
+  if (!result_) {
+    position_->setText(QStringLiteral("Contributions"));
+    heads_caption_->clear();
+    bars_caption_->setText(QStringLiteral("Type a prompt to see what each head and MLP adds to the residual stream."));
+    check_->clear();
+    heads_->clear();
+    bars_->setBars({});
+    return;
+  }
+  const RunResult& run = *result_->run;
+  const auto& parts = result_->parts;
+  const auto& dla = result_->dla;
+  const int pos = result_->pos;
+  const QString pos_text = tokenAt(run.labels.value(pos), pos);
+  const QString target_text = tokenText(run, result_->target);
+  position_->setText(QStringLiteral("<b>Position %1</b>").arg(pos_text.toHtmlEscaped()));
+  const bool norms = mode_ == Mode::WriteNorm;
+
+  QStringList layer_labels, head_labels;
+  for (int l = 0; l < run.n_layer(); ++l) layer_labels << QStringLiteral("L%1").arg(l);
+  for (int h = 0; h < run.n_head(); ++h) head_labels << QStringLiteral("H%1").arg(h);
+  const hs::RowMatrixXf& grid = norms ? result_->write_norms : dla.per_head;  // [layer, head]
+  heads_->setMatrix(static_cast<int>(grid.rows()), static_cast<int>(grid.cols()),
+                    std::vector<float>(grid.data(), grid.data() + grid.size()));
+  heads_->setRowLabels(layer_labels);
+  heads_->setColumnLabels(head_labels);
+  heads_->setColumnLabelsRotated(false);
+  if (norms) {
+    heads_->setColorMap(ColorMap::Sequential);
+    heads_->setRangeMode(HeatmapView::RangeMode::ZeroToMax);
+    heads_->setColorScaleTitle(QStringLiteral("‖r_h‖"));
+    heads_caption_->setText(QStringLiteral("How much each head writes into the residual stream at %1: the norm of its "
+                                           "result z_h · W_O[h]. Click a cell to select the head.")
+                                .arg(pos_text));
+  } else {
+    heads_->setColorMap(ColorMap::Diverging);
+    heads_->setRangeMode(HeatmapView::RangeMode::Symmetric);
+    heads_->setColorScaleTitle(QStringLiteral("logit of %1").arg(target_text));
+    heads_caption_->setText(QStringLiteral("Direct logit attribution of each head to %1 at %2 (final LayerNorm scale "
+                                           "frozen): red pushes the logit up, blue pushes it down.")
+                                .arg(target_text, pos_text));
+  }
+  heads_->setTooltipFormatter([this, norms, target_text](int l, int h, float v) {
+    return norms ? QStringLiteral("%1: ‖r_h‖ = %2").arg(headLabel(l, h), formatNumber(v))
+                 : QStringLiteral("%1: %2 to the logit of %3").arg(headLabel(l, h), formatSigned(v), target_text);
+  });
+  const QString stem_mode = norms ? QStringLiteral("norm") : QStringLiteral("dla");
+  heads_->setFigureText({norms ? QStringLiteral("Head write norms at %1").arg(pos_text)
+                               : QStringLiteral("Direct logit attribution to %1 at %2").arg(target_text, pos_text),
+                         runSubtitle(run)},
+                        QStringLiteral("contributions_heads_%1_pos%2").arg(stem_mode).arg(pos));
+
+  std::vector<BarChartView::Bar> bars;
+  bars.reserve(parts.labels.size());
+  for (size_t i = 0; i < parts.labels.size(); ++i) {
+    const double v = norms ? parts.norms[i] : dla.per_component[i];
+    bars.push_back({QString::fromStdString(parts.labels[i]), v, kindColor(parts.kinds[i])});
+  }
+  bars_->setBars(std::move(bars));
+  bars_->setValueAxisTitle(norms ? QStringLiteral("‖component‖") : QStringLiteral("logit contribution"));
+  bars_->setTooltipFormatter([this, norms, target_text](int i) {
+    const auto& b = bars_->bar(i);
+    return norms ? QStringLiteral("%1: ‖·‖ = %2").arg(b.label, formatNumber(b.value))
+                 : QStringLiteral("%1: %2 to the logit of %3").arg(b.label, formatSigned(b.value), target_text);
+  });
+  bars_->setFigureText({norms ? QStringLiteral("Residual stream components at %1").arg(pos_text)
+                              : QStringLiteral("Logit attribution to %1 at %2, by component").arg(target_text, pos_text),
+                        runSubtitle(run)},
+                       QStringLiteral("contributions_components_%1_pos%2").arg(stem_mode).arg(pos));
+  if (norms) {
+    bars_caption_->setText(QStringLiteral("The final residual stream at %1 is the sum of these %2 parts (norm of "
+                                          "each):")
+                               .arg(pos_text)
+                               .arg(parts.labels.size()));
+    check_->setText(QStringLiteral("Check: max |sum of parts − residual| = %1  (over d_model = %2; float32 rounding)")
+                        .arg(formatNumber(parts.max_abs_error))
+                        .arg(parts.residual.size()));
+  } else {
+    bars_caption_->setText(QStringLiteral("Each part's direct contribution to the logit of %1 (logit = %2):")
+                               .arg(target_text, formatNumber(dla.logit)));
+    check_->setText(QStringLiteral("Check: sum of parts + ln_f bias term (%1) − logit (%2) = %3")
+                        .arg(formatSigned(dla.bias_term), formatNumber(dla.logit), formatNumber(dla.max_abs_error)));
+  }
+  updateHighlights();
+}
+
+void ContributionsView::updateHighlights() {
+  heads_->setHighlightedCell(selection_->layer(), selection_->head());
+  if (!result_) return;
+  const auto& parts = result_->parts;
+  int index = -1;
+  for (size_t i = 0; i < parts.heads.size(); ++i)
+    if (parts.layers[i] == selection_->layer() && parts.heads[i] == selection_->head()) index = static_cast<int>(i);
+  bars_->setHighlighted(index);
+}
+
+FigureText ContributionsView::figureText() const {
+  if (!result_) return {QStringLiteral("Contributions"), {}};
+  const RunResult& run = *result_->run;
+  const QString pos_text = tokenAt(run.labels.value(result_->pos), result_->pos);
+  return {mode_ == Mode::WriteNorm
+              ? QStringLiteral("Contributions to the residual stream at %1").arg(pos_text)
+              : QStringLiteral("Direct logit attribution to %1 at %2").arg(tokenText(run, result_->target), pos_text),
+          runSubtitle(run)};
+}
+
+QString ContributionsView::figureFileStem() const {
+  const int pos = result_ ? result_->pos : 0;
+  return QStringLiteral("contributions_%1_pos%2").arg(mode_ == Mode::WriteNorm ? "norm" : "dla").arg(pos);
+}
+
+void ContributionsView::paintFigure(QCPPainter& painter, QSize size) {
+  Q_UNUSED(size);
+  renderWidgetInto(this, painter, painter.transform().m11());
+}
+
+}  // namespace hs::ui

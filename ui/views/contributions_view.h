@@ -1,0 +1,71 @@
+// What each part of the model adds to the residual stream at the selected position: a layers x
+// heads heatmap (head write norm, or direct logit attribution to a target token) above bars for
+// every component of the final residual stream, and the check that the parts sum to the whole.
+#pragma once
+
+#include <QWidget>
+
+#include <memory>
+
+#include "ui/controller/results.h"
+#include "ui/export/figure.h"
+
+class QButtonGroup;
+class QComboBox;
+class QLabel;
+class QRadioButton;
+
+namespace hs::ui {
+
+class BarChartView;
+class HeatmapView;
+class Selection;
+
+class ContributionsView : public QWidget, public FigureSource {
+  Q_OBJECT
+
+ public:
+  enum class Mode { WriteNorm, LogitAttribution };
+
+  ContributionsView(Selection* selection, QWidget* parent = nullptr);
+
+  void setRun(std::shared_ptr<const RunResult> run);
+  void setPositionResult(std::shared_ptr<const PositionResult> result);
+  const std::shared_ptr<const PositionResult>& positionResult() const { return result_; }
+  void setMode(Mode mode);
+  Mode mode() const { return mode_; }
+
+  HeatmapView* headHeatmap() const { return heads_; }
+  BarChartView* bars() const { return bars_; }
+  QString checkText() const;
+
+  // The whole view as a figure.
+  FigureText figureText() const override;
+  QSize figureSize() const override { return size(); }
+  void paintFigure(QCPPainter& painter, QSize size) override;
+  QString figureFileStem() const override;
+
+ private:
+  void refresh();
+  void refreshTargets();
+  void applyTypedTarget();
+  void updateHighlights();
+
+  Selection* selection_;
+  std::shared_ptr<const RunResult> run_;
+  std::shared_ptr<const PositionResult> result_;
+  Mode mode_ = Mode::WriteNorm;
+  QRadioButton* norm_button_ = nullptr;
+  QRadioButton* dla_button_ = nullptr;
+  QComboBox* target_ = nullptr;
+  QLabel* target_error_ = nullptr;
+  QLabel* position_ = nullptr;
+  QLabel* heads_caption_ = nullptr;
+  QLabel* bars_caption_ = nullptr;
+  QLabel* check_ = nullptr;
+  HeatmapView* heads_ = nullptr;
+  BarChartView* bars_ = nullptr;
+  bool updating_targets_ = false;
+};
+
+}  // namespace hs::ui

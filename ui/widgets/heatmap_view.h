@@ -1,0 +1,139 @@
+// A matrix drawn as a heatmap with labelled rows and columns, a colour scale, highlight bands,
+// tooltips and clicks. Wraps QCustomPlot, which stays hidden behind this class: views talk to
+// HeatmapView only.
+//
+// Row 0 is drawn at the top (query position 0 first); cells are never interpolated. A NaN cell
+// is "masked" (e.g. attention to a later position) and drawn as a grey hatch, not as a colour.
+#pragma once
+
+#include <QPointer>
+#include <QStringList>
+#include <QWidget>
+
+#include <functional>
+#include <vector>
+
+#include "ui/export/figure.h"
+#include "ui/style/colormap.h"
+
+class QCustomPlot;
+class QCPColorMap;
+class QCPColorScale;
+class QCPItemRect;
+class QCPTextElement;
+class QMouseEvent;
+
+namespace hs::ui {
+
+class HeatmapView : public QWidget, public FigureSource {
+  Q_OBJECT
+
+ public:
+  // How the colour range is chosen: fixed (patterns: [0, 1]), symmetric around 0 from the data
+  // (signed quantities), or [0, max] from the data (norms, |differences|).
+  enum class RangeMode { Fixed, Symmetric, ZeroToMax };
+
+  explicit HeatmapView(QWidget* parent = nullptr);
+  ~HeatmapView() override;
+
+  // Row-major [rows, cols]; NaN marks a masked cell.
+  void setMatrix(int rows, int cols, std::vector<float> values);
+  void clear();
+  int rowCount() const { return rows_; }
+  int columnCount() const { return cols_; }
+  // The value of a cell as handed to the plot (reads the plot's own data, for tests).
+  double plottedValue(int row, int col) const;
+  // The matrix as given.
+  const std::vector<float>& values() const { return values_; }
+
+  void setColorMap(ColorMap map);
+  void setRangeMode(RangeMode mode, double lo = 0.0, double hi = 1.0);
+  double rangeLower() const;
+  double rangeUpper() const;
+  void setColorScaleTitle(const QString& title);
+  void setColorScaleVisible(bool visible);
+
+  // Labels of rows / columns (token labels); empty = numeric ticks. Long labels are shortened
+  // with an ellipsis and thinned out when there are more than fit.
+  void setRowLabels(const QStringList& labels);
+  void setColumnLabels(const QStringList& labels);
+  void setAxisTitles(const QString& rows, const QString& columns);
+  void setColumnLabelsRotated(bool rotated);
+  void setTitle(const QString& title);
+
+  // Bands of `size` rows/columns (one per head) with lines between them and labels
+  // prefix0, prefix1, ... at their centres; `highlighted` is outlined (-1: none).
+  void setRowBands(int size, const QString& prefix, int highlighted = -1);
+  void setColumnBands(int size, const QString& prefix, int highlighted = -1);
+  void setHighlightedRowBand(int band);
+  void setHighlightedColumnBand(int band);
+
+  void setHighlightedRow(int row);              // the selected row, outlined
+  void setHighlightedCell(int row, int col);    // the selected cell, outlined
+  void setHoverRow(int row);                    // a lighter outline that follows the mouse
+  int highlightedRow() const { return highlighted_row_; }
+
+  void setTooltipFormatter(std::function<QString(int row, int col, float value)> formatter);
+
+  // Figure export.
+  void setFigureText(const FigureText& text, const QString& file_stem);
+  FigureText figureText() const override { return figure_text_; }
+  QSize figureSize() const override;
+  void paintFigure(QCPPainter& painter, QSize size) override;
+  QString figureFileStem() const override { return file_stem_; }
+
+  // The cell at a widget position, or (-1, -1).
+  QPoint cellAt(const QPoint& widget_pos) const;
+  // The widget position of a cell's centre (tests click there).
+  QPoint cellCenter(int row, int col) const;
+  // Forces an immediate replot (tests and export; normally replots are queued and merged).
+  void replotNow();
+
+ Q_SIGNALS:
+  void cellClicked(int row, int col);
+  void cellHovered(int row, int col);  // (-1, -1) when the mouse leaves the cells
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+  void leaveEvent(QEvent* event) override;
+
+ private:
+  void onMouseMove(QMouseEvent* event);
+  void onMousePress(QMouseEvent* event);
+  void showContextMenu(const QPoint& pos);
+  void updateRange();
+  void updateTicks();
+  void updateOverlays();
+  void scheduleReplot();
+
+  QCustomPlot* plot_ = nullptr;
+  QCPColorMap* map_ = nullptr;
+  QCPColorScale* scale_ = nullptr;
+  QCPTextElement* title_ = nullptr;
+  QCPItemRect* row_highlight_ = nullptr;
+  QCPItemRect* cell_highlight_ = nullptr;
+  QCPItemRect* hover_highlight_ = nullptr;
+  QCPItemRect* row_band_highlight_ = nullptr;
+  QCPItemRect* col_band_highlight_ = nullptr;
+  std::vector<QPointer<QObject>> band_lines_;
+
+  int rows_ = 0, cols_ = 0;
+  std::vector<float> values_;
+  ColorMap color_map_ = ColorMap::Sequential;
+  RangeMode range_mode_ = RangeMode::Fixed;
+  double fixed_lo_ = 0.0, fixed_hi_ = 1.0;
+  QStringList row_labels_, col_labels_;
+  bool col_labels_rotated_ = true;
+  int row_band_ = 0, col_band_ = 0;
+  QString row_band_prefix_, col_band_prefix_;
+  int row_band_selected_ = -1, col_band_selected_ = -1;
+  int highlighted_row_ = -1;
+  int cell_row_ = -1, cell_col_ = -1;
+  int hover_row_ = -1;
+  QPoint last_hover_{-1, -1};
+  std::function<QString(int, int, float)> tooltip_;
+  FigureText figure_text_;
+  QString file_stem_ = QStringLiteral("heatmap");
+};
+
+}  // namespace hs::ui

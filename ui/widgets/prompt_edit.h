@@ -1,0 +1,22 @@
+// The prompt editor: plain text, a few lines high. Enter runs at once; Shift+Enter adds a line.
+#pragma once
+
+#include <QPlainTextEdit>
+
+namespace hs::ui {
+
+class PromptEdit : public QPlainTextEdit {
+  Q_OBJECT
+
+ public:
+  explicit PromptEdit(QWidget* parent = nullptr);
+  QSize sizeHint() const override;
+
+ Q_SIGNALS:
+  void submitted();
+
+ protected:
+  void keyPressEvent(QKeyEvent* event) override;
+};
+
+}  // namespace hs::ui

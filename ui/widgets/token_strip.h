@@ -1,0 +1,52 @@
+// The prompt as the model sees it: one chip per token, spaces and newlines made visible.
+// Click a chip to select that position; hovering highlights it in every view.
+#pragma once
+
+#include <QStringList>
+#include <QWidget>
+
+#include <vector>
+
+namespace hs::ui {
+
+class TokenStrip : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit TokenStrip(QWidget* parent = nullptr);
+
+  // Display labels and tooltips, one per position; `bos` marks position 0 as the BOS token.
+  void setTokens(const QStringList& labels, const QStringList& tooltips, bool bos);
+  int tokenCount() const { return labels_.size(); }
+  QString label(int pos) const { return labels_.value(pos); }
+  void setSelectedPosition(int pos);
+  void setHoverPosition(int pos);
+  QRect chipRect(int pos) const;
+
+  bool hasHeightForWidth() const override { return true; }
+  int heightForWidth(int width) const override;
+  QSize sizeHint() const override;
+
+ Q_SIGNALS:
+  void tokenClicked(int pos);
+  void tokenHovered(int pos);  // -1 when leaving
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void leaveEvent(QEvent* event) override;
+
+ private:
+  void layoutChips(int width, std::vector<QRect>* rects, int* height) const;
+  int chipAt(const QPoint& pos) const;
+
+  QStringList labels_, tooltips_;
+  bool bos_ = false;
+  std::vector<QRect> rects_;
+  int selected_ = -1;
+  int hover_ = -1;
+};
+
+}  // namespace hs::ui
