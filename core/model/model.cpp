@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/model/memory_guard.h"
 #include "core/tensor/safetensors.h"
 
 namespace hs {
@@ -82,6 +83,7 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
   const ModelConfig config = load_config(dir / "config.json");
   report(0.05, "mapping model.safetensors");
   auto file = SafetensorsFile::open(weights_path);
+  check_load_memory(*file, m->name_);
   report(0.15, "checking and converting weights");
   m->weights_ = Weights::load(file, config);
   report(0.85, "reading the tokenizer");
@@ -94,6 +96,19 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
     throw Error(dir.string() + ": no tokenizer: expected vocab.json and merges.txt (or tokenizer.json) beside "
                 "model.safetensors. Copy them from the model's original folder.");
   }
+  // The tokenizer's own BOS, as Hugging Face reads it (a string, or {"content": ...}).
+  for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    if (m->tokenizer_bos_ || !fs::exists(dir / f, ec)) continue;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(read_small_file(dir / f, 16u << 20));
+      if (!j.is_object() || !j.contains("bos_token")) continue;
+      const nlohmann::json& b = j["bos_token"];
+      const nlohmann::json& content = b.is_object() && b.contains("content") ? b["content"] : b;
+      if (content.is_string()) m->tokenizer_bos_ = m->tokenizer_->id_of(content.get<std::string>());
+    } catch (const std::exception&) {
+      // A damaged optional file is not worth refusing the model for; BOS falls back below.
+    }
+  }
   m->warnings_ = m->weights_->warnings();
   if (m->tokenizer_->vocab_size() > config.d_vocab)
     m->warnings_.push_back("the tokenizer has " + std::to_string(m->tokenizer_->vocab_size()) +
@@ -104,8 +119,9 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
 }
 
 int32_t Model::bos_id() const {
-  if (config().bos_token_id && *config().bos_token_id < config().d_vocab) return *config().bos_token_id;
+  if (tokenizer_bos_ && *tokenizer_bos_ < config().d_vocab) return *tokenizer_bos_;
   if (auto eot = tokenizer_->end_of_text_id(); eot && *eot < config().d_vocab) return *eot;
+  if (config().bos_token_id && *config().bos_token_id < config().d_vocab) return *config().bos_token_id;
   throw Error(name_ + ": has no beginning-of-sequence token (no bos_token_id in config.json and no <|endoftext|> in "
               "the vocabulary); run without BOS (--no-bos).");
 }

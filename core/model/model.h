@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,7 +37,9 @@ class Model {
   // Warnings from loading (non-finite weights, vocabulary size mismatch), one sentence each.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
-  // The BOS id: config's bos_token_id, else the tokenizer's <|endoftext|>. Throws when neither.
+  // The BOS id, as Hugging Face's tokenizer.bos_token_id (which TransformerLens prepends): the
+  // bos_token of tokenizer_config.json or special_tokens_map.json when the vocabulary has it, else
+  // <|endoftext|>, else config.json's bos_token_id. Throws when there is none.
   int32_t bos_id() const;
   // Tokenizes `text`, with BOS first when asked.
   std::vector<int32_t> encode(std::string_view text, bool prepend_bos) const;
@@ -51,6 +54,7 @@ class Model {
   std::shared_ptr<const Weights> weights_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<std::string> warnings_;
+  std::optional<int32_t> tokenizer_bos_;  // from tokenizer_config.json / special_tokens_map.json
 };
 
 }  // namespace hs

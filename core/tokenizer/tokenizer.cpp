@@ -76,6 +76,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   std::vector<int32_t> word;  // [symbol] of one pre-token while it is merged
+  // Hugging Face's GPT2Tokenizer encodes a symbol missing from vocab.json as its unknown token,
+  // <|endoftext|>.
+  auto unknown = [&](std::string_view piece) -> int32_t {
+    if (vocab.end_of_text) return *vocab.end_of_text;
+    throw Error("the text piece " + std::string(piece.size() > 40 ? piece.substr(0, 40) : piece) +
+                " needs a token this vocabulary lacks, and it has no <|endoftext|> to stand in for it.");
+  };
   Pretokenizer pretokenizer;
   auto encode_ordinary = [&](std::string_view segment) {
     pretokenizer.reset(segment);
@@ -84,6 +91,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       word.clear();
       for (const char c : piece) word.push_back(vocab.byte_ids[static_cast<uint8_t>(c)]);
       bpe_merge(word, vocab.merges);
+      for (int32_t& id : word)
+        if (id >= vocab.vocab_size) id = unknown(piece);  // a symbol vocab.json lacks
       ids.insert(ids.end(), word.begin(), word.end());
     }
   };

@@ -161,17 +161,24 @@ void read_vocab(std::string_view text, const std::string& name, Vocabulary& voca
   vocab.vocab_size = vocab.tokens.empty() ? 0 : vocab.tokens.back().id + 1;
   vocab.dense = vocab.vocab_size == static_cast<int32_t>(vocab.tokens.size());
 
-  // Byte-level BPE starts every word from single-byte tokens, so all 256 must be there.
+  // Byte-level BPE starts every word from single-byte tokens. Real vocabularies have all 256;
+  // small test vocabularies may not, and Hugging Face then encodes such a byte as the unknown
+  // token, so a missing byte gets a virtual id instead of refusing the file.
+  vocab.next_virtual_id = vocab.vocab_size;
   for (int b = 0; b < 256; ++b) {
     const std::string spelling = byte_spelling(b);
     const auto it = vocab.id_by_spelling.find(spelling);
     if (it == vocab.id_by_spelling.end()) {
-      throw Error(name + ": has no token for the byte " + hex_byte(b) + " (spelled " + quote_for_message(spelling) +
-                  " in GPT-2's byte table); a byte-level BPE vocabulary has all 256. Is this a GPT-2-style "
-                  "vocabulary, and is the file complete?");
+      vocab.byte_ids[b] = vocab.next_virtual_id;
+      vocab.virtual_by_spelling.emplace(spelling, vocab.next_virtual_id++);
+      ++vocab.missing_bytes;
+    } else {
+      vocab.byte_ids[b] = it->second;
     }
-    vocab.byte_ids[b] = it->second;
   }
+  if (vocab.missing_bytes == 256)
+    throw Error(name + ": has none of the 256 byte tokens of GPT-2's byte-level BPE (e.g. \"\xC4\xA0\" for a space); "
+                "is this a GPT-2-style vocabulary?");
 
   if (const auto it = vocab.id_by_spelling.find(kEndOfText); it != vocab.id_by_spelling.end()) {
     vocab.end_of_text = it->second;
@@ -183,9 +190,15 @@ void read_merges(std::string_view text, const std::string& name, Vocabulary& voc
     throw Error(name + ": " + std::to_string(text.size()) + " bytes is more than the " + std::to_string(kMaxFileBytes >> 20) +
                 " MiB HeadScope reads for a merge list (GPT-2's is 0.5 MB). Is this the right file?");
   }
+  // A merge part or result that vocab.json lacks gets a virtual id (see Vocabulary), as the
+  // slow Hugging Face tokenizer merges strings without consulting the vocabulary.
   auto lookup = [&](std::string_view spelling) -> const int32_t* {
-    const auto it = vocab.id_by_spelling.find(spelling);
-    return it == vocab.id_by_spelling.end() ? nullptr : &it->second;
+    if (const auto it = vocab.id_by_spelling.find(spelling); it != vocab.id_by_spelling.end()) return &it->second;
+    if (const auto it = vocab.virtual_by_spelling.find(spelling); it != vocab.virtual_by_spelling.end()) return &it->second;
+    if (vocab.next_virtual_id >= kMaxTokenId * 2)
+      throw Error(name + ": names more tokens outside the vocabulary than HeadScope accepts; are vocab.json and "
+                  "merges.txt from the same model?");
+    return &vocab.virtual_by_spelling.emplace(std::string(spelling), vocab.next_virtual_id++).first->second;
   };
   int32_t rank = 0;  // < 2^31: the file is at most 256 MiB and every merge line has >= 4 bytes
   size_t line_number = 0;
@@ -211,22 +224,17 @@ void read_merges(std::string_view text, const std::string& name, Vocabulary& voc
                   (parts == 2 ? std::string("an empty token") : std::to_string(parts) + (parts == 1 ? " part" : " parts")) +
                   ". Each line of merges.txt is one merge, like \"\xC4\xA0 t\".");
     }
+    if (const auto bad = find_invalid_utf8(line))
+      throw Error(where() + ": is not valid UTF-8 at byte " + std::to_string(bad->offset) +
+                  "; merges.txt is a UTF-8 text file. Is this the right file?");
     const std::string_view left = line.substr(0, space);
     const std::string_view right = line.substr(space + 1);
     const int32_t* left_id = lookup(left);
     const int32_t* right_id = lookup(right);
-    if (left_id == nullptr || right_id == nullptr) {
-      throw Error(where() + ": the token " + quote_for_message(left_id == nullptr ? left : right) +
-                  " is not in the vocabulary. Are vocab.json and merges.txt from the same model?");
-    }
     std::string joined;
     joined.reserve(left.size() + right.size());
     joined.append(left).append(right);
     const int32_t* merged_id = lookup(joined);
-    if (merged_id == nullptr) {
-      throw Error(where() + ": the merge makes " + quote_for_message(joined) +
-                  ", which is not in the vocabulary. Are vocab.json and merges.txt from the same model?");
-    }
     vocab.merges.insert_or_assign(*left_id, *right_id, Merge{rank, *merged_id});
     ++rank;
   }

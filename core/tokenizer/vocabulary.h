@@ -33,6 +33,12 @@ struct Vocabulary {
   std::array<int32_t, 256> byte_ids{};  // the id of each single-byte token, by byte value
   MergeTable merges;
   std::optional<int32_t> end_of_text;
+  // Symbols the merge process can reach that vocab.json lacks (a byte, a merge part or result),
+  // as Hugging Face's slow GPT2Tokenizer allows: they get ids from vocab_size up, take part in
+  // merges like any other, and a word that ends on one is encoded as the unknown token.
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> virtual_by_spelling;
+  int32_t next_virtual_id = 0;
+  size_t missing_bytes = 0;
 
   // The token with this id, or nullptr.
   const Token* find(int32_t id) const;

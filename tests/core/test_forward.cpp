@@ -207,3 +207,20 @@ TEST_CASE("an incremental run equals a full run", "[forward][incremental]") {
     }
   }
 }
+
+TEST_CASE("Hugging Face's tiny-random-gpt2 folder loads and runs", "[forward][shared]") {
+  const auto dir = test::shared_dir() / "models/tiny-random-gpt2";
+  if (!std::filesystem::exists(dir / "model.safetensors")) {
+    WARN("skipped: " << dir << " is absent (optional real-world data)");
+    return;
+  }
+  const auto model = Model::load(dir);
+  CHECK(model->config().n_layer == 5);
+  CHECK(model->config().d_mlp == 128);  // n_inner null: 4 * n_embd, not intermediate_size
+  CHECK(model->bos_id() == 0);          // the tokenizer's bos_token, as Hugging Face prepends it
+  const auto ids = model->encode("Hello world, it's me", true);
+  CHECK(ids == std::vector<int32_t>{0, 40, 416, 79, 206, 750, 12, 322, 7, 83, 701});
+  const auto cache = model->run(ids);
+  CHECK(cache->logits.allFinite());
+  for (int l = 0; l < cache->n_layer(); ++l) CHECK(concat_vs_sum(*cache, l).max_abs_diff < 1e-5f);
+}
