@@ -1,6 +1,5 @@
 // headscope-cli: the engine without a window. See DESIGN.md, "Command line (contract)".
-#include <omp.h>
-
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +19,8 @@
 namespace {
 
 using nlohmann::json;
+
+int g_threads = 0;  // --threads; 0 lets the engine choose
 
 struct UsageError : hs::Error {
   using hs::Error::Error;
@@ -144,8 +145,12 @@ std::vector<int32_t> parse_tokens(const std::string& s) {
   return ids;
 }
 
+// Loads the model and says on stderr what is wrong with it (non-finite weights, a vocabulary
+// larger than the model's): every command that shows numbers must not show them silently.
 std::shared_ptr<const hs::Model> load_model(const Args& a) {
-  return hs::Model::load(a.model ? std::filesystem::path(*a.model) : hs::builtin_model_dir());
+  auto m = hs::Model::load(a.model ? std::filesystem::path(*a.model) : hs::builtin_model_dir());
+  for (const auto& w : m->warnings()) std::cerr << "headscope-cli: warning: " << w << "\n";
+  return m;
 }
 
 bool valid_utf8(const std::string& s) {
@@ -209,11 +214,17 @@ int cmd_run(const Args& a) {
   if (a.text) {
     hs::TextRunOptions o;
     o.prepend_bos = !a.no_bos;
+    o.run.threads = g_threads;
     r = hs::run_text(m, *a.text, o);
   } else {
-    r = hs::run_tokens(m, parse_tokens(*a.tokens));
+    hs::RunOptions o;
+    o.threads = g_threads;
+    r = hs::run_tokens(m, parse_tokens(*a.tokens), o);
   }
-  for (const auto& w : r.warnings) std::cerr << "headscope-cli: warning: " << w << "\n";
+  // The model's own warnings were printed when it loaded; these are the run's.
+  for (const auto& w : r.warnings)
+    if (std::find(m->warnings().begin(), m->warnings().end(), w) == m->warnings().end())
+      std::cerr << "headscope-cli: warning: " << w << "\n";
   hs::export_cache(*r.cache, *a.out);
   return 0;
 }
@@ -236,6 +247,7 @@ int cmd_generate(const Args& a) {
   std::mt19937_64 rng(a.seed);
   hs::RunOptions o;
   o.logits_only = true;
+  o.threads = g_threads;
   for (int i = 0; i < a.n; ++i) {
     // Keep the most recent n_ctx tokens: the model cannot see further back.
     const size_t n_ctx = static_cast<size_t>(m->config().n_ctx);
@@ -285,10 +297,7 @@ int main(int argc, char** argv) {
       std::cout << help->second;
       return 0;
     }
-    if (a.threads > 0) {
-      omp_set_num_threads(a.threads);
-      Eigen::setNbThreads(a.threads);
-    }
+    g_threads = a.threads;
     if (a.command == "info") return cmd_info(a);
     if (a.command == "tokenize") return cmd_tokenize(a);
     if (a.command == "run") return cmd_run(a);

@@ -14,7 +14,14 @@ struct RunOptions {
   bool store_scores = false;   // keep hook_attn_scores (otherwise derived on request)
   bool store_results = false;  // keep hook_result (otherwise derived on request)
   bool logits_only = false;    // keep only logits (benchmarks, generation): no per-layer cache
+  // Threads for this run (0: choose from the size of the work). Applies to the calling thread
+  // only, so concurrent runs (the GUI's worker, a benchmark) do not disturb each other.
+  int threads = 0;
 };
+
+// The automatic choice: one thread when the run is small enough that forking costs more than it
+// saves (and a busy machine would make every fork-join wait for a descheduled thread), else all.
+int auto_threads(const ModelConfig& config, int n_tokens);
 
 // Runs the model on `tokens` (used exactly as given). Throws hs::Error for an empty prompt, a
 // prompt longer than n_ctx, or an id outside [0, d_vocab).

@@ -33,9 +33,8 @@ void run(benchmark::State& state, bool logits_only) {
   const auto m = model();
   const auto ids = tokens(static_cast<int>(state.range(0)));
   const int threads = static_cast<int>(state.range(1));
-  omp_set_num_threads(threads);
-  Eigen::setNbThreads(threads);
   hs::RunOptions o;
+  o.threads = threads;
   o.logits_only = logits_only;
   for (auto _ : state) {
     auto cache = m->run(ids, o);
