@@ -11,7 +11,9 @@ tensors and runs one forward pass per timed run under torch.inference_mode():
   run_with_cache (per-head results are computed, hook_attn_out is their sum plus b_O);
 - `--mode logits`: the plain forward pass (concatenated heads, one projection), logits only.
 
-Prints one JSON object: {"median_ms", "min_ms", "runs": [...], "peak_rss_mb", ...}. The prompt is
+Prints one JSON object: {"median_ms", "min_ms", "runs": [...], "peak_rss_mb", ...}; peak_rss_mb is
+the whole process (ru_maxrss), run_peak_rss_mb the peak after loading (VmHWM reset through
+/proc/self/clear_refs; null where that is not allowed), as hs_bench_row prints them. The prompt is
 `--tokens N` deterministic ids (or exactly `--token-ids`). `--dump OUT.npz` writes one cache-mode
 run in the format of `hsref.py run` (float32, masked scores -inf), to check this implementation:
 `hsref.py compare --reference REF.npz --candidate OUT.npz`.
@@ -128,6 +130,26 @@ class TorchGPT2:
         return logits
 
 
+def _status_mb(field: str):
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def bench_tokens(n: int, d_vocab: int):
     return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
 
@@ -157,6 +179,8 @@ def main() -> int:
         return 2
     ids = torch.tensor(tokens, dtype=torch.long)
     keep = args.mode == "cache"
+    rss_after_load_mb = _status_mb("VmRSS")
+    reset_ok = _reset_peak_rss()
     times = []
     with torch.inference_mode():
         if args.dump:
@@ -171,11 +195,14 @@ def main() -> int:
             if i >= args.warmup:
                 times.append(dt)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    run_peak_rss_mb = _status_mb("VmHWM") if reset_ok else None
     print(json.dumps({
         "median_ms": round(statistics.median(times), 3) if times else None,
         "min_ms": round(min(times), 3) if times else None,
         "runs": [round(t, 3) for t in times],
         "peak_rss_mb": round(peak_rss_mb, 1),
+        "rss_after_load_mb": round(rss_after_load_mb, 1) if rss_after_load_mb else None,
+        "run_peak_rss_mb": round(run_peak_rss_mb, 1) if run_peak_rss_mb else None,
         "mode": args.mode, "tokens": len(tokens), "threads": args.threads,
         "load_ms": round(load_ms, 1), "torch": torch.__version__,
     }))

@@ -1,0 +1,386 @@
+// Keystroke latency of the GUI, headless: the real MainWindow on Qt's offscreen platform, a
+// sentence typed into its prompt editor one key at a time.
+//
+//   hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50]
+//
+// Phase 1 ("step"): one key, then wait until the views' data for that text is ready, then the
+// next key. Per key it records
+//   debounce_ms  text change -> the run's request (MainWindow's debounce timer, reported apart),
+//   run_ms       request -> RunResult delivered on the GUI thread (tokenize, forward pass, top-k,
+//                thumbnails on the worker, then the hop back),
+//   views_ms     request -> run, position analysis and layer analysis all delivered for this
+//                text (what the attention, contributions and concat-vs-sum views show).
+// Phase 2 ("typing"): keys at a steady --interval-ms, runs overlapping typing, to look for stalls.
+//
+// Throughout, a 1 ms precise QTimer ticks on the GUI thread; the longest gap between two ticks
+// (minus the interval) is the longest time the GUI thread could not react: the stall a person
+// would feel. Prints one JSON object.
+//
+// Without --model: the built-in model (hs::builtin_model_dir()); when it is not there yet, the
+// committed test fixture tests/fixtures/models/f32_prefixed, and "model_kind" says so.
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QEventLoop>
+#include <QSettings>
+#include <QTemporaryDir>
+#include <QTimer>
+#ifdef HEADSCOPE_HAVE_QTEST
+#include <QTest>
+#endif
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/model/model.h"
+#include "core/session/session.h"
+#include "ui/controller/analysis_controller.h"
+#include "ui/controller/results.h"
+#include "ui/main_window.h"
+#include "ui/style/app_style.h"
+#include "ui/widgets/prompt_edit.h"
+
+namespace {
+
+using hs::ui::AnalysisController;
+using hs::ui::LayerResult;
+using hs::ui::MainWindow;
+using hs::ui::PositionResult;
+using hs::ui::RunResult;
+
+constexpr const char* kSentence = "The quick brown fox jumps over the lazy dog, and the cat sat on the mat.";
+
+double threadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// The GUI thread's heartbeat: the longest gap between ticks of a 1 ms timer. On a loaded machine
+// a gap can also be the scheduler running someone else; the GUI thread's own CPU time during the
+// gap ("busy") tells our work from that.
+class Heartbeat : public QObject {
+ public:
+  Heartbeat() {
+    timer_.setTimerType(Qt::PreciseTimer);
+    timer_.setInterval(1);
+    QObject::connect(&timer_, &QTimer::timeout, this, [this] { tick(); });
+  }
+  void start() {
+    reset();
+    timer_.start();
+  }
+  void reset() {
+    clock_.start();
+    last_ns_ = -1;
+    max_gap_ms_ = 0;
+    max_busy_ms_ = 0;
+    busy_of_max_ms_ = 0;
+    over_16_ = 0;
+    ticks_ = 0;
+  }
+  double maxStallMs() const { return max_gap_ms_; }
+  // The longest gap counted in the GUI thread's CPU time, and the CPU time within the longest gap.
+  double maxBusyMs() const { return max_busy_ms_; }
+  double busyOfMaxMs() const { return busy_of_max_ms_; }
+  int stallsOver16ms() const { return over_16_; }
+  int ticks() const { return ticks_; }
+
+ private:
+  void tick() {
+    const qint64 now = clock_.nsecsElapsed();
+    const double cpu = threadCpuMs();
+    ++ticks_;
+    if (last_ns_ >= 0) {
+      const double gap = static_cast<double>(now - last_ns_) / 1e6 - 1.0;
+      const double busy = cpu - last_cpu_ms_;
+      if (gap > max_gap_ms_) {
+        max_gap_ms_ = gap;
+        busy_of_max_ms_ = busy;
+      }
+      max_busy_ms_ = std::max(max_busy_ms_, busy);
+      if (gap > 16.0) ++over_16_;
+    }
+    last_ns_ = now;
+    last_cpu_ms_ = cpu;
+  }
+  QTimer timer_;
+  QElapsedTimer clock_;
+  qint64 last_ns_ = -1;
+  double last_cpu_ms_ = 0;
+  double max_gap_ms_ = 0;
+  double max_busy_ms_ = 0;
+  double busy_of_max_ms_ = 0;
+  int over_16_ = 0;
+  int ticks_ = 0;
+};
+
+// Runs the event loop until done() or the timeout; never sleeps the GUI thread.
+bool waitUntil(const std::function<bool()>& done, int timeout_ms) {
+  if (done()) return true;
+  QEventLoop loop;
+  QTimer poll, deadline;
+  poll.setInterval(0);
+  QObject::connect(&poll, &QTimer::timeout, &loop, [&] {
+    if (done()) loop.quit();
+  });
+  deadline.setSingleShot(true);
+  QObject::connect(&deadline, &QTimer::timeout, &loop, &QEventLoop::quit);
+  poll.start();
+  deadline.start(timeout_ms);
+  loop.exec();
+  return done();
+}
+
+void idle(int ms) {
+  QEventLoop loop;
+  QTimer::singleShot(ms, &loop, &QEventLoop::quit);
+  loop.exec();
+}
+
+void typeChar(QWidget* w, QChar c) {
+#ifdef HEADSCOPE_HAVE_QTEST
+  QTest::keyClicks(w, QString(c));
+#else
+  static_cast<hs::ui::PromptEdit*>(w)->insertPlainText(QString(c));
+#endif
+}
+
+struct Stats {
+  double median = 0, p90 = 0, max = 0, mean = 0;
+};
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.p90 = v[std::min(n - 1, static_cast<size_t>(0.9 * static_cast<double>(n)))];
+  s.max = v.back();
+  for (double x : v) s.mean += x / static_cast<double>(n);
+  return s;
+}
+std::string list(const std::vector<double>& v) {
+  std::string s = "[";
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.2f", i ? ", " : "", v[i]);
+    s += buf;
+  }
+  return s + "]";
+}
+std::string jstats(const Stats& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "{\"median\": %.2f, \"p90\": %.2f, \"max\": %.2f, \"mean\": %.2f}", s.median, s.p90, s.max,
+                s.mean);
+  return buf;
+}
+std::string jstr(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!std::getenv("QT_QPA_PLATFORM")) setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  std::string model_dir, sentence = kSentence;
+  int interval_ms = 100, settle_ms = 50;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "hs_bench_keys: missing value after " << k << "\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--model") model_dir = value();
+    else if (k == "--text") sentence = value();
+    else if (k == "--interval-ms") interval_ms = std::atoi(value().c_str());
+    else if (k == "--settle-ms") settle_ms = std::atoi(value().c_str());
+    else {
+      std::cerr << "usage: hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50]\n";
+      return 2;
+    }
+  }
+
+  // Which model: asked for, built-in, or the test fixture when the built-in one is not there yet.
+  std::string model_kind = "given";
+  if (model_dir.empty()) {
+    try {
+      model_dir = hs::builtin_model_dir().string();
+      model_kind = "builtin";
+    } catch (const std::exception&) {
+      model_dir = std::string(HEADSCOPE_SOURCE_DIR) + "/tests/fixtures/models/f32_prefixed";
+      model_kind = "fixture (built-in model not found)";
+    }
+  }
+  std::shared_ptr<const hs::Model> probe;
+  try {
+    probe = hs::Model::load(model_dir);
+  } catch (const std::exception& e) {
+    std::cerr << "hs_bench_keys: " << e.what() << "\n";
+    return 1;
+  }
+  // Keep the whole sentence inside the model's context (the fixture's is 24 tokens).
+  while (sentence.size() > 1 && static_cast<int>(probe->encode(sentence, true).size()) > probe->config().n_ctx)
+    sentence.pop_back();
+  const int n_tokens = static_cast<int>(probe->encode(sentence, true).size());
+  const hs::ModelConfig cfg = probe->config();
+  probe.reset();
+
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("HeadScopeBench"));
+  QApplication::setApplicationName(QStringLiteral("headscope-bench-keys"));
+  QTemporaryDir settings_dir;  // never touch the person's own settings
+  QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settings_dir.path());
+  hs::ui::applyAppStyle(app);
+
+  const QString text = QString::fromStdString(sentence);
+  MainWindow window(MainWindow::StartOptions{QString::fromStdString(model_dir), text.left(1), false});
+  window.resize(1400, 900);
+  window.show();
+  AnalysisController* controller = window.controller();
+  auto* prompt = window.promptEdit();
+  prompt->setFocus();
+  if (!waitUntil([&] { return controller->currentRun() != nullptr; }, 60000)) {
+    std::cerr << "hs_bench_keys: the window produced no run within 60 s\n";
+    return 1;
+  }
+
+  // Timestamps, on one clock, from the signals the views listen to (connected after the
+  // window's own slots, so a view has taken the result when we note it).
+  QElapsedTimer clock;
+  clock.start();
+  auto now_ms = [&] { return static_cast<double>(clock.nsecsElapsed()) / 1e6; };
+  double t_text = 0, t_request = 0, t_run = 0, t_pos = 0, t_layer = 0;
+  quint64 job = 0;
+  bool have_run = false, have_pos = false, have_layer = false;
+  double worker_ms = 0, hop_ms = 0;
+  int reused = 0, n_pos = 0;
+  QObject::connect(prompt, &QPlainTextEdit::textChanged, [&] { t_text = now_ms(); });
+  QObject::connect(controller, &AnalysisController::runStarted, [&](quint64 j) {
+    job = j;
+    t_request = now_ms();
+    have_run = have_pos = have_layer = false;
+  });
+  QObject::connect(controller, &AnalysisController::runReady, [&](std::shared_ptr<const RunResult> r) {
+    if (r->job != job) return;
+    t_run = now_ms();
+    have_run = true;
+    worker_ms = r->worker_ms;
+    hop_ms = r->latency_ms;  // request -> the controller's hand-over, before the window's slot ran
+    reused = r->run.cache->reused_prefix;
+    n_pos = r->n_pos();
+  });
+  QObject::connect(controller, &AnalysisController::positionReady, [&](std::shared_ptr<const PositionResult> r) {
+    if (r->run_job != job || have_pos) return;
+    t_pos = now_ms();
+    have_pos = true;
+  });
+  QObject::connect(controller, &AnalysisController::layerReady, [&](std::shared_ptr<const LayerResult> r) {
+    if (r->run_job != job || have_layer) return;
+    t_layer = now_ms();
+    have_layer = true;
+  });
+  bool failed = false;
+  QObject::connect(controller, &AnalysisController::runFailed, [&](const QString& m) {
+    std::cerr << "hs_bench_keys: run failed: " << m.toStdString() << "\n";
+    failed = true;
+  });
+
+  // Let the first run's analyses land, then start.
+  waitUntil([&] { return false; }, 300);
+  Heartbeat beat;
+  beat.start();
+
+  // Phase 1: one key at a time, each waited for.
+  std::vector<double> debounce, run_ms, views_ms, worker, window_slot;
+  std::vector<int> positions, reused_list;
+  for (int i = 1; i < text.size() && !failed; ++i) {
+    const QString expect = text.left(i + 1);
+    const quint64 job_before = job;
+    typeChar(prompt, text[i]);
+    if (prompt->toPlainText() != expect) {
+      std::cerr << "hs_bench_keys: the prompt reads \"" << prompt->toPlainText().toStdString() << "\", expected \""
+                << expect.toStdString() << "\"\n";
+      return 1;
+    }
+    const double typed_at = t_text;
+    if (!waitUntil([&] { return job != job_before && have_run && have_pos && have_layer; }, 30000)) {
+      std::cerr << "hs_bench_keys: no result for \"" << expect.toStdString() << "\" within 30 s\n";
+      return 1;
+    }
+    debounce.push_back(t_request - typed_at);
+    run_ms.push_back(t_run - t_request);
+    views_ms.push_back(std::max({t_run, t_pos, t_layer}) - t_request);
+    worker.push_back(worker_ms);
+    window_slot.push_back(std::max(0.0, (t_run - t_request) - hop_ms));
+    positions.push_back(n_pos);
+    reused_list.push_back(reused);
+    idle(settle_ms);  // paints land; the next key comes after a pause, as a person's would
+  }
+  const double stall_step = beat.maxStallMs(), busy_step = beat.maxBusyMs(), busy_of_max_step = beat.busyOfMaxMs();
+  const int stall_step_over16 = beat.stallsOver16ms();
+
+  // Phase 2: delete the sentence back to its first character and retype it at a steady pace.
+  waitUntil([&] { return !controller->isRunning(); }, 30000);
+  idle(300);
+  prompt->setPlainText(text.left(1));
+  prompt->moveCursor(QTextCursor::End);
+  waitUntil([&] { return have_run && have_pos && have_layer && prompt->toPlainText() == text.left(1); }, 30000);
+  idle(300);
+  beat.reset();
+  QElapsedTimer typing;
+  typing.start();
+  for (int i = 1; i < text.size(); ++i) {
+    typeChar(prompt, text[i]);
+    idle(interval_ms);
+  }
+  const double typing_ms = static_cast<double>(typing.elapsed());
+  const bool settled = waitUntil(
+      [&] { return have_run && have_pos && have_layer && controller->currentRun() &&
+                   QString::fromStdString(controller->currentRun()->run.text) == text; },
+      30000);
+  const double stall_typing = beat.maxStallMs(), busy_typing = beat.maxBusyMs(), busy_of_max_typing = beat.busyOfMaxMs();
+  const int stall_typing_over16 = beat.stallsOver16ms();
+
+  const Stats s_debounce = stats(debounce), s_run = stats(run_ms), s_views = stats(views_ms), s_worker = stats(worker),
+              s_slot = stats(window_slot);
+  std::printf(
+      "{\"model\": %s, \"model_kind\": %s, \"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"n_ctx\": %d, "
+      "\"sentence\": %s, \"tokens_at_end\": %d, \"keys\": %zu, \"debounce_setting_ms\": %d, "
+      "\"debounce_ms\": %s, \"run_ms\": %s, \"views_ms\": %s, \"worker_ms\": %s, \"window_slot_ms\": %s, "
+      "\"views_ms_per_key\": %s, \"reused_prefix_last\": %d, "
+      "\"stall_step_max_ms\": %.2f, \"stall_step_busy_ms\": %.2f, \"stall_step_max_busy_ms\": %.2f, "
+      "\"stall_step_over16\": %d, "
+      "\"typing_interval_ms\": %d, \"typing_ms\": %.0f, \"typing_settled\": %s, "
+      "\"stall_typing_max_ms\": %.2f, \"stall_typing_busy_ms\": %.2f, \"stall_typing_max_busy_ms\": %.2f, "
+      "\"stall_typing_over16\": %d, \"stall_max_ms\": %.2f, \"stall_max_busy_ms\": %.2f, \"qtest\": %s}\n",
+      jstr(model_dir).c_str(), jstr(model_kind).c_str(), cfg.n_layer, cfg.n_head, cfg.d_model, cfg.n_ctx,
+      jstr(sentence).c_str(), n_tokens, views_ms.size(), MainWindow::kDebounceMs, jstats(s_debounce).c_str(),
+      jstats(s_run).c_str(), jstats(s_views).c_str(), jstats(s_worker).c_str(), jstats(s_slot).c_str(),
+      list(views_ms).c_str(),
+      reused_list.empty() ? 0 : reused_list.back(), stall_step, busy_of_max_step, busy_step, stall_step_over16,
+      interval_ms, typing_ms, settled ? "true" : "false", stall_typing, busy_of_max_typing, busy_typing,
+      stall_typing_over16, std::max(stall_step, stall_typing), std::max(busy_step, busy_typing),
+#ifdef HEADSCOPE_HAVE_QTEST
+      "true"
+#else
+      "false"
+#endif
+  );
+  return failed ? 1 : 0;
+}

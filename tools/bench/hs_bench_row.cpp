@@ -1,0 +1,273 @@
+// One row of the benchmark table, in its own process, so each row's peak memory is its own:
+//
+//   hs_bench_row --model DIR --tokens N --threads T --mode cache|logits --warmup W --runs R
+//   hs_bench_row --model DIR --mode open --runs R [--cold]
+//
+// Prints one JSON object with the fields of torch_bench.py (median_ms, min_ms, runs, peak_rss_mb)
+// so tools/bench/suite.py reads both sides the same way.
+//
+// - `cache`: hs::Model::run with default hs::RunOptions, i.e. the ActivationCache the GUI keeps
+//   (every view available; keys not stored are derived on request, see core/model/cache.h).
+// - `logits`: RunOptions::logits_only.
+// - `open`: hs::Model::load of the folder (memory-mapped safetensors, weights checked, tokenizer
+//   read). With --cold, the file's pages are evicted from the page cache before each load
+//   (posix_fadvise DONTNEED: needs no root and touches no other file); "resident_before_pct"
+//   says how much of the file was still cached when each load started, so a cold number that
+//   was not really cold shows itself.
+//
+// Timing brackets the call only; the previous run's cache is freed outside the timed region, as
+// torch_bench.py does with `del out`. peak_rss_mb is getrusage's ru_maxrss (whole process: mapped
+// weight pages that were touched count, as torch's own copy of the weights counts on its side);
+// run_peak_rss_mb is the peak after the model was loaded, reset through /proc/self/clear_refs.
+#include <fcntl.h>
+#include <omp.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/model/model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string model;
+  std::string mode = "cache";
+  std::string token_ids;
+  int tokens = 20;
+  int threads = 1;
+  int warmup = 3;
+  int runs = 10;
+  bool cold = false;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::cerr << "hs_bench_row: " << why << "\n"
+            << "usage: hs_bench_row --model DIR [--mode cache|logits|open] [--tokens N | --token-ids 1,2,3]\n"
+            << "                    [--threads T] [--warmup W] [--runs R] [--cold]\n";
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value after " + k).c_str());
+      return argv[++i];
+    };
+    auto number = [&]() {
+      const std::string v = value();
+      try {
+        return std::stoi(v);
+      } catch (const std::exception&) {
+        usage((k + " needs a number, got \"" + v + "\"").c_str());
+      }
+    };
+    if (k == "--model") a.model = value();
+    else if (k == "--mode") a.mode = value();
+    else if (k == "--tokens") a.tokens = number();
+    else if (k == "--token-ids") a.token_ids = value();
+    else if (k == "--threads") a.threads = number();
+    else if (k == "--warmup") a.warmup = number();
+    else if (k == "--runs") a.runs = number();
+    else if (k == "--cold") a.cold = true;
+    else if (k == "--help" || k == "-h") usage("help");
+    else usage(("unknown argument " + k).c_str());
+  }
+  if (a.model.empty()) usage("--model is required");
+  if (a.mode != "cache" && a.mode != "logits" && a.mode != "open") usage("--mode is cache, logits or open");
+  if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
+  return a;
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+// VmHWM / VmRSS from /proc/self/status, in MB (0 when unavailable).
+double status_mb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::atof(line.c_str() + key.size()) / 1024.0;
+  return 0.0;
+}
+
+// Resets VmHWM to the current RSS (Linux >= 4.0); false when not allowed.
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (!out) return false;
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) ids.push_back(static_cast<int32_t>(std::stol(item)));
+  return ids;
+}
+
+// Deterministic ids spread over the vocabulary when --token-ids is not given (suite.py passes
+// torch_bench.py's ids to both sides, so this only serves manual runs).
+std::vector<int32_t> default_ids(int n, int vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919LL + 13) % vocab);
+  return ids;
+}
+
+// Fraction of `path`'s pages in the page cache, in percent (-1 when it cannot be measured).
+double resident_pct(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+    ::close(fd);
+    return -1;
+  }
+  const size_t size = static_cast<size_t>(st.st_size), page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) return -1;
+  std::vector<unsigned char> v((size + page - 1) / page);
+  double pct = -1;
+  if (::mincore(m, size, v.data()) == 0) {
+    size_t in = 0;
+    for (unsigned char c : v) in += c & 1;
+    pct = 100.0 * static_cast<double>(in) / static_cast<double>(v.size());
+  }
+  ::munmap(m, size);
+  return pct;
+}
+
+void evict(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+struct Stats {
+  double median = 0, min = 0;
+};
+
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.min = v.front();
+  return s;
+}
+
+std::string json_list(const std::vector<double>& v) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(3);
+  o << "[";
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
+  o << "]";
+  return o.str();
+}
+
+int run_open(const Args& a) {
+  const std::filesystem::path file = std::filesystem::path(a.model) / "model.safetensors";
+  std::vector<double> times, resident;
+  for (int i = 0; i < a.warmup + a.runs; ++i) {
+    if (a.cold) evict(file);
+    const double before = resident_pct(file);
+    const auto t0 = Clock::now();
+    auto m = hs::Model::load(a.model);
+    const double dt = ms_since(t0);
+    m.reset();  // unmap before the next eviction
+    if (i >= a.warmup) {
+      times.push_back(dt);
+      resident.push_back(before);
+    }
+  }
+  const Stats s = stats(times);
+  std::printf(
+      "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"peak_rss_mb\": %.1f, \"mode\": \"open\", "
+      "\"cold\": %s, \"resident_before_pct\": %s, \"file_mb\": %.1f}\n",
+      s.median, s.min, json_list(times).c_str(), peak_rss_mb(), a.cold ? "true" : "false",
+      json_list(resident).c_str(), static_cast<double>(std::filesystem::file_size(file)) / (1024.0 * 1024.0));
+  return 0;
+}
+
+int run_forward(const Args& a) {
+  // Threads: OMP_NUM_THREADS is set by suite.py as well; this makes a manual run honest too.
+  omp_set_num_threads(a.threads);
+  Eigen::setNbThreads(a.threads);
+  const auto t_load = Clock::now();
+  const auto model = hs::Model::load(a.model);
+  const double load_ms = ms_since(t_load);
+  const std::vector<int32_t> ids =
+      a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
+  hs::RunOptions options;
+  options.logits_only = a.mode == "logits";
+
+  const double rss_loaded = status_mb("VmRSS");
+  const bool reset_ok = reset_peak_rss();
+  std::vector<double> times;
+  size_t cache_bytes = 0;
+  float checksum = 0;
+  for (int i = 0; i < a.warmup + a.runs; ++i) {
+    const auto t0 = Clock::now();
+    std::shared_ptr<hs::ActivationCache> cache = model->run(ids, options);
+    const double dt = ms_since(t0);
+    checksum += cache->logits(cache->n_pos() - 1, 0);  // keeps the result observable
+    cache_bytes = cache->stored_bytes();
+    cache.reset();  // freed outside the timed region, like `del out` in torch_bench.py
+    if (i >= a.warmup) times.push_back(dt);
+  }
+  const Stats s = stats(times);
+  char run_peak[32] = "null";
+  if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));
+  std::printf(
+      "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"peak_rss_mb\": %.1f, \"mode\": \"%s\", "
+      "\"tokens\": %zu, \"threads\": %d, \"load_ms\": %.1f, \"rss_after_load_mb\": %.1f, "
+      "\"run_peak_rss_mb\": %s, \"cache_mb\": %.1f, \"checksum\": %g}\n",
+      s.median, s.min, json_list(times).c_str(), peak_rss_mb(), a.mode.c_str(), ids.size(), a.threads, load_ms,
+      rss_loaded, run_peak,
+      static_cast<double>(cache_bytes) / (1024.0 * 1024.0), static_cast<double>(checksum));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  try {
+    return a.mode == "open" ? run_open(a) : run_forward(a);
+  } catch (const std::exception& e) {
+    std::cerr << "hs_bench_row: " << e.what() << "\n";
+    return 1;
+  }
+}
