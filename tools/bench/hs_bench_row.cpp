@@ -19,6 +19,10 @@
 // torch_bench.py does with `del out`. peak_rss_mb is getrusage's ru_maxrss (whole process: mapped
 // weight pages that were touched count, as torch's own copy of the weights counts on its side);
 // run_peak_rss_mb is the peak after the model was loaded, reset through /proc/self/clear_refs.
+//
+// Profiling only the timed passes: with HEADSCOPE_PERF_CTL and HEADSCOPE_PERF_ACK naming the
+// fifos of `perf record --control=fifo:CTL,ACK -D -1`, sampling is enabled around the timed
+// passes (not the load, not the warm-up). suite.py uses this for its profile section.
 #include <fcntl.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -173,6 +177,20 @@ void evict(const std::filesystem::path& path) {
   ::close(fd);
 }
 
+// Switches a `perf record --control` session on or off; no-op without the environment.
+void perf_control(const char* command) {
+  const char* ctl = std::getenv("HEADSCOPE_PERF_CTL");
+  const char* ack = std::getenv("HEADSCOPE_PERF_ACK");
+  if (!ctl || !ack) return;
+  std::ofstream out(ctl);
+  out << command << "\n";
+  out.flush();
+  out.close();
+  std::ifstream in(ack);  // perf answers "ack" once the command took effect
+  std::string reply;
+  std::getline(in, reply);
+}
+
 struct Stats {
   double median = 0, min = 0;
 };
@@ -203,9 +221,11 @@ int run_open(const Args& a) {
   for (int i = 0; i < a.warmup + a.runs; ++i) {
     if (a.cold) evict(file);
     const double before = resident_pct(file);
+    if (i >= a.warmup) perf_control("enable");
     const auto t0 = Clock::now();
     auto m = hs::Model::load(a.model);
     const double dt = ms_since(t0);
+    if (i >= a.warmup) perf_control("disable");
     m.reset();  // unmap before the next eviction
     if (i >= a.warmup) {
       times.push_back(dt);
@@ -222,9 +242,9 @@ int run_open(const Args& a) {
 }
 
 int run_forward(const Args& a) {
-  // Threads: OMP_NUM_THREADS is set by suite.py as well; this makes a manual run honest too.
+  // Threads: exactly --threads for every run (RunOptions::threads; 0 would let the core choose
+  // by size). suite.py sets OMP_NUM_THREADS as well, for anything else OpenMP starts.
   omp_set_num_threads(a.threads);
-  Eigen::setNbThreads(a.threads);
   const auto t_load = Clock::now();
   const auto model = hs::Model::load(a.model);
   const double load_ms = ms_since(t_load);
@@ -232,6 +252,7 @@ int run_forward(const Args& a) {
       a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
   hs::RunOptions options;
   options.logits_only = a.mode == "logits";
+  options.threads = a.threads;
 
   const double rss_loaded = status_mb("VmRSS");
   const bool reset_ok = reset_peak_rss();
@@ -239,6 +260,7 @@ int run_forward(const Args& a) {
   size_t cache_bytes = 0;
   float checksum = 0;
   for (int i = 0; i < a.warmup + a.runs; ++i) {
+    if (i == a.warmup) perf_control("enable");
     const auto t0 = Clock::now();
     std::shared_ptr<hs::ActivationCache> cache = model->run(ids, options);
     const double dt = ms_since(t0);
@@ -247,6 +269,7 @@ int run_forward(const Args& a) {
     cache.reset();  // freed outside the timed region, like `del out` in torch_bench.py
     if (i >= a.warmup) times.push_back(dt);
   }
+  perf_control("disable");
   const Stats s = stats(times);
   char run_peak[32] = "null";
   if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));

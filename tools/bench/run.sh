@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# HeadScope's benchmark suite, one command from a fresh clone (Debian 12, root or sudo):
+#
+#   tools/bench/run.sh            # every row; about 15 minutes on 2 cores
+#   tools/bench/run.sh --quick    # smoke run: a minute or two, rough numbers
+#
+# Installs what is missing, builds a Release build with -DHEADSCOPE_BENCH=ON in build-bench/
+# (override: HEADSCOPE_BENCH_BUILD=DIR), writes the GPT-2-small-shaped random model to
+# build-bench/gpt2-small once (~500 MB, not committed; override: HEADSCOPE_BENCH_MODEL=DIR),
+# then runs tools/bench/suite.py: HeadScope against PyTorch row by row, model open time, the
+# GUI's keystroke latency, a perf profile; prints the table and rewrites docs/benchmarks.md.
+# Other arguments go to suite.py (e.g. --no-profile, --json out.json).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=$(realpath -m "${HEADSCOPE_BENCH_BUILD:-build-bench}")
+MODEL=$(realpath -m "${HEADSCOPE_BENCH_MODEL:-$BUILD/gpt2-small}")
+command_line="tools/bench/run.sh${*:+ $*}"
+
+# --- packages: HeadScope's own (tools/dev/deps.sh), then the benchmark's --------------------------
+tools/dev/deps.sh
+BENCH_PACKAGES=(libbenchmark-dev python3-torch python3-numpy libopenblas0-openmp)
+missing=()
+for p in "${BENCH_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "bench: installing ${missing[*]}" >&2
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# torch must find OpenMP OpenBLAS (the pthreads build oversubscribes 2 cores and runs 3-5x slower).
+if [[ -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 ]]; then
+  current=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)
+  if [[ $current != */openblas-openmp/* ]]; then
+    echo "bench: libblas.so.3 points to $current; PyTorch will not be at its best." >&2
+    echo "       Fix: sudo update-alternatives --set libblas.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3" >&2
+  fi
+fi
+
+# --- build ---------------------------------------------------------------------------------------
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DHEADSCOPE_BENCH=ON -DHEADSCOPE_GUI=ON \
+  -DHEADSCOPE_TESTS=OFF >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target hs_bench_row
+# The GUI benchmark needs the GUI library; if it does not build, the rest still runs.
+if [[ -d $BUILD/tools/bench/CMakeFiles/hs_bench_keys.dir ]]; then
+  if ! cmake --build "$BUILD" -j"$(nproc)" --target hs_bench_keys; then
+    echo "bench: hs_bench_keys did not build; the GUI rows are skipped" >&2
+    rm -f "$BUILD/tools/bench/hs_bench_keys"
+  fi
+fi
+# The built-in model, where the programs look for it (when it is in resources/models yet).
+cmake --build "$BUILD" --target headscope_builtin_model >/dev/null 2>&1 || true
+
+# --- the model -----------------------------------------------------------------------------------
+if [[ ! -f $MODEL/model.safetensors || ! -f $MODEL/config.json ]]; then
+  echo "bench: writing the GPT-2-small-shaped model to $MODEL (~500 MB, once)" >&2
+  /usr/bin/python3 tools/bench/make_gpt2_small.py "$MODEL"
+fi
+
+# --- run -----------------------------------------------------------------------------------------
+exec /usr/bin/python3 tools/bench/suite.py --build-dir "$BUILD" --model "$MODEL" --command "$command_line" "$@"

@@ -1,0 +1,656 @@
+#!/usr/bin/python3
+"""HeadScope against PyTorch, row by row, in one run; writes docs/benchmarks.md.
+
+    /usr/bin/python3 tools/bench/suite.py --build-dir build-bench --model build-bench/gpt2-small [--quick]
+
+Normally started by tools/bench/run.sh, which installs, builds and writes the model first.
+
+Every row (forward pass with the full cache or logits only; 20, 128, 1024 tokens; 1 and 2
+threads) runs HeadScope (build/tools/bench/hs_bench_row) and PyTorch (tools/bench/torch_bench.py)
+in separate processes, alternating HeadScope, PyTorch, HeadScope, PyTorch... for several rounds;
+each process warms up, then times several passes. A side's time is the median of all its timed
+passes in the row, its memory the largest peak RSS of its processes. Both sides get the same
+token ids. PyTorch runs with OPENBLAS_CORETYPE unset (for that command alone) and its threads set
+explicitly; both sides get OMP_NUM_THREADS.
+
+Then: the time to open the model (hs::Model::load, memory-mapped; warm and cold page cache), the
+GUI's keystroke latency and longest stall on the built-in model (hs_bench_keys, headless), and,
+when `perf` works, where the forward pass spends its time. The markdown page keeps the text
+between the `notes:begin` / `notes:end` markers of the previous page, so hand-written analysis
+survives a re-run.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PYTHON = "/usr/bin/python3"
+
+TOKENS = (20, 128, 1024)
+THREADS = (1, 2)
+MODES = ("cache", "logits")
+NOTES_BEGIN, NOTES_END = "<!-- notes:begin -->", "<!-- notes:end -->"
+
+
+def plan(tokens: int, quick: bool):
+    """(rounds, warmup, runs) per process for a row of this length."""
+    if quick:
+        return (1, 1, 3) if tokens <= 128 else (1, 0, 1)
+    if tokens <= 20:
+        return 3, 3, 10
+    if tokens <= 128:
+        return 3, 2, 5
+    return 2, 1, 2  # a 1024-token pass takes seconds: fewer runs keep the suite near 15 minutes
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sh(cmd, **kw) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kw).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def run_json(cmd, env, timeout=1800):
+    """Runs one benchmark process; returns its JSON line or raises with its stderr."""
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... exited {p.returncode}:\n{p.stderr.strip()[-2000:]}")
+    for line in reversed(p.stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"{' '.join(cmd[:4])}... printed no JSON:\n{p.stdout[-1000:]}\n{p.stderr[-1000:]}")
+
+
+def bench_tokens(n: int, d_vocab: int):
+    # The same ids torch_bench.py makes for --tokens N.
+    return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return [0.0, 0.0, 0.0]
+
+
+# ----------------------------------------------------------------------------------------------
+# The machine
+
+
+def machine(build_dir: str, hs_row: str) -> dict:
+    m = {}
+    lscpu = sh(["lscpu"])
+    get = lambda key: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith(key + ":")), "?")  # noqa: E731
+    m["cpu"] = get("Model name")
+    m["cores"] = os.cpu_count()
+    m["threads_per_core"] = get("Thread(s) per core")
+    m["hypervisor"] = get("Hypervisor vendor")
+    flags = get("Flags").split()
+    m["simd"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni") if f in flags)
+    m["l2"] = get("L2 cache")
+    m["l3"] = get("L3 cache")
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(next(l for l in f if l.startswith("MemTotal")).split()[1])
+        m["ram_gb"] = round(kb / 1024 / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        m["ram_gb"] = None
+    m["kernel"] = platform.release()
+    m["os"] = sh(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"])
+    cxx = "c++"
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+            cache = f.read()
+        mm = re.search(r"^CMAKE_CXX_COMPILER:\w+=(.*)$", cache, re.M)
+        if mm:
+            cxx = mm.group(1)
+        m["cmake_flags"] = " ".join(
+            f"{k}={v}" for k, v in re.findall(r"^(HEADSCOPE_\w+|CMAKE_BUILD_TYPE):\w+=(.*)$", cache, re.M))
+    except OSError:
+        m["cmake_flags"] = "?"
+    m["compiler"] = sh([cxx, "--version"]).splitlines()[0] if sh([cxx, "--version"]) else cxx
+    m["cmake"] = (sh(["cmake", "--version"]).splitlines() or ["?"])[0]
+    macros = "/usr/include/eigen3/Eigen/src/Core/util/Macros.h"
+    try:
+        with open(macros) as f:
+            t = f.read()
+        v = [re.search(rf"#define EIGEN_{k}_VERSION (\d+)", t).group(1) for k in ("WORLD", "MAJOR", "MINOR")]
+        m["eigen"] = ".".join(v)
+    except (OSError, AttributeError):
+        m["eigen"] = "?"
+    # HeadScope's BLAS: what the binary links, and whether Eigen hands products to it.
+    libs = sh(["ldd", hs_row])
+    blas = [l.split()[0] for l in libs.splitlines() if re.search(r"blas|lapack|mkl", l)]
+    uses = sh(["grep", "-rl", "EIGEN_USE_BLAS", os.path.join(REPO, "CMakeLists.txt"), os.path.join(REPO, "core")])
+    m["hs_blas"] = (", ".join(blas) + (" (EIGEN_USE_BLAS)" if uses else "")) if blas else "none (Eigen's own kernels)"
+    gomp = [l.split()[0] for l in libs.splitlines() if "gomp" in l or "libomp" in l]
+    m["hs_openmp"] = ", ".join(gomp) or "?"
+    probe = (
+        "import os, torch, numpy\n"
+        "print(torch.__version__); print(numpy.__version__)\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "import re\n"
+        "print(sorted(set(re.findall(r'(/\\S*(?:blas|lapack)\\S*)', maps))))\n"
+        "print(torch.get_num_threads())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    out = sh([PYTHON, "-c", probe], env=env).splitlines()
+    m["torch"] = out[0] if out else "not found"
+    m["numpy"] = out[1] if len(out) > 1 else "?"
+    blas_libs = [os.path.realpath(p) for p in eval(out[2])] if len(out) > 2 else []  # noqa: S307 (our own output)
+    m["torch_blas"] = ", ".join(sorted(set(blas_libs))) or "?"
+    m["openblas_coretype_in_env"] = os.environ.get("OPENBLAS_CORETYPE")
+    m["python"] = sh([PYTHON, "--version"])
+    head = sh(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    dirty = sh(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--", "core", "CMakeLists.txt"])
+    m["commit"] = head + (" (with uncommitted changes in core/)" if dirty else "")
+    return m
+
+
+# ----------------------------------------------------------------------------------------------
+# Rows
+
+
+def hs_env(threads: int) -> dict:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def torch_env(threads: int) -> dict:
+    # OPENBLAS_CORETYPE forces AVX2 kernels on this AVX-512 machine: gone for torch alone.
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_row(args, hs_row, mode, tokens, threads, ids_arg):
+    rounds, warmup, runs = plan(tokens, args.quick)
+    common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", mode,
+              "--warmup", str(warmup), "--runs", str(runs)]
+    hs_runs, pt_runs, hs_rss, pt_rss, hs_run_rss, pt_run_rss = [], [], [], [], [], []
+    hs_cache_mb, pt_load = None, []
+    t0 = time.time()
+    done = 0
+    for r in range(rounds):
+        # On a loaded machine a 1024-token row can take minutes per round: stop adding rounds once
+        # the row has used its budget (the table shows the rounds that ran).
+        if r > 0 and args.max_row_seconds and time.time() - t0 > args.max_row_seconds:
+            log(f"suite:        row budget of {args.max_row_seconds:.0f} s used after {r} round(s); not adding more")
+            break
+        done += 1
+        h = run_json([hs_row] + common, hs_env(threads))
+        hs_runs += h["runs"]
+        hs_rss.append(h["peak_rss_mb"])
+        if h.get("run_peak_rss_mb") is not None:
+            hs_run_rss.append(h["run_peak_rss_mb"])
+        hs_cache_mb = h.get("cache_mb")
+        p = run_json([PYTHON, os.path.join(HERE, "torch_bench.py")] + common, torch_env(threads))
+        pt_runs += p["runs"]
+        pt_rss.append(p["peak_rss_mb"])
+        if p.get("run_peak_rss_mb") is not None:
+            pt_run_rss.append(p["run_peak_rss_mb"])
+        pt_load.append(p.get("load_ms"))
+    row = {
+        "mode": mode, "tokens": tokens, "threads": threads, "rounds": done, "warmup": warmup, "runs": runs,
+        "hs_ms": statistics.median(hs_runs), "pt_ms": statistics.median(pt_runs),
+        "hs_min_ms": min(hs_runs), "pt_min_ms": min(pt_runs),
+        "hs_runs": hs_runs, "pt_runs": pt_runs,
+        "hs_rss_mb": max(hs_rss), "pt_rss_mb": max(pt_rss),
+        "hs_run_rss_mb": max(hs_run_rss) if hs_run_rss else None,
+        "pt_run_rss_mb": max(pt_run_rss) if pt_run_rss else None,
+        "hs_cache_mb": hs_cache_mb, "pt_load_ms": [x for x in pt_load if x is not None],
+    }
+    row["ratio"] = row["hs_ms"] / row["pt_ms"]
+    row["speedup"] = row["pt_ms"] / row["hs_ms"]
+    return row
+
+
+# ----------------------------------------------------------------------------------------------
+# Profile (perf, software clock: hardware counters are often missing in virtual machines)
+
+
+def perf_works() -> bool:
+    if not shutil.which("perf"):
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o", os.path.join(d, "p.data"), "--", "true"],
+                           capture_output=True, text=True)
+        return p.returncode == 0
+
+
+def short_symbol(sym: str, dso: str) -> str:
+    """Makes Eigen's template names readable: the kernel's name, not its 2 KB of arguments."""
+    s = re.sub(r"(\s+-)+\s*$", "", sym).strip()
+    if re.fullmatch(r"0x[0-9a-f]+", s):  # no symbols (libgomp): the library is the answer
+        return "(OpenMP runtime: fork/join, barrier waits)" if "gomp" in dso else f"({dso})"
+    tag = ""
+    if "gemm_pack" in s:  # which operand layout is being packed tells which product it is
+        mm = re.search(r"const_blas_data_mapper<float, long, (\d)>", s)
+        if mm:
+            tag = " [row-major source]" if mm.group(1) == "1" else " [col-major source]"
+    s = re.sub(r"\(anonymous namespace\)::", "", s)
+    for _ in range(12):  # drop template argument lists, innermost first
+        s2 = re.sub(r"<[^<>]*>", "", s)
+        if s2 == s:
+            break
+        s = s2
+    s = re.sub(r"\(.*\)", "()", s).replace("::operator()", "")
+    return (s[:100] + tag).strip()
+
+
+def profile(hs_row, model, mode, tokens, threads, warmup, runs, ids_arg, user_only=True):
+    """Flat profile of the timed part only (hs_bench_row switches perf on around it)."""
+    with tempfile.TemporaryDirectory() as d:
+        data, ctl, ack = (os.path.join(d, x) for x in ("perf.data", "ctl", "ack"))
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
+        env = hs_env(threads)
+        env.update(HEADSCOPE_PERF_CTL=ctl, HEADSCOPE_PERF_ACK=ack)
+        event = "cpu-clock:u" if user_only else "cpu-clock"
+        cmd = ["perf", "record", "-q", "-e", event, "-F", "1000", "--control", f"fifo:{ctl},{ack}", "-D", "-1",
+               "-o", data, "--", hs_row, "--model", model, "--mode", mode, "--threads", str(threads),
+               "--warmup", str(warmup), "--runs", str(runs)]
+        if ids_arg:
+            cmd += ["--token-ids", ids_arg]
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+        except subprocess.TimeoutExpired:
+            return None
+        if p.returncode != 0:
+            log(f"suite: perf record failed: {p.stderr.strip()[-300:]}")
+            return None
+        rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", "dso,symbol",
+                              "--percent-limit", "0.3"], capture_output=True, text=True, timeout=300).stdout
+    merged = {}
+    for line in rep.splitlines():
+        mm = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[([.kH])\]\s+(.*)$", line)
+        if not mm:
+            continue
+        pct, dso, kind, sym = float(mm.group(1)), mm.group(2), mm.group(3), mm.group(4)
+        name = "(kernel: page faults, scheduling, ...)" if kind == "k" else short_symbol(sym, dso)
+        key = ("kernel" if kind == "k" else dso, name)
+        merged[key] = merged.get(key, 0.0) + pct
+    return sorted(((v, k[0], k[1]) for k, v in merged.items()), reverse=True)[:12]
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+
+
+def fmt_ms(x):
+    if x is None:
+        return "—"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def verdict(ok):
+    return "**met**" if ok else "**not met**"
+
+
+def targets(rows, open_warm, open_cold, keys):
+    """[(target, measured, met or None, note)]"""
+    find = lambda mode, n, t: next((r for r in rows if (r["mode"], r["tokens"], r["threads"]) == (mode, n, t)), None)  # noqa: E731
+    out = []
+    r2 = find("cache", 20, 2)
+    if r2:
+        out.append(("20 tokens, full cache, 2 threads: at most 30 ms", f"{fmt_ms(r2['hs_ms'])} ms",
+                    r2["hs_ms"] <= 30, ""))
+        out.append(("20 tokens, full cache, 2 threads: at least 2x faster than PyTorch",
+                    f"{r2['speedup']:.2f}x ({fmt_ms(r2['pt_ms'])} ms vs {fmt_ms(r2['hs_ms'])} ms)",
+                    r2["speedup"] >= 2.0, ""))
+    r1 = find("cache", 20, 1)
+    if r1:
+        out.append(("20 tokens, full cache, 1 thread: at least 1.5x faster than PyTorch",
+                    f"{r1['speedup']:.2f}x ({fmt_ms(r1['pt_ms'])} ms vs {fmt_ms(r1['hs_ms'])} ms)",
+                    r1["speedup"] >= 1.5, ""))
+    long_rows = [r for r in rows if r["mode"] == "cache" and r["tokens"] == 1024]
+    if long_rows:
+        peak = max(r["hs_rss_mb"] for r in long_rows)
+        out.append(("1024 tokens, every view available: peak RSS under 1.5 GB (1536 MiB)",
+                    f"{peak:.0f} MiB (whole process: weights mapped + cache)", peak < 1536, ""))
+    else:
+        out.append(("1024 tokens, every view available: peak RSS under 1.5 GB", "not run (--quick)", None, ""))
+    if open_warm:
+        note = f"cold page cache: {fmt_ms(open_cold['median_ms'])} ms" if open_cold else ""
+        out.append(("Open GPT-2 small: under 0.5 s", f"{fmt_ms(open_warm['median_ms'])} ms (warm page cache)",
+                    open_warm["median_ms"] < 500, note))
+    if keys and "views_ms" in keys:
+        fallback = keys["model_kind"] != "builtin"
+        note = "on the test fixture: the built-in model is not in resources/models yet" if fallback else ""
+        v = keys["views_ms"]
+        out.append(("Built-in model: keystroke to ready data under 5 ms",
+                    f"median {v['median']:.1f} ms, p90 {v['p90']:.1f}, max {v['max']:.1f} (after the "
+                    f"{keys['debounce_setting_ms']} ms debounce)", v["median"] < 5, note))
+        out.append(("GUI thread never stalls more than 16 ms while typing",
+                    f"longest stall {keys['stall_max_ms']:.1f} ms", keys["stall_max_ms"] <= 16, note))
+    else:
+        out.append(("Built-in model: keystroke latency and GUI stalls", "not measured (GUI bench not built)", None, ""))
+    return out
+
+
+def console_table(rows):
+    lines = [f"{'mode':<7}{'tokens':>7}{'thr':>4}  {'HeadScope ms':>12}  {'PyTorch ms':>11}  {'HS/PT':>6}  "
+             f"{'speedup':>7}  {'HS RSS MiB':>10}  {'PT RSS MiB':>10}"]
+    for r in rows:
+        lines.append(f"{r['mode']:<7}{r['tokens']:>7}{r['threads']:>4}  {fmt_ms(r['hs_ms']):>12}  {fmt_ms(r['pt_ms']):>11}  "
+                     f"{r['ratio']:>6.2f}  {r['speedup']:>6.2f}x  {r['hs_rss_mb']:>10.0f}  {r['pt_rss_mb']:>10.0f}")
+    return "\n".join(lines)
+
+
+def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes):
+    now = datetime.datetime.now().astimezone()
+    cores = m["cores"] or 1
+    loaded = max(load_start[0], load_end[0]) > 0.3 * cores
+    L = []
+    L.append("# Benchmarks")
+    L.append("")
+    L.append("<!-- Generated by tools/bench/run.sh (tools/bench/suite.py). Edit only between the notes markers. -->")
+    L.append("")
+    if loaded or args.quick:
+        why = []
+        if loaded:
+            why.append(f"**measured under load**: the 1-minute load average was {load_start[0]:.1f} at the start "
+                       f"and {load_end[0]:.1f} at the end on {cores} cores, so other work shared the CPU")
+        if args.quick:
+            why.append("**a `--quick` smoke run**: few runs per row, 1024-token rows skipped or single-shot")
+        L.append("> **Draft numbers.** This page was " + "; and ".join(why) +
+                 ". Re-run `tools/bench/run.sh` on a quiet machine for numbers to quote.")
+        L.append("")
+    L.append(f"Measured {now.strftime('%Y-%m-%d %H:%M %Z')} with `{args.command}` "
+             f"(HeadScope at commit {m['commit']}); the whole run took {elapsed_s / 60:.1f} minutes.")
+    L.append("")
+    L.append("## Machine")
+    L.append("")
+    L.append(f"- CPU: {m['cpu']}, {m['cores']} cores ({m['threads_per_core']} thread per core)"
+             + (f", virtual machine ({m['hypervisor']})" if m["hypervisor"] != "?" else "")
+             + f"; {m['simd']}; L2 {m['l2']}, L3 {m['l3']}")
+    L.append(f"- RAM: {m['ram_gb']} GB; {m['os']}, kernel {m['kernel']}")
+    L.append(f"- Compiler: {m['compiler']}; {m['cmake']}; build: {m['cmake_flags']}; Eigen {m['eigen']}")
+    L.append(f"- HeadScope's BLAS: {m['hs_blas']}; OpenMP: {m['hs_openmp']}")
+    L.append(f"- PyTorch {m['torch']} (Debian's python3-torch), NumPy {m['numpy']}, {m['python']}; "
+             f"BLAS loaded by torch: {m['torch_blas']}")
+    ct = m["openblas_coretype_in_env"]
+    L.append(f"- Load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in load_start)} at the start, "
+             f"{' '.join(f'{x:.2f}' for x in load_end)} at the end. OPENBLAS_CORETYPE in the environment: "
+             f"{ct if ct else 'not set'} (unset for the PyTorch commands in any case).")
+    L.append("")
+    L.append("## Targets (issue 5)")
+    L.append("")
+    L.append("| target | measured | |")
+    L.append("| --- | --- | --- |")
+    for t, measured, ok, note in targets(rows, open_warm, open_cold, keys):
+        status = "not measured" if ok is None else verdict(ok)
+        L.append(f"| {t} | {measured}{' — ' + note if note else ''} | {status} |")
+    L.append("")
+    L.append("## Forward pass: HeadScope and PyTorch on the same weights")
+    L.append("")
+    L.append("GPT-2-small-shaped model with random weights (12 layers, 12 heads, d_model 768, d_mlp 3072, "
+             "vocab 50257, context 1024; F32, 498 MB) written by `tools/bench/make_gpt2_small.py`. "
+             "*cache*: HeadScope keeps its `ActivationCache` (default `hs::RunOptions`: every key of the "
+             "contract available, scores and per-head results derived on request), PyTorch keeps every "
+             "activation of the contract as tensors (`torch_bench.py --mode cache`, like TransformerLens's "
+             "`run_with_cache`). *logits*: logits only on both sides. Times are medians over all timed passes "
+             "of the row in milliseconds (lower is better); *HS/PT* is HeadScope's time divided by PyTorch's, "
+             "*speedup* the inverse. *RSS* is the peak resident set of the process (getrusage `ru_maxrss`), "
+             "weights included; *run RSS* is the peak during the timed passes only.")
+    L.append("")
+    L.append("| mode | tokens | threads | HeadScope ms | PyTorch ms | HS/PT | speedup | HeadScope RSS MiB | PyTorch RSS MiB "
+             "| HS run RSS | PT run RSS | HS cache MiB | runs per side |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in rows:
+        hr = f"{r['hs_run_rss_mb']:.0f}" if r["hs_run_rss_mb"] else "—"
+        pr = f"{r['pt_run_rss_mb']:.0f}" if r["pt_run_rss_mb"] else "—"
+        cm = f"{r['hs_cache_mb']:.0f}" if r["hs_cache_mb"] is not None else "—"
+        L.append(f"| {r['mode']} | {r['tokens']} | {r['threads']} | {fmt_ms(r['hs_ms'])} | {fmt_ms(r['pt_ms'])} | "
+                 f"{r['ratio']:.2f} | {r['speedup']:.2f}x | {r['hs_rss_mb']:.0f} | {r['pt_rss_mb']:.0f} | {hr} | {pr} | "
+                 f"{cm} | {r['rounds']} x ({r['warmup']} warm-up + {r['runs']}) |")
+    L.append("")
+    L.append("How: for each row, HeadScope (`hs_bench_row`) and PyTorch (`torch_bench.py`) run in separate processes, "
+             "alternating (HeadScope, PyTorch, HeadScope, PyTorch, ...) for the number of rounds shown; each process "
+             "loads the model, warms up, then times its passes. Both get the same token ids, `OMP_NUM_THREADS` and "
+             "explicit thread counts (`omp_set_num_threads` / `torch.set_num_threads`); PyTorch runs under "
+             "`torch.inference_mode()` with `OPENBLAS_CORETYPE` removed from its environment. The 1024-token rows "
+             "use fewer passes (a pass takes seconds); their medians are rougher.")
+    L.append("")
+    mins = [f"{r['mode']} {r['tokens']}/{r['threads']}t: {fmt_ms(r['hs_min_ms'])} vs {fmt_ms(r['pt_min_ms'])}"
+            for r in rows if r["tokens"] == 20]
+    if mins:
+        L.append("Fastest single pass at 20 tokens (HeadScope vs PyTorch, ms): " + "; ".join(mins) + ".")
+        L.append("")
+    L.append("## Opening the model")
+    L.append("")
+    if open_warm:
+        L.append(f"`hs::Model::load` of the 498 MB GPT-2-small folder (safetensors memory-mapped, every weight checked "
+                 f"for NaN/inf, tokenizer read): median **{fmt_ms(open_warm['median_ms'])} ms** with the file in the "
+                 f"page cache (warm; {len(open_warm['runs'])} loads, min {fmt_ms(open_warm['min_ms'])} ms).")
+        if open_cold:
+            res = open_cold.get("resident_before_pct") or []
+            res_txt = f"; {max(res):.0f}% of the file was still cached at the start of a load" if res else ""
+            L.append(f"Cold (the file's pages evicted with `posix_fadvise(DONTNEED)` before each load, so they are read "
+                     f"from disk{res_txt}): median **{fmt_ms(open_cold['median_ms'])} ms** over {len(open_cold['runs'])} "
+                     f"loads. A cold open is bounded by the disk: the check reads every byte once.")
+        pl = [x for r in rows for x in r["pt_load_ms"]]
+        if pl:
+            L.append(f"For comparison, `torch_bench.py` reads the same file into memory and wraps it in tensors in a median "
+                     f"{fmt_ms(statistics.median(pl))} ms (warm).")
+    else:
+        L.append("Not measured.")
+    L.append("")
+    L.append("## Typing in the GUI")
+    L.append("")
+    if keys and "views_ms" in keys:
+        if keys["model_kind"] != "builtin":
+            L.append(f"> The built-in model (resources/models/headscope-tiny) is not there yet, so this used the test "
+                     f"fixture `{os.path.relpath(keys['model'], REPO)}` ({keys['n_layer']} layers x {keys['n_head']} heads, "
+                     f"d_model {keys['d_model']}, context {keys['n_ctx']}): re-run once the built-in model is committed.")
+            L.append("")
+        v, rr, d, w = keys["views_ms"], keys["run_ms"], keys["debounce_ms"], keys["worker_ms"]
+        L.append(f"`hs_bench_keys` opens the real window on Qt's offscreen platform and types "
+                 f"\"{keys['sentence']}\" into the prompt ({keys['keys']} keys, {keys['tokens_at_end']} tokens at the end) "
+                 f"with `QTest::keyClicks`" + ("" if keys.get("qtest") else " (QtTest missing: text inserted directly)") + ".")
+        L.append("")
+        L.append("| per keystroke | median ms | p90 ms | max ms |")
+        L.append("| --- | ---: | ---: | ---: |")
+        L.append(f"| debounce: text change to the run's request (setting {keys['debounce_setting_ms']} ms) | "
+                 f"{d['median']:.1f} | {d['p90']:.1f} | {d['max']:.1f} |")
+        L.append(f"| request to the run's result on the GUI thread | {rr['median']:.2f} | {rr['p90']:.2f} | {rr['max']:.2f} |")
+        L.append(f"| request to every view's data ready (run, position and layer analyses) | {v['median']:.2f} | "
+                 f"{v['p90']:.2f} | {v['max']:.2f} |")
+        L.append(f"| of which on the worker: tokenize, forward, top-k, thumbnails | {w['median']:.2f} | {w['p90']:.2f} | "
+                 f"{w['max']:.2f} |")
+        L.append("")
+        L.append(f"GUI thread: a 1 ms timer ticks throughout; the longest gap between ticks, minus 1 ms, is the longest "
+                 f"stall. One key at a time, each waited for: **{keys['stall_step_max_ms']:.1f} ms** "
+                 f"({keys['stall_step_over16']} gaps over 16 ms). Typing at one key per {keys['typing_interval_ms']} ms "
+                 f"(runs overlapping keys): **{keys['stall_typing_max_ms']:.1f} ms** ({keys['stall_typing_over16']} gaps "
+                 f"over 16 ms). Keystroke latency counts from the run's request, i.e. after the debounce, which is a "
+                 f"deliberate wait reported on its own line.")
+    elif keys and "error" in keys:
+        L.append(f"Not measured: {keys['error']}")
+    else:
+        L.append("Not measured: the GUI benchmark (`hs_bench_keys`) is built only with the GUI (`-DHEADSCOPE_GUI=ON`).")
+    L.append("")
+    if profiles:
+        L.append("## Where the forward pass spends its time")
+        L.append("")
+        L.append("`perf record -e cpu-clock` (a software clock: virtual machines often lack hardware counters) "
+                 "around the timed passes of `hs_bench_row` only (not the load or warm-up); self time per function "
+                 "in user space unless noted, Eigen's template arguments elided. In Eigen's GEMM the *lhs* is the "
+                 "operand it packs in panels: for our row-major products that is the weight matrix, so "
+                 "`gemm_pack_lhs` time is time spent copying weights, not multiplying.")
+        L.append("")
+        for title, prof in profiles:
+            L.append(f"**{title}**")
+            L.append("")
+            L.append("| self % | library | function |")
+            L.append("| ---: | --- | --- |")
+            for pct, dso, sym in prof:
+                L.append(f"| {pct:.1f} | {dso} | `{sym}` |")
+            L.append("")
+    L.append("## Notes")
+    L.append("")
+    L.append(NOTES_BEGIN)
+    L.append(old_notes.strip("\n") if old_notes else "(Hand-written analysis goes here; kept across re-runs.)")
+    L.append(NOTES_END)
+    L.append("")
+    L.append("## Reproduce")
+    L.append("")
+    L.append("```sh")
+    L.append("tools/bench/run.sh            # everything: about 15 minutes on 2 cores")
+    L.append("tools/bench/run.sh --quick    # smoke run: a minute or two, rough numbers")
+    L.append("```")
+    L.append("")
+    L.append("The script installs what is missing (libbenchmark-dev, python3-torch, python3-numpy, "
+             "libopenblas0-openmp, and HeadScope's own dependencies), builds a Release build with "
+             "`-DHEADSCOPE_BENCH=ON` in `build-bench/`, writes the GPT-2-small-shaped model to "
+             "`build-bench/gpt2-small/` once (about 500 MB, not committed), runs the rows and rewrites this page. "
+             "Single rows by hand:")
+    L.append("")
+    L.append("```sh")
+    L.append("OMP_NUM_THREADS=2 build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
+    L.append("env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
+    L.append("build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --mode open --runs 5 [--cold]")
+    L.append("build-bench/tools/bench/hs_bench_keys          # GUI keystroke latency, headless")
+    L.append("```")
+    L.append("")
+    return "\n".join(L)
+
+
+def old_notes_of(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            t = f.read()
+    except OSError:
+        return None
+    if NOTES_BEGIN in t and NOTES_END in t:
+        return t.split(NOTES_BEGIN, 1)[1].split(NOTES_END, 1)[0]
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build-dir", default=os.path.join(REPO, "build-bench"))
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks.md"))
+    ap.add_argument("--quick", action="store_true", help="smoke run: few passes, 1024-token rows single-shot")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="prompt lengths of the rows (default 20,128,1024)")
+    ap.add_argument("--no-gui", action="store_true", help="skip the keystroke benchmark")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--max-row-seconds", type=float, default=150,
+                    help="start no new round of a row after this long (0: always run every round)")
+    ap.add_argument("--command", default="tools/bench/run.sh", help="the command to quote on the page")
+    ap.add_argument("--json", help="also write every measurement to this JSON file")
+    args = ap.parse_args()
+    args.model = os.path.abspath(args.model)
+    t_start = time.time()
+    load_start = loadavg()
+    hs_row = os.path.join(args.build_dir, "tools", "bench", "hs_bench_row")
+    hs_keys = os.path.join(args.build_dir, "tools", "bench", "hs_bench_keys")
+    if not os.access(hs_row, os.X_OK):
+        log(f"suite: {hs_row} is missing; build with -DHEADSCOPE_BENCH=ON (tools/bench/run.sh does)")
+        return 2
+    with open(os.path.join(args.model, "config.json")) as f:
+        d_vocab = json.load(f)["vocab_size"]
+
+    m = machine(args.build_dir, hs_row)
+    log(f"suite: {m['cpu']}, {m['cores']} cores; torch {m['torch']} with {m['torch_blas']}; load {load_start}")
+    if "openblas" not in m["torch_blas"] or "openmp" not in m["torch_blas"]:
+        log("suite: WARNING: torch does not load OpenMP OpenBLAS (libopenblas0-openmp); PyTorch is not at its best")
+
+    rows = []
+    for mode in MODES:
+        for n in [int(x) for x in args.tokens.split(",") if x]:
+            ids_arg = ",".join(str(i) for i in bench_tokens(n, d_vocab))
+            for t in THREADS:
+                rounds, warmup, runs = plan(n, args.quick)
+                log(f"suite: {mode:6} {n:5} tokens, {t} thread(s): {rounds} x (HeadScope, PyTorch), "
+                    f"{warmup} warm-up + {runs} timed each ...")
+                r = run_row(args, hs_row, mode, n, t, ids_arg)
+                rows.append(r)
+                log(f"suite:        HeadScope {fmt_ms(r['hs_ms'])} ms, PyTorch {fmt_ms(r['pt_ms'])} ms, "
+                    f"HS/PT {r['ratio']:.2f} ({r['speedup']:.2f}x); RSS {r['hs_rss_mb']:.0f} / {r['pt_rss_mb']:.0f} MiB")
+
+    log("suite: opening the model (warm, then cold) ...")
+    open_warm = run_json([hs_row, "--model", args.model, "--mode", "open", "--warmup", "1",
+                          "--runs", "3" if args.quick else "7"], hs_env(2))
+    try:
+        open_cold = run_json([hs_row, "--model", args.model, "--mode", "open", "--cold", "--warmup", "0",
+                              "--runs", "1" if args.quick else "3"], hs_env(2))
+    except RuntimeError as e:
+        log(f"suite: cold open failed: {e}")
+        open_cold = None
+    log(f"suite:        warm {fmt_ms(open_warm['median_ms'])} ms, cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
+
+    keys = None
+    if os.access(hs_keys, os.X_OK) and not args.no_gui:
+        log("suite: typing into the GUI (hs_bench_keys, offscreen) ...")
+        env = dict(os.environ)
+        env.setdefault("QT_QPA_PLATFORM", "offscreen")
+        env["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
+        try:
+            keys = run_json([hs_keys], env, timeout=600)
+            log(f"suite:        keystroke to views' data: median {keys['views_ms']['median']:.2f} ms; "
+                f"longest stall {keys['stall_max_ms']:.1f} ms ({keys['model_kind']})")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log(f"suite: hs_bench_keys failed: {e}")
+            keys = {"error": str(e).splitlines()[0]}
+
+    profiles = []
+    if not args.no_profile and perf_works():
+        log("suite: profiling with perf (timed passes only) ...")
+        jobs = [("cache", 20, 1, 2, 10 if args.quick else 30, "forward pass, 20 tokens, full cache, 1 thread", True),
+                ("cache", 1024, 1, 0, 1, "forward pass, 1024 tokens, full cache, 1 thread", True),
+                ("open", 0, 2, 1, 3, "opening the model (warm page cache, 2 threads; kernel time included)", False)]
+        if args.quick:
+            jobs = [j for j in jobs if j[1] != 1024]
+        for mode, n, t, warmup, runs, title, user_only in jobs:
+            ids_arg = ",".join(str(i) for i in bench_tokens(n, d_vocab)) if n else None
+            prof = profile(hs_row, args.model, mode, n, t, warmup, runs, ids_arg, user_only)
+            if prof:
+                profiles.append((title, prof))
+
+    load_end = loadavg()
+    elapsed = time.time() - t_start
+    print(console_table(rows))
+    if keys and "views_ms" in keys:
+        print(f"keystroke -> views' data: median {keys['views_ms']['median']:.2f} ms (after {keys['debounce_setting_ms']} ms "
+              f"debounce); longest GUI stall {keys['stall_max_ms']:.1f} ms [{keys['model_kind']}]")
+    print(f"open model: warm {fmt_ms(open_warm['median_ms'])} ms; cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
+    for t, measured, ok, note in targets(rows, open_warm, open_cold, keys):
+        print(f"[{'MET' if ok else ('--' if ok is None else 'NOT MET')}] {t}: {measured}")
+
+    text = markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed,
+                    old_notes_of(args.out))
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": m, "rows": rows, "open_warm": open_warm, "open_cold": open_cold, "keys": keys,
+                       "profiles": profiles, "load": [load_start, load_end]}, f, indent=1)
+    log(f"suite: wrote {os.path.relpath(args.out, REPO)} ({elapsed / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
