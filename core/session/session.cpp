@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/model/memory_guard.h"
 
 namespace hs {
 namespace fs = std::filesystem;
@@ -62,6 +63,9 @@ TextRun run_tokens(std::shared_ptr<const Model> model, std::vector<int32_t> toke
   TextRun r;
   r.model = model;
   r.tokens = std::move(tokens);
+  // Too long or empty prompts are refused by the forward pass with their own message.
+  if (!r.tokens.empty() && r.tokens.size() <= static_cast<size_t>(model->config().n_ctx))
+    check_run_memory(model->config(), static_cast<int64_t>(r.tokens.size()), options, model->name());
   const auto t0 = std::chrono::steady_clock::now();
   r.cache = model->run(r.tokens, options, std::move(previous));
   r.forward_ms = ms_since(t0);

@@ -1,0 +1,192 @@
+#include "core/model/memory_guard.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/tensor/safetensors.h"
+
+namespace hs {
+namespace {
+
+std::mutex g_override_mutex;
+std::optional<uint64_t> g_override;
+
+bool is_mask_buffer(const std::string& name) {
+  auto ends_with = [&](std::string_view s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+}
+
+// "1234", "512M", "3.5G" -> bytes; nullopt when it is not such a figure.
+std::optional<uint64_t> parse_size(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !std::isfinite(v) || v < 0) return std::nullopt;
+  double scale = 1;
+  const std::string suffix(end);
+  if (suffix.empty() || suffix == "B") scale = 1;
+  else if (suffix == "K" || suffix == "KB") scale = 1e3;
+  else if (suffix == "M" || suffix == "MB") scale = 1e6;
+  else if (suffix == "G" || suffix == "GB") scale = 1e9;
+  else if (suffix == "T" || suffix == "TB") scale = 1e12;
+  else return std::nullopt;
+  const double bytes = v * scale;
+  if (bytes >= 1.8e19) return std::nullopt;
+  return static_cast<uint64_t>(bytes);
+}
+
+std::optional<uint64_t> read_number_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string s;
+  if (!(in >> s) || s == "max") return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+std::optional<uint64_t> mem_available_from_meminfo() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  uint64_t value = 0;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return value * 1024;  // the kernel reports kB
+  }
+  return std::nullopt;
+}
+
+// The room left under the tightest memory limit of this process's cgroup and its ancestors.
+std::optional<uint64_t> cgroup_room() {
+  namespace fs = std::filesystem;
+  std::ifstream in("/proc/self/cgroup");
+  std::optional<uint64_t> room;
+  auto consider = [&](std::optional<uint64_t> limit, std::optional<uint64_t> used) {
+    if (!limit) return;
+    const uint64_t r = used && *used < *limit ? *limit - *used : (used ? 0 : *limit);
+    room = room ? std::min(*room, r) : r;
+  };
+  for (std::string line; std::getline(in, line);) {
+    // v2: "0::/user.slice/..."; v1: "7:memory:/docker/..."
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    fs::path rel = line.substr(b + 1);
+    const bool v2 = controllers.empty();
+    const bool v1_memory = controllers.find("memory") != std::string::npos;
+    if (!v2 && !v1_memory) continue;
+    const fs::path root = v2 ? fs::path("/sys/fs/cgroup") : fs::path("/sys/fs/cgroup/memory");
+    for (fs::path p = rel;; p = p.parent_path()) {
+      const fs::path dir = root / p.relative_path();
+      if (v2) consider(read_number_file(dir / "memory.max"), read_number_file(dir / "memory.current"));
+      else {
+        // v1 reports "no limit" as a huge number (near 2^63).
+        auto limit = read_number_file(dir / "memory.limit_in_bytes");
+        if (limit && *limit >= (uint64_t{1} << 60)) limit.reset();
+        consider(limit, read_number_file(dir / "memory.usage_in_bytes"));
+      }
+      if (p.empty() || p == p.root_path()) break;
+    }
+  }
+  return room;
+}
+
+// "<doing> needs about <needed> <for_what> but only <available> is available; <advice>"
+void refuse_if_short(uint64_t needed, const std::string& doing, const std::string& for_what, const std::string& advice) {
+  const std::optional<uint64_t> available = available_memory();
+  if (!available || needed <= *available) return;
+  throw Error(doing + " needs about " + format_bytes(needed) + " " + for_what + " but only " + format_bytes(*available) +
+              " is available; " + advice);
+}
+
+}  // namespace
+
+uint64_t estimate_load_bytes(const SafetensorsFile& file) {
+  uint64_t bytes = 0;
+  for (const TensorInfo& t : file.tensors()) {
+    if (is_mask_buffer(t.name)) continue;  // ignored by the loader
+    const bool converted = t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F64 ||
+                           (t.dtype == DType::F32 && file.f32_in_place(t) == nullptr);
+    if (converted) bytes += static_cast<uint64_t>(t.numel()) * sizeof(float);
+  }
+  return bytes;
+}
+
+uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunOptions& options) {
+  // Everything in float32 counts; int64 arithmetic cannot overflow for configs parse_config
+  // accepts (every size <= 2^20, n_layer <= 1024) and n_tokens <= n_ctx.
+  const uint64_t S = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 0));
+  const uint64_t D = static_cast<uint64_t>(c.d_model), M = static_cast<uint64_t>(c.d_mlp);
+  const uint64_t H = static_cast<uint64_t>(c.n_head), V = static_cast<uint64_t>(c.d_vocab);
+  const uint64_t L = static_cast<uint64_t>(c.n_layer);
+  // Per layer (cache.h): resid_pre, q, k, v, z, attn_out, mlp_out [pos, d_model]; mlp_pre
+  // [pos, d_mlp]; the causal pattern's lower triangle [head, tri(pos)]; scores [head, pos, pos]
+  // and results [pos, head, d_model] only when stored.
+  uint64_t per_layer = 7 * S * D + S * M + H * S * (S + 1) / 2;
+  if (options.store_scores) per_layer += H * S * S;
+  if (options.store_results) per_layer += S * H * D;
+  const uint64_t layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
+  // embed, pos_embed, ln_final [pos, d_model]; ln_final scale [pos]; logits [pos, d_vocab].
+  const uint64_t global = 3 * S * D + S + S * V;
+  // Transient: the forward pass's working matrices (the residual, the LayerNorm output, qkv
+  // [pos, 3*d_model], two [pos, d_model] sums, the MLP activation [pos, d_mlp], the new logits
+  // [pos, d_vocab]) and the largest key an export or a view derives on request (hook_attn_scores
+  // [head, pos, pos] or hook_result [pos, head, d_model]).
+  const uint64_t transient = S * (3 * D + 4 * D + M + V) + std::max(H * S * S, S * H * D);
+  return (layers_kept * per_layer + global + transient) * sizeof(float);
+}
+
+std::optional<uint64_t> available_memory() {
+  {
+    std::lock_guard<std::mutex> lock(g_override_mutex);
+    if (g_override) return g_override;
+  }
+  if (const char* env = std::getenv("HEADSCOPE_AVAILABLE_MEMORY"); env && *env)
+    if (auto v = parse_size(env)) return v;
+  std::optional<uint64_t> avail = mem_available_from_meminfo();
+  if (const auto room = cgroup_room()) avail = avail ? std::min(*avail, *room) : *room;
+  return avail;
+}
+
+void set_available_memory_override(std::optional<uint64_t> bytes) {
+  std::lock_guard<std::mutex> lock(g_override_mutex);
+  g_override = bytes;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= 1'000'000'000ull) std::snprintf(buf, sizeof buf, "%.1f GB", static_cast<double>(bytes) / 1e9);
+  else if (bytes >= 1'000'000ull) std::snprintf(buf, sizeof buf, "%.0f MB", static_cast<double>(bytes) / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.0f KB", std::ceil(static_cast<double>(bytes) / 1e3));
+  return buf;
+}
+
+void check_load_memory(const SafetensorsFile& file, const std::string& model_name) {
+  const uint64_t needed = estimate_load_bytes(file);
+  if (needed == 0) return;
+  refuse_if_short(needed, "loading " + model_name, "for its weights converted to float32",
+                  "close other programs, or use a float32 (F32) copy of the model, which is read in place "
+                  "from the file.");
+}
+
+void check_run_memory(const ModelConfig& config, int64_t n_tokens, const RunOptions& options,
+                      const std::string& model_name) {
+  refuse_if_short(estimate_cache_bytes(config, n_tokens, options),
+                  "running " + std::to_string(n_tokens) + (n_tokens == 1 ? " token" : " tokens") + " through " +
+                      model_name,
+                  "for the activation cache", "use fewer tokens or close other programs.");
+}
+
+}  // namespace hs

@@ -1,0 +1,141 @@
+// The memory guard: its estimates against what runs really store, its reading of the system's
+// available memory, and its refusals (with the available figure injected, never the machine's).
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/model/memory_guard.h"
+#include "core/model/model.h"
+#include "core/session/session.h"
+#include "core/tensor/safetensors.h"
+#include "test_support.h"
+
+namespace {
+
+// Sets the available-memory figure for one test and restores the system's afterwards.
+struct AvailableMemory {
+  explicit AvailableMemory(uint64_t bytes) { hs::set_available_memory_override(bytes); }
+  ~AvailableMemory() { hs::set_available_memory_override(std::nullopt); }
+};
+
+const char* kGpt2XlConfig = R"({"model_type": "gpt2", "n_embd": 1600, "n_head": 25, "n_layer": 48,
+                               "n_positions": 1024, "vocab_size": 50257, "n_inner": null})";
+
+}  // namespace
+
+TEST_CASE("memory guard: sizes read as people write them", "[memory]") {
+  CHECK(hs::format_bytes(0) == "0 KB");
+  CHECK(hs::format_bytes(999) == "1 KB");
+  CHECK(hs::format_bytes(148'000) == "148 KB");
+  CHECK(hs::format_bytes(12'345'678) == "12 MB");
+  CHECK(hs::format_bytes(999'999'999) == "1000 MB");
+  CHECK(hs::format_bytes(9'100'000'000) == "9.1 GB");
+}
+
+TEST_CASE("memory guard: the cache estimate covers what a run stores", "[memory]") {
+  for (const char* fixture : {"f32_prefixed", "f16_plain", "bf16_prefixed", "full_context"}) {
+    const auto model = hs::Model::load(hs::test::fixture_model(fixture));
+    const hs::ModelConfig& c = model->config();
+    for (int n : {1, 2, 7, c.n_ctx}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        hs::RunOptions o;
+        o.store_scores = variant & 1;
+        o.store_results = variant & 2;
+        const auto cache = model->run(std::vector<int32_t>(static_cast<size_t>(n), 1), o);
+        const uint64_t estimate = hs::estimate_cache_bytes(c, n, o);
+        INFO(fixture << " at " << n << " tokens, options " << variant << ": stored " << cache->stored_bytes()
+                     << ", estimate " << estimate);
+        // At least what is stored; at most twice it (the rest is the transient buffers).
+        CHECK(estimate >= cache->stored_bytes());
+        CHECK(estimate <= 2 * cache->stored_bytes());
+      }
+      hs::RunOptions logits_only;
+      logits_only.logits_only = true;
+      const auto cache = model->run(std::vector<int32_t>(static_cast<size_t>(n), 1), logits_only);
+      CHECK(hs::estimate_cache_bytes(c, n, logits_only) >= cache->stored_bytes());
+      CHECK(hs::estimate_cache_bytes(c, n, logits_only) < hs::estimate_cache_bytes(c, n, {}));
+    }
+  }
+}
+
+TEST_CASE("memory guard: loading counts only weights converted to float32", "[memory]") {
+  // F32 weights are used in place from the memory map.
+  const auto f32 = hs::SafetensorsFile::open(hs::test::fixture_model("f32_prefixed") / "model.safetensors");
+  CHECK(hs::estimate_load_bytes(*f32) == 0);
+  // F16 and BF16 weights become float32 copies: 4 bytes per element (mask buffers are ignored).
+  for (const char* fixture : {"f16_plain", "bf16_prefixed"}) {
+    const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fixture) / "model.safetensors");
+    uint64_t elements = 0;
+    for (const auto& t : f->tensors())
+      if (t.name.find(".attn.bias") == std::string::npos && t.name.find(".attn.masked_bias") == std::string::npos)
+        elements += static_cast<uint64_t>(t.numel());
+    CHECK(hs::estimate_load_bytes(*f) == 4 * elements);
+    const auto model = hs::Model::load(hs::test::fixture_model(fixture));
+    CHECK(hs::estimate_load_bytes(*f) == model->weights()->owned_bytes());
+  }
+}
+
+TEST_CASE("memory guard: refuses a load that does not fit, with numbers and advice", "[memory]") {
+  const auto dir = hs::test::fixture_model("f16_plain");
+  {
+    AvailableMemory limit(100'000);
+    try {
+      (void)hs::Model::load(dir);
+      FAIL("loaded with 100 KB available");
+    } catch (const hs::Error& e) {
+      CHECK(std::string(e.what()) ==
+            "loading f16_plain needs about 139 KB for its weights converted to float32 but only 100 KB is available; "
+            "close other programs, or use a float32 (F32) copy of the model, which is read in place from the file.");
+    }
+    // F32 needs no conversion room.
+    CHECK_NOTHROW(hs::Model::load(hs::test::fixture_model("f32_prefixed")));
+  }
+  AvailableMemory plenty(1'000'000'000);
+  CHECK_NOTHROW(hs::Model::load(dir));
+}
+
+TEST_CASE("memory guard: refuses a run that does not fit, before running", "[memory]") {
+  const auto model = hs::Model::load(hs::test::fixture_model("f32_prefixed"));
+  const std::vector<int32_t> tokens = model->encode("The cat sat on the mat.", true);
+  const uint64_t needed = hs::estimate_cache_bytes(model->config(), static_cast<int64_t>(tokens.size()), {});
+  {
+    AvailableMemory limit(needed - 1);
+    const std::string message = "running " + std::to_string(tokens.size()) + " tokens through f32_prefixed needs about " +
+                                hs::format_bytes(needed) + " for the activation cache but only " +
+                                hs::format_bytes(needed - 1) + " is available; use fewer tokens or close other programs.";
+    CHECK_THROWS_WITH(hs::run_text(model, "The cat sat on the mat."), message);
+    CHECK_THROWS_WITH(hs::run_tokens(model, tokens), message);
+    // Too long is still refused as too long: the context limit comes first.
+    std::vector<int32_t> too_many(static_cast<size_t>(model->config().n_ctx) + 1, 1);
+    CHECK_THROWS_WITH(hs::run_tokens(model, too_many), Catch::Contains("context"));
+  }
+  AvailableMemory exactly(needed);
+  CHECK_NOTHROW(hs::run_tokens(model, tokens));
+}
+
+TEST_CASE("memory guard: GPT-2 XL at its full context", "[memory]") {
+  const hs::ModelConfig xl = hs::parse_config(kGpt2XlConfig, "gpt2-xl/config.json");
+  AvailableMemory limit(3'200'000'000);
+  CHECK_THROWS_WITH(hs::check_run_memory(xl, 1024, {}, "gpt2-xl"),
+                    "running 1024 tokens through gpt2-xl needs about 6.6 GB for the activation cache but only 3.2 GB is "
+                    "available; use fewer tokens or close other programs.");
+  CHECK_NOTHROW(hs::check_run_memory(xl, 64, {}, "gpt2-xl"));
+}
+
+TEST_CASE("memory guard: reads the system's figure, or the environment's", "[memory]") {
+  hs::set_available_memory_override(std::nullopt);
+  ::unsetenv("HEADSCOPE_AVAILABLE_MEMORY");
+  const auto system = hs::available_memory();
+  REQUIRE(system.has_value());  // /proc/meminfo has MemAvailable on every Linux since 3.14
+  CHECK(*system > 0);
+  ::setenv("HEADSCOPE_AVAILABLE_MEMORY", "3.2G", 1);
+  CHECK(hs::available_memory() == uint64_t{3'200'000'000});
+  ::setenv("HEADSCOPE_AVAILABLE_MEMORY", "100K", 1);
+  CHECK(hs::available_memory() == uint64_t{100'000});
+  ::setenv("HEADSCOPE_AVAILABLE_MEMORY", "12345", 1);
+  CHECK(hs::available_memory() == uint64_t{12'345});
+  ::setenv("HEADSCOPE_AVAILABLE_MEMORY", "lots", 1);  // not a figure: ignored
+  CHECK(hs::available_memory().has_value());
+  CHECK(hs::available_memory() != uint64_t{0});
+  ::unsetenv("HEADSCOPE_AVAILABLE_MEMORY");
+}
