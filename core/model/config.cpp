@@ -1,5 +1,7 @@
 #include "core/model/config.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -10,6 +12,15 @@ namespace hs {
 namespace {
 
 using nlohmann::json;
+
+// nlohmann's "[json.exception.parse_error.101] parse error at ..." without the bracketed id.
+std::string json_reason(const std::exception& e) {
+  std::string what = e.what();
+  if (what.rfind("[json.exception.", 0) == 0)
+    if (const size_t close = what.find("] "); close != std::string::npos) what.erase(0, close + 2);
+  if (what.size() > 300) what = what.substr(0, 300) + "...";
+  return what;
+}
 
 std::string brief(const json& v) { return v.is_structured() ? std::string(v.type_name()) : v.dump(); }
 
@@ -57,7 +68,7 @@ ModelConfig parse_config(std::string_view json_text, const std::string& source) 
   try {
     j = json::parse(json_text.begin(), json_text.end());
   } catch (const std::exception& e) {
-    throw Error(source + ": not valid JSON (" + e.what() + "). Restore the model's original config.json.");
+    throw Error(source + ": not valid JSON (" + json_reason(e) + "). Restore the model's original config.json.");
   }
   if (!j.is_object()) throw Error(source + ": expected a JSON object of settings, found " + brief(j) + ".");
 
@@ -121,12 +132,21 @@ ModelConfig parse_config(std::string_view json_text, const std::string& source) 
 }
 
 ModelConfig load_config(const std::filesystem::path& config_json) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(config_json, ec))
+    throw Error(config_json.string() + ": is a folder, not a file. A Hugging Face model folder holds config.json as a file "
+                "beside model.safetensors.");
+  if (!std::filesystem::exists(config_json, ec))
+    throw Error(config_json.string() + ": not found. A Hugging Face model folder needs a config.json beside model.safetensors.");
   std::ifstream in(config_json, std::ios::binary);
   if (!in)
-    throw Error(config_json.string() + ": cannot open. A Hugging Face model folder needs a config.json beside model.safetensors.");
+    throw Error(config_json.string() + ": cannot open (" + std::strerror(errno) + "); check that it is readable.");
   std::ostringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
+  if (in.bad()) throw Error(config_json.string() + ": cannot read (" + std::strerror(errno) + ").");
+  if (text.empty())
+    throw Error(config_json.string() + ": is empty. Restore the model's original config.json.");
   if (text.size() > 16 * 1024 * 1024) throw Error(config_json.string() + ": is larger than 16 MB; not a config.json.");
   return parse_config(text, config_json.string());
 }
