@@ -24,7 +24,9 @@ void write_atomically(const fs::path& path, const std::function<void(std::ostrea
   if (fs::is_directory(path, ec)) throw Error(path.string() + ": is a folder; give a file name to write.");
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec))
-    throw Error(path.string() + ": cannot write: the folder " + dir.string() + " does not exist.");
+    throw Error(path.string() + ": cannot write: " +
+                (fs::exists(dir, ec) ? dir.string() + " is a file, not a folder."
+                                     : "the folder " + dir.string() + " does not exist."));
   std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0)
@@ -35,21 +37,27 @@ void write_atomically(const fs::path& path, const std::function<void(std::ostrea
     fs::remove(tmp, ec);
     throw Error(path.string() + ": cannot write: " + why);
   };
+  // Any failure while writing (the writer's own exception, a full disk, a file size limit) ends
+  // here: the temporary goes, the message names the path, and nothing at `path` has changed.
+  std::string failure;
   try {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot open a temporary file in " + dir.string() + ".");
-    write(out);
-    out.flush();
-    if (!out) fail("the disk refused the data (is it full?).");
-    out.close();
-    if (!out) fail("closing the file failed (is the disk full?).");
-  } catch (const Error&) {
+    if (!out) {
+      failure = "cannot open a temporary file in " + dir.string() + ".";
+    } else {
+      write(out);
+      out.flush();
+      if (!out) failure = "the disk refused the data (is it full?).";
+      out.close();
+      if (failure.empty() && !out) failure = "closing the file failed (is the disk full?).";
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
     fs::remove(tmp, ec);
     throw;
-  } catch (const std::exception& e) {
-    fs::remove(tmp, ec);
-    throw Error(path.string() + ": cannot write: " + e.what());
   }
+  if (!failure.empty()) fail(failure);
   // Make the data durable before the rename makes it visible.
   if (int f = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); f >= 0) {
     ::fsync(f);

@@ -1,0 +1,27 @@
+// Reading back the NPZ archives write_cache_npz makes: a zip of stored (uncompressed) .npy
+// arrays of little-endian float32 in C order. Strict: every offset and size is checked against
+// the archive, every CRC-32 is verified, and anything else (compression, another dtype, Fortran
+// order) is refused with hs::Error. Used by the tests and the export fuzzer to prove that what
+// was written is exactly what numpy will read.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace hs {
+
+struct NpzArray {
+  std::string name;  // the member's name without ".npy"
+  Tensor tensor;
+};
+
+// The arrays in central-directory order. `source` names the archive in messages.
+std::vector<NpzArray> read_npz(std::span<const uint8_t> bytes, const std::string& source);
+std::vector<NpzArray> read_npz_file(const std::filesystem::path& path);
+
+}  // namespace hs
