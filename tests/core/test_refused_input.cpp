@@ -1,0 +1,670 @@
+// The catalogue of refused input (docs/refused-input.md), tested: each case builds the broken
+// folder, file, text or argument, runs headscope-cli on it and compares stderr, character for
+// character, with the message the catalogue gives (read from the document itself, so the two
+// cannot drift apart). Every case also checks that nothing was written.
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "core/error.h"
+#include "core/model/config.h"
+#include "core/model/model.h"
+#include "core/session/session.h"
+#include "core/tensor/safetensors.h"
+#include "core/tokenizer/tokenizer.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---------------------------------------------------------------- the catalogue
+
+const std::string& catalogue() {
+  static const std::string text = hs::test::read_text(hs::test::source_dir() / "docs/refused-input.md");
+  return text;
+}
+
+// The `index`-th code block after the heading "### <id>." (its lines, each ending in '\n').
+std::string catalogue_message(const std::string& id, int index = 0) {
+  const std::string& doc = catalogue();
+  size_t at = doc.find("\n### " + id + ". ");
+  REQUIRE(at != std::string::npos);
+  const size_t next_heading = doc.find("\n### ", at + 1);
+  for (int i = 0; i <= index; ++i) {
+    at = doc.find("\n```\n", at + 1);
+    REQUIRE(at != std::string::npos);
+    REQUIRE(at < next_heading);
+    if (i < index) at = doc.find("\n```\n", at + 1);  // skip to the closing fence
+  }
+  const size_t begin = at + 5, end = doc.find("\n```\n", begin);
+  REQUIRE(end != std::string::npos);
+  return doc.substr(begin, end - begin) + "\n";
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  return s;
+}
+
+using Subst = std::vector<std::pair<std::string, std::string>>;
+
+std::string expected(const std::string& id, const Subst& subst, int index = 0) {
+  std::string m = catalogue_message(id, index);
+  for (const auto& [from, to] : subst) m = replace_all(m, from, to);
+  return m;
+}
+
+// ---------------------------------------------------------------- running the CLI
+
+struct Cli {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int g_counter = 0;
+
+// `args` is shell text after the program name; `prefix` runs before it in the same shell
+// (environment variables, ulimit).
+Cli cli(const std::string& args, const std::string& prefix = "") {
+  const fs::path err_file =
+      fs::temp_directory_path() / ("hs_refused_err_" + std::to_string(::getpid()) + "_" + std::to_string(++g_counter));
+  const std::string cmd = prefix + " exec " + quote(HEADSCOPE_CLI_PATH) + " " + args + " 2>" + quote(err_file.string());
+  Cli r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.err = hs::test::read_text(err_file);
+  fs::remove(err_file);
+  return r;
+}
+
+// A scratch folder, removed (permissions restored first) at the end of the test.
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    dir = fs::temp_directory_path() / ("hs_refused_" + std::to_string(::getpid()) + "_" + std::to_string(++g_counter));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator(); it.increment(ec))
+      fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(dir, ec);
+  }
+  // A copy of a fixture model folder, named "model" unless told otherwise.
+  fs::path model(const std::string& fixture = "f32_prefixed", const std::string& name = "model") const {
+    const fs::path d = dir / name;
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(hs::test::fixture_model(fixture)))
+      if (e.path().filename() != "reference.safetensors" && e.path().filename() != "fixture.json")
+        fs::copy_file(e.path(), d / e.path().filename(), fs::copy_options::overwrite_existing);
+    return d;
+  }
+  // Every file under the folder whose name marks it as an export's temporary.
+  std::vector<fs::path> temporaries() const {
+    std::vector<fs::path> found;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->path().filename().string().find(".tmp-") != std::string::npos) found.push_back(it->path());
+    return found;
+  }
+};
+
+void write_file(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+bool running_as_root() { return ::geteuid() == 0; }
+
+// Checks a refusal: exit code, the exact message, and that no output or temporary appeared.
+void check_refused(const Cli& r, const std::string& message, const Scratch& s, int code = 1) {
+  INFO("stderr: " << r.err);
+  CHECK(r.code == code);
+  CHECK(r.err == message);
+  CHECK(r.out.empty());
+  CHECK(s.temporaries().empty());
+}
+
+// ---------------------------------------------------------------- safetensors files by hand
+
+struct Entry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+std::vector<Entry> read_entries(const fs::path& p) {
+  const auto f = hs::SafetensorsFile::open(p);
+  std::vector<Entry> out;
+  for (const auto& t : f->tensors()) {
+    const auto raw = f->raw_bytes(t);
+    out.push_back({t.name, t.dtype_text, t.shape, std::string(reinterpret_cast<const char*>(raw.data()), raw.size())});
+  }
+  return out;
+}
+
+// A well-formed file: tensors laid out one after another, header padded to 8 bytes.
+std::string build_safetensors(const std::vector<Entry>& entries) {
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const Entry& e : entries) {
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
+    data += e.bytes;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((uint64_t{h.size()} >> (8 * i)) & 0xff);
+  return out + h + data;
+}
+
+// Any header text and data, with the header length as given (or the true one).
+std::string raw_safetensors(const std::string& header, const std::string& data, std::optional<uint64_t> length = {}) {
+  const uint64_t n = length.value_or(header.size());
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+Entry* find_entry(std::vector<Entry>& entries, const std::string& name) {
+  for (Entry& e : entries)
+    if (e.name == name) return &e;
+  FAIL("no tensor " << name);
+  return nullptr;
+}
+
+std::string edit_config(const fs::path& model, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(hs::test::read_text(model / "config.json"));
+  edit(j);
+  write_file(model / "config.json", j.dump(2));
+  return j.dump();
+}
+
+// The ids of every case in the catalogue, and the ones the tests below cover.
+const std::set<std::string> kTested = {
+    "R01", "R02", "R03", "R04", "R05", "R06", "R07", "R08", "R09", "R10", "R11", "R12", "R13", "R14",
+    "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
+    "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
+    "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55",
+};
+
+const char* kText = "The cat sat on the mat.";
+
+}  // namespace
+
+TEST_CASE("refused input: every case of the catalogue has a test", "[refused]") {
+  std::set<std::string> in_doc;
+  const std::regex heading(R"(\n### (R\d\d)\. )");
+  const std::string& doc = catalogue();
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), heading); it != std::sregex_iterator(); ++it)
+    in_doc.insert((*it)[1]);
+  CHECK(in_doc == kTested);
+  CHECK(in_doc.size() >= 25);
+}
+
+TEST_CASE("refused input: model folders (R01-R08)", "[refused]") {
+  Scratch s;
+  SECTION("R01 no such folder") {
+    const fs::path m = s.dir / "nope";
+    check_refused(cli("info --model " + quote(m.string())), expected("R01", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R02 a file instead of a folder") {
+    const fs::path m = s.model();
+    check_refused(cli("info --model " + quote((m / "config.json").string())), expected("R02", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R03 pickle only") {
+    const fs::path m = s.model();
+    fs::remove(m / "model.safetensors");
+    write_file(m / "pytorch_model.bin", "PK\x03\x04 pickle");
+    check_refused(cli("info --model " + quote(m.string())), expected("R03", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R04 sharded only") {
+    const fs::path m = s.model();
+    fs::remove(m / "model.safetensors");
+    write_file(m / "model.safetensors.index.json", "{}");
+    check_refused(cli("info --model " + quote(m.string())), expected("R04", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R05 no weights") {
+    const fs::path m = s.dir / "empty";
+    fs::create_directories(m);
+    check_refused(cli("info --model " + quote(m.string())), expected("R05", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R06 model.safetensors is a folder") {
+    const fs::path m = s.model();
+    fs::remove(m / "model.safetensors");
+    fs::create_directories(m / "model.safetensors");
+    check_refused(cli("info --model " + quote(m.string())), expected("R06", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R07 model.safetensors unreadable") {
+    if (running_as_root()) {
+      WARN("R07 skipped: the tests run as root, and chmod 000 does not keep root from reading a file.");
+      return;
+    }
+    const fs::path m = s.model();
+    fs::permissions(m / "model.safetensors", fs::perms::none);
+    check_refused(cli("info --model " + quote(m.string())), expected("R07", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R08 no tokenizer") {
+    const fs::path m = s.model();
+    fs::remove(m / "vocab.json");
+    check_refused(cli("info --model " + quote(m.string())), expected("R08", {{"<model>", m.string()}}), s);
+  }
+}
+
+TEST_CASE("refused input: config.json (R09-R18)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const Subst sub = {{"<model>", m.string()}};
+  auto info = [&] { return cli("info --model " + quote(m.string())); };
+  SECTION("R09 missing") {
+    fs::remove(m / "config.json");
+    check_refused(info(), expected("R09", sub), s);
+  }
+  SECTION("R10 a folder") {
+    fs::remove(m / "config.json");
+    fs::create_directories(m / "config.json");
+    check_refused(info(), expected("R10", sub), s);
+  }
+  SECTION("R11 empty") {
+    write_file(m / "config.json", "");
+    check_refused(info(), expected("R11", sub), s);
+  }
+  SECTION("R12 not JSON") {
+    write_file(m / "config.json", "{\"n_embd\": 32,\n");
+    check_refused(info(), expected("R12", sub), s);
+  }
+  SECTION("R13 n_head does not divide n_embd") {
+    edit_config(m, [](auto& j) { j["n_head"] = 5; });
+    check_refused(info(), expected("R13", sub), s);
+  }
+  SECTION("R14 a zero size") {
+    edit_config(m, [](auto& j) { j["n_layer"] = 0; });
+    check_refused(info(), expected("R14", sub), s);
+  }
+  SECTION("R15 an absurd size") {
+    edit_config(m, [](auto& j) { j["n_embd"] = 4294967296LL; });
+    check_refused(info(), expected("R15", sub), s);
+  }
+  SECTION("R16 unknown model_type") {
+    edit_config(m, [](auto& j) { j["model_type"] = "llama"; });
+    check_refused(info(), expected("R16", sub), s);
+  }
+  SECTION("R17 unknown activation") {
+    edit_config(m, [](auto& j) { j["activation_function"] = "swiglu"; });
+    check_refused(info(), expected("R17", sub), s);
+  }
+  SECTION("R18 a required size is missing") {
+    edit_config(m, [](auto& j) { j.erase("n_embd"); });
+    check_refused(info(), expected("R18", sub), s);
+  }
+}
+
+TEST_CASE("refused input: safetensors headers (R19, R21-R29)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const Subst sub = {{"<model>", m.string()}};
+  auto with_weights = [&](const std::string& bytes) {
+    write_file(m / "model.safetensors", bytes);
+    return cli("run --model " + quote(m.string()) + " --text hi -o " + quote((s.dir / "out.json").string()));
+  };
+  const std::string eight(8, '\0'), twelve(12, '\0');
+  SECTION("R19 empty file") { check_refused(with_weights(""), expected("R19", sub), s); }
+  SECTION("R21 header length near 2^64") {
+    check_refused(with_weights(raw_safetensors("{}", "", ~uint64_t{0})), expected("R21", sub), s);
+    const std::string near = expected("R21", sub);
+    check_refused(with_weights(raw_safetensors("{}", "", ~uint64_t{0} - 7)),
+                  replace_all(near, "18446744073709551615", "18446744073709551608"), s);
+  }
+  SECTION("R22 header not JSON") { check_refused(with_weights(raw_safetensors("{\"a\":", "")), expected("R22", sub), s); }
+  SECTION("R23 header not an object") { check_refused(with_weights(raw_safetensors("[1, 2]", "")), expected("R23", sub), s); }
+  SECTION("R24 offsets past the end") {
+    check_refused(with_weights(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", eight)),
+                  expected("R24", sub), s);
+  }
+  SECTION("R25 reversed offsets") {
+    check_refused(with_weights(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", eight)),
+                  expected("R25", sub), s);
+  }
+  SECTION("R26 overlapping tensors") {
+    check_refused(with_weights(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                                  "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                                               twelve)),
+                  expected("R26", sub), s);
+  }
+  SECTION("R27 element count overflows") {
+    check_refused(with_weights(raw_safetensors(
+                      R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 4]}})",
+                      std::string(4, '\0'))),
+                  expected("R27", sub), s);
+  }
+  SECTION("R28 byte count does not match the shape") {
+    check_refused(with_weights(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", eight)),
+                  expected("R28", sub), s);
+  }
+  SECTION("R29 unknown dtype") {
+    check_refused(with_weights(raw_safetensors(R"({"a": {"dtype": "F4", "shape": [1], "data_offsets": [0, 4]}})",
+                                               std::string(4, '\0'))),
+                  expected("R29", sub), s);
+  }
+  CHECK(!fs::exists(s.dir / "out.json"));
+}
+
+// R20, in the library: every length, so it runs fast enough to cover each byte of the file.
+TEST_CASE("refused input: model.safetensors truncated at every length (R20)", "[refused][slow]") {
+  const std::string whole = hs::test::read_text(hs::test::fixture_model("f16_plain") / "model.safetensors");
+  REQUIRE(whole.size() > 1000);
+  // The catalogue's three messages, as patterns.
+  std::vector<std::regex> patterns;
+  const std::string block = expected("R20", {{"<model>", "NAME"}});
+  for (size_t start = 0, nl; (nl = block.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = block.substr(start, nl - start);
+    line = line.substr(std::string("headscope-cli: error: ").size());
+    std::string re;
+    for (char c : line) re += std::strchr(".^$|()[]{}*+?\\", c) ? std::string("\\") + c : std::string(1, c);
+    re = replace_all(re, "<n>", "[0-9]+");
+    re = replace_all(re, "<name>", "[^\"]+");
+    re = replace_all(re, "NAME", "NAME");
+    patterns.emplace_back(re);
+  }
+  REQUIRE(patterns.size() == 3);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(whole.data());
+  std::vector<int> hits(3, 0);
+  for (size_t n = 0; n < whole.size(); ++n) {
+    std::string message;
+    try {
+      (void)hs::SafetensorsFile::from_bytes(std::span<const uint8_t>(bytes, n), "NAME/model.safetensors");
+    } catch (const hs::Error& e) {
+      message = e.what();
+    }
+    if (message.empty()) FAIL("the file truncated to " << n << " bytes was accepted");
+    bool matched = false;
+    for (size_t k = 0; k < patterns.size() && !matched; ++k)
+      if (std::regex_match(message, patterns[k])) matched = true, ++hits[k];
+    if (!matched) FAIL("truncated to " << n << " bytes: unexpected message: " << message);
+  }
+  CHECK(hits[0] == 8);
+  CHECK(hits[1] > 0);
+  CHECK(hits[2] > 0);
+  // The intact file still loads.
+  CHECK_NOTHROW(hs::SafetensorsFile::from_bytes(std::span<const uint8_t>(bytes, whole.size()), "x"));
+}
+
+TEST_CASE("refused input: other model files truncated at every length never crash", "[refused][slow]") {
+  const fs::path f = hs::test::fixture_model("f32_prefixed");
+  const std::string config = hs::test::read_text(f / "config.json");
+  const size_t config_end = config.find_last_not_of(" \n") + 1;  // cutting only trailing whitespace leaves valid JSON
+  for (size_t n = 0; n < config_end; ++n) {
+    INFO("config.json truncated to " << n << " bytes");
+    CHECK_THROWS_AS(hs::parse_config(std::string_view(config).substr(0, n), "config.json"), hs::Error);
+  }
+  const std::string vocab = hs::test::read_text(f / "vocab.json"), merges = hs::test::read_text(f / "merges.txt");
+  for (size_t n = 0; n < vocab.size(); ++n) {
+    INFO("vocab.json truncated to " << n << " bytes");
+    CHECK_THROWS_AS(hs::Tokenizer::from_strings(std::string_view(vocab).substr(0, n), merges), hs::Error);
+  }
+  // A merge list cut at a line boundary is a shorter, valid merge list; cut elsewhere it may
+  // still parse. Either way: a tokenizer or hs::Error, and a tokenizer that round-trips text.
+  for (size_t n = 0; n < merges.size(); ++n) {
+    INFO("merges.txt truncated to " << n << " bytes");
+    try {
+      const hs::Tokenizer t = hs::Tokenizer::from_strings(vocab, std::string_view(merges).substr(0, n));
+      const std::vector<int32_t> ids = t.encode(kText);
+      CHECK(t.decode(ids) == kText);
+    } catch (const hs::Error&) {
+    }
+  }
+}
+
+TEST_CASE("refused input: truncated model.safetensors through the CLI (R20)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model("f16_plain");
+  const std::string whole = hs::test::read_text(m / "model.safetensors");
+  const std::string name = (m / "model.safetensors").string();
+  const size_t header_end = 8 + 2304;  // the fixture's header length (checked below)
+  REQUIRE(whole.size() > header_end + 100);
+  const std::string block = expected("R20", {{"<model>", m.string()}});
+  const std::string too_short = block.substr(0, block.find('\n') + 1);
+  for (size_t n : {size_t{0}, size_t{5}, size_t{8}, size_t{100}, header_end - 1, header_end, header_end + 1001,
+                   whole.size() - 1}) {
+    INFO("truncated to " << n << " bytes");
+    write_file(m / "model.safetensors", whole.substr(0, n));
+    const Cli r = cli("info --model " + quote(m.string()));
+    CHECK(r.code == 1);
+    if (n < 8) {
+      CHECK(r.err == replace_all(too_short, "<n>", std::to_string(n)));
+    } else if (n < header_end) {
+      CHECK(r.err == "headscope-cli: error: " + name + ": header length is 2304 bytes but only " + std::to_string(n - 8) +
+                         " bytes follow. The file is truncated; download it again.\n");
+    } else {
+      CHECK(r.err.rfind("headscope-cli: error: " + name + ": tensor \"", 0) == 0);
+      CHECK(r.err.find("\": data_offsets end at byte ") != std::string::npos);
+      CHECK(r.err.find(" but the data block has only " + std::to_string(n - header_end) +
+                       " bytes. The file is truncated; download it again.\n") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("refused input: weights that do not fit the config (R30-R34)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const Subst sub = {{"<model>", m.string()}};
+  std::vector<Entry> entries = read_entries(m / "model.safetensors");
+  auto info_with = [&](const std::vector<Entry>& e) {
+    write_file(m / "model.safetensors", build_safetensors(e));
+    return cli("info --model " + quote(m.string()));
+  };
+  SECTION("R30 integer weights") {
+    find_entry(entries, "transformer.wte.weight")->dtype = "I32";
+    check_refused(info_with(entries), expected("R30", sub), s);
+  }
+  SECTION("R31 a missing tensor") {
+    std::erase_if(entries, [](const Entry& e) { return e.name == "transformer.ln_f.bias"; });
+    check_refused(info_with(entries), expected("R31", sub), s);
+  }
+  SECTION("R32 an extra tensor") {
+    entries.push_back({"transformer.h.0.attn.extra", "F32", {2}, std::string(8, '\0')});
+    check_refused(info_with(entries), expected("R32", sub), s);
+  }
+  SECTION("R33 a config that disagrees with the weights") {
+    edit_config(m, [](auto& j) { j["n_embd"] = 64; });
+    check_refused(cli("info --model " + quote(m.string())), expected("R33", sub), s);
+  }
+  SECTION("R34 both naming schemes") {
+    Entry copy = *find_entry(entries, "transformer.wte.weight");
+    copy.name = "wte.weight";
+    entries.push_back(copy);
+    check_refused(info_with(entries), expected("R34", sub), s);
+  }
+}
+
+TEST_CASE("refused input: NaN weights load with a warning (R35)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  std::vector<Entry> entries = read_entries(m / "model.safetensors");
+  Entry* wte = find_entry(entries, "transformer.wte.weight");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(wte->bytes.data() + (51 * 32 + 3) * sizeof(float), &nan, sizeof nan);  // token 51 ("T")
+  write_file(m / "model.safetensors", build_safetensors(entries));
+  const fs::path out = s.dir / "out.json";
+
+  const Cli run = cli("run --model " + quote(m.string()) + " --text " + quote(kText) + " -o " + quote(out.string()));
+  INFO(run.err);
+  CHECK(run.code == 0);
+  CHECK(run.err == expected("R35", {{"<model>", m.string()}}));
+  CHECK(fs::exists(out));
+
+  // Every command says so; info also lists it.
+  const std::string model_warning = expected("R35", {{"<model>", m.string()}}).substr(0, run.err.find('\n') + 1);
+  const Cli info = cli("info --model " + quote(m.string()));
+  CHECK(info.code == 0);
+  CHECK(info.err == model_warning);
+  const auto j = nlohmann::json::parse(info.out);
+  REQUIRE(j["warnings"].size() == 1);
+  CHECK(j["warnings"][0].get<std::string>().find("non-finite") != std::string::npos);
+  const Cli tok = cli("tokenize --model " + quote(m.string()) + " --text hi");
+  CHECK(tok.code == 0);
+  CHECK(tok.err == model_warning);
+}
+
+TEST_CASE("refused input: tokenizer files (R36-R39)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const Subst sub = {{"<model>", m.string()}};
+  auto info = [&] { return cli("info --model " + quote(m.string())); };
+  SECTION("R36 empty vocab.json") {
+    write_file(m / "vocab.json", "");
+    check_refused(info(), expected("R36", sub), s);
+  }
+  SECTION("R37 vocab.json not a vocabulary") {
+    write_file(m / "vocab.json", "[1, 2]");
+    check_refused(info(), expected("R37", sub), s);
+  }
+  SECTION("R38 vocab.json is a folder") {
+    fs::remove(m / "vocab.json");
+    fs::create_directories(m / "vocab.json");
+    check_refused(info(), expected("R38", sub), s);
+  }
+  SECTION("R39 a broken merges line") {
+    write_file(m / "merges.txt", "a b c\n");
+    check_refused(info(), expected("R39", sub), s);
+  }
+}
+
+TEST_CASE("refused input: text and token ids (R40-R44)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const fs::path out = s.dir / "out.json";
+  const std::string run = "run --model " + quote(m.string()) + " -o " + quote(out.string()) + " ";
+  const std::string long_text = "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.";
+  SECTION("R40 text longer than the context: the CLI refuses") {
+    const auto model = hs::Model::load(m);
+    REQUIRE(model->encode(long_text, true).size() == 39);
+    check_refused(cli(run + "--text " + quote(long_text)), expected("R40", {}), s);
+  }
+  SECTION("R40 text longer than the context: the GUI's policy truncates with a warning") {
+    const auto model = hs::Model::load(m);
+    hs::TextRunOptions o;
+    o.overlong = hs::OverlongPolicy::TruncateWithWarning;
+    const hs::TextRun r = hs::run_text(model, long_text, o);
+    CHECK(r.tokens.size() == 24);
+    CHECK(r.dropped_tokens == 15);
+    REQUIRE(!r.warnings.empty());
+    CHECK(r.warnings[0] + "\n" == expected("R40", {}, 1));
+  }
+  SECTION("R41 invalid UTF-8") { check_refused(cli(run + "--text \"$(printf 'a\\377b')\""), expected("R41", {}), s); }
+  SECTION("R42 a token id outside the vocabulary") { check_refused(cli(run + "--tokens 290,999"), expected("R42", {}), s); }
+  SECTION("R43 token ids that are not numbers") { check_refused(cli(run + "--tokens 290,x"), expected("R43", {}), s, 2); }
+  SECTION("R44 an empty prompt") { check_refused(cli(run + "--text '' --no-bos"), expected("R44", {}), s); }
+  CHECK(!fs::exists(out));
+}
+
+TEST_CASE("refused input: output files (R45-R50)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const Subst sub = {{"<tmp>", s.dir.string()}};
+  auto run_to = [&](const fs::path& out, const std::string& prefix = "") {
+    return cli("run --model " + quote(m.string()) + " --text " + quote(kText) + " -o " + quote(out.string()), prefix);
+  };
+  SECTION("R45 the folder does not exist") {
+    check_refused(run_to(s.dir / "missing/out.json"), expected("R45", sub), s);
+    CHECK(!fs::exists(s.dir / "missing"));
+  }
+  SECTION("R46 the folder is a file") {
+    write_file(s.dir / "file.txt", "keep me");
+    check_refused(run_to(s.dir / "file.txt/out.json"), expected("R46", sub), s);
+    CHECK(hs::test::read_text(s.dir / "file.txt") == "keep me");
+  }
+  SECTION("R47 the output path is a folder") {
+    // A folder named like a JSON file, so the extension check passes and the writer sees it.
+    const fs::path d = s.dir / "out.json";
+    fs::create_directories(d);
+    check_refused(run_to(d), expected("R47", {{"<tmp>", d.string()}}), s);
+    CHECK(fs::is_directory(d));
+  }
+  SECTION("R48 a folder that cannot be written to") {
+    if (!running_as_root()) {
+      const fs::path d = s.dir / "locked";
+      fs::create_directories(d);
+      fs::permissions(d, fs::perms::owner_read | fs::perms::owner_exec);
+      const fs::path out = d / "out.json";
+      check_refused(run_to(out), expected("R48", {{"<out>", out.string()}}), s);
+      CHECK(!fs::exists(out));
+    } else {
+      const fs::path out = "/sys/headscope-refused-input-test.json";
+      const Cli r = run_to(out);
+      CHECK(r.code == 1);
+      CHECK(!fs::exists(out));
+      // Read-only mounts of /sys (some containers) say "Read-only file system" instead.
+      if (r.err.find("Read-only file system") == std::string::npos)
+        CHECK(r.err == expected("R48", {{"<out>", out.string()}}));
+    }
+  }
+  SECTION("R49 the disk fills up while writing") {
+    const fs::path out = s.dir / "out.json";
+    write_file(out, "an earlier export");
+    // SIGXFSZ ignored: a write past the limit then fails with EFBIG, as a full disk fails one.
+    check_refused(run_to(out, "trap '' XFSZ; ulimit -f 32;"), expected("R49", {{"<out>", out.string()}}), s);
+    CHECK(hs::test::read_text(out) == "an earlier export");
+    const fs::path npz = s.dir / "out.npz";
+    write_file(npz, "an earlier export");
+    const Cli r = run_to(npz, "trap '' XFSZ; ulimit -f 32;");
+    CHECK(r.code == 1);
+    CHECK(r.err == "headscope-cli: error: " + npz.string() + ": cannot write: writing the archive failed (is the disk full?).\n");
+    CHECK(hs::test::read_text(npz) == "an earlier export");
+    CHECK(s.temporaries().empty());
+  }
+  SECTION("R50 neither .json nor .npz") {
+    const fs::path out = s.dir / "out.csv";
+    check_refused(run_to(out), expected("R50", {{"<out>", out.string()}}), s, 2);
+    CHECK(!fs::exists(out));
+  }
+}
+
+TEST_CASE("refused input: memory (R51-R52)", "[refused]") {
+  Scratch s;
+  SECTION("R51 the activation cache does not fit") {
+    const fs::path m = s.model();
+    const fs::path out = s.dir / "out.json";
+    check_refused(cli("run --model " + quote(m.string()) + " --text 'The cat' -o " + quote(out.string()),
+                      "HEADSCOPE_AVAILABLE_MEMORY=20K"),
+                  expected("R51", {}), s);
+    CHECK(!fs::exists(out));
+  }
+  SECTION("R52 converting 16-bit weights does not fit") {
+    const fs::path m = s.model("f16_plain");
+    check_refused(cli("info --model " + quote(m.string()), "HEADSCOPE_AVAILABLE_MEMORY=100K"), expected("R52", {}), s);
+    // An F32 model is read in place: the same limit loads it.
+    const fs::path f32 = s.model("f32_prefixed", "f32");
+    CHECK(cli("info --model " + quote(f32.string()), "HEADSCOPE_AVAILABLE_MEMORY=100K").code == 0);
+  }
+}
+
+TEST_CASE("refused input: the command line (R53-R55)", "[refused]") {
+  Scratch s;
+  check_refused(cli("frobnicate"), expected("R53", {}), s, 2);
+  check_refused(cli("info --bogus"), expected("R54", {}), s, 2);
+  check_refused(cli("info --model"), expected("R55", {}), s, 2);
+}
