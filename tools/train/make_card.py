@@ -80,6 +80,7 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--command", default="tools/train/retrain.sh")
+    ap.add_argument("--note", default="", help="extra paragraph for the Training section")
     args = ap.parse_args()
     run = os.path.join(args.work, "run")
     model, cfg = load_model_dir(args.model, torch.float64)
@@ -181,6 +182,8 @@ to 10%, gradient clipping 1.0, 2 threads). Plain PyTorch {torch.__version__} (De
   on a span's first copy); {int(round(100 * targs["p_nat_rep"]))}% are natural windows in which a
   span of 16-120 tokens is repeated 2-3 times in a row.
 - Position embeddings start as sinusoids (rms {targs["pos_scale"]} per element) and are learned.
+
+{args.note}
 
 ![training loss](loss.png)
 

@@ -7,7 +7,7 @@ Writes WORK/run/: log.jsonl (train loss every --log-every steps, probes every --
 steps), ckpt.pt (model + optimizer + RNG, every --ckpt-every steps; a rerun resumes from it),
 final.pt (float32 weights at the end).
 
-Length: --tokens (default 7.5M) or --minutes of wall time (default 86), whichever runs out first;
+Length: --tokens (default 13M) or --minutes of wall time (default 86), whichever runs out first;
 the cosine learning-rate schedule follows whichever is further along. On a free 2-core machine
 (~3,500 tokens/s) the token budget ends first and the run is reproducible step for step; when the
 cores are shared (compilers...) the time budget may end it earlier, with fewer tokens.
@@ -140,7 +140,7 @@ def main():
     ap.add_argument("--work", default=os.environ.get("HEADSCOPE_TRAIN_WORK", "/tmp/headscope-train"))
     ap.add_argument("--tok", required=True, help="folder with vocab.json and merges.txt")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--tokens", type=float, default=7.5e6, help="training tokens (batch*ctx*steps)")
+    ap.add_argument("--tokens", type=float, default=13e6, help="training tokens (batch*ctx*steps)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--d-model", type=int, default=256)
