@@ -1,6 +1,6 @@
 // One row of the benchmark table, in its own process, so each row's peak memory is its own:
 //
-//   hs_bench_row --model DIR --tokens N --threads T --mode cache|logits --warmup W --runs R
+//   hs_bench_row --model DIR --tokens N --threads T --mode cache|logits --warmup W --runs R [--max-seconds S]
 //   hs_bench_row --model DIR --mode open --runs R [--cold]
 //
 // Prints one JSON object with the fields of torch_bench.py (median_ms, min_ms, runs, peak_rss_mb)
@@ -15,6 +15,9 @@
 //   says how much of the file was still cached when each load started, so a cold number that
 //   was not really cold shows itself.
 //
+// --max-seconds: once the passes have taken this long, no further pass starts (at least one timed
+// pass always runs; "stopped_early" says so): keeps a row bounded on a loaded machine.
+//
 // Timing brackets the call only; the previous run's cache is freed outside the timed region, as
 // torch_bench.py does with `del out`. peak_rss_mb is getrusage's ru_maxrss (whole process: mapped
 // weight pages that were touched count, as torch's own copy of the weights counts on its side);
@@ -28,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,13 +60,14 @@ struct Args {
   int threads = 1;
   int warmup = 3;
   int runs = 10;
+  double max_seconds = 0;
   bool cold = false;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::cerr << "hs_bench_row: " << why << "\n"
             << "usage: hs_bench_row --model DIR [--mode cache|logits|open] [--tokens N | --token-ids 1,2,3]\n"
-            << "                    [--threads T] [--warmup W] [--runs R] [--cold]\n";
+            << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n";
   std::exit(2);
 }
 
@@ -89,6 +94,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--threads") a.threads = number();
     else if (k == "--warmup") a.warmup = number();
     else if (k == "--runs") a.runs = number();
+    else if (k == "--max-seconds") a.max_seconds = number();
     else if (k == "--cold") a.cold = true;
     else if (k == "--help" || k == "-h") usage("help");
     else usage(("unknown argument " + k).c_str());
@@ -97,6 +103,15 @@ Args parse(int argc, char** argv) {
   if (a.mode != "cache" && a.mode != "logits" && a.mode != "open") usage("--mode is cache, logits or open");
   if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
   return a;
+}
+
+// CPU time of the whole process (all threads), in ms. On a loaded machine a 1-thread pass's CPU
+// time is close to what its wall time would be on a quiet one (with 2 threads it also counts
+// OpenMP's spin-waiting, so it is not a speed measure there).
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 double ms_since(Clock::time_point t0) {
@@ -256,30 +271,46 @@ int run_forward(const Args& a) {
 
   const double rss_loaded = status_mb("VmRSS");
   const bool reset_ok = reset_peak_rss();
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   size_t cache_bytes = 0;
   float checksum = 0;
+  bool stopped_early = false;
+  const auto t_passes = Clock::now();
   for (int i = 0; i < a.warmup + a.runs; ++i) {
+    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
+      if (!times.empty()) {
+        stopped_early = true;
+        break;
+      }
+      if (i < a.warmup) i = a.warmup;  // out of time while warming up: go straight to one timed pass
+    }
     if (i == a.warmup) perf_control("enable");
+    const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
     std::shared_ptr<hs::ActivationCache> cache = model->run(ids, options);
     const double dt = ms_since(t0);
+    const double cpu = process_cpu_ms() - c0;
     checksum += cache->logits(cache->n_pos() - 1, 0);  // keeps the result observable
     cache_bytes = cache->stored_bytes();
     cache.reset();  // freed outside the timed region, like `del out` in torch_bench.py
-    if (i >= a.warmup) times.push_back(dt);
+    if (i >= a.warmup) {
+      times.push_back(dt);
+      cpu_times.push_back(cpu);
+    }
   }
   perf_control("disable");
-  const Stats s = stats(times);
+  const Stats s = stats(times), cpu_s = stats(cpu_times);
   char run_peak[32] = "null";
   if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));
   std::printf(
       "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"peak_rss_mb\": %.1f, \"mode\": \"%s\", "
-      "\"tokens\": %zu, \"threads\": %d, \"load_ms\": %.1f, \"rss_after_load_mb\": %.1f, "
-      "\"run_peak_rss_mb\": %s, \"cache_mb\": %.1f, \"checksum\": %g}\n",
-      s.median, s.min, json_list(times).c_str(), peak_rss_mb(), a.mode.c_str(), ids.size(), a.threads, load_ms,
+      "\"cpu_median_ms\": %.3f, \"cpu_runs\": %s, \"tokens\": %zu, \"threads\": %d, \"load_ms\": %.1f, \"rss_after_load_mb\": %.1f, "
+      "\"run_peak_rss_mb\": %s, \"cache_mb\": %.1f, \"stopped_early\": %s, \"checksum\": %g}\n",
+      s.median, s.min, json_list(times).c_str(), peak_rss_mb(), a.mode.c_str(), cpu_s.median,
+      json_list(cpu_times).c_str(), ids.size(), a.threads, load_ms,
       rss_loaded, run_peak,
-      static_cast<double>(cache_bytes) / (1024.0 * 1024.0), static_cast<double>(checksum));
+      static_cast<double>(cache_bytes) / (1024.0 * 1024.0), stopped_early ? "true" : "false",
+      static_cast<double>(checksum));
   return 0;
 }
 

@@ -183,12 +183,27 @@ def torch_env(threads: int) -> dict:
     return env
 
 
+def run_side(args, cmd, env):
+    """One process of a row: its JSON, or {"stopped": seconds} when it overran the hard limit."""
+    limit = args.max_process_seconds * 2 + 120 if args.max_process_seconds else None
+    if args.max_process_seconds:
+        cmd = cmd + ["--max-seconds", str(int(args.max_process_seconds))]
+    t0 = time.time()
+    try:
+        return run_json(cmd, env, timeout=limit)
+    except subprocess.TimeoutExpired:
+        log(f"suite:        stopped after {time.time() - t0:.0f} s without finishing one timed pass")
+        return {"stopped": round(time.time() - t0)}
+
+
 def run_row(args, hs_row, mode, tokens, threads, ids_arg):
     rounds, warmup, runs = plan(tokens, args.quick)
     common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", mode,
               "--warmup", str(warmup), "--runs", str(runs)]
-    hs_runs, pt_runs, hs_rss, pt_rss, hs_run_rss, pt_run_rss = [], [], [], [], [], []
-    hs_cache_mb, pt_load = None, []
+    sides = {"hs": [hs_row], "pt": [PYTHON, os.path.join(HERE, "torch_bench.py")]}
+    envs = {"hs": hs_env(threads), "pt": torch_env(threads)}
+    got = {k: {"runs": [], "cpu": [], "rss": [], "run_rss": [], "cache_mb": None, "load": [], "stopped": None,
+               "early": False} for k in sides}
     t0 = time.time()
     done = 0
     for r in range(rounds):
@@ -198,30 +213,38 @@ def run_row(args, hs_row, mode, tokens, threads, ids_arg):
             log(f"suite:        row budget of {args.max_row_seconds:.0f} s used after {r} round(s); not adding more")
             break
         done += 1
-        h = run_json([hs_row] + common, hs_env(threads))
-        hs_runs += h["runs"]
-        hs_rss.append(h["peak_rss_mb"])
-        if h.get("run_peak_rss_mb") is not None:
-            hs_run_rss.append(h["run_peak_rss_mb"])
-        hs_cache_mb = h.get("cache_mb")
-        p = run_json([PYTHON, os.path.join(HERE, "torch_bench.py")] + common, torch_env(threads))
-        pt_runs += p["runs"]
-        pt_rss.append(p["peak_rss_mb"])
-        if p.get("run_peak_rss_mb") is not None:
-            pt_run_rss.append(p["run_peak_rss_mb"])
-        pt_load.append(p.get("load_ms"))
-    row = {
-        "mode": mode, "tokens": tokens, "threads": threads, "rounds": done, "warmup": warmup, "runs": runs,
-        "hs_ms": statistics.median(hs_runs), "pt_ms": statistics.median(pt_runs),
-        "hs_min_ms": min(hs_runs), "pt_min_ms": min(pt_runs),
-        "hs_runs": hs_runs, "pt_runs": pt_runs,
-        "hs_rss_mb": max(hs_rss), "pt_rss_mb": max(pt_rss),
-        "hs_run_rss_mb": max(hs_run_rss) if hs_run_rss else None,
-        "pt_run_rss_mb": max(pt_run_rss) if pt_run_rss else None,
-        "hs_cache_mb": hs_cache_mb, "pt_load_ms": [x for x in pt_load if x is not None],
-    }
-    row["ratio"] = row["hs_ms"] / row["pt_ms"]
-    row["speedup"] = row["pt_ms"] / row["hs_ms"]
+        for k in ("hs", "pt"):  # alternating: HeadScope, PyTorch, HeadScope, PyTorch, ...
+            if got[k]["stopped"]:
+                continue
+            j = run_side(args, sides[k] + common, envs[k])
+            g = got[k]
+            if "stopped" in j:
+                g["stopped"] = j["stopped"]
+                continue
+            g["runs"] += j["runs"]
+            g["cpu"] += j.get("cpu_runs", [])
+            g["rss"].append(j["peak_rss_mb"])
+            if j.get("run_peak_rss_mb") is not None:
+                g["run_rss"].append(j["run_peak_rss_mb"])
+            g["cache_mb"] = j.get("cache_mb", g["cache_mb"])
+            if j.get("load_ms") is not None:
+                g["load"].append(j["load_ms"])
+            g["early"] |= bool(j.get("stopped_early"))
+    row = {"mode": mode, "tokens": tokens, "threads": threads, "rounds": done, "warmup": warmup, "runs": runs}
+    for k, g in got.items():
+        row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
+        row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
+        row[f"{k}_runs"] = g["runs"]
+        row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
+        row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
+        row[f"{k}_run_rss_mb"] = max(g["run_rss"]) if g["run_rss"] else None
+        row[f"{k}_stopped_s"] = g["stopped"]
+        row[f"{k}_early"] = g["early"]
+    row["hs_cache_mb"] = got["hs"]["cache_mb"]
+    row["pt_load_ms"] = got["pt"]["load"]
+    ok = row["hs_ms"] and row["pt_ms"]
+    row["ratio"] = row["hs_ms"] / row["pt_ms"] if ok else None
+    row["speedup"] = row["pt_ms"] / row["hs_ms"] if ok else None
     return row
 
 
@@ -303,6 +326,17 @@ def fmt_ms(x):
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
 
 
+def fx(x, spec=".2f", suffix=""):
+    return "—" if x is None else f"{x:{spec}}{suffix}"
+
+
+def side_ms(r, k):
+    """A side's time for tables: the median, '> N s (stopped)' when it never finished a pass."""
+    if r[f"{k}_ms"] is None:
+        return f"> {r[f'{k}_stopped_s']} s (stopped)" if r.get(f"{k}_stopped_s") else "—"
+    return fmt_ms(r[f"{k}_ms"]) + ("*" if r.get(f"{k}_early") else "")
+
+
 def verdict(ok):
     return "**met**" if ok else "**not met**"
 
@@ -313,17 +347,22 @@ def targets(rows, open_warm, open_cold, keys):
     out = []
     r2 = find("cache", 20, 2)
     if r2:
-        out.append(("20 tokens, full cache, 2 threads: at most 30 ms", f"{fmt_ms(r2['hs_ms'])} ms",
-                    r2["hs_ms"] <= 30, ""))
+        hs = r2["hs_ms"]
+        out.append(("20 tokens, full cache, 2 threads: at most 30 ms", f"{side_ms(r2, 'hs')} ms",
+                    hs is not None and hs <= 30, ""))
         out.append(("20 tokens, full cache, 2 threads: at least 2x faster than PyTorch",
-                    f"{r2['speedup']:.2f}x ({fmt_ms(r2['pt_ms'])} ms vs {fmt_ms(r2['hs_ms'])} ms)",
-                    r2["speedup"] >= 2.0, ""))
+                    f"{fx(r2['speedup'], '.2f', 'x')} ({side_ms(r2, 'pt')} ms vs {side_ms(r2, 'hs')} ms)",
+                    r2["speedup"] is not None and r2["speedup"] >= 2.0, ""))
     r1 = find("cache", 20, 1)
     if r1:
+        note = ""
+        if r1.get("hs_cpu_ms") and r1.get("pt_cpu_ms"):
+            note = (f"by CPU time per pass {r1['pt_cpu_ms'] / r1['hs_cpu_ms']:.2f}x ({fmt_ms(r1['pt_cpu_ms'])} ms vs "
+                    f"{fmt_ms(r1['hs_cpu_ms'])} ms)")
         out.append(("20 tokens, full cache, 1 thread: at least 1.5x faster than PyTorch",
-                    f"{r1['speedup']:.2f}x ({fmt_ms(r1['pt_ms'])} ms vs {fmt_ms(r1['hs_ms'])} ms)",
-                    r1["speedup"] >= 1.5, ""))
-    long_rows = [r for r in rows if r["mode"] == "cache" and r["tokens"] == 1024]
+                    f"{fx(r1['speedup'], '.2f', 'x')} ({side_ms(r1, 'pt')} ms vs {side_ms(r1, 'hs')} ms)",
+                    r1["speedup"] is not None and r1["speedup"] >= 1.5, note))
+    long_rows = [r for r in rows if r["mode"] == "cache" and r["tokens"] == 1024 and r["hs_rss_mb"] is not None]
     if long_rows:
         peak = max(r["hs_rss_mb"] for r in long_rows)
         out.append(("1024 tokens, every view available: peak RSS under 1.5 GB (1536 MiB)",
@@ -344,7 +383,7 @@ def targets(rows, open_warm, open_cold, keys):
         out.append(("GUI thread never stalls more than 16 ms while typing",
                     f"longest stall {keys['stall_max_ms']:.1f} ms", keys["stall_max_ms"] <= 16, note))
     else:
-        out.append(("Built-in model: keystroke latency and GUI stalls", "not measured (GUI bench not built)", None, ""))
+        out.append(("Built-in model: keystroke latency and GUI stalls", "not measured (no GUI build, or --no-gui)", None, ""))
     return out
 
 
@@ -352,8 +391,9 @@ def console_table(rows):
     lines = [f"{'mode':<7}{'tokens':>7}{'thr':>4}  {'HeadScope ms':>12}  {'PyTorch ms':>11}  {'HS/PT':>6}  "
              f"{'speedup':>7}  {'HS RSS MiB':>10}  {'PT RSS MiB':>10}"]
     for r in rows:
-        lines.append(f"{r['mode']:<7}{r['tokens']:>7}{r['threads']:>4}  {fmt_ms(r['hs_ms']):>12}  {fmt_ms(r['pt_ms']):>11}  "
-                     f"{r['ratio']:>6.2f}  {r['speedup']:>6.2f}x  {r['hs_rss_mb']:>10.0f}  {r['pt_rss_mb']:>10.0f}")
+        lines.append(f"{r['mode']:<7}{r['tokens']:>7}{r['threads']:>4}  {side_ms(r, 'hs'):>12}  {side_ms(r, 'pt'):>11}  "
+                     f"{fx(r['ratio']):>6}  {fx(r['speedup'], '.2f', 'x'):>7}  {fx(r['hs_rss_mb'], '.0f'):>10}  "
+                     f"{fx(r['pt_rss_mb'], '.0f'):>10}")
     return "\n".join(lines)
 
 
@@ -412,25 +452,33 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
              "`run_with_cache`). *logits*: logits only on both sides. Times are medians over all timed passes "
              "of the row in milliseconds (lower is better); *HS/PT* is HeadScope's time divided by PyTorch's, "
              "*speedup* the inverse. *RSS* is the peak resident set of the process (getrusage `ru_maxrss`), "
-             "weights included; *run RSS* is the peak during the timed passes only.")
+             "weights included; *run RSS* is the peak during the timed passes only. *CPU ms* is the process's CPU "
+             "time per pass (median; all threads): with 1 thread it is close to the wall time the pass would take "
+             "on a quiet machine, which makes it the better guide when the machine is loaded; with 2 threads it "
+             "also counts OpenMP's spin-waiting and is no speed measure.")
     L.append("")
-    L.append("| mode | tokens | threads | HeadScope ms | PyTorch ms | HS/PT | speedup | HeadScope RSS MiB | PyTorch RSS MiB "
-             "| HS run RSS | PT run RSS | HS cache MiB | runs per side |")
-    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    L.append("| mode | tokens | threads | HeadScope ms | PyTorch ms | HS/PT | speedup | CPU ms HS / PT | HeadScope RSS MiB "
+             "| PyTorch RSS MiB | HS run RSS | PT run RSS | HS cache MiB | runs per side |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
         hr = f"{r['hs_run_rss_mb']:.0f}" if r["hs_run_rss_mb"] else "—"
         pr = f"{r['pt_run_rss_mb']:.0f}" if r["pt_run_rss_mb"] else "—"
         cm = f"{r['hs_cache_mb']:.0f}" if r["hs_cache_mb"] is not None else "—"
-        L.append(f"| {r['mode']} | {r['tokens']} | {r['threads']} | {fmt_ms(r['hs_ms'])} | {fmt_ms(r['pt_ms'])} | "
-                 f"{r['ratio']:.2f} | {r['speedup']:.2f}x | {r['hs_rss_mb']:.0f} | {r['pt_rss_mb']:.0f} | {hr} | {pr} | "
-                 f"{cm} | {r['rounds']} x ({r['warmup']} warm-up + {r['runs']}) |")
+        cpu = (f"{fmt_ms(r.get('hs_cpu_ms'))} / {fmt_ms(r.get('pt_cpu_ms'))}"
+               if r.get("hs_cpu_ms") is not None or r.get("pt_cpu_ms") is not None else "—")
+        L.append(f"| {r['mode']} | {r['tokens']} | {r['threads']} | {side_ms(r, 'hs')} | {side_ms(r, 'pt')} | "
+                 f"{fx(r['ratio'])} | {fx(r['speedup'], '.2f', 'x')} | {cpu} | {fx(r['hs_rss_mb'], '.0f')} | "
+                 f"{fx(r['pt_rss_mb'], '.0f')} | {hr} | "
+                 f"{pr} | {cm} | {r['rounds']} x ({r['warmup']} warm-up + {r['runs']}) |")
     L.append("")
     L.append("How: for each row, HeadScope (`hs_bench_row`) and PyTorch (`torch_bench.py`) run in separate processes, "
              "alternating (HeadScope, PyTorch, HeadScope, PyTorch, ...) for the number of rounds shown; each process "
              "loads the model, warms up, then times its passes. Both get the same token ids, `OMP_NUM_THREADS` and "
              "explicit thread counts (`omp_set_num_threads` / `torch.set_num_threads`); PyTorch runs under "
              "`torch.inference_mode()` with `OPENBLAS_CORETYPE` removed from its environment. The 1024-token rows "
-             "use fewer passes (a pass takes seconds); their medians are rougher.")
+             "use fewer passes (a pass takes seconds); their medians are rougher. A time marked * comes from a process "
+             "that stopped adding passes after `--max-process-seconds`; *(stopped)* means the process had not "
+             "finished a single timed pass within twice that (plus two minutes) and was ended.")
     L.append("")
     mins = [f"{r['mode']} {r['tokens']}/{r['threads']}t: {fmt_ms(r['hs_min_ms'])} vs {fmt_ms(r['pt_min_ms'])}"
             for r in rows if r["tokens"] == 20]
@@ -556,6 +604,9 @@ def main() -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="prompt lengths of the rows (default 20,128,1024)")
     ap.add_argument("--no-gui", action="store_true", help="skip the keystroke benchmark")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--max-process-seconds", type=float, default=300,
+                    help="a benchmark process starts no new pass after this long; one that has not finished a "
+                         "single timed pass by twice this (+2 min) is stopped and shown as such (0: no limit)")
     ap.add_argument("--max-row-seconds", type=float, default=150,
                     help="start no new round of a row after this long (0: always run every round)")
     ap.add_argument("--command", default="tools/bench/run.sh", help="the command to quote on the page")
@@ -587,8 +638,9 @@ def main() -> int:
                     f"{warmup} warm-up + {runs} timed each ...")
                 r = run_row(args, hs_row, mode, n, t, ids_arg)
                 rows.append(r)
-                log(f"suite:        HeadScope {fmt_ms(r['hs_ms'])} ms, PyTorch {fmt_ms(r['pt_ms'])} ms, "
-                    f"HS/PT {r['ratio']:.2f} ({r['speedup']:.2f}x); RSS {r['hs_rss_mb']:.0f} / {r['pt_rss_mb']:.0f} MiB")
+                log(f"suite:        HeadScope {side_ms(r, 'hs')} ms, PyTorch {side_ms(r, 'pt')} ms, "
+                    f"HS/PT {fx(r['ratio'])} ({fx(r['speedup'], '.2f', 'x')}); RSS {fx(r['hs_rss_mb'], '.0f')} / "
+                    f"{fx(r['pt_rss_mb'], '.0f')} MiB")
 
     log("suite: opening the model (warm, then cold) ...")
     open_warm = run_json([hs_row, "--model", args.model, "--mode", "open", "--warmup", "1",

@@ -2,7 +2,7 @@
 """PyTorch at its best on the same weights: the yardstick for HeadScope's forward-pass speed.
 
     /usr/bin/python3 tools/bench/torch_bench.py --model DIR --tokens 20 --threads 1 \
-        --mode cache --warmup 3 --runs 20 [--dump OUT.npz] [--token-ids 1,2,3]
+        --mode cache --warmup 3 --runs 20 [--max-seconds S] [--dump OUT.npz] [--token-ids 1,2,3]
 
 Loads a Hugging Face GPT-2 folder (through tools/reference/hsref.py's reader) into float32 torch
 tensors and runs one forward pass per timed run under torch.inference_mode():
@@ -163,6 +163,8 @@ def main() -> int:
     parser.add_argument("--mode", choices=("cache", "logits"), default="cache")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--max-seconds", type=float, default=0,
+                        help="start no new pass after this long (at least one timed pass runs)")
     parser.add_argument("--dump", help="write one cache-mode run to OUT.npz (hsref format)")
     args = parser.parse_args()
 
@@ -181,29 +183,44 @@ def main() -> int:
     keep = args.mode == "cache"
     rss_after_load_mb = _status_mb("VmRSS")
     reset_ok = _reset_peak_rss()
-    times = []
+    times, cpu_times = [], []
+    stopped_early = False
     with torch.inference_mode():
         if args.dump:
             cache = model.forward(ids, keep_cache=True)
             hsref.save_cache(args.dump, hsref.cache_to_float32(cache, tokens))
             del cache
-        for i in range(args.warmup + args.runs):
+        t_passes = time.perf_counter()
+        i = 0
+        while i < args.warmup + args.runs:
+            # --max-seconds: no new pass once the budget is used (at least one timed pass runs).
+            if args.max_seconds and time.perf_counter() - t_passes > args.max_seconds:
+                if times:
+                    stopped_early = True
+                    break
+                i = max(i, args.warmup)
+            c0 = time.process_time()
             t0 = time.perf_counter()
             out = model.forward(ids, keep_cache=keep)
             dt = (time.perf_counter() - t0) * 1e3
+            cpu = (time.process_time() - c0) * 1e3  # all threads; see hs_bench_row.cpp
             del out
             if i >= args.warmup:
                 times.append(dt)
+                cpu_times.append(cpu)
+            i += 1
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
     run_peak_rss_mb = _status_mb("VmHWM") if reset_ok else None
     print(json.dumps({
         "median_ms": round(statistics.median(times), 3) if times else None,
         "min_ms": round(min(times), 3) if times else None,
         "runs": [round(t, 3) for t in times],
+        "cpu_median_ms": round(statistics.median(cpu_times), 3) if cpu_times else None,
+        "cpu_runs": [round(t, 3) for t in cpu_times],
         "peak_rss_mb": round(peak_rss_mb, 1),
         "rss_after_load_mb": round(rss_after_load_mb, 1) if rss_after_load_mb else None,
         "run_peak_rss_mb": round(run_peak_rss_mb, 1) if run_peak_rss_mb else None,
-        "mode": args.mode, "tokens": len(tokens), "threads": args.threads,
+        "mode": args.mode, "tokens": len(tokens), "threads": args.threads, "stopped_early": stopped_early,
         "load_ms": round(load_ms, 1), "torch": torch.__version__,
     }))
     return 0
