@@ -24,6 +24,8 @@
 #include <QTabWidget>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
@@ -149,8 +151,11 @@ void MainWindow::buildCentral() {
   token_scroll->setWidgetResizable(true);
   token_scroll->setFrameShape(QFrame::NoFrame);
   token_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  token_scroll->setMaximumHeight(3 * (fontMetrics().height() + 12) + 8);
-  token_scroll->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Maximum);
+  // As tall as the chips need, up to three rows; longer prompts scroll.
+  const int max_strip = 3 * (fontMetrics().height() + 12) + 8;
+  token_scroll->setFixedHeight(fontMetrics().height() + 16);
+  connect(tokens_, &TokenStrip::contentHeightChanged, token_scroll,
+          [token_scroll, max_strip](int h) { token_scroll->setFixedHeight(std::min(h, max_strip)); });
   token_row->addWidget(tokens_label);
   token_row->addWidget(token_scroll, 1);
   layout->addLayout(token_row);
@@ -198,7 +203,7 @@ void MainWindow::buildCentral() {
   splitter_->addWidget(tabs_);
   splitter_->setStretchFactor(0, 0);
   splitter_->setStretchFactor(1, 1);
-  splitter_->setSizes({400, 1200});
+  splitter_->setSizes({340, 1260});
   layout->addWidget(splitter_, 1);
   setCentralWidget(central);
 }

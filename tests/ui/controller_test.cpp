@@ -1,8 +1,10 @@
 // The controller: work off the GUI thread, latest request wins, failures reported, models kept.
 #include <catch2/catch.hpp>
 
+#include <QSemaphore>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QThreadPool>
 
 #include "core/model/model.h"
 #include "ui/controller/analysis_controller.h"
@@ -11,13 +13,39 @@
 using namespace hs::ui;
 using hs::ui::test::waitFor;
 
+namespace {
+
+// Occupies every worker thread until released, so requests made meanwhile queue up behind it:
+// the controller must then deliver only the newest of them.
+class BusyPool {
+ public:
+  BusyPool() {
+    QThreadPool* pool = QThreadPool::globalInstance();
+    n_ = pool->maxThreadCount();
+    for (int i = 0; i < n_; ++i) pool->start([this] { gate_.acquire(); });
+  }
+  ~BusyPool() { release(); }
+  void release() {
+    gate_.release(n_);
+    n_ = 0;
+  }
+
+ private:
+  QSemaphore gate_;
+  int n_ = 0;
+};
+
+}  // namespace
+
 TEST_CASE("Only the latest run request is delivered", "[controller]") {
   AnalysisController c;
   c.setModel(test::fixtureModel());
   QSignalSpy ready(&c, &AnalysisController::runReady);
+  BusyPool busy;
   c.requestRun(QStringLiteral("The"));
   c.requestRun(QStringLiteral("The cat"));
   c.requestRun(QStringLiteral("The cat sat"));
+  busy.release();
   REQUIRE(waitFor([&] { return !c.isRunning() && ready.count() >= 1; }));
   waitFor([] { return false; }, 200);  // anything stale would have arrived by now
   REQUIRE(ready.count() == 1);
@@ -50,9 +78,11 @@ TEST_CASE("Position and layer analyses arrive for the current run", "[controller
   REQUIRE(waitFor([&] { return ready.count() == 1; }));
   QSignalSpy pos(&c, &AnalysisController::positionReady);
   QSignalSpy layer(&c, &AnalysisController::layerReady);
+  BusyPool busy;
   c.requestPosition(0, std::nullopt);
   c.requestPosition(2, std::nullopt);  // supersedes the first
   c.requestLayer(1);
+  busy.release();
   REQUIRE(waitFor([&] { return pos.count() == 1 && layer.count() == 1; }));
   waitFor([] { return false; }, 100);
   CHECK(pos.count() == 1);

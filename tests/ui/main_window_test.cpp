@@ -2,12 +2,17 @@
 #include <catch2/catch.hpp>
 
 #include <QComboBox>
+#include <QDir>
+#include <QMimeData>
+#include <QSettings>
+#include <QUrl>
 #include <QLabel>
 #include <QMessageBox>
 #include <QRadioButton>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QDragEnterEvent>
 
 #include <cmath>
 
@@ -255,6 +260,36 @@ TEST_CASE("Typing stays responsive: keystroke-to-views latency and GUI-thread st
   WARN("keystroke -> views: " << run->latency_ms << " ms after the " << MainWindow::kDebounceMs
                              << " ms debounce (worker " << run->worker_ms << " ms, forward " << run->run.forward_ms
                              << " ms); longest GUI-thread stall while typing " << monitor.maxStallMs() << " ms");
-  CHECK(monitor.maxStallMs() < 250.0);  // generous for loaded CI machines; typically a few ms
-  CHECK(run->latency_ms < 2000.0);
+  // A measurement, not a timed assertion (a benchmark guards speed: tools/bench/hs_bench_keys);
+  // only a frozen window fails here.
+  CHECK(monitor.maxStallMs() < 5000.0);
+  CHECK(monitor.ticks() > 10);
+}
+
+TEST_CASE("Dropping a model folder on the window loads it and remembers it", "[window]") {
+  Window w;
+  QSignalSpy changed(w.window.controller(), &AnalysisController::modelChanged);
+  const QString other = QStringLiteral(HEADSCOPE_SOURCE_DIR "/tests/fixtures/models/f16_plain");
+  QMimeData mime;
+  mime.setUrls({QUrl::fromLocalFile(other)});
+  QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QCoreApplication::sendEvent(&w.window, &enter);
+  CHECK(enter.isAccepted());
+  QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QCoreApplication::sendEvent(&w.window, &drop);
+  REQUIRE(waitFor([&] { return changed.count() == 1; }));
+  CHECK(QDir(QString::fromStdString(w.window.controller()->model()->dir().string())) == QDir(other));
+  REQUIRE(waitFor([&] { return w.run() && w.run()->run.model == w.window.controller()->model(); }));
+  const QStringList recent = QSettings().value(QStringLiteral("models/recent")).toStringList();
+  CHECK(recent.contains(QDir(other).absolutePath()));
+  auto* combo = w.window.findChild<QComboBox*>(QStringLiteral("modelCombo"));
+  REQUIRE(combo);
+  CHECK(combo->currentData().toString() == QDir(other).absolutePath());
+  // A file is not a model folder: the drop is refused.
+  QMimeData file_mime;
+  file_mime.setUrls({QUrl::fromLocalFile(other + QStringLiteral("/config.json"))});
+  QDragEnterEvent refuse(QPoint(10, 10), Qt::CopyAction, &file_mime, Qt::LeftButton, Qt::NoModifier);
+  refuse.setAccepted(false);
+  QCoreApplication::sendEvent(&w.window, &refuse);
+  CHECK(!refuse.isAccepted());
 }

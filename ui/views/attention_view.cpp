@@ -1,6 +1,8 @@
 #include "ui/views/attention_view.h"
 
+#include <QHBoxLayout>
 #include <QLabel>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -8,7 +10,9 @@
 #include <numeric>
 
 #include "ui/controller/selection.h"
+#include "ui/style/colormap.h"
 #include "ui/views/view_text.h"
+#include "ui/widgets/bar_chart_view.h"
 #include "ui/widgets/heatmap_view.h"
 #include "ui/widgets/labels.h"
 
@@ -33,7 +37,24 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : QWidget(pa
   heatmap_->setColorScaleTitle(QStringLiteral("attention weight"));
   layout->addWidget(title_);
   layout->addWidget(summary_);
-  layout->addWidget(heatmap_, 1);
+  auto* row = new QHBoxLayout;
+  row->setSpacing(12);
+  row->addWidget(heatmap_, 1);
+  // Beside the pattern: the selected query's row as bars, easier to read than colours.
+  side_ = new QWidget(this);
+  auto* side_layout = new QVBoxLayout(side_);
+  side_layout->setContentsMargins(0, 0, 0, 0);
+  row_caption_ = new QLabel(side_);
+  row_caption_->setObjectName(QStringLiteral("sectionCaption"));
+  row_caption_->setWordWrap(true);
+  row_bars_ = new BarChartView(side_);
+  row_bars_->setObjectName(QStringLiteral("attentionRowBars"));
+  row_bars_->setValueAxisTitle(QStringLiteral("attention weight"));
+  row_bars_->setValueRange(0.0, 1.0);  // the pattern's fixed scale
+  side_layout->addWidget(row_caption_);
+  side_layout->addWidget(row_bars_, 1);
+  row->addWidget(side_, 0);
+  layout->addLayout(row, 1);
 
   heatmap_->setTooltipFormatter([this](int row, int col, float v) -> QString {
     if (!run_) return {};
@@ -49,6 +70,7 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : QWidget(pa
     heatmap_->setHighlightedRow(pos);
     updateSummary();
   });
+  connect(row_bars_, &BarChartView::barHovered, this, [this](int key) { selection_->setHoverPosition(key); });
   connect(selection_, &Selection::hoverChanged, this, [this](int pos) { heatmap_->setHoverRow(pos); });
   refresh();
 }
@@ -92,7 +114,40 @@ void AttentionView::showHead(int layer, int head) {
   updateSummary();
 }
 
+void AttentionView::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  QTimer::singleShot(0, this, &AttentionView::keepCellsSquare);
+}
+
+// Attention patterns read best with square cells: the heatmap takes the width its height allows
+// and the row profile gets the rest.
+void AttentionView::keepCellsSquare() {
+  const QRect cells = heatmap_->cellArea();
+  if (cells.width() < 20 || cells.height() < 20) return;
+  const int extra = heatmap_->width() - cells.width();  // labels and the colour scale
+  const int total = width() - 40;
+  const int wanted = std::clamp(cells.height() + extra, 320, std::max(320, total - 260));
+  side_->setFixedWidth(std::max(220, total - wanted));
+}
+
+void AttentionView::updateRowProfile() {
+  if (!run_ || shown_layer_ < 0) return;
+  const int q = std::clamp(selection_->position(), 0, run_->n_pos() - 1);
+  const hs::ConstRowVectorRef row = run_->run.cache->pattern_row(shown_layer_, shown_head_, q);
+  std::vector<BarChartView::Bar> bars;
+  bars.reserve(static_cast<size_t>(q + 1));
+  for (int k = 0; k <= q; ++k) bars.push_back({tokenAt(run_->labels.value(k), k), row[k], QColor(0x22, 0x5e, 0xa8)});
+  row_bars_->setBars(std::move(bars));
+  const QString label = headLabel(shown_layer_, shown_head_);
+  const QString query = tokenAt(run_->labels.value(q), q);
+  row_caption_->setText(QStringLiteral("What <b>%1</b> reads at query %2: one row of the pattern.")
+                            .arg(label, query.toHtmlEscaped()));
+  row_bars_->setFigureText({QStringLiteral("%1 attention from %2").arg(label, query), runSubtitle(*run_)},
+                           QStringLiteral("attention_row_%1_pos%2").arg(label).arg(q));
+}
+
 void AttentionView::updateSummary() {
+  updateRowProfile();
   if (!run_ || shown_layer_ < 0) return;
   const int q = std::clamp(selection_->position(), 0, run_->n_pos() - 1);
   const hs::ConstRowVectorRef row = run_->run.cache->pattern_row(shown_layer_, shown_head_, q);

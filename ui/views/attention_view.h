@@ -13,6 +13,7 @@ class QLabel;
 
 namespace hs::ui {
 
+class BarChartView;
 class HeatmapView;
 class Selection;
 
@@ -24,18 +25,28 @@ class AttentionView : public QWidget {
 
   void setRun(std::shared_ptr<const RunResult> run);
   HeatmapView* heatmap() const { return heatmap_; }
+  // The selected query position's row of the pattern, as bars over the keys.
+  BarChartView* rowProfile() const { return row_bars_; }
   // Shows head (layer, head) regardless of the selection (used by the exporter).
   void showHead(int layer, int head);
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void refresh();
   void updateSummary();
+  void updateRowProfile();
+  void keepCellsSquare();
 
   Selection* selection_;
   std::shared_ptr<const RunResult> run_;
   QLabel* title_ = nullptr;
   QLabel* summary_ = nullptr;
   HeatmapView* heatmap_ = nullptr;
+  QLabel* row_caption_ = nullptr;
+  BarChartView* row_bars_ = nullptr;
+  QWidget* side_ = nullptr;
   int shown_layer_ = -1, shown_head_ = -1;
 };
 

@@ -45,7 +45,8 @@ HeatmapView* signedPlot(QWidget* parent, const QString& name) {
   plot->setObjectName(name);
   plot->setColorMap(ColorMap::Diverging);
   plot->setRangeMode(HeatmapView::RangeMode::Symmetric);
-  plot->setMinimumSize(120, 120);
+  plot->setMinimumSize(90, 120);
+  plot->setCompact(true);
   return plot;
 }
 
@@ -95,7 +96,7 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   grid->addWidget(z_, 1, 0);
   grid->addWidget(operatorLabel(left, QStringLiteral("×")), 1, 1);
   grid->addWidget(wo_, 1, 2);
-  grid->addWidget(operatorLabel(left, QStringLiteral("+ b_O =")), 1, 3);
+  grid->addWidget(operatorLabel(left, QStringLiteral("+ b_O\n=")), 1, 3);
   grid->addWidget(concat_out_, 1, 4);
   grid->setColumnStretch(0, 1);
   grid->setColumnStretch(2, 1);
@@ -124,13 +125,13 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   sum_box->addWidget(sum_out_caption_);
   sum_box->addWidget(sum_out_, 1);
   right_row->addLayout(results_box, 1);
-  right_row->addWidget(operatorLabel(right, QStringLiteral("Σ + b_O =")));
+  right_row->addWidget(operatorLabel(right, QStringLiteral("Σ_h r_h\n+ b_O\n=")));
   right_row->addLayout(sum_box, 1);
   right_layout->addLayout(right_row, 1);
   sides->addWidget(left);
   sides->addWidget(right);
-  sides->setStretchFactor(0, 3);
-  sides->setStretchFactor(1, 2);
+  sides->setStretchFactor(0, 5);
+  sides->setStretchFactor(1, 4);
 
   // Below: the difference, and the shapes.
   auto* below = new QWidget(vertical);
@@ -147,6 +148,10 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   diff_->setColorScaleTitle(QStringLiteral("|concat − sum|"));
   diff_box->addWidget(diff_label_);
   diff_box->addWidget(diff_, 1);
+  auto* shapes_box = new QVBoxLayout;
+  shapes_summary_ = new QLabel(below);
+  shapes_summary_->setObjectName(QStringLiteral("shapesSummary"));
+  shapes_summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   shapes_ = new QTableWidget(below);
   shapes_->setObjectName(QStringLiteral("shapesTable"));
   shapes_->setColumnCount(3);
@@ -157,8 +162,10 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   shapes_->setSelectionMode(QAbstractItemView::NoSelection);
   shapes_->setAlternatingRowColors(true);
   shapes_->setWordWrap(false);
-  below_layout->addLayout(diff_box, 2);
-  below_layout->addWidget(shapes_, 3);
+  shapes_box->addWidget(shapes_summary_);
+  shapes_box->addWidget(shapes_, 1);
+  below_layout->addLayout(diff_box, 3);
+  below_layout->addLayout(shapes_box, 2);
   vertical->addWidget(sides);
   vertical->addWidget(below);
   vertical->setStretchFactor(0, 3);
@@ -215,23 +222,21 @@ void ConcatSumView::refresh() {
   z_->setMatrix(S, H * dh, toVector(cs.z_concat));
   z_->setRowLabels(run.labels);
   z_->setColumnBands(dh, QStringLiteral("h"), selection_->head());
-  z_->setAxisTitles(QStringLiteral("position"), QString());
-  z_->setColorScaleTitle(QStringLiteral("z"));
-  z_caption_->setText(QStringLiteral("z concat  [S × H·d_head] = [%1 × %2]").arg(S).arg(H * dh));
+  z_->setAxisTitles(QString(), QString());
+  z_caption_->setText(QStringLiteral("z, heads concatenated\n[S × H·d_head] = [%1 × %2]").arg(S).arg(H * dh));
 
   wo_->setMatrix(H * dh, D, toVector(cs.W_O));
   wo_->setRowBands(dh, QStringLiteral("h"), selection_->head());
   wo_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  wo_->setColorScaleTitle(QStringLiteral("W_O"));
-  wo_caption_->setText(QStringLiteral("W_O  [H·d_head × D] = [%1 × %2]").arg(H * dh).arg(D));
+  wo_caption_->setText(QStringLiteral("W_O\n[H·d_head × D] = [%1 × %2]").arg(H * dh).arg(D));
 
   const double range = result_->output_range;
   concat_out_->setMatrix(S, D, toVector(cs.via_concat));
   concat_out_->setRangeMode(HeatmapView::RangeMode::Fixed, -range, range);
   concat_out_->setRowLabels(run.labels);
+  concat_out_->setRowTickLabelsVisible(false);  // the same rows as z, on its left
   concat_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  concat_out_->setColorScaleTitle(QStringLiteral("attn_out"));
-  concat_out_caption_->setText(QStringLiteral("attn_out  [S × D] = [%1 × %2]").arg(S).arg(D));
+  concat_out_caption_->setText(QStringLiteral("attn_out\n[S × D] = [%1 × %2]").arg(S).arg(D));
 
   std::vector<ImageGridView::Item> items;
   for (int h = 0; h < H; ++h) {
@@ -246,7 +251,10 @@ void ConcatSumView::refresh() {
   const int columns = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(H)))));
   results_->setItems(std::move(items), columns);
   results_->setCellAspect(std::clamp(static_cast<double>(D) / std::max(1, S), 0.5, 2.0));
-  results_caption_->setText(QStringLiteral("r_h = z_h [S × %1] · W_O[h] [%1 × D]  (one per head)").arg(dh));
+  results_caption_->setText(QStringLiteral("r_h = z_h · W_O[h], one per head\n[S × %1] · [%1 × D] = [%2 × %3]")
+                                .arg(dh)
+                                .arg(S)
+                                .arg(D));
   results_->setFigureText({QStringLiteral("L%1 per-head results r_h").arg(layer), runSubtitle(run)},
                           QStringLiteral("head_results_L%1").arg(layer));
 
@@ -254,8 +262,7 @@ void ConcatSumView::refresh() {
   sum_out_->setRangeMode(HeatmapView::RangeMode::Fixed, -range, range);
   sum_out_->setRowLabels(run.labels);
   sum_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  sum_out_->setColorScaleTitle(QStringLiteral("attn_out"));
-  sum_out_caption_->setText(QStringLiteral("Σ_h r_h + b_O  [S × D] = [%1 × %2]").arg(S).arg(D));
+  sum_out_caption_->setText(QStringLiteral("attn_out\n[S × D] = [%1 × %2]").arg(S).arg(D));
 
   hs::RowMatrixXf abs_diff = cs.difference.cwiseAbs();
   diff_->setMatrix(S, D, toVector(abs_diff));
@@ -310,14 +317,14 @@ void ConcatSumView::fillShapes() {
     shapes_->setItem(i, 1, new QTableWidgetItem(rows[static_cast<size_t>(i)].shape));
     shapes_->setItem(i, 2, new QTableWidgetItem(rows[static_cast<size_t>(i)].sizes));
   }
-  shapes_->setHorizontalHeaderLabels({QStringLiteral("Step"), QStringLiteral("Shape"),
-                                      QStringLiteral("B=1  S=%1  V=%2  D=%3  H=%4  d_head=%5  L=%6")
-                                          .arg(S)
-                                          .arg(V)
-                                          .arg(D)
-                                          .arg(H)
-                                          .arg(dh)
-                                          .arg(L)});
+  shapes_summary_->setText(QStringLiteral("<b>Shapes, step by step</b> &nbsp; B = 1 &nbsp; S = %1 &nbsp; V = %2 "
+                                          "&nbsp; D = %3 &nbsp; H = %4 &nbsp; d_head = %5 &nbsp; L = %6 layers")
+                               .arg(S)
+                               .arg(V)
+                               .arg(D)
+                               .arg(H)
+                               .arg(dh)
+                               .arg(L));
   shapes_->resizeColumnsToContents();
   shapes_->resizeRowsToContents();
 }

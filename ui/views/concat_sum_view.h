@@ -66,6 +66,7 @@ class ConcatSumView : public QWidget, public FigureSource {
   HeatmapView* sum_out_ = nullptr;
   HeatmapView* diff_ = nullptr;
   ImageGridView* results_ = nullptr;
+  QLabel* shapes_summary_ = nullptr;
   QTableWidget* shapes_ = nullptr;
 };
 

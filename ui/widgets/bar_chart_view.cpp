@@ -103,7 +103,10 @@ void BarChartView::rebuild() {
     hi = std::max(hi, b.value);
   }
   const double pad = (hi - lo) * 0.06 + 1e-9;
-  plot_->yAxis->setRange(lo < 0 ? lo - pad : 0.0, hi + pad + (legend_.empty() ? 0.0 : (hi - lo) * 0.25));
+  if (fixed_range_)
+    plot_->yAxis->setRange(range_lo_, range_hi_);
+  else
+    plot_->yAxis->setRange(lo < 0 ? lo - pad : 0.0, hi + pad + (legend_.empty() ? 0.0 : (hi - lo) * 0.25));
   plot_->xAxis->setRange(-0.7, std::max(1, barCount()) - 0.3);
   setHighlighted(highlighted_);
   updateTicks();
@@ -136,6 +139,13 @@ void BarChartView::setHighlighted(int index) {
 void BarChartView::setValueAxisTitle(const QString& title) {
   plot_->yAxis->setLabel(title);
   plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void BarChartView::setValueRange(double lo, double hi) {
+  fixed_range_ = true;
+  range_lo_ = lo;
+  range_hi_ = hi;
+  rebuild();
 }
 
 void BarChartView::setTooltipFormatter(std::function<QString(int)> formatter) { tooltip_ = std::move(formatter); }

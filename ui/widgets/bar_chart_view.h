@@ -37,6 +37,8 @@ class BarChartView : public QWidget, public FigureSource {
   double plottedValue(int index) const;
   void setHighlighted(int index);
   void setValueAxisTitle(const QString& title);
+  // A fixed value range (attention weights: [0, 1]); by default the range follows the data.
+  void setValueRange(double lo, double hi);
   // A legend entry per colour: (name, colour).
   void setLegend(const std::vector<std::pair<QString, QColor>>& entries);
   void setTooltipFormatter(std::function<QString(int index)> formatter);
@@ -66,6 +68,8 @@ class BarChartView : public QWidget, public FigureSource {
   QCPItemRect* highlight_ = nullptr;
   std::vector<Bar> bars_;
   std::vector<std::pair<QString, QColor>> legend_;
+  bool fixed_range_ = false;
+  double range_lo_ = 0.0, range_hi_ = 1.0;
   int highlighted_ = -1;
   int hovered_ = -1;
   std::function<QString(int)> tooltip_;

@@ -200,6 +200,29 @@ void HeatmapView::setColorScaleTitle(const QString& title) {
   scheduleReplot();
 }
 
+void HeatmapView::setCompact(bool compact) {
+  scale_->setBarWidth(compact ? 7 : 10);
+  scale_->axis()->ticker()->setTickCount(compact ? 3 : 5);
+  QFont f = font();
+  f.setPointSizeF(f.pointSizeF() * (compact ? 0.8 : 0.9));
+  scale_->axis()->setTickLabelFont(f);
+  plot_->xAxis->setTickLabelFont(f);
+  plot_->yAxis->setTickLabelFont(f);
+  QFont label = font();
+  label.setPointSizeF(label.pointSizeF() * (compact ? 0.85 : 1.0));
+  plot_->xAxis->setLabelFont(label);
+  plot_->yAxis->setLabelFont(label);
+  scale_->axis()->setLabelFont(label);
+  plot_->plotLayout()->setColumnSpacing(compact ? 2 : 5);
+  updateTicks();
+  scheduleReplot();
+}
+
+void HeatmapView::setRowTickLabelsVisible(bool visible) {
+  plot_->yAxis->setTickLabels(visible);
+  scheduleReplot();
+}
+
 void HeatmapView::setColorScaleVisible(bool visible) {
   if (visible == scale_->visible()) return;
   scale_->setVisible(visible);
@@ -327,6 +350,11 @@ QSize HeatmapView::figureSize() const {
 void HeatmapView::paintFigure(QCPPainter& painter, QSize size) {
   plot_->toPainter(&painter, size.width(), size.height());
   plot_->replot(QCustomPlot::rpQueuedReplot);  // toPainter laid the plot out for `size`
+}
+
+QRect HeatmapView::cellArea() const {
+  const QRect r = plot_->axisRect()->rect();
+  return QRect(plot_->mapTo(this, r.topLeft()), r.size());
 }
 
 QPoint HeatmapView::cellAt(const QPoint& widget_pos) const {

@@ -52,6 +52,10 @@ class HeatmapView : public QWidget, public FigureSource {
   double rangeUpper() const;
   void setColorScaleTitle(const QString& title);
   void setColorScaleVisible(bool visible);
+  // Small plots side by side: a thinner colour bar with fewer ticks, tighter margins.
+  void setCompact(bool compact);
+  // Hide the row labels when a neighbouring plot with the same rows shows them.
+  void setRowTickLabelsVisible(bool visible);
 
   // Labels of rows / columns (token labels); empty = numeric ticks. Long labels are shortened
   // with an ellipsis and thinned out when there are more than fit.
@@ -82,6 +86,8 @@ class HeatmapView : public QWidget, public FigureSource {
   void paintFigure(QCPPainter& painter, QSize size) override;
   QString figureFileStem() const override { return file_stem_; }
 
+  // Where the cells are drawn, in widget coordinates (after the last layout).
+  QRect cellArea() const;
   // The cell at a widget position, or (-1, -1).
   QPoint cellAt(const QPoint& widget_pos) const;
   // The widget position of a cell's centre (tests click there).

@@ -80,7 +80,7 @@ ImageGridView::Geometry ImageGridView::geometryFor(QSize size) const {
   // With labels under the images, each row is taller by a line of small text.
   QFont small = font();
   small.setPointSizeF(small.pointSizeF() * 0.85);
-  const int label_h = QFontMetrics(small).height();
+  const int label_h = QFontMetrics(small).height() + 4;  // room below the selection outline
   auto fits = [&](int cell_w, int lh) {
     const int cell_h = static_cast<int>(std::ceil(cell_w / aspect_)) + lh;
     return g.header_h + n_rows * (cell_h + g.gap) + g.gap <= size.height();
@@ -160,7 +160,7 @@ void ImageGridView::paintGrid(QPainter& p, QSize size) const {
       QFont f = header_font;
       f.setBold(i == selected_);
       p.setFont(f);
-      p.drawText(QRect(r.x() - 4, r.bottom() + 1, r.width() + 8, g.label_h), Qt::AlignHCenter | Qt::AlignTop,
+      p.drawText(QRect(r.x() - 4, r.bottom() + 4, r.width() + 8, g.label_h), Qt::AlignHCenter | Qt::AlignTop,
                  item.label);
       p.setFont(header_font);
     }

@@ -28,6 +28,10 @@ void TokenStrip::setTokens(const QStringList& labels, const QStringList& tooltip
   int h = 0;
   layoutChips(width(), &rects_, &h);
   setMinimumHeight(h);
+  if (h != content_height_) {
+    content_height_ = h;
+    Q_EMIT contentHeightChanged(h);
+  }
   updateGeometry();
   update();
 }
@@ -83,6 +87,10 @@ void TokenStrip::resizeEvent(QResizeEvent* event) {
   int h = 0;
   layoutChips(width(), &rects_, &h);
   if (minimumHeight() != h) setMinimumHeight(h);
+  if (h != content_height_) {
+    content_height_ = h;
+    Q_EMIT contentHeightChanged(h);
+  }
 }
 
 void TokenStrip::paintEvent(QPaintEvent*) {

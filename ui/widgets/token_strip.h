@@ -30,6 +30,7 @@ class TokenStrip : public QWidget {
  Q_SIGNALS:
   void tokenClicked(int pos);
   void tokenHovered(int pos);  // -1 when leaving
+  void contentHeightChanged(int height);
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -47,6 +48,7 @@ class TokenStrip : public QWidget {
   std::vector<QRect> rects_;
   int selected_ = -1;
   int hover_ = -1;
+  int content_height_ = 0;
 };
 
 }  // namespace hs::ui
