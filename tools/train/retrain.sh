@@ -2,7 +2,7 @@
 # Retrain HeadScope's built-in model from scratch, end to end (fixed seeds):
 #   Debian packages -> corpus -> BPE tokenizer -> training -> F16 export -> model card + fixture.
 # Usage: tools/train/retrain.sh [WORK_DIR]   (default /tmp/headscope-train; needs apt-get download,
-# Debian's python3-torch, python3-numpy and python3-matplotlib; about an hour on 2 cores)
+# Debian's python3-torch, python3-numpy and python3-matplotlib; about 90 minutes on 2 cores)
 # The scratch folder holds the downloaded packages, the corpus, the token ids and the checkpoints;
 # rerunning after a crash resumes training from the last checkpoint.
 set -eu
