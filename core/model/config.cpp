@@ -138,6 +138,9 @@ ModelConfig load_config(const std::filesystem::path& config_json) {
                 "beside model.safetensors.");
   if (!std::filesystem::exists(config_json, ec))
     throw Error(config_json.string() + ": not found. A Hugging Face model folder needs a config.json beside model.safetensors.");
+  // A pipe would block the read and a device such as /dev/zero would never end.
+  if (!std::filesystem::is_regular_file(config_json, ec))
+    throw Error(config_json.string() + ": is not a regular file (a device, pipe or socket); expected a JSON file.");
   std::ifstream in(config_json, std::ios::binary);
   if (!in)
     throw Error(config_json.string() + ": cannot open (" + std::strerror(errno) + "); check that it is readable.");

@@ -13,6 +13,12 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_small_file(const fs::path& p, size_t limit) {
+  std::error_code ec;
+  // A pipe would block the read and a device such as /dev/zero would never end.
+  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+    throw Error(p.string() + ": is not a regular file; expected a JSON file.");
+  if (const auto size = fs::file_size(p, ec); !ec && size > limit)
+    throw Error(p.string() + ": is larger than " + std::to_string(limit >> 20) + " MB; not a tokenizer file.");
   std::ifstream in(p, std::ios::binary);
   if (!in) throw Error(p.string() + ": cannot open; check that it exists and is readable.");
   std::ostringstream ss;

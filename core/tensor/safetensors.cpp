@@ -86,7 +86,9 @@ int64_t TensorInfo::numel() const { return Tensor::count(shape); }
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->name_ = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a named pipe planted as model.safetensors must be refused below, not wait forever
+  // for a writer. It changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(f->name_ + ": cannot open: " + sys_error() + ". Check that the file exists and is readable.");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -96,7 +98,8 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(f->name_ + (S_ISDIR(st.st_mode) ? ": is a folder, not a safetensors file." : ": is not a regular file."));
+    throw Error(f->name_ + (S_ISDIR(st.st_mode) ? ": is a folder, not a safetensors file."
+                                                 : ": is not a regular file (a device, pipe or socket); expected a safetensors file."));
   }
   f->size_ = static_cast<uint64_t>(st.st_size);
   if (f->size_ > 0) {

@@ -80,11 +80,12 @@ std::string quote(const std::string& s) {
 int g_counter = 0;
 
 // `args` is shell text after the program name; `prefix` runs before it in the same shell
-// (environment variables, ulimit).
-Cli cli(const std::string& args, const std::string& prefix = "") {
+// (environment variables, ulimit); `wrapper` runs the program (timeout).
+Cli cli(const std::string& args, const std::string& prefix = "", const std::string& wrapper = "") {
   const fs::path err_file =
       fs::temp_directory_path() / ("hs_refused_err_" + std::to_string(::getpid()) + "_" + std::to_string(++g_counter));
-  const std::string cmd = prefix + " exec " + quote(HEADSCOPE_CLI_PATH) + " " + args + " 2>" + quote(err_file.string());
+  const std::string cmd =
+      prefix + " exec " + wrapper + " " + quote(HEADSCOPE_CLI_PATH) + " " + args + " 2>" + quote(err_file.string());
   Cli r;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -208,7 +209,8 @@ const std::set<std::string> kTested = {
     "R01", "R02", "R03", "R04", "R05", "R06", "R07", "R08", "R09", "R10", "R11", "R12", "R13", "R14",
     "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
-    "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55",
+    "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
+    "R57",
 };
 
 const char* kText = "The cat sat on the mat.";
@@ -667,4 +669,30 @@ TEST_CASE("refused input: the command line (R53-R55)", "[refused]") {
   check_refused(cli("frobnicate"), expected("R53", {}), s, 2);
   check_refused(cli("info --bogus"), expected("R54", {}), s, 2);
   check_refused(cli("info --model"), expected("R55", {}), s, 2);
+}
+
+TEST_CASE("refused input: special files where a file belongs (R56-R57)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const Subst sub = {{"<model>", m.string()}};
+  // `timeout`: before the fix these hung (a pipe) or ate memory without end (/dev/zero).
+  SECTION("R56 model.safetensors is a named pipe") {
+    fs::remove(m / "model.safetensors");
+    REQUIRE(::mkfifo((m / "model.safetensors").c_str(), 0644) == 0);
+    check_refused(cli("info --model " + quote(m.string()), "", "timeout 60"), expected("R56", sub), s);
+  }
+  SECTION("R57 config.json is a link to /dev/zero") {
+    fs::remove(m / "config.json");
+    fs::create_symlink("/dev/zero", m / "config.json");
+    check_refused(cli("info --model " + quote(m.string()), "", "timeout 60"), expected("R57", sub), s);
+  }
+  SECTION("tokenizer.json (the fallback tokenizer file) is a named pipe") {
+    fs::remove(m / "vocab.json");
+    fs::remove(m / "merges.txt");
+    REQUIRE(::mkfifo((m / "tokenizer.json").c_str(), 0644) == 0);
+    const Cli r = cli("info --model " + quote(m.string()), "", "timeout 60");
+    CHECK(r.code == 1);
+    CHECK(r.err == "headscope-cli: error: " + (m / "tokenizer.json").string() +
+                       ": is not a regular file; expected a JSON file.\n");
+  }
 }
