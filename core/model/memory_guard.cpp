@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -125,27 +126,26 @@ uint64_t estimate_load_bytes(const SafetensorsFile& file) {
 }
 
 uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunOptions& options) {
-  // Everything in float32 counts; int64 arithmetic cannot overflow for configs parse_config
-  // accepts (every size <= 2^20, n_layer <= 1024) and n_tokens <= n_ctx.
-  const uint64_t S = static_cast<uint64_t>(std::max<int64_t>(n_tokens, 0));
-  const uint64_t D = static_cast<uint64_t>(c.d_model), M = static_cast<uint64_t>(c.d_mlp);
-  const uint64_t H = static_cast<uint64_t>(c.n_head), V = static_cast<uint64_t>(c.d_vocab);
-  const uint64_t L = static_cast<uint64_t>(c.n_layer);
+  // In double: a config at parse_config's limits (sizes up to 2^20, 1024 layers) would overflow
+  // 64-bit products; the figure saturates instead of wrapping to something small.
+  const double S = static_cast<double>(std::max<int64_t>(n_tokens, 0));
+  const double D = c.d_model, M = c.d_mlp, H = c.n_head, V = c.d_vocab, L = c.n_layer;
   // Per layer (cache.h): resid_pre, q, k, v, z, attn_out, mlp_out [pos, d_model]; mlp_pre
   // [pos, d_mlp]; the causal pattern's lower triangle [head, tri(pos)]; scores [head, pos, pos]
   // and results [pos, head, d_model] only when stored.
-  uint64_t per_layer = 7 * S * D + S * M + H * S * (S + 1) / 2;
+  double per_layer = 7 * S * D + S * M + H * S * (S + 1) / 2;
   if (options.store_scores) per_layer += H * S * S;
   if (options.store_results) per_layer += S * H * D;
-  const uint64_t layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
+  const double layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
   // embed, pos_embed, ln_final [pos, d_model]; ln_final scale [pos]; logits [pos, d_vocab].
-  const uint64_t global = 3 * S * D + S + S * V;
+  const double global = 3 * S * D + S + S * V;
   // Transient: the forward pass's working matrices (the residual, the LayerNorm output, qkv
   // [pos, 3*d_model], two [pos, d_model] sums, the MLP activation [pos, d_mlp], the new logits
   // [pos, d_vocab]) and the largest key an export or a view derives on request (hook_attn_scores
   // [head, pos, pos] or hook_result [pos, head, d_model]).
-  const uint64_t transient = S * (3 * D + 4 * D + M + V) + std::max(H * S * S, S * H * D);
-  return (layers_kept * per_layer + global + transient) * sizeof(float);
+  const double transient = S * (3 * D + 4 * D + M + V) + std::max(H * S * S, S * H * D);
+  const double bytes = (layers_kept * per_layer + global + transient) * sizeof(float);
+  return bytes >= 1.8e19 ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(bytes);
 }
 
 std::optional<uint64_t> available_memory() {

@@ -139,3 +139,14 @@ TEST_CASE("memory guard: reads the system's figure, or the environment's", "[mem
   CHECK(hs::available_memory() != uint64_t{0});
   ::unsetenv("HEADSCOPE_AVAILABLE_MEMORY");
 }
+
+TEST_CASE("memory guard: absurd configs saturate instead of wrapping around", "[memory]") {
+  // parse_config accepts every size up to 2^20 and 1024 layers; 64-bit products of those wrap.
+  const hs::ModelConfig huge = hs::parse_config(
+      R"({"model_type": "gpt2", "n_embd": 1048576, "n_head": 1048576, "n_layer": 1024, "n_positions": 1048576,
+          "vocab_size": 1048576, "n_inner": 1048576})",
+      "config.json");
+  CHECK(hs::estimate_cache_bytes(huge, 1 << 20, {}) == std::numeric_limits<uint64_t>::max());
+  AvailableMemory limit(uint64_t{1} << 40);
+  CHECK_THROWS_WITH(hs::check_run_memory(huge, 1 << 20, {}, "huge"), Catch::Contains("but only 1099.5 GB is available"));
+}
