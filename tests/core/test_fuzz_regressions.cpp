@@ -1,0 +1,45 @@
+// Inputs the fuzzers (tools/fuzz) found or rely on, kept as ordinary tests so they run in every
+// build, not only in the clang fuzz build.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.h"
+#include "core/model/weights.h"
+#include "core/tensor/safetensors.h"
+#include "test_support.h"
+#define HEADSCOPE_FUZZ_SOURCE_DIR HEADSCOPE_SOURCE_DIR
+#include "tools/fuzz/fuzz_common.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<uint8_t> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string load_outcome(const std::vector<uint8_t>& bytes) {
+  try {
+    const auto file = hs::SafetensorsFile::from_bytes(bytes, "seed");
+    (void)hs::Weights::load(file, hs::fuzz::tiny_config());
+    return "loaded";
+  } catch (const hs::Error& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fuzz seeds: the model seeds pass every check of the loader", "[fuzz]") {
+  // If the loader or the tiny config changes, regenerate with tools/fuzz/make_seeds.py: seeds
+  // that fail the first check would leave the fuzzer exploring only the header parser.
+  const fs::path dir = hs::test::source_dir() / "tools/fuzz/corpus/safetensors";
+  for (const char* seed : {"f32_plain", "f32_prefixed_masks", "f16_lm_head", "bf16_prefixed", "f64_plain"}) {
+    INFO(seed);
+    CHECK(load_outcome(read_bytes(dir / seed)) == "loaded");
+  }
+  CHECK(load_outcome(read_bytes(dir / "ints")) != "loaded");
+  CHECK(load_outcome(read_bytes(dir / "empty_header")) != "loaded");
+}

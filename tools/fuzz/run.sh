@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang-14 (ASan + UBSan) and runs each one in turn.
+#
+#   tools/fuzz/run.sh [SECONDS_PER_TARGET]          (default 60)
+#
+# Environment:
+#   HEADSCOPE_FUZZ_BUILD   build folder (default: build-fuzz at the repository root)
+#   HEADSCOPE_FUZZ_TARGETS space-separated subset of: safetensors config tokenizer_files tokenize export
+#   HEADSCOPE_FUZZ_JOBS    build parallelism (default 2)
+#
+# Each target starts from its committed seeds (tools/fuzz/corpus/<target>) plus what earlier runs
+# found (<build>/corpus/<target>; new inputs go there, never into the repository). A crash, a
+# sanitizer report, a leak, a timeout (> 10 s for one input) or an input using more than 2 GB is a
+# finding: the reproducer is kept in <build>/artifacts/ and the script exits non-zero. The last
+# line per target gives executions and coverage (cov: edges, ft: features) as libFuzzer counts them.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+SECONDS_PER_TARGET=${1:-60}
+BUILD=${HEADSCOPE_FUZZ_BUILD:-$ROOT/build-fuzz}
+TARGETS=(${HEADSCOPE_FUZZ_TARGETS:-safetensors config tokenizer_files tokenize export})
+JOBS=${HEADSCOPE_FUZZ_JOBS:-2}
+
+if ! command -v clang++-14 >/dev/null; then
+  echo "fuzz: clang++-14 is missing; tools/dev/deps.sh installs it" >&2
+  exit 1
+fi
+cmake -S tools/fuzz -B "$BUILD" -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+cmake --build "$BUILD" -j"$JOBS" >/dev/null
+
+declare -A DICT=([safetensors]=safetensors [config]=config [tokenizer_files]=tokenizer [tokenize]=tokenizer)
+# Thread start-up in the OpenMP runtime is noise for the fuzzer; one thread runs the same code.
+export OMP_NUM_THREADS=1
+# Leak checking stays on; UBSan reports abort with a stack.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+status=0
+mkdir -p "$BUILD/artifacts"
+for t in "${TARGETS[@]}"; do
+  corpus="$BUILD/corpus/$t"
+  mkdir -p "$corpus"
+  args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 -max_len=8192
+        -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$t-")
+  [[ -n ${DICT[$t]:-} ]] && args+=(-dict="tools/fuzz/dict/${DICT[$t]}.dict")
+  log="$BUILD/$t.log"
+  if "$BUILD/fuzz_$t" "${args[@]}" "$corpus" "tools/fuzz/corpus/$t" >"$log" 2>&1; then
+    # "#12345  DONE   cov: 1234 ft: 5678 corp: ..." and the final stats' execution count.
+    done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
+    echo "fuzz $t: ok, ${SECONDS_PER_TARGET}s: ${done_line:-$(tail -1 "$log")}"
+  else
+    status=1
+    echo "fuzz $t: FINDING (log: $log; reproducer in $BUILD/artifacts/)" >&2
+    grep -E 'ERROR|SUMMARY|check failed|runtime error|Test unit written' "$log" | head -20 >&2 || true
+  fi
+done
+exit $status
