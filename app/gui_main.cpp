@@ -16,7 +16,7 @@
 namespace {
 
 const char* kUsage =
-    "Usage: headscope [--model DIR] [--text TEXT] [--export OUTDIR [--scale 1|2]]\n"
+    "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--export OUTDIR [--scale 1|2]]\n"
     "\n"
     "HeadScope: type a sentence, see how each attention head of a GPT-2 style model builds the answer.\n"
     "\n"
@@ -24,6 +24,7 @@ const char* kUsage =
     "  --model DIR      a Hugging Face GPT-2 model folder (config.json, model.safetensors,\n"
     "                   vocab.json, merges.txt); default: the built-in model\n"
     "  --text TEXT      the prompt to start with\n"
+    "  --view NAME      the view shown first: attention, contributions or concat\n"
     "  --export OUTDIR  write a PNG of every view (each head's attention pattern, an overview of\n"
     "                   all heads, the contributions and the concat-vs-sum view of every layer)\n"
     "                   into OUTDIR and exit, without opening a window; needs --text\n"
@@ -79,7 +80,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption text(QStringLiteral("text"), "prompt", "TEXT");
   const QCommandLineOption out(QStringLiteral("export"), "output folder", "OUTDIR");
   const QCommandLineOption scale(QStringLiteral("scale"), "PNG scale", "S", "1");
-  parser.addOptions({model, text, out, scale});
+  const QCommandLineOption view(QStringLiteral("view"), "first view", "NAME", "attention");
+  parser.addOptions({model, text, out, scale, view});
   if (!parser.parse(QApplication::arguments())) {
     std::fprintf(stderr, "headscope: %s (see headscope --help)\n", qPrintable(parser.errorText()));
     return 2;
@@ -106,9 +108,17 @@ int main(int argc, char** argv) {
     return hs::ui::runHeadlessExport(options);
   }
 
+  const QStringList views = {QStringLiteral("attention"), QStringLiteral("contributions"), QStringLiteral("concat")};
+  const int view_index = views.indexOf(parser.value(view).toLower());
+  if (view_index < 0) {
+    std::fprintf(stderr, "headscope: --view must be attention, contributions or concat (got '%s')\n",
+                 qPrintable(parser.value(view)));
+    return 2;
+  }
   hs::ui::MainWindow::StartOptions options;
   options.model_dir = parser.value(model);
   options.text = parser.value(text);
+  options.view = view_index;
   hs::ui::MainWindow window(options);
   window.show();
 

@@ -15,6 +15,7 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QProgressBar>
+#include <QScreen>
 #include <QScrollArea>
 #include <QSettings>
 #include <QShortcut>
@@ -86,7 +87,15 @@ MainWindow::MainWindow(const StartOptions& options, QWidget* parent)
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
     splitter_->restoreState(settings.value(QStringLiteral("window/splitter")).toByteArray());
   }
-  if (!restore_settings_ || settings.value(QStringLiteral("window/geometry")).isNull()) resize(1600, 1000);
+  if (!restore_settings_ || settings.value(QStringLiteral("window/geometry")).isNull()) {
+    // 1600 x 1000 where the screen allows, else most of the screen (1280 x 800 laptops).
+    QSize size(1600, 1000);
+    if (const QScreen* screen = QGuiApplication::primaryScreen()) {
+      const QSize avail = screen->availableGeometry().size();
+      size = size.boundedTo(QSize(avail.width() * 97 / 100, avail.height() * 95 / 100));
+    }
+    resize(size);
+  }
 
   try {
     builtin_dir_ = QString::fromStdString(hs::builtin_model_dir().string());
@@ -95,6 +104,7 @@ MainWindow::MainWindow(const StartOptions& options, QWidget* parent)
   }
   refreshModelCombo();
   updateRecentMenu();
+  tabs_->setCurrentIndex(std::clamp(options.view, 0, tabs_->count() - 1));
 
   prompt_->setPlainText(options.text.isEmpty() ? QString::fromUtf8(kExamplePrompt) : options.text);
   prompt_->moveCursor(QTextCursor::End);
@@ -181,7 +191,7 @@ void MainWindow::buildCentral() {
   heads_caption_->setObjectName(QStringLiteral("sectionCaption"));
   heads_caption_->setWordWrap(true);
   heads_caption_->setText(QStringLiteral("Every head's attention pattern. Click one, or use ←/→ for heads and "
-                                         "↑/↓ or Page Up/Down for layers."));
+                                         "↑/↓ or Page Up/Down for layers (Esc leaves the prompt)."));
   head_grid_ = new ImageGridView(heads_panel);
   head_grid_->setObjectName(QStringLiteral("headGrid"));
   head_grid_->setMaxCellWidth(110);
@@ -289,6 +299,7 @@ void MainWindow::buildStatusBar() {
 void MainWindow::connectEverything() {
   connect(prompt_, &QPlainTextEdit::textChanged, &debounce_, qOverload<>(&QTimer::start));
   connect(&debounce_, &QTimer::timeout, this, [this] { controller_->requestRun(prompt_->toPlainText()); });
+  connect(prompt_, &PromptEdit::escapePressed, this, [this] { head_grid_->setFocus(Qt::ShortcutFocusReason); });
   connect(prompt_, &PromptEdit::submitted, this, [this] {
     debounce_.stop();
     controller_->requestRun(prompt_->toPlainText());
@@ -554,7 +565,7 @@ void MainWindow::updateRecentMenu() {
 void MainWindow::exportCurrentView() {
   FigureSource* source = nullptr;
   switch (tabs_->currentIndex()) {
-    case 0: source = attention_->heatmap(); break;
+    case 0: source = attention_; break;
     case 1: source = contributions_; break;
     default: source = concat_; break;
   }
@@ -607,6 +618,7 @@ void MainWindow::showShortcuts() {
       QStringLiteral("<table cellpadding=3>"
                      "<tr><td><b>Enter</b></td><td>run the prompt now (it also runs as you type)</td></tr>"
                      "<tr><td><b>Shift+Enter</b></td><td>new line in the prompt</td></tr>"
+                     "<tr><td><b>Esc</b></td><td>leave the prompt, so the arrow keys move the selection</td></tr>"
                      "<tr><td><b>← / →</b></td><td>previous / next head</td></tr>"
                      "<tr><td><b>↑ / ↓, Page Up / Page Down</b></td><td>previous / next layer</td></tr>"
                      "<tr><td><b>Shift+← / Shift+→</b></td><td>previous / next position</td></tr>"
@@ -616,7 +628,7 @@ void MainWindow::showShortcuts() {
                      "<tr><td><b>Ctrl+Shift+E</b></td><td>export every view</td></tr>"
                      "<tr><td><b>Ctrl+Q</b></td><td>quit</td></tr></table>"
                      "<p>Arrow keys move the selection when the prompt does not have the focus "
-                     "(press Tab or click a view).</p>"));
+                     "(press Esc or click a view).</p>"));
 }
 
 void MainWindow::showAbout() {

@@ -37,6 +37,7 @@ struct MainWindowOptions {
   QString model_dir;             // empty: the built-in model
   QString text;                  // empty: the example prompt
   bool restore_settings = true;  // window geometry from QSettings (off in tests)
+  int view = 0;                  // the tab shown first: 0 attention, 1 contributions, 2 concat vs sum
 };
 
 class MainWindow : public QMainWindow {

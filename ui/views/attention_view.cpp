@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 
+#include "qcustomplot.h"
 #include "ui/controller/selection.h"
 #include "ui/style/colormap.h"
 #include "ui/views/view_text.h"
@@ -50,7 +51,6 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : QWidget(pa
   row_bars_ = new BarChartView(side_);
   row_bars_->setObjectName(QStringLiteral("attentionRowBars"));
   row_bars_->setValueAxisTitle(QStringLiteral("attention weight"));
-  row_bars_->setValueRange(0.0, 1.0);  // the pattern's fixed scale
   side_layout->addWidget(row_caption_);
   side_layout->addWidget(row_bars_, 1);
   row->addWidget(side_, 0);
@@ -166,6 +166,23 @@ void AttentionView::updateSummary() {
                                    "<span style='color:#666'>Rows sum to 1; hatched cells are later positions "
                                    "the head cannot see. Click a row to select that position.</span>")
                         .arg(tokenAt(run_->labels.value(q), q).toHtmlEscaped(), parts.join(QStringLiteral(", "))));
+}
+
+FigureText AttentionView::figureText() const {
+  if (!run_ || shown_layer_ < 0) return {QStringLiteral("Attention pattern"), {}};
+  const int q = std::clamp(selection_->position(), 0, run_->n_pos() - 1);
+  return {QStringLiteral("%1 attention pattern, query %2")
+              .arg(headLabel(shown_layer_, shown_head_), tokenAt(run_->labels.value(q), q)),
+          runSubtitle(*run_)};
+}
+
+QString AttentionView::figureFileStem() const {
+  return QStringLiteral("attention_view_%1").arg(headLabel(std::max(0, shown_layer_), std::max(0, shown_head_)));
+}
+
+void AttentionView::paintFigure(QCPPainter& painter, QSize size) {
+  Q_UNUSED(size);
+  renderWidgetInto(this, painter, painter.transform().m11());
 }
 
 }  // namespace hs::ui

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ui/controller/results.h"
+#include "ui/export/figure.h"
 
 class QLabel;
 
@@ -17,7 +18,7 @@ class BarChartView;
 class HeatmapView;
 class Selection;
 
-class AttentionView : public QWidget {
+class AttentionView : public QWidget, public FigureSource {
   Q_OBJECT
 
  public:
@@ -29,6 +30,12 @@ class AttentionView : public QWidget {
   BarChartView* rowProfile() const { return row_bars_; }
   // Shows head (layer, head) regardless of the selection (used by the exporter).
   void showHead(int layer, int head);
+
+  // The whole view (pattern and row profile) as a figure.
+  FigureText figureText() const override;
+  QSize figureSize() const override { return size(); }
+  void paintFigure(QCPPainter& painter, QSize size) override;
+  QString figureFileStem() const override;
 
  protected:
   void resizeEvent(QResizeEvent* event) override;

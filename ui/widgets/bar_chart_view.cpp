@@ -21,6 +21,7 @@ BarChartView::BarChartView(QWidget* parent) : QWidget(parent) {
   plot_->setObjectName(QStringLiteral("barPlot"));
   layout->addWidget(plot_);
   plot_->setMouseTracking(true);
+  plot_->setFocusPolicy(Qt::ClickFocus);  // clicking a plot takes the keyboard from the prompt
   plot_->setPlottingHint(QCP::phCacheLabels, true);
   for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
     axis->setSubTicks(false);

@@ -65,6 +65,7 @@ HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   plot_->setObjectName(QStringLiteral("heatmapPlot"));
   layout->addWidget(plot_);
   plot_->setMouseTracking(true);
+  plot_->setFocusPolicy(Qt::ClickFocus);  // clicking a plot takes the keyboard from the prompt
   plot_->setNoAntialiasingOnDrag(true);
   plot_->setPlottingHint(QCP::phCacheLabels, true);
   plot_->addLayer(QStringLiteral("highlights"), plot_->layer(QStringLiteral("main")), QCustomPlot::limAbove);
@@ -149,6 +150,12 @@ void HeatmapView::setMatrix(int rows, int cols, std::vector<float> values) {
     }
   }
   map_->setData(data, false);  // takes ownership
+  // An empty view is blank, not one big masked cell.
+  const bool empty = rows_ == 0 || cols_ == 0;
+  plot_->axisRect()->setBackground(empty ? QBrush(Qt::white) : maskedBrush());
+  plot_->xAxis->setTicks(!empty);
+  plot_->yAxis->setTicks(!empty);
+  scale_->setVisible(!empty && color_scale_wanted_);
   plot_->xAxis->setRange(-0.5, std::max(1, cols_) - 0.5);
   plot_->yAxis->setRange(-0.5, std::max(1, rows_) - 0.5);
   if (highlighted_row_ >= rows_) highlighted_row_ = -1;
@@ -224,6 +231,7 @@ void HeatmapView::setRowTickLabelsVisible(bool visible) {
 }
 
 void HeatmapView::setColorScaleVisible(bool visible) {
+  color_scale_wanted_ = visible;
   if (visible == scale_->visible()) return;
   scale_->setVisible(visible);
   if (visible) {

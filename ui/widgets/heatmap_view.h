@@ -123,6 +123,7 @@ class HeatmapView : public QWidget, public FigureSource {
   QCPItemRect* col_band_highlight_ = nullptr;
   std::vector<QPointer<QObject>> band_lines_;
 
+  bool color_scale_wanted_ = true;
   int rows_ = 0, cols_ = 0;
   std::vector<float> values_;
   ColorMap color_map_ = ColorMap::Sequential;

@@ -22,6 +22,11 @@ void PromptEdit::keyPressEvent(QKeyEvent* event) {
     event->accept();
     return;
   }
+  if (event->key() == Qt::Key_Escape) {
+    Q_EMIT escapePressed();
+    event->accept();
+    return;
+  }
   QPlainTextEdit::keyPressEvent(event);
 }
 

@@ -1,4 +1,5 @@
-// The prompt editor: plain text, a few lines high. Enter runs at once; Shift+Enter adds a line.
+// The prompt editor: plain text, a few lines high. Enter runs at once; Shift+Enter adds a line;
+// Esc hands the keyboard back to the views.
 #pragma once
 
 #include <QPlainTextEdit>
@@ -14,6 +15,7 @@ class PromptEdit : public QPlainTextEdit {
 
  Q_SIGNALS:
   void submitted();
+  void escapePressed();
 
  protected:
   void keyPressEvent(QKeyEvent* event) override;

@@ -16,6 +16,7 @@ constexpr int kMaxLabelChars = 16;
 
 TokenStrip::TokenStrip(QWidget* parent) : QWidget(parent) {
   setMouseTracking(true);
+  setFocusPolicy(Qt::ClickFocus);
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Preferred);
 }
 
