@@ -12,6 +12,10 @@
 //                text (what the attention, contributions and concat-vs-sum views show).
 // Phase 2 ("typing"): keys at a steady --interval-ms, runs overlapping typing, to look for stalls.
 //
+// Then, for the last text, the same work timed synchronously on one thread (no hops, no queue):
+// computeRun (full and extending the previous prompt by one key), computePosition, computeLayer,
+// so the latency above can be split into work and hand-overs.
+//
 // Throughout, a 1 ms precise QTimer ticks on the GUI thread; the longest gap between two ticks
 // (minus the interval) is the longest time the GUI thread could not react: the stall a person
 // would feel. Prints one JSON object.
@@ -43,6 +47,7 @@
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/results.h"
+#include "ui/controller/selection.h"
 #include "ui/main_window.h"
 #include "ui/style/app_style.h"
 #include "ui/widgets/prompt_edit.h"
@@ -122,12 +127,14 @@ class Heartbeat : public QObject {
   int ticks_ = 0;
 };
 
-// Runs the event loop until done() or the timeout; never sleeps the GUI thread.
+// Runs the event loop until done() or the timeout; never sleeps the GUI thread. The timestamps
+// come from signal handlers, so the poll's period only delays leaving the loop, not the numbers;
+// a 0 ms poll would spin the GUI thread and take CPU from the workers on a 2-core machine.
 bool waitUntil(const std::function<bool()>& done, int timeout_ms) {
   if (done()) return true;
   QEventLoop loop;
   QTimer poll, deadline;
-  poll.setInterval(0);
+  poll.setInterval(2);
   QObject::connect(&poll, &QTimer::timeout, &loop, [&] {
     if (done()) loop.quit();
   });
@@ -357,6 +364,29 @@ int main(int argc, char** argv) {
   const double stall_typing = beat.maxStallMs(), busy_typing = beat.maxBusyMs(), busy_of_max_typing = beat.busyOfMaxMs();
   const int stall_typing_over16 = beat.stallsOver16ms();
 
+  // The work behind one keystroke, without threads: medians of repeated synchronous calls.
+  std::vector<double> c_full, c_incr, c_pos, c_layer;
+  if (auto last = controller->currentRun()) {
+    const QString full = QString::fromStdString(last->run.text);
+    const QString shorter = full.left(full.size() - 1);
+    auto prev = AnalysisController::computeRun(last->run.model, shorter);
+    QElapsedTimer t;
+    for (int rep = 0; rep < 15; ++rep) {
+      t.start();
+      auto r = AnalysisController::computeRun(last->run.model, full);
+      c_full.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      t.start();
+      auto r2 = AnalysisController::computeRun(last->run.model, full, prev->run.cache);
+      c_incr.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      t.start();
+      AnalysisController::computePosition(last, window.selection()->position(), window.selection()->target());
+      c_pos.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      t.start();
+      AnalysisController::computeLayer(last, window.selection()->layer());
+      c_layer.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+    }
+  }
+
   const Stats s_debounce = stats(debounce), s_run = stats(run_ms), s_views = stats(views_ms), s_worker = stats(worker),
               s_slot = stats(window_slot);
   std::printf(
@@ -368,7 +398,9 @@ int main(int argc, char** argv) {
       "\"stall_step_over16\": %d, "
       "\"typing_interval_ms\": %d, \"typing_ms\": %.0f, \"typing_settled\": %s, "
       "\"stall_typing_max_ms\": %.2f, \"stall_typing_busy_ms\": %.2f, \"stall_typing_max_busy_ms\": %.2f, "
-      "\"stall_typing_over16\": %d, \"stall_max_ms\": %.2f, \"stall_max_busy_ms\": %.2f, \"qtest\": %s}\n",
+      "\"stall_typing_over16\": %d, \"stall_max_ms\": %.2f, \"stall_max_busy_ms\": %.2f, "
+      "\"sync_run_full_ms\": %s, \"sync_run_incremental_ms\": %s, \"sync_position_ms\": %s, \"sync_layer_ms\": %s, "
+      "\"qtest\": %s}\n",
       jstr(model_dir).c_str(), jstr(model_kind).c_str(), cfg.n_layer, cfg.n_head, cfg.d_model, cfg.n_ctx,
       jstr(sentence).c_str(), n_tokens, views_ms.size(), MainWindow::kDebounceMs, jstats(s_debounce).c_str(),
       jstats(s_run).c_str(), jstats(s_views).c_str(), jstats(s_worker).c_str(), jstats(s_slot).c_str(),
@@ -376,6 +408,8 @@ int main(int argc, char** argv) {
       reused_list.empty() ? 0 : reused_list.back(), stall_step, busy_of_max_step, busy_step, stall_step_over16,
       interval_ms, typing_ms, settled ? "true" : "false", stall_typing, busy_of_max_typing, busy_typing,
       stall_typing_over16, std::max(stall_step, stall_typing), std::max(busy_step, busy_typing),
+      jstats(stats(c_full)).c_str(), jstats(stats(c_incr)).c_str(), jstats(stats(c_pos)).c_str(),
+      jstats(stats(c_layer)).c_str(),
 #ifdef HEADSCOPE_HAVE_QTEST
       "true"
 #else
