@@ -96,6 +96,10 @@ MainWindow::MainWindow(const StartOptions& options, QWidget* parent)
     }
     resize(size);
   }
+  if (!restore_settings_ || settings.value(QStringLiteral("window/splitter")).isNull()) {
+    const int heads = std::clamp(width() / 5, 240, 340);
+    splitter_->setSizes({heads, width() - heads});
+  }
 
   try {
     builtin_dir_ = QString::fromStdString(hs::builtin_model_dir().string());
@@ -290,7 +294,7 @@ void MainWindow::buildStatusBar() {
   progress_ = new QProgressBar(bar);
   progress_->setObjectName(QStringLiteral("loadProgress"));
   progress_->setRange(0, 1000);
-  progress_->setMaximumWidth(260);
+  progress_->setFixedWidth(200);
   progress_->setTextVisible(true);
   progress_->hide();
   bar->addPermanentWidget(progress_);
@@ -308,19 +312,21 @@ void MainWindow::connectEverything() {
   connect(controller_, &AnalysisController::loadStarted, this, [this](const QString& dir) {
     loading_dir_ = dir;
     progress_->setValue(0);
-    progress_->setFormat(QStringLiteral("Loading %1… %p%").arg(QFileInfo(dir).fileName()));
+    progress_->setFormat(QStringLiteral("%p%"));
     progress_->show();
+    status_busy_->setText(QStringLiteral("Loading %1…").arg(QFileInfo(dir).fileName()));
   });
   connect(controller_, &AnalysisController::loadProgress, this, [this](double fraction, const QString& stage) {
     progress_->setValue(static_cast<int>(fraction * 1000));
-    progress_->setFormat(QStringLiteral("%1: %2 %p%").arg(QFileInfo(loading_dir_).fileName(), stage));
+    status_busy_->setText(QStringLiteral("Loading %1: %2").arg(QFileInfo(loading_dir_).fileName(), stage));
   });
   connect(controller_, &AnalysisController::modelChanged, this, &MainWindow::onModelChanged);
   connect(controller_, &AnalysisController::modelLoadFailed, this, &MainWindow::onModelLoadFailed);
   connect(controller_, &AnalysisController::runReady, this, &MainWindow::onRunReady);
   connect(controller_, &AnalysisController::runFailed, this, &MainWindow::onRunFailed);
-  connect(controller_, &AnalysisController::busyChanged, this,
-          [this](bool busy) { status_busy_->setText(busy ? QStringLiteral("running…") : QString()); });
+  connect(controller_, &AnalysisController::busyChanged, this, [this](bool busy) {
+    if (!controller_->isLoading()) status_busy_->setText(busy ? QStringLiteral("running…") : QString());
+  });
   connect(controller_, &AnalysisController::positionReady, this,
           [this](std::shared_ptr<const PositionResult> r) { contributions_->setPositionResult(std::move(r)); });
   connect(controller_, &AnalysisController::layerReady, this,
@@ -373,6 +379,7 @@ void MainWindow::openModelFolder() {
 
 void MainWindow::onModelChanged(std::shared_ptr<const hs::Model> model) {
   progress_->hide();
+  status_busy_->clear();
   run_.reset();
   if (!model) return;
   const QString dir = QString::fromStdString(model->dir().string());
@@ -393,6 +400,7 @@ void MainWindow::onModelChanged(std::shared_ptr<const hs::Model> model) {
 
 void MainWindow::onModelLoadFailed(const QString& dir, const QString& message) {
   progress_->hide();
+  status_busy_->clear();
   refreshModelCombo();
   const bool have_model = controller_->model() != nullptr;
   if (load_error_box_) load_error_box_->close();
@@ -431,9 +439,8 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
     QSignalBlocker block(selection_);
     selection_->setBounds(n_layer, n_head, n_pos);
   }
-  QStringList tooltips;
-  for (int i = 0; i < n_pos; ++i) tooltips << tokenTooltip(*run, i);
-  tokens_->setTokens(run->labels, tooltips, run->run.bos_prepended);
+  tokens_->setTooltipProvider([run](int pos) { return pos < run->n_pos() ? tokenTooltip(*run, pos) : QString(); });
+  tokens_->setTokens(run->labels, run->run.bos_prepended);
   tokens_->setSelectedPosition(selection_->position());
   tokens_->setHoverPosition(selection_->hoverPosition());
 
@@ -597,14 +604,15 @@ void MainWindow::exportAll() {
   options.target = selection_->target();
   export_job_ = std::make_unique<ExportAllJob>(run_, options);
   progress_->setValue(0);
-  progress_->setFormat(QStringLiteral("Exporting… %p%"));
+  progress_->setFormat(QStringLiteral("%p%"));
   progress_->show();
   connect(export_job_.get(), &ExportAllJob::progress, this, [this](int done, int total, const QString& name) {
     progress_->setValue(total > 0 ? done * 1000 / total : 0);
-    progress_->setFormat(QStringLiteral("Exporting %1 (%2/%3)").arg(name).arg(done).arg(total));
+    status_busy_->setText(QStringLiteral("Exporting %1 (%2 of %3)").arg(name).arg(done).arg(total));
   });
   connect(export_job_.get(), &ExportAllJob::finished, this, [this](bool ok, const QString& message) {
     progress_->hide();
+    status_busy_->clear();
     if (ok) statusBar()->showMessage(message, 8000);
     else QMessageBox::warning(this, QStringLiteral("Export failed"), message);
     export_job_.release()->deleteLater();

@@ -25,7 +25,8 @@ void applyAppStyle(QApplication& app) {
   app.setWindowIcon(QIcon(QStringLiteral(":/headscope/headscope.svg")));
   app.setStyleSheet(QStringLiteral(R"(
     QLabel#viewTitle { font-size: 12pt; color: #1a1a1a; }
-    QLabel#sectionCaption, QLabel#plotCaption { color: #444; }
+    QLabel#sectionCaption { color: #444; }
+    QLabel#plotCaption { color: #444; font-size: 9pt; }
     QLabel#panelTitle { font-weight: 600; font-size: 10.5pt; color: #1a1a1a; padding: 2px; }
     QLabel#operatorLabel { font-size: 15pt; color: #555; padding: 0 4px; }
     QLabel#headsTitle { font-weight: 600; font-size: 10.5pt; }

@@ -45,7 +45,7 @@ HeatmapView* signedPlot(QWidget* parent, const QString& name) {
   plot->setObjectName(name);
   plot->setColorMap(ColorMap::Diverging);
   plot->setRangeMode(HeatmapView::RangeMode::Symmetric);
-  plot->setMinimumSize(90, 120);
+  plot->setMinimumSize(120, 120);
   plot->setCompact(true);
   return plot;
 }
@@ -88,6 +88,7 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   wo_caption_ = caption(left);
   concat_out_caption_ = caption(left);
   z_ = signedPlot(left, QStringLiteral("concatZ"));
+  z_->setMinimumWidth(170);  // it shows the row labels
   wo_ = signedPlot(left, QStringLiteral("concatWO"));
   concat_out_ = signedPlot(left, QStringLiteral("concatOut"));
   grid->addWidget(z_caption_, 0, 0);
@@ -117,15 +118,17 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   results_ = new ImageGridView(right);
   results_->setObjectName(QStringLiteral("headResults"));
   results_->setCellAspect(1.0);
+  results_->setMinimumWidth(140);
   results_box->addWidget(results_caption_);
   results_box->addWidget(results_, 1);
   auto* sum_box = new QVBoxLayout;
   sum_out_caption_ = caption(right);
   sum_out_ = signedPlot(right, QStringLiteral("sumOut"));
+  sum_out_->setMinimumWidth(170);  // it shows the row labels
   sum_box->addWidget(sum_out_caption_);
   sum_box->addWidget(sum_out_, 1);
   right_row->addLayout(results_box, 1);
-  right_row->addWidget(operatorLabel(right, QStringLiteral("Σ_h r_h\n+ b_O\n=")));
+  right_row->addWidget(operatorLabel(right, QStringLiteral("Σ r_h\n+ b_O\n=")));
   right_row->addLayout(sum_box, 1);
   right_layout->addLayout(right_row, 1);
   sides->addWidget(left);
@@ -141,6 +144,7 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   diff_label_ = new QLabel(below);
   diff_label_->setObjectName(QStringLiteral("differenceLabel"));
   diff_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  diff_label_->setWordWrap(true);
   diff_ = new HeatmapView(below);
   diff_->setObjectName(QStringLiteral("differencePlot"));
   diff_->setColorMap(ColorMap::Sequential);
@@ -152,6 +156,7 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   shapes_summary_ = new QLabel(below);
   shapes_summary_->setObjectName(QStringLiteral("shapesSummary"));
   shapes_summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  shapes_summary_->setWordWrap(true);
   shapes_ = new QTableWidget(below);
   shapes_->setObjectName(QStringLiteral("shapesTable"));
   shapes_->setColumnCount(3);
@@ -223,12 +228,12 @@ void ConcatSumView::refresh() {
   z_->setRowLabels(run.labels);
   z_->setColumnBands(dh, QStringLiteral("h"), selection_->head());
   z_->setAxisTitles(QString(), QString());
-  z_caption_->setText(QStringLiteral("z, heads concatenated\n[S × H·d_head] = [%1 × %2]").arg(S).arg(H * dh));
+  z_caption_->setText(QStringLiteral("z, heads concatenated\nS × H·d_head = %1 × %2").arg(S).arg(H * dh));
 
   wo_->setMatrix(H * dh, D, toVector(cs.W_O));
   wo_->setRowBands(dh, QStringLiteral("h"), selection_->head());
   wo_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  wo_caption_->setText(QStringLiteral("W_O\n[H·d_head × D] = [%1 × %2]").arg(H * dh).arg(D));
+  wo_caption_->setText(QStringLiteral("W_O\nH·d_head × D = %1 × %2").arg(H * dh).arg(D));
 
   const double range = result_->output_range;
   concat_out_->setMatrix(S, D, toVector(cs.via_concat));
@@ -236,7 +241,7 @@ void ConcatSumView::refresh() {
   concat_out_->setRowLabels(run.labels);
   concat_out_->setRowTickLabelsVisible(false);  // the same rows as z, on its left
   concat_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  concat_out_caption_->setText(QStringLiteral("attn_out\n[S × D] = [%1 × %2]").arg(S).arg(D));
+  concat_out_caption_->setText(QStringLiteral("attn_out\nS × D = %1 × %2").arg(S).arg(D));
 
   std::vector<ImageGridView::Item> items;
   for (int h = 0; h < H; ++h) {
@@ -251,10 +256,7 @@ void ConcatSumView::refresh() {
   const int columns = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(H)))));
   results_->setItems(std::move(items), columns);
   results_->setCellAspect(std::clamp(static_cast<double>(D) / std::max(1, S), 0.5, 2.0));
-  results_caption_->setText(QStringLiteral("r_h = z_h · W_O[h], one per head\n[S × %1] · [%1 × D] = [%2 × %3]")
-                                .arg(dh)
-                                .arg(S)
-                                .arg(D));
+  results_caption_->setText(QStringLiteral("r_h = z_h · W_O[h], one per head\nS × D = %1 × %2 each").arg(S).arg(D));
   results_->setFigureText({QStringLiteral("L%1 per-head results r_h").arg(layer), runSubtitle(run)},
                           QStringLiteral("head_results_L%1").arg(layer));
 
@@ -262,7 +264,7 @@ void ConcatSumView::refresh() {
   sum_out_->setRangeMode(HeatmapView::RangeMode::Fixed, -range, range);
   sum_out_->setRowLabels(run.labels);
   sum_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  sum_out_caption_->setText(QStringLiteral("attn_out\n[S × D] = [%1 × %2]").arg(S).arg(D));
+  sum_out_caption_->setText(QStringLiteral("attn_out\nS × D = %1 × %2").arg(S).arg(D));
 
   hs::RowMatrixXf abs_diff = cs.difference.cwiseAbs();
   diff_->setMatrix(S, D, toVector(abs_diff));

@@ -75,7 +75,8 @@ ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : QW
   target_->setObjectName(QStringLiteral("targetCombo"));
   target_->setEditable(true);
   target_->setInsertPolicy(QComboBox::NoInsert);
-  target_->setMinimumContentsLength(18);
+  target_->setMinimumContentsLength(24);
+  target_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
   target_->setToolTip(QStringLiteral("The token whose logit the attribution explains. Pick one of the model's top "
                                      "predictions, or type a token (␣ or a leading space for a space)."));
   target_label->setBuddy(target_);
@@ -188,6 +189,7 @@ void ContributionsView::refreshTargets() {
     }
     target_->setCurrentIndex(found);
   }
+  target_->lineEdit()->setCursorPosition(0);  // show the start of the text, not its end
   updating_targets_ = false;
 }
 

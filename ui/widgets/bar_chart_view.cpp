@@ -47,7 +47,11 @@ BarChartView::BarChartView(QWidget* parent) : QWidget(parent) {
   QFont lf = font();
   lf.setPointSizeF(lf.pointSizeF() * 0.85);
   plot_->legend->setFont(lf);
-  plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  // The legend (when there is one) gets a row of its own above the bars: see setLegend.
+  plot_->axisRect()->insetLayout()->take(plot_->legend);
+  plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  plot_->legend->setBorderPen(Qt::NoPen);
+  plot_->legend->setMargins(QMargins(0, 0, 0, 0));
   plot_->setContextMenuPolicy(Qt::CustomContextMenu);
   connect(plot_, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
     QMenu menu(this);
@@ -69,6 +73,13 @@ void BarChartView::setBars(std::vector<Bar> bars) {
 
 void BarChartView::setLegend(const std::vector<std::pair<QString, QColor>>& entries) {
   legend_ = entries;
+  if (!legend_.empty() && plot_->plotLayout()->rowCount() == 1) {
+    // A row of its own above the bars, so the legend never covers one.
+    plot_->plotLayout()->insertRow(0);
+    plot_->plotLayout()->addElement(0, 0, plot_->legend);
+    plot_->plotLayout()->setRowStretchFactor(0, 0.001);
+    plot_->plotLayout()->setRowSpacing(0);
+  }
   rebuild();
 }
 
@@ -97,7 +108,11 @@ void BarChartView::rebuild() {
     g->setLineStyle(QCPGraph::lsNone);
     g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, color, color, 9));
   }
-  plot_->legend->setVisible(!legend_.empty());
+  plot_->legend->setVisible(!legend_.empty() && !bars_.empty());
+  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {  // an empty chart is blank
+    axis->setVisible(!bars_.empty());
+  }
+  plot_->yAxis->grid()->setVisible(!bars_.empty());
   double lo = 0.0, hi = 0.0;
   for (const Bar& b : bars_) {
     lo = std::min(lo, b.value);
@@ -107,7 +122,7 @@ void BarChartView::rebuild() {
   if (fixed_range_)
     plot_->yAxis->setRange(range_lo_, range_hi_);
   else
-    plot_->yAxis->setRange(lo < 0 ? lo - pad : 0.0, hi + pad + (legend_.empty() ? 0.0 : (hi - lo) * 0.25));
+    plot_->yAxis->setRange(lo < 0 ? lo - pad : 0.0, hi + pad);
   plot_->xAxis->setRange(-0.7, std::max(1, barCount()) - 0.3);
   setHighlighted(highlighted_);
   updateTicks();

@@ -153,8 +153,10 @@ void HeatmapView::setMatrix(int rows, int cols, std::vector<float> values) {
   // An empty view is blank, not one big masked cell.
   const bool empty = rows_ == 0 || cols_ == 0;
   plot_->axisRect()->setBackground(empty ? QBrush(Qt::white) : maskedBrush());
-  plot_->xAxis->setTicks(!empty);
-  plot_->yAxis->setTicks(!empty);
+  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
+    axis->setTicks(!empty);
+    axis->setBasePen(empty ? QPen(Qt::NoPen) : QPen(QColor(0x88, 0x88, 0x88)));
+  }
   scale_->setVisible(!empty && color_scale_wanted_);
   plot_->xAxis->setRange(-0.5, std::max(1, cols_) - 0.5);
   plot_->yAxis->setRange(-0.5, std::max(1, rows_) - 0.5);

@@ -20,9 +20,10 @@ TokenStrip::TokenStrip(QWidget* parent) : QWidget(parent) {
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Preferred);
 }
 
-void TokenStrip::setTokens(const QStringList& labels, const QStringList& tooltips, bool bos) {
+void TokenStrip::setTooltipProvider(std::function<QString(int)> provider) { tooltip_ = std::move(provider); }
+
+void TokenStrip::setTokens(const QStringList& labels, bool bos) {
   labels_ = labels;
-  tooltips_ = tooltips;
   bos_ = bos;
   if (selected_ >= labels_.size()) selected_ = -1;
   if (hover_ >= labels_.size()) hover_ = -1;
@@ -149,7 +150,7 @@ void TokenStrip::mouseMoveEvent(QMouseEvent* event) {
   const int i = chipAt(event->pos());
   if (i == hover_) return;
   hover_ = i;
-  if (i >= 0 && i < tooltips_.size()) QToolTip::showText(event->globalPosition().toPoint(), tooltips_[i], this);
+  if (i >= 0 && tooltip_) QToolTip::showText(event->globalPosition().toPoint(), tooltip_(i), this);
   update();
   Q_EMIT tokenHovered(i);
 }

@@ -5,6 +5,7 @@
 #include <QStringList>
 #include <QWidget>
 
+#include <functional>
 #include <vector>
 
 namespace hs::ui {
@@ -15,8 +16,10 @@ class TokenStrip : public QWidget {
  public:
   explicit TokenStrip(QWidget* parent = nullptr);
 
-  // Display labels and tooltips, one per position; `bos` marks position 0 as the BOS token.
-  void setTokens(const QStringList& labels, const QStringList& tooltips, bool bos);
+  // Display labels, one per position; `bos` marks position 0 as the BOS token. Tooltips are
+  // asked for when shown (a 1024-token prompt needs one, not 1024).
+  void setTokens(const QStringList& labels, bool bos);
+  void setTooltipProvider(std::function<QString(int pos)> provider);
   int tokenCount() const { return labels_.size(); }
   QString label(int pos) const { return labels_.value(pos); }
   void setSelectedPosition(int pos);
@@ -43,7 +46,8 @@ class TokenStrip : public QWidget {
   void layoutChips(int width, std::vector<QRect>* rects, int* height) const;
   int chipAt(const QPoint& pos) const;
 
-  QStringList labels_, tooltips_;
+  QStringList labels_;
+  std::function<QString(int)> tooltip_;
   bool bos_ = false;
   std::vector<QRect> rects_;
   int selected_ = -1;
