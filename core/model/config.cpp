@@ -104,7 +104,10 @@ ModelConfig parse_config(std::string_view json_text, const std::string& source) 
 
   if (j.contains("layer_norm_epsilon") && !j["layer_norm_epsilon"].is_null()) {
     const json& e = j["layer_norm_epsilon"];
-    if (!e.is_number() || !(e.get<double>() > 0.0) || !(e.get<double>() < 1.0))
+    // Positive after the conversion to float32 too: 1e-50 would become 0, and LayerNorm would
+    // divide a constant row by sqrt(0) (found by tools/fuzz/fuzz_config).
+    if (!e.is_number() || !(e.get<double>() > 0.0) || !(e.get<double>() < 1.0) ||
+        !(static_cast<float>(e.get<double>()) > 0.0f))
       throw Error(source + ": \"layer_norm_epsilon\" must be a small positive number, found " + brief(e) + ".");
     c.layer_norm_eps = static_cast<float>(e.get<double>());
   }

@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/model/config.h"
 #include "core/model/weights.h"
 #include "core/tensor/safetensors.h"
 #include "test_support.h"
@@ -42,4 +43,17 @@ TEST_CASE("fuzz seeds: the model seeds pass every check of the loader", "[fuzz]"
   }
   CHECK(load_outcome(read_bytes(dir / "ints")) != "loaded");
   CHECK(load_outcome(read_bytes(dir / "empty_header")) != "loaded");
+}
+
+TEST_CASE("fuzz finding: a layer_norm_epsilon that float32 rounds to zero is refused", "[fuzz]") {
+  // tools/fuzz/fuzz_config: "layer_norm_epsilon": 1e-050 passed the double check (> 0) and became
+  // 0.0f, so LayerNorm of a constant row divided by sqrt(0).
+  const std::string config = R"({"model_type": "gpt2", "n_embd": 36, "n_head": 3, "n_layer": 2, "n_positions": 16,
+                                  "vocab_size": 291, "layer_norm_epsilon": 1e-050})";
+  CHECK_THROWS_WITH(hs::parse_config(config, "config.json"),
+                    "config.json: \"layer_norm_epsilon\" must be a small positive number, found 1e-50.");
+  // The smallest values float32 still holds (subnormal) remain accepted.
+  const std::string tiny = R"({"model_type": "gpt2", "n_embd": 36, "n_head": 3, "n_layer": 2, "n_positions": 16,
+                                "vocab_size": 291, "layer_norm_epsilon": 1e-40})";
+  CHECK(hs::parse_config(tiny, "config.json").layer_norm_eps > 0.0f);
 }
