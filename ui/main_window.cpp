@@ -37,6 +37,7 @@
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
 #include "ui/views/view_text.h"
+#include "ui/widgets/color_legend.h"
 #include "ui/widgets/heatmap_view.h"
 #include "ui/widgets/image_grid_view.h"
 #include "ui/widgets/labels.h"
@@ -201,7 +202,11 @@ void MainWindow::buildCentral() {
   head_grid_->setMaxCellWidth(110);
   heads_layout->addWidget(heads_title);
   heads_layout->addWidget(heads_caption_);
-  heads_layout->addWidget(head_grid_, 1);
+  heads_layout->addWidget(head_grid_);
+  auto* legend = new ColorLegend(heads_panel);
+  legend->setObjectName(QStringLiteral("headsLegend"));
+  heads_layout->addWidget(legend);
+  heads_layout->addStretch(1);
   heads_panel->setMinimumWidth(220);
 
   tabs_ = new QTabWidget(splitter_);
@@ -452,6 +457,13 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
                        QStringLiteral("%1 — click to show its pattern").arg(headLabel(l, h))});
   head_grid_->setItems(std::move(items), n_head);
   if (shape_changed) {
+    // Room for thumbnails big enough to read (about 44 px and their L3H7 labels), up to 30% of
+    // the window; a model with many heads gets smaller ones.
+    const int wanted = n_head * 48 + 60;
+    const int heads_width = std::clamp(wanted, 240, std::max(240, width() * 3 / 10));
+    const QList<int> sizes = splitter_->sizes();
+    if (sizes.size() == 2 && std::abs(sizes[0] - heads_width) > 8)
+      splitter_->setSizes({heads_width, sizes[0] + sizes[1] - heads_width});
     QStringList rows, cols;
     for (int l = 0; l < n_layer; ++l) rows << QStringLiteral("L%1").arg(l);
     for (int h = 0; h < n_head; ++h) cols << QStringLiteral("H%1").arg(h);

@@ -60,6 +60,16 @@ BarChartView::BarChartView(QWidget* parent) : QWidget(parent) {
   });
   connect(plot_, &QCustomPlot::mouseMove, this, &BarChartView::onMouseMove);
   connect(plot_, &QCustomPlot::mousePress, this, &BarChartView::onMousePress);
+  // Labels are thinned for the axis length; the length is only known once the plot is laid out
+  // (a view built while hidden in another tab has none), so look again after each layout.
+  connect(plot_, &QCustomPlot::afterLayout, this, [this] {
+    const QSize now(plot_->axisRect()->width(), plot_->axisRect()->height());
+    const auto differs = [](int a, int b) { return std::abs(a - b) > std::max(12, b / 8); };
+    if (differs(now.width(), tick_lengths_.width()) || differs(now.height(), tick_lengths_.height())) {
+      updateTicks();
+      plot_->replot(QCustomPlot::rpQueuedReplot);
+    }
+  });
   setMinimumSize(200, 140);
 }
 
@@ -195,6 +205,7 @@ void BarChartView::resizeEvent(QResizeEvent* event) {
 void BarChartView::updateTicks() {
   const int line = QFontMetrics(plot_->xAxis->tickLabelFont()).height() + 1;
   const int width = plot_->axisRect()->width() > 20 ? plot_->axisRect()->width() : std::max(60, plot_->width() - 80);
+  tick_lengths_ = QSize(width, plot_->axisRect()->height());
   const int n = barCount();
   const int step = std::max(1, static_cast<int>(std::ceil(n * double(line) / std::max(1, width))));
   auto ticker = QSharedPointer<QCPAxisTickerText>::create();

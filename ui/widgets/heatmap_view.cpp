@@ -121,6 +121,16 @@ HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   connect(plot_, &QWidget::customContextMenuRequested, this, &HeatmapView::showContextMenu);
   connect(plot_, &QCustomPlot::mouseMove, this, &HeatmapView::onMouseMove);
   connect(plot_, &QCustomPlot::mousePress, this, &HeatmapView::onMousePress);
+  // Labels are thinned for the axis length; the length is only known once the plot is laid out
+  // (a view built while hidden in another tab has none), so look again after each layout.
+  connect(plot_, &QCustomPlot::afterLayout, this, [this] {
+    const QSize now(plot_->axisRect()->width(), plot_->axisRect()->height());
+    const auto differs = [](int a, int b) { return std::abs(a - b) > std::max(12, b / 8); };
+    if (differs(now.width(), tick_lengths_.width()) || differs(now.height(), tick_lengths_.height())) {
+      updateTicks();
+      plot_->replot(QCustomPlot::rpQueuedReplot);
+    }
+  });
   setMinimumSize(160, 140);
   clear();
 }
@@ -436,6 +446,7 @@ void HeatmapView::updateTicks() {
   QCPAxisRect* rect = plot_->axisRect();
   const int height = rect->height() > 20 ? rect->height() : std::max(60, plot_->height() - 90);
   const int width = rect->width() > 20 ? rect->width() : std::max(60, plot_->width() - 130);
+  tick_lengths_ = QSize(width, height);
   const bool rotate_columns = col_labels_rotated_ && col_band_ == 0 && !col_labels_.isEmpty();
 
   auto tick_axis = [&](QCPAxis* axis, int n, const QStringList& labels, int band, const QString& prefix, int length,
@@ -456,7 +467,7 @@ void HeatmapView::updateTicks() {
       auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
       ticker->setTickStep(1.0);
       ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-      ticker->setTickCount(std::clamp(length / 70, 2, 8));
+      ticker->setTickCount(std::clamp(length / 80, 1, 8));
       axis->setTicker(ticker);
     }
   };

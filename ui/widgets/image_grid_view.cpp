@@ -19,7 +19,9 @@ constexpr int kMinLabelCell = 40;  // below this width the labels under the imag
 
 ImageGridView::ImageGridView(QWidget* parent) : QWidget(parent) {
   setMouseTracking(true);
-  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+  QSizePolicy policy(QSizePolicy::Expanding, QSizePolicy::Preferred);
+  policy.setHeightForWidth(true);
+  setSizePolicy(policy);
   setFocusPolicy(Qt::ClickFocus);
 }
 
@@ -125,6 +127,11 @@ int ImageGridView::indexAt(const QPoint& pos) const {
 QSize ImageGridView::sizeHint() const {
   const int cell = 44;
   return QSize(columns_ * (cell + 4) + 40, rows() * (cell + 18) + 24);
+}
+
+int ImageGridView::heightForWidth(int width) const {
+  const Geometry g = geometryFor(QSize(width, 1 << 20));
+  return g.header_h + rows() * (g.cell_h + g.gap) + g.gap;
 }
 
 QSize ImageGridView::minimumSizeHint() const { return QSize(120, 80); }

@@ -50,6 +50,9 @@ class ImageGridView : public QWidget, public FigureSource {
   QString figureFileStem() const override { return file_stem_; }
 
   QSize sizeHint() const override;
+  // The height the grid needs at `width` (cells as wide as the width allows, up to the maximum).
+  bool hasHeightForWidth() const override { return true; }
+  int heightForWidth(int width) const override;
   QSize minimumSizeHint() const override;
 
  Q_SIGNALS:
