@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # HeadScope's benchmark suite, one command from a fresh clone (Debian 12, root or sudo):
 #
-#   tools/bench/run.sh            # every row; about 15 minutes on 2 cores
-#   tools/bench/run.sh --quick    # smoke run: a minute or two, rough numbers
+#   tools/bench/run.sh            # every row; about 15 minutes on a quiet 2-core machine
+#   tools/bench/run.sh --quick    # smoke run: a few minutes, rough numbers
 #
 # Installs what is missing, builds a Release build with -DHEADSCOPE_BENCH=ON in build-bench/
 # (override: HEADSCOPE_BENCH_BUILD=DIR), writes the GPT-2-small-shaped random model to

@@ -460,9 +460,10 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
              "of the row in milliseconds (lower is better); *HS/PT* is HeadScope's time divided by PyTorch's, "
              "*speedup* the inverse. *RSS* is the peak resident set of the process (getrusage `ru_maxrss`), "
              "weights included; *run RSS* is the peak during the timed passes only. *CPU ms* is the process's CPU "
-             "time per pass (median; all threads): with 1 thread it is close to the wall time the pass would take "
-             "on a quiet machine, which makes it the better guide when the machine is loaded; with 2 threads it "
-             "also counts OpenMP's spin-waiting and is no speed measure.")
+             "time per pass (median; all threads): with 1 thread it leaves out the time spent waiting for a core, "
+             "so it is the better guide when the machine is loaded (it still includes the slowdown from caches and "
+             "memory bandwidth shared with other work); with 2 threads it also counts OpenMP's spin-waiting and "
+             "is no speed measure.")
     L.append("")
     L.append("| mode | tokens | threads | HeadScope ms | PyTorch ms | HS/PT | speedup | CPU ms HS / PT | HeadScope RSS MiB "
              "| PyTorch RSS MiB | HS run RSS | PT run RSS | HS cache MiB | runs per side |")
@@ -503,7 +504,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
             res_txt = f"; {max(res):.0f}% of the file was still cached at the start of a load" if res else ""
             L.append(f"Cold (the file's pages evicted with `posix_fadvise(DONTNEED)` before each load, so they are read "
                      f"from disk{res_txt}): median **{fmt_ms(open_cold['median_ms'])} ms** over {len(open_cold['runs'])} "
-                     f"loads. A cold open is bounded by the disk: the check reads every byte once.")
+                     f"loads. The check reads every weight, so a cold open reads the whole file from disk.")
         pl = [x for r in rows for x in r["pt_load_ms"]]
         if pl:
             L.append(f"For comparison, `torch_bench.py` reads the same file into memory and wraps it in tensors in a median "
@@ -584,8 +585,8 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("## Reproduce")
     L.append("")
     L.append("```sh")
-    L.append("tools/bench/run.sh            # everything: about 15 minutes on 2 cores")
-    L.append("tools/bench/run.sh --quick    # smoke run: a minute or two, rough numbers")
+    L.append("tools/bench/run.sh            # everything: about 15 minutes on a quiet 2-core machine")
+    L.append("tools/bench/run.sh --quick    # smoke run: a few minutes, rough numbers")
     L.append("```")
     L.append("")
     L.append("The script installs what is missing (libbenchmark-dev, python3-torch, python3-numpy, "
@@ -600,6 +601,14 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --mode open --runs 5 [--cold]")
     L.append("build-bench/tools/bench/hs_bench_keys          # GUI keystroke latency, headless")
     L.append("```")
+    L.append("")
+    L.append("Options of `run.sh` (passed to `suite.py`): `--quick`; `--tokens 20,128` (only these rows); "
+             "`--no-gui`; `--no-profile`; `--max-process-seconds S` (a process starts no new pass after S seconds; "
+             "default 300, which a quiet machine never reaches); `--json FILE` (every measurement). "
+             "`HEADSCOPE_BENCH_BUILD` and `HEADSCOPE_BENCH_MODEL` choose other build and model folders. "
+             "The Google Benchmark microbenchmarks of the same calls: "
+             "`cmake --build build-bench --target bench_forward`, then "
+             "`HEADSCOPE_BENCH_MODEL=build-bench/gpt2-small build-bench/tools/bench/bench_forward`.")
     L.append("")
     return "\n".join(L)
 
@@ -633,6 +642,8 @@ def main() -> int:
     ap.add_argument("--json", help="also write every measurement to this JSON file")
     args = ap.parse_args()
     args.model = os.path.abspath(args.model)
+    # The command quoted on the page: without where the raw JSON went.
+    args.command = re.sub(r"\s--json\s+\S+", "", args.command)
     t_start = time.time()
     load_start = loadavg()
     hs_row = os.path.join(args.build_dir, "tools", "bench", "hs_bench_row")
