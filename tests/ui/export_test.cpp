@@ -106,6 +106,9 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   }
   QImage concat(QDir(options.out_dir).filePath(QStringLiteral("concat_vs_sum_L0.png")));
   CHECK(concat.size() == QSize(options.concat_size.width(), options.concat_size.height() + figureTitleHeight()));
+  QImage pattern(QDir(options.out_dir).filePath(QStringLiteral("attention_L1H3.png")));
+  CHECK(pattern.size() == QSize(options.pattern_size.width(), options.pattern_size.height() + figureTitleHeight()));
+  CHECK(!pattern.hasAlphaChannel());
   CHECK(progress.count() == L * H + 1 + 2 + L);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
 }

@@ -6,6 +6,8 @@
 #include <QTimer>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include <algorithm>
+
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
 #include "ui/export/figure.h"
@@ -74,8 +76,11 @@ void ExportAllJob::start() {
     overview_->setFigureText({QStringLiteral("Attention patterns of all %1 heads").arg(n_layer * n_head),
                               runSubtitle(*run_)},
                              QStringLiteral("heads_overview"));
-    prepareOffscreen(overview_.get(), options_.overview_size);
-    renderAndWrite(*overview_, options_.overview_size, QStringLiteral("heads_overview"));
+    // As tall as the grid needs at this width, no blank band below it.
+    const QSize size(options_.overview_size.width(),
+                     std::min(options_.overview_size.height(), overview_->heightForWidth(options_.overview_size.width()) + 8));
+    prepareOffscreen(overview_.get(), size);
+    renderAndWrite(*overview_, size, QStringLiteral("heads_overview"));
   });
   for (int l = 0; l < n_layer; ++l) {
     for (int h = 0; h < n_head; ++h) {
@@ -83,7 +88,7 @@ void ExportAllJob::start() {
         attention_->showHead(l, h);
         HeatmapView* plot = attention_->heatmap();
         plot->replotNow();
-        renderAndWrite(*plot, plot->figureSize(), QStringLiteral("attention_%1").arg(headLabel(l, h)));
+        renderAndWrite(*plot, options_.pattern_size, QStringLiteral("attention_%1").arg(headLabel(l, h)));
       });
     }
   }

@@ -37,8 +37,9 @@ class ExportAllJob : public QObject {
     double scale = 1.0;                    // 2.0 for paper-ready figures
     int position = -1;                     // -1: the last token
     std::optional<int32_t> target;         // empty: the predicted next token
-    QSize attention_size{860, 780};
-    QSize overview_size{900, 700};
+    QSize attention_size{1200, 820};   // the attention view the patterns are taken from
+    QSize pattern_size{820, 780};      // each head's pattern figure
+    QSize overview_size{900, 1400};  // width, and the most height it may take
     QSize contributions_size{1400, 900};
     QSize concat_size{1600, 1000};
   };

@@ -77,10 +77,6 @@ QImage renderFigureImage(FigureSource& source, QSize body, double scale) {
   QImage image(static_cast<int>(std::lround(outer.width() * scale)), static_cast<int>(std::lround(outer.height() * scale)),
                QImage::Format_ARGB32_Premultiplied);
   image.fill(Qt::white);
-  // 96 dpi at 1x, so a 2x image prints at the same physical size with twice the detail.
-  const int dots_per_meter = static_cast<int>(std::lround(96.0 * scale / 0.0254));
-  image.setDotsPerMeterX(dots_per_meter);
-  image.setDotsPerMeterY(dots_per_meter);
   QCPPainter p(&image);
   p.setRenderHint(QPainter::Antialiasing);
   p.setRenderHint(QPainter::TextAntialiasing);
@@ -88,6 +84,11 @@ QImage renderFigureImage(FigureSource& source, QSize body, double scale) {
   p.scale(scale, scale);
   paintFigure(source, p, body);
   p.end();
+  // 96 dpi at 1x, so a 2x image prints at the same physical size with twice the detail. Set only
+  // now: while painting, the image's resolution would scale every font a second time.
+  const int dots_per_meter = static_cast<int>(std::lround(96.0 * scale / 0.0254));
+  image.setDotsPerMeterX(dots_per_meter);
+  image.setDotsPerMeterY(dots_per_meter);
   return image;
 }
 
@@ -127,15 +128,15 @@ QByteArray renderFigureVector(FigureSource& source, QSize body, FigureFormat for
 }
 
 QByteArray encodePng(const QImage& image, const FigureText& text) {
-  QImage copy = image;
+  // Figures are drawn on white: no alpha channel, so the file is RGB and smaller.
+  QImage copy = image.convertToFormat(QImage::Format_RGB32);
   copy.setText(QStringLiteral("Title"), text.title);
   copy.setText(QStringLiteral("Description"), text.subtitle);
   copy.setText(QStringLiteral("Software"), QStringLiteral("HeadScope " HEADSCOPE_VERSION));
   QByteArray bytes;
   QBuffer buffer(&bytes);
   buffer.open(QIODevice::WriteOnly);
-  QImageWriter writer(&buffer, "png");
-  writer.setCompression(6);
+  QImageWriter writer(&buffer, "png");  // Qt's default zlib level; setCompression() would turn it off
   if (!writer.write(copy)) return {};
   return bytes;
 }

@@ -38,12 +38,7 @@ void ColorLegend::paintEvent(QPaintEvent*) {
   // The masked swatch.
   const int sx = bar_w + 24;
   const QRect box(sx, y - 2, swatch, swatch);
-  p.fillRect(box, maskedColor().lighter(108));
-  p.save();
-  p.setClipRect(box);
-  p.setPen(QPen(maskedColor().darker(125), 1));
-  for (int d = -swatch; d < swatch; d += 4) p.drawLine(QPointF(sx + d, box.bottom() + 1), QPointF(sx + d + swatch, box.top()));
-  p.restore();
+  p.fillRect(box, maskedColor());  // as in the thumbnails (the large pattern hatches it)
   p.setPen(palette().color(QPalette::Text).lighter(140));
   p.drawText(QRect(sx + swatch + 6, y - 3, width() - sx, fm.height()), Qt::AlignLeft | Qt::AlignVCenter, masked);
 }
