@@ -56,10 +56,17 @@ TEST_CASE("Measure latency and GUI-thread stalls on a real model", "[.measure]")
 
   // One more key, alone: keystroke -> data ready for every view.
   QElapsedTimer key_clock;
+  double started_ms = 0, run_ms = 0, pos_ms = 0, layer_ms = 0;
+  QObject probe;
+  QObject::connect(c, &AnalysisController::runStarted, &probe, [&] { started_ms = key_clock.nsecsElapsed() / 1e6; });
+  QObject::connect(c, &AnalysisController::runReady, &probe, [&] { run_ms = key_clock.nsecsElapsed() / 1e6; });
+  QObject::connect(c, &AnalysisController::positionReady, &probe, [&] { pos_ms = key_clock.nsecsElapsed() / 1e6; });
+  QObject::connect(c, &AnalysisController::layerReady, &probe, [&] { layer_ms = key_clock.nsecsElapsed() / 1e6; });
   key_clock.start();
   QTest::keyClicks(prompt, QStringLiteral("x"));
   REQUIRE(waitFor([&] { return settled() && c->currentRun()->run.text.back() == 'x'; }, 600000));
   const double key_to_views_ms = key_clock.nsecsElapsed() / 1e6;
+  QObject::disconnect(c, nullptr, &probe, nullptr);
   const auto last = c->currentRun();
 
   // Stepping through heads (the attention view redraws the pattern each time).
@@ -100,7 +107,8 @@ TEST_CASE("Measure latency and GUI-thread stalls on a real model", "[.measure]")
                 << "forward " << last->run.forward_ms << " ms (reused prefix " << last->run.cache->reused_prefix
                 << "), whole run on the worker " << last->worker_ms << " ms\n"
                 << "one keystroke -> data for every view: " << key_to_views_ms << " ms (incl. the "
-                << MainWindow::kDebounceMs << " ms debounce)\n"
+                << MainWindow::kDebounceMs << " ms debounce; run requested at " << started_ms << ", run ready at "
+                << run_ms << ", position analyses at " << pos_ms << ", layer analysis at " << layer_ms << " ms)\n"
                 << "longest GUI-thread stall: typing " << typing_stall << " ms, stepping heads " << heads_stall
                 << " ms, switching concat-vs-sum layers " << layers_stall << " ms, Export All " << export_stall
                 << " ms (" << job.written().size() << " PNGs in " << export_s << " s)\n"
