@@ -233,10 +233,12 @@ void MainWindow::buildMenus() {
   open->setShortcut(QKeySequence::Open);
   open->setObjectName(QStringLiteral("actionOpen"));
   recent_menu_ = file->addMenu(QStringLiteral("Open &Recent"));
-  QAction* builtin = file->addAction(QStringLiteral("Load &Built-in Model"), this, [this] {
-    if (!builtin_dir_.isEmpty()) loadModel(builtin_dir_);
+  file->addAction(QStringLiteral("Load &Built-in Model"), this, [this] {
+    if (!builtin_dir_.isEmpty())
+      loadModel(builtin_dir_);
+    else
+      showBanner(QStringLiteral("<b>The built-in model was not found.</b> %1").arg(builtin_error_.toHtmlEscaped()), true);
   });
-  builtin->setEnabled(!builtin_dir_.isEmpty() || true);
   file->addSeparator();
   QAction* export_view = file->addAction(QStringLiteral("&Export Current View…"), this, &MainWindow::exportCurrentView);
   export_view->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));

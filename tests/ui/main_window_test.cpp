@@ -44,6 +44,9 @@ struct Window {
       : window(MainWindow::StartOptions{test::fixtureModelDir(), text, false}) {
     window.resize(1400, 900);
     window.show();
+    // Window shortcuts (the arrow keys) need the window to be the active one.
+    window.activateWindow();
+    REQUIRE(QTest::qWaitForWindowActive(&window));
     REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }));
   }
   std::shared_ptr<const RunResult> run() const { return window.controller()->currentRun(); }

@@ -194,8 +194,7 @@ void addFigureExportActions(QMenu& menu, QWidget* parent, FigureSource& source) 
                  [parent, src] { saveFigureInteractively(parent, *src, FigureFormat::Pdf, 1.0); });
 }
 
-void renderWidgetInto(QWidget* widget, QCPPainter& painter, double scale) {
-  Q_UNUSED(scale);
+void renderWidgetInto(QWidget* widget, QCPPainter& painter) {
   // Everything but the plots comes from the widgets' own painting; the plots are then drawn
   // through QCustomPlot's painter path, which stays sharp at any scale and vector in SVG/PDF.
   QList<QCustomPlot*> plots = widget->findChildren<QCustomPlot*>();

@@ -67,8 +67,8 @@ void saveFigureInteractively(QWidget* parent, FigureSource& source, FigureFormat
 // Adds "Save as PNG… / PNG (2×)… / SVG… / PDF…" to a context menu.
 void addFigureExportActions(QMenu& menu, QWidget* parent, FigureSource& source);
 
-// Renders a widget and everything in it, including QCustomPlot children at full resolution for
-// the painter's scale (their buffers are raised to `scale` for the duration).
-void renderWidgetInto(QWidget* widget, QCPPainter& painter, double scale);
+// Renders a widget and everything in it; its QCustomPlot children are drawn through their own
+// painter path, so they stay sharp at any scale and vector in SVG and PDF.
+void renderWidgetInto(QWidget* widget, QCPPainter& painter);
 
 }  // namespace hs::ui

@@ -9,7 +9,6 @@
 #include <limits>
 #include <numeric>
 
-#include "qcustomplot.h"
 #include "ui/controller/selection.h"
 #include "ui/style/colormap.h"
 #include "ui/views/view_text.h"
@@ -182,7 +181,7 @@ QString AttentionView::figureFileStem() const {
 
 void AttentionView::paintFigure(QCPPainter& painter, QSize size) {
   Q_UNUSED(size);
-  renderWidgetInto(this, painter, painter.transform().m11());
+  renderWidgetInto(this, painter);
 }
 
 }  // namespace hs::ui

@@ -13,7 +13,6 @@
 #include <cmath>
 
 #include "core/model/model.h"
-#include "qcustomplot.h"
 #include "ui/controller/selection.h"
 #include "ui/views/view_text.h"
 #include "ui/widgets/heatmap_view.h"
@@ -354,7 +353,7 @@ QString ConcatSumView::figureFileStem() const {
 
 void ConcatSumView::paintFigure(QCPPainter& painter, QSize size) {
   Q_UNUSED(size);
-  renderWidgetInto(this, painter, painter.transform().m11());
+  renderWidgetInto(this, painter);
 }
 
 }  // namespace hs::ui

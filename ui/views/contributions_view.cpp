@@ -13,7 +13,6 @@
 #include <cmath>
 
 #include "core/model/model.h"
-#include "qcustomplot.h"
 #include "ui/controller/selection.h"
 #include "ui/export/figure.h"
 #include "ui/views/view_text.h"
@@ -341,7 +340,7 @@ QString ContributionsView::figureFileStem() const {
 
 void ContributionsView::paintFigure(QCPPainter& painter, QSize size) {
   Q_UNUSED(size);
-  renderWidgetInto(this, painter, painter.transform().m11());
+  renderWidgetInto(this, painter);
 }
 
 }  // namespace hs::ui
