@@ -32,6 +32,7 @@
 #include <QTest>
 #endif
 
+#include <omp.h>
 #include <time.h>
 
 #include <algorithm>
@@ -378,12 +379,17 @@ int main(int argc, char** argv) {
       t.start();
       auto r2 = AnalysisController::computeRun(last->run.model, full, prev->run.cache);
       c_incr.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      // One OpenMP thread for the analyses, as the controller's workers use (omp's setting is per
+      // calling thread); the run chooses its own (RunOptions::threads = 0: by size).
+      const int saved_threads = omp_get_max_threads();
+      omp_set_num_threads(1);
       t.start();
       AnalysisController::computePosition(last, window.selection()->position(), window.selection()->target());
       c_pos.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
       t.start();
       AnalysisController::computeLayer(last, window.selection()->layer());
       c_layer.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      omp_set_num_threads(saved_threads);
     }
   }
 
