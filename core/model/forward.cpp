@@ -173,11 +173,12 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
       if (pa) std::copy_n(pa->result_phd.data(), static_cast<size_t>(P * H * D), a.result_phd.data());
     }
     for (int h = 0; h < H; ++h) {
-      r_h.noalias() = z_new.middleCols(h * c.d_head, c.d_head) * weights->W_O(l, h);
-      by_head_sum += r_h;
-      if (options.store_results)
-        for (Eigen::Index p = 0; p < N; ++p)
-          RowVectorRef(a.result_phd.data() + ((P + p) * H + h) * D, D) = r_h.row(p);
+      // Stored results are written in place ([pos, head, d_model] rows); otherwise into r_h.
+      float* dst = options.store_results ? a.result_phd.data() + (P * H + h) * D : r_h.data();
+      const int64_t ld = options.store_results ? H * D : D;
+      head_result_forward(dst, ld, z_new, h, c.d_head, weights->W_O(l, h).data(), D);
+      if (options.store_results) by_head_sum += Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>>(dst, N, D, Eigen::OuterStride<>(ld));
+      else by_head_sum += r_h;
     }
     by_head_sum.rowwise() += ConstRowVectorRef(W.proj_b, D);
     const float gap = (block_out - by_head_sum).cwiseAbs().maxCoeff();

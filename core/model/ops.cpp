@@ -1,5 +1,7 @@
 #include "core/model/ops.h"
 
+#include "core/model/small_gemm.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -25,10 +27,35 @@ void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf&
 
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* W, const float* b, Eigen::Index N) {
   const Eigen::Index K = x.cols();
-  ConstMatrixRef Wm(W, K, N);
   out.resize(x.rows(), N);
-  out.noalias() = x * Wm;
+  if (x.rows() <= kSmallGemmMaxRows) {
+    small_gemm(x.rows(), N, K, x.data(), K, W, N, b, out.data(), N);
+    return;
+  }
+  // Many rows: Eigen's packed GEMM, one contiguous column range per thread. Eigen's own
+  // threading synchronizes its threads inside every product and spins while it waits, which cost
+  // several times the product's time whenever the other core was busy (bench_kernels, 2 threads
+  // under load); single-threaded products side by side share nothing but x.
+  ConstMatrixRef Wm(W, K, N);
+  const int T = omp_get_max_threads();
+  if (T == 1 || N < 128) {
+    out.noalias() = x * Wm;
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; ++t) {
+      const Eigen::Index j0 = N * t / T / 16 * 16, j1 = t + 1 == T ? N : N * (t + 1) / T / 16 * 16;
+      out.middleCols(j0, j1 - j0).noalias() = x * Wm.middleCols(j0, j1 - j0);
+    }
+  }
   out.rowwise() += ConstRowVectorRef(b, N);
+}
+
+void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const float* W_O_h,
+                         Eigen::Index d_model) {
+  // Always small_gemm, whatever the row count: a row's result is then the same bits whether it
+  // was computed in a run of 20 tokens, a typed extension of 1, or on request for all of them.
+  small_gemm(z.rows(), d_model, d_head, z.data() + static_cast<int64_t>(h) * d_head, z.cols(), W_O_h, d_model,
+             nullptr, out, ldo);
 }
 
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act) {

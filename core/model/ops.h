@@ -13,6 +13,10 @@ void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf&
                        float eps);
 // out[S, N] = x[S, K] @ W[K, N] + b[N]; W is a Conv1D weight stored [in, out].
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* W, const float* b, Eigen::Index N);
+// The result of head h: rows of out (stride ldo floats) = z[:, h*d_head : (h+1)*d_head] @ W_O[h],
+// W_O[h] being [d_head, d_model] row-major. No bias: b_O belongs to no head.
+void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const float* W_O_h,
+                         Eigen::Index d_model);
 // out = act(pre), elementwise.
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act);
 // out[S, V] = x[S, D] @ rows[V, D]^T, split over vocabulary blocks on all threads.

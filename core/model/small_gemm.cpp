@@ -1,0 +1,183 @@
+#include "core/model/small_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace hs {
+namespace {
+
+// GCC/Clang vector extensions: the compiler maps them to the widest registers -march allows
+// (zmm with AVX-512, ymm with AVX2, pairs of xmm otherwise) without intrinsics per ISA.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+constexpr int kVecs = 2;                 // vectors per tile row
+constexpr int kCols = kVecs * kLanes;    // tile width in floats
+constexpr int kRows = 6;                 // tile height: 6 x 2 accumulators + 2 weight vectors + 1 broadcast
+
+// Every output is a chain of multiply-adds in k order, fused when the target has FMA (the vector
+// code is contracted to FMA by the compiler). The scalar paths say so explicitly: left alone,
+// GCC vectorizes a scalar dot product as separate multiplies and adds, and a row's bits would
+// then depend on which path computed it.
+inline float madd(float a, float b, float c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);  // an unaligned load; compiles to one vmovups
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+
+// One tile: R rows x V vectors of columns, the whole K in registers. Every output is summed in
+// k order whatever the tile, so a row's result does not depend on how many rows came with it.
+template <int R, int V>
+inline void tile(int64_t K, const float* x, int64_t ldx, const float* W, int64_t ldw, const float* bias, float* out,
+                 int64_t ldo) {
+  Vec acc[R][V] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const float* w = W + k * ldw;
+    Vec wv[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) wv[v] = load(w + v * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float s = x[r * ldx + k];
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] += s * wv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) {
+      Vec y = acc[r][v];
+      if (bias) y += load(bias + v * kLanes);
+      store(out + r * ldo + v * kLanes, y);
+    }
+}
+
+// Rows [0, M) of a column block `vecs` vectors wide (kBlockVecs, or kVecs at the right edge).
+// Tiles of kRows x kVecs; the last one or two rows (and a product of one or two rows, as when
+// typing adds a token) take the whole block at once, so that the FMA chains stay independent
+// enough to hide their latency.
+constexpr int kBlockVecs = 4 * kVecs;
+void column_block(int64_t M, int64_t K, int vecs, const float* x, int64_t ldx, const float* W, int64_t ldw,
+                  const float* bias, float* out, int64_t ldo) {
+  int64_t i = 0;
+  for (int c = 0; c < vecs; c += kVecs) {
+    const int64_t j = static_cast<int64_t>(c) * kLanes;
+    const float* bj = bias ? bias + j : nullptr;
+    for (i = 0; i + kRows <= M; i += kRows) tile<kRows, kVecs>(K, x + i * ldx, ldx, W + j, ldw, bj, out + i * ldo + j, ldo);
+    const float* xi = x + i * ldx;
+    float* oi = out + i * ldo + j;
+    switch (M - i) {
+      case 5: tile<5, kVecs>(K, xi, ldx, W + j, ldw, bj, oi, ldo); i += 5; break;
+      case 4: tile<4, kVecs>(K, xi, ldx, W + j, ldw, bj, oi, ldo); i += 4; break;
+      case 3: tile<3, kVecs>(K, xi, ldx, W + j, ldw, bj, oi, ldo); i += 3; break;
+      default: break;
+    }
+  }
+  const int64_t left = M - i;
+  if (left == 0) return;
+  const float* xi = x + i * ldx;
+  float* oi = out + i * ldo;
+  if (vecs == kBlockVecs) {
+    if (left == 2) tile<2, kBlockVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
+    else tile<1, kBlockVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
+  } else {
+    if (left == 2) tile<2, kVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
+    else tile<1, kVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
+  }
+}
+
+// Columns [j0, N) narrower than a tile, plainly; each sum in the same k order as the tiles.
+void column_tail(int64_t M, int64_t N, int64_t K, int64_t j0, const float* x, int64_t ldx, const float* W,
+                 int64_t ldw, const float* bias, float* out, int64_t ldo) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = j0; j < N; ++j) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < K; ++k) s = madd(x[i * ldx + k], W[k * ldw + j], s);
+      out[i * ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
+// One or two rows (typing adds a token at a time): the product is a matrix-vector product,
+// bound by reading W. Each thread takes a contiguous range of columns and walks down the rows of
+// W, so that it reads long contiguous runs instead of the tiles' narrow strided panels (about
+// 2x on the 1-row products). Same k order per output as the tiles.
+void few_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* W, int64_t ldw,
+              const float* bias, float* out, int64_t ldo) {
+  const bool parallel = M * N * K >= (int64_t{1} << 20);
+#pragma omp parallel if (parallel)
+  {
+    const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (N / T + kLanes - 1) / kLanes * kLanes;
+    const int64_t j0 = std::min(N, t * per), j1 = t + 1 == T ? N : std::min(N, j0 + per);
+    for (int64_t r = 0; r < M; ++r) std::fill(out + r * ldo + j0, out + r * ldo + j1, 0.0f);
+    // Four rows of W per sweep over the outputs: a quarter of the output loads and stores, and
+    // still one multiply-add after another in k order for each output.
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+      const float* w0 = W + k * ldw;
+      const float *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+      for (int64_t r = 0; r < M; ++r) {
+        const float* xr = x + r * ldx + k;
+        const float s0 = xr[0], s1 = xr[1], s2 = xr[2], s3 = xr[3];
+        float* o = out + r * ldo;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; ++j) {
+          float y = o[j];
+          y = madd(s0, w0[j], y);
+          y = madd(s1, w1[j], y);
+          y = madd(s2, w2[j], y);
+          y = madd(s3, w3[j], y);
+          o[j] = y;
+        }
+      }
+    }
+    for (; k < K; ++k) {
+      const float* w = W + k * ldw;
+      for (int64_t r = 0; r < M; ++r) {
+        const float s = x[r * ldx + k];
+        float* o = out + r * ldo;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; ++j) o[j] = madd(s, w[j], o[j]);
+      }
+    }
+    if (bias)
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t j = j0; j < j1; ++j) out[r * ldo + j] += bias[j];
+  }
+}
+
+}  // namespace
+
+void small_gemm(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* W, int64_t ldw,
+                const float* bias, float* out, int64_t ldo) {
+  if (M <= 2) return few_rows(M, N, K, x, ldx, W, ldw, bias, out, ldo);
+  constexpr int64_t kBlockCols = kBlockVecs * kLanes, kTileCols = kCols;
+  const int64_t blocks = N / kBlockCols;
+  // Below ~2 MFLOP a second thread costs more to wake than it saves.
+  const bool parallel = blocks > 1 && M * N * K >= (int64_t{1} << 20);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j = b * kBlockCols;
+    column_block(M, K, kBlockVecs, x, ldx, W + j, ldw, bias ? bias + j : nullptr, out + j, ldo);
+  }
+  int64_t j = blocks * kBlockCols;
+  for (; j + kTileCols <= N; j += kTileCols)
+    column_block(M, K, kVecs, x, ldx, W + j, ldw, bias ? bias + j : nullptr, out + j, ldo);
+  if (j < N) column_tail(M, N, K, j, x, ldx, W, ldw, bias, out, ldo);
+}
+
+}  // namespace hs

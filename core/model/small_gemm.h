@@ -1,0 +1,26 @@
+// A matrix product for the short, wide products of a forward pass over few tokens:
+// out[M, N] = x[M, K] @ W[K, N] (+ bias[N]), all row-major, W used in place (the memory map).
+//
+// Why not Eigen here: Eigen's GEMM packs both operands into blocks before multiplying. With 20
+// token rows the weight matrix is the big operand, and packing it copies every weight on every
+// product — the perf profile of a 20-token GPT-2-small pass spent about half its time in
+// gemm_pack_lhs. This kernel reads each weight once, straight from W, and keeps a tile of
+// kRows x (2 vectors) outputs in registers while it walks down K.
+#pragma once
+
+#include <cstdint>
+
+namespace hs {
+
+// Products with at most this many rows go to small_gemm (linear_forward's choice). Above it,
+// Eigen's packing pays for itself; the crossover was measured with bench_kernels (see
+// docs/benchmarks.md).
+inline constexpr int64_t kSmallGemmMaxRows = 64;
+
+// out[i, j] = sum_k x[i, k] * W[k, j] (+ bias[j] when bias is not null), for i < M, j < N.
+// Strides are in floats (ldx >= K, ldw >= N, ldo >= N). Column blocks are shared among the
+// calling thread's OpenMP team when the product is large enough to be worth it.
+void small_gemm(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* W, int64_t ldw,
+                const float* bias, float* out, int64_t ldo);
+
+}  // namespace hs
