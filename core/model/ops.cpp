@@ -80,9 +80,8 @@ void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act
   }
 }
 
-void unembed_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* rows, Eigen::Index V) {
+void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const float* rows, Eigen::Index V) {
   const Eigen::Index S = x.rows(), D = x.cols();
-  out.resize(S, V);
   ConstMatrixRef U(rows, V, D);
   // Eigen's own threading splits this wide, short product badly (20 x 768 x 50257 ran at about a
   // third of the layer products' rate); blocks of the vocabulary, one thread each, stream the

@@ -20,6 +20,7 @@ void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, i
 // out = act(pre), elementwise.
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act);
 // out[S, V] = x[S, D] @ rows[V, D]^T, split over vocabulary blocks on all threads.
-void unembed_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* rows, Eigen::Index V);
+// out must already be [S, V] (a block of the cache's logits, written in place).
+void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const float* rows, Eigen::Index V);
 
 }  // namespace hs
