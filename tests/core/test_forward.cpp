@@ -4,6 +4,7 @@
 
 #include "core/analysis/analysis.h"
 #include "core/model/model.h"
+#include "core/session/session.h"
 #include "core/tensor/safetensors.h"
 #include "test_support.h"
 
@@ -223,4 +224,35 @@ TEST_CASE("Hugging Face's tiny-random-gpt2 folder loads and runs", "[forward][sh
   const auto cache = model->run(ids);
   CHECK(cache->logits.allFinite());
   for (int l = 0; l < cache->n_layer(); ++l) CHECK(concat_vs_sum(*cache, l).max_abs_diff < 1e-5f);
+}
+
+TEST_CASE("typing past the context limit reuses the truncated run instead of recomputing it", "[forward][incremental]") {
+  // The GUI truncates an over-long text to the context; characters typed after the cut change
+  // nothing that is run, so the previous cache is shown again (recomputing its last position
+  // copied the whole cache: 2 s per key for GPT-2 small at 1024 tokens).
+  const auto model = Model::load(test::fixture_model("full_context"));  // context: 16 tokens
+  TextRunOptions o;
+  o.overlong = OverlongPolicy::TruncateWithWarning;
+  std::string text = "the cat sat on the mat and the dog sat on the log and then";
+  const TextRun first = run_text(model, text, o);
+  REQUIRE(first.dropped_tokens > 0);
+  REQUIRE(first.cache->n_pos() == 16);
+  o.previous = first.cache;
+  const TextRun typed = run_text(model, text + " they slept", o);
+  CHECK(typed.cache == first.cache);
+  CHECK(typed.dropped_tokens > first.dropped_tokens);
+  REQUIRE_FALSE(typed.warnings.empty());
+  CHECK_THAT(typed.warnings.front(), Catch::Contains("left out of this run"));
+  // A change inside the kept tokens still runs, and equals a fresh run.
+  const TextRun edited = run_text(model, "a" + text, o);
+  CHECK(edited.cache != first.cache);
+  o.previous = nullptr;
+  const TextRun fresh = run_text(model, "a" + text, o);
+  CHECK(test::compare(fresh.cache->get("logits").data, edited.cache->get("logits").data).relative <= 1e-5);
+  // Asking for more than the earlier run stored runs again.
+  o.previous = first.cache;
+  o.run.store_scores = true;
+  const TextRun with_scores = run_text(model, text, o);
+  CHECK(with_scores.cache != first.cache);
+  CHECK_FALSE(with_scores.cache->layer(0).scores_hqk.empty());
 }
