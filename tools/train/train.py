@@ -140,7 +140,7 @@ def main():
     ap.add_argument("--work", default=os.environ.get("HEADSCOPE_TRAIN_WORK", "/tmp/headscope-train"))
     ap.add_argument("--tok", required=True, help="folder with vocab.json and merges.txt")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--tokens", type=float, default=13e6, help="training tokens (batch*ctx*steps)")
+    ap.add_argument("--tokens", type=float, default=12e6, help="training tokens (batch*ctx*steps)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--d-model", type=int, default=256)
@@ -148,8 +148,12 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--hold", type=float, default=0.6,
+                    help="fraction of training at the peak learning rate (after warmup) before the "
+                         "cosine decay starts: the induction phase change needs a high rate")
+    ap.add_argument("--wd-embed", action="store_true", help="also decay the embeddings")
     ap.add_argument("--pos-scale", type=float, default=0.03)
-    ap.add_argument("--p-rand", type=float, default=0.4)
+    ap.add_argument("--p-rand", type=float, default=0.3)
     ap.add_argument("--p-nat-rep", type=float, default=0.2)
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--probe-every", type=int, default=200)
@@ -180,8 +184,13 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d" % n_params, flush=True)
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    # Embeddings (wte, tied to the unembedding, and wpe) are not decayed: most of the 4,095 ids
+    # appear only in the random-repeat spans, and decaying them shrank exactly the directions an
+    # induction head has to copy (session 1's run formed no induction head in 12M tokens).
+    def decayed(name, p):
+        return p.dim() >= 2 and (args.wd_embed or not name.startswith(("wte.", "wpe.")))
+    decay = [p for n, p in model.named_parameters() if decayed(n, p)]
+    no_decay = [p for n, p in model.named_parameters() if not decayed(n, p)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
@@ -215,6 +224,9 @@ def main():
         if s < args.warmup:
             return args.lr * (s + 1) / args.warmup
         p = progress(s, elapsed)
+        if p <= args.hold:
+            return args.lr
+        p = (p - args.hold) / (1.0 - args.hold)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
     log = open(os.path.join(run, "log.jsonl"), "a")
