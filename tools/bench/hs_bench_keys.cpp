@@ -199,11 +199,50 @@ std::string jstr(const std::string& s) {
   return o + "\"";
 }
 
+// --load DIR: the window, showing the built-in model, is asked to load DIR as File > Open does.
+// Measures the GUI thread's longest stall from the request until the new model's first run is
+// on screen, and the times to "model changed" and to that first run. One JSON object.
+int loadStall(MainWindow& window, const std::string& dir) {
+  AnalysisController* controller = window.controller();
+  QElapsedTimer clock;
+  double t_changed = -1, t_run = -1;
+  QString failure;
+  bool changed = false;
+  QObject::connect(controller, &AnalysisController::modelChanged, [&](std::shared_ptr<const hs::Model>) {
+    t_changed = static_cast<double>(clock.nsecsElapsed()) / 1e6;
+    changed = true;
+  });
+  QObject::connect(controller, &AnalysisController::runReady, [&](std::shared_ptr<const RunResult>) {
+    if (changed && t_run < 0) t_run = static_cast<double>(clock.nsecsElapsed()) / 1e6;
+  });
+  QObject::connect(controller, &AnalysisController::modelLoadFailed,
+                   [&](const QString&, const QString& m) { failure = m; });
+  waitUntil([&] { return !controller->isRunning(); }, 30000);
+  Heartbeat beat;
+  beat.start();
+  waitUntil([] { return false; }, 200);  // a baseline of ticks before the request
+  beat.reset();
+  clock.start();
+  window.loadModel(QString::fromStdString(dir));
+  const bool done = waitUntil([&] { return t_run >= 0 || !failure.isEmpty(); }, 120000);
+  waitUntil([] { return false; }, 100);  // the paint after the first run
+  if (!failure.isEmpty() || !done) {
+    std::cerr << "hs_bench_keys: loading " << dir << " failed: "
+              << (failure.isEmpty() ? std::string("no result in 120 s") : failure.toStdString()) << "\n";
+    return 1;
+  }
+  std::printf("{\"load_dir\": %s, \"model_changed_ms\": %.1f, \"first_run_ms\": %.1f, \"stall_max_ms\": %.2f, "
+              "\"stall_busy_ms\": %.2f, \"stall_max_busy_ms\": %.2f, \"stalls_over16\": %d, \"ticks\": %d}\n",
+              jstr(dir).c_str(), t_changed, t_run, beat.maxStallMs(), beat.busyOfMaxMs(), beat.maxBusyMs(),
+              beat.stallsOver16ms(), beat.ticks());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!std::getenv("QT_QPA_PLATFORM")) setenv("QT_QPA_PLATFORM", "offscreen", 1);
-  std::string model_dir, sentence = kSentence;
+  std::string model_dir, sentence = kSentence, load_dir;
   int interval_ms = 100, settle_ms = 50;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -218,8 +257,10 @@ int main(int argc, char** argv) {
     else if (k == "--text") sentence = value();
     else if (k == "--interval-ms") interval_ms = std::atoi(value().c_str());
     else if (k == "--settle-ms") settle_ms = std::atoi(value().c_str());
+    else if (k == "--load") load_dir = value();
     else {
-      std::cerr << "usage: hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50]\n";
+      std::cerr << "usage: hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50]\n"
+                   "       hs_bench_keys --load DIR   (GUI-thread stall while the window loads DIR)\n";
       return 2;
     }
   }
@@ -267,6 +308,8 @@ int main(int argc, char** argv) {
     std::cerr << "hs_bench_keys: the window produced no run within 60 s\n";
     return 1;
   }
+
+  if (!load_dir.empty()) return loadStall(window, load_dir);
 
   // Timestamps, on one clock, from the signals the views listen to (connected after the
   // window's own slots, so a view has taken the result when we note it).
