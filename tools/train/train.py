@@ -7,22 +7,23 @@ Writes WORK/run/: log.jsonl (train loss every --log-every steps, probes every --
 steps), ckpt.pt (model + optimizer + RNG, every --ckpt-every steps; a rerun resumes from it),
 final.pt (float32 weights at the end).
 
-Length: --tokens (default 13M) or --minutes of wall time (default 86), whichever runs out first;
+Length: --tokens (default 12M) or --minutes of wall time (default 86), whichever runs out first;
 the cosine learning-rate schedule follows whichever is further along. On a free 2-core machine
 (~3,500 tokens/s) the token budget ends first and the run is reproducible step for step; when the
 cores are shared (compilers...) the time budget may end it earlier, with fewer tokens.
 
 Training mix (each sequence is context+1 = 257 tokens; next-token loss):
-  * 40% natural text: a random window of the training token stream (documents joined by
+  * 50% natural text: a random window of the training token stream (documents joined by
     <|endoftext|>).
-  * 40% random-token repeats: <|endoftext|>, then blocks until full; a block is a span of
+  * 30% random-token repeats: <|endoftext|>, then blocks until full; a block is a span of
     uniformly random token ids (length 8..96, ids in [0, vocab-2]) repeated 2 or 3 times. The loss
     on the first copy of every random span is masked out (it cannot be predicted).
   * 20% repeated natural text: a natural window whose span (length 16..120) starting at a random
     point is repeated 2 or 3 times in a row, then the rest filled with the natural text that
     follows the window.
-Optimizer: AdamW(betas 0.9/0.95, weight decay 0.1 on matrices and embeddings, 0 on biases and
-LayerNorm), linear warmup then cosine decay to 10% of the peak, gradient clipping at 1.0.
+Optimizer: AdamW(betas 0.9/0.95, weight decay 0.1 on the layers' matrices, 0 on embeddings,
+biases and LayerNorm), linear warmup, the peak rate held for --hold (60%) of training, then cosine
+decay to 10% of the peak, gradient clipping at 1.0.
 Everything is seeded (--seed); torch uses 2 threads.
 """
 import argparse
