@@ -1,9 +1,34 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds HeadScope and runs every test headless.
+# Installs what is missing, builds HeadScope and runs every test headless, in three stages:
+#   1. the Release build and its tests (build/);
+#   2. the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/);
+#   3. a short run of every fuzz target (build-fuzz/, clang-14 libFuzzer; tools/fuzz/run.sh).
+# Any failure, sanitizer report or fuzz finding stops the script with a non-zero exit code.
+# HEADSCOPE_FUZZ_SECONDS sets the fuzz time per target (default 12: five targets, a minute).
 set -euo pipefail
 cd "$(dirname "$0")"
-tools/dev/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+tools/dev/deps.sh --with-test-tools
+JOBS=$(nproc)
 export QT_QPA_PLATFORM=offscreen
-ctest --test-dir build --output-on-failure -j"$(nproc)"
+stage() { printf '\n== test.sh: %s (%ds so far)\n' "$1" "$SECONDS"; }
+
+stage "Release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$JOBS"
+ctest --test-dir build --output-on-failure -j"$JOBS"
+
+stage "ASan + UBSan build and tests"
+# -O1 keeps the sanitizer build quick to compile and its reports readable; the sanitizers, not
+# the optimizer, are what this stage tests. Leak checking is on (LSan comes with ASan).
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DHEADSCOPE_SANITIZE=ON -DHEADSCOPE_NATIVE=OFF >/dev/null
+cmake --build build-asan -j"$JOBS"
+# No suppressions are needed: Qt, libgomp and PCRE2 run clean under both.
+ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+
+stage "fuzz, ${HEADSCOPE_FUZZ_SECONDS:-12}s per target"
+HEADSCOPE_FUZZ_JOBS=$JOBS tools/fuzz/run.sh "${HEADSCOPE_FUZZ_SECONDS:-12}"
+
+stage "all passed"
