@@ -180,4 +180,65 @@ void small_gemm(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
   if (j < N) column_tail(M, N, K, j, x, ldx, W, ldw, bias, out, ldo);
 }
 
+namespace {
+
+// ---- out = x @ U^T, U given by rows (the unembedding) --------------------------------------
+
+// Dot products of TR token rows with UR rows of U over the whole of D: TR x UR vector
+// accumulators, one horizontal sum each at the end. The sum order of an output does not depend
+// on the tile, so a position's logits are the same bits in a full run and a typed extension.
+template <int TR, int UR>
+inline void dot_tile(int64_t D, const float* x, int64_t ldx, const float* U, int64_t ldu, float* out, int64_t ldo) {
+  Vec acc[TR][UR] = {};
+  const int64_t Dv = D / kLanes * kLanes;
+  for (int64_t d = 0; d < Dv; d += kLanes) {
+    Vec u[UR];
+#pragma GCC unroll 8
+    for (int c = 0; c < UR; ++c) u[c] = load(U + c * ldu + d);
+#pragma GCC unroll 8
+    for (int r = 0; r < TR; ++r) {
+      const Vec xv = load(x + r * ldx + d);
+#pragma GCC unroll 8
+      for (int c = 0; c < UR; ++c) acc[r][c] += xv * u[c];
+    }
+  }
+  for (int r = 0; r < TR; ++r)
+    for (int c = 0; c < UR; ++c) {
+      float lanes[kLanes];
+      store(lanes, acc[r][c]);
+      float sum = 0.0f;
+      for (int i = 0; i < kLanes; ++i) sum += lanes[i];
+      for (int64_t d = Dv; d < D; ++d) sum = madd(x[r * ldx + d], U[c * ldu + d], sum);
+      out[r * ldo + c] = sum;
+    }
+}
+
+template <int UR>
+void dot_rows(int64_t M, int64_t D, const float* x, int64_t ldx, const float* U, int64_t ldu, float* out,
+              int64_t ldo) {
+#if defined(__AVX512F__)
+  constexpr int kTR = 4;  // 16 accumulators of 32 registers
+#else
+  constexpr int kTR = 2;  // 8 accumulators of 16 registers
+#endif
+  int64_t i = 0;
+  for (; i + kTR <= M; i += kTR) dot_tile<kTR, UR>(D, x + i * ldx, ldx, U, ldu, out + i * ldo, ldo);
+  for (; i < M; ++i) dot_tile<1, UR>(D, x + i * ldx, ldx, U, ldu, out + i * ldo, ldo);
+}
+
+}  // namespace
+
+void small_gemm_bt(int64_t M, int64_t V, int64_t D, const float* x, int64_t ldx, const float* U, int64_t ldu,
+                   float* out, int64_t ldo) {
+  // Blocks of 4 rows of U (12 KB for GPT-2 small), each kept in L1 while every token row passes
+  // over it; x (60 KB at 20 tokens) stays in L2.
+  constexpr int64_t kUR = 4;
+  const int64_t blocks = V / kUR;
+  const bool parallel = M * V * D >= (int64_t{1} << 20);
+#pragma omp parallel for schedule(static, 64) if (parallel)
+  for (int64_t b = 0; b < blocks; ++b)
+    dot_rows<kUR>(M, D, x, ldx, U + b * kUR * ldu, ldu, out + b * kUR, ldo);
+  for (int64_t v = blocks * kUR; v < V; ++v) dot_rows<1>(M, D, x, ldx, U + v * ldu, ldu, out + v, ldo);
+}
+
 }  // namespace hs

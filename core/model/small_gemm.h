@@ -23,4 +23,10 @@ inline constexpr int64_t kSmallGemmMaxRows = 64;
 void small_gemm(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* W, int64_t ldw,
                 const float* bias, float* out, int64_t ldo);
 
+// out[i, v] = sum_d x[i, d] * U[v, d], for i < M, v < V: a product with the transpose of U given
+// by its rows (the unembedding [d_vocab, d_model], used in place). Row blocks of U are shared
+// among the calling thread's OpenMP team.
+void small_gemm_bt(int64_t M, int64_t V, int64_t D, const float* x, int64_t ldx, const float* U, int64_t ldu,
+                   float* out, int64_t ldo);
+
 }  // namespace hs

@@ -73,3 +73,43 @@ TEST_CASE("small_gemm gives a row the same bits whatever rows come with it", "[s
     }
   }
 }
+
+TEST_CASE("small_gemm_bt equals a float64 product with the transpose", "[small_gemm]") {
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const Case cases[] = {{1, 50, 768}, {4, 4097, 64}, {5, 103, 37}, {20, 1031, 256}, {3, 7, 5}, {9, 2, 16}};
+  for (const Case& c : cases)  // M tokens, N = vocabulary rows, K = d_model
+    for (int threads : {1, 2}) {
+      const int64_t ldx = c.K + 1, ldu = c.K + 2, ldo = c.N + 3;
+      std::vector<float> x(static_cast<size_t>(c.M * ldx)), U(static_cast<size_t>(c.N * ldu)),
+          out(static_cast<size_t>(c.M * ldo), 777.0f);
+      for (float& v : x) v = u(gen);
+      for (float& v : U) v = u(gen);
+      omp_set_num_threads(threads);
+      hs::small_gemm_bt(c.M, c.N, c.K, x.data(), ldx, U.data(), ldu, out.data(), ldo);
+      omp_set_num_threads(omp_get_num_procs());
+      INFO("M " << c.M << " V " << c.N << " D " << c.K << " threads " << threads);
+      double worst = 0.0;
+      for (int64_t i = 0; i < c.M; ++i) {
+        for (int64_t v = 0; v < c.N; ++v) {
+          double s = 0.0;
+          for (int64_t d = 0; d < c.K; ++d)
+            s += static_cast<double>(x[static_cast<size_t>(i * ldx + d)]) * U[static_cast<size_t>(v * ldu + d)];
+          worst = std::max(worst, std::abs(s - out[static_cast<size_t>(i * ldo + v)]));
+        }
+        for (int64_t v = c.N; v < ldo; ++v) REQUIRE(out[static_cast<size_t>(i * ldo + v)] == 777.0f);
+      }
+      CHECK(worst <= 1e-5 * static_cast<double>(c.K));
+    }
+  // A row's logits do not depend on the rows computed with it.
+  const int64_t M = 11, V = 301, D = 96;
+  std::vector<float> x(static_cast<size_t>(M * D)), U(static_cast<size_t>(V * D)), all(static_cast<size_t>(M * V)),
+      one(static_cast<size_t>(V));
+  for (float& v : x) v = u(gen);
+  for (float& v : U) v = u(gen);
+  hs::small_gemm_bt(M, V, D, x.data(), D, U.data(), D, all.data(), V);
+  for (int64_t i = 0; i < M; ++i) {
+    hs::small_gemm_bt(1, V, D, x.data() + i * D, D, U.data(), D, one.data(), V);
+    for (int64_t v = 0; v < V; ++v) REQUIRE(one[static_cast<size_t>(v)] == all[static_cast<size_t>(i * V + v)]);
+  }
+}
