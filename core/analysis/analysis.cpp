@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/model/ops.h"
 
 namespace hs {
 namespace {
@@ -107,9 +108,9 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   r.z_concat = a.z;
   r.W_O = cache.weights()->W_O_all(layer);
   r.b_O = cache.weights()->b_O(layer).transpose();
-  r.via_concat.resize(cache.n_pos(), c.d_model);
-  r.via_concat.noalias() = r.z_concat * r.W_O;
-  r.via_concat.rowwise() += r.b_O;
+  // The forward pass's own kernel (linear_forward: c_proj on the concatenated heads), so that
+  // via_concat reproduces hook_attn_out, and with the forward pass's thread policy.
+  linear_forward(r.via_concat, r.z_concat, r.W_O.data(), r.b_O.data(), c.d_model);
   r.via_sum = RowMatrixXf::Zero(cache.n_pos(), c.d_model);
   for (int h = 0; h < c.n_head; ++h) {
     r.head_results.push_back(cache.head_result(layer, h));
