@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "core/analysis/analysis.h"
+#include "core/model/memory_guard.h"
 #include "core/model/model.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
@@ -242,6 +243,28 @@ TEST_CASE("A broken model folder reports the error and keeps the previous model"
   w.window.promptEdit()->setPlainText(QStringLiteral("The mat"));
   REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The mat"; }));
   CHECK(w.run()->run.model == before);
+}
+
+TEST_CASE("A failed run shows its message, keeps the last views and the window stays usable", "[window]") {
+  Window w(QStringLiteral("The cat"));
+  const auto before = w.run();
+  QSignalSpy failed(w.window.controller(), &AnalysisController::runFailed);
+  // The memory guard refuses any run when (it is told) only 1 KiB is free.
+  hs::set_available_memory_override(1024);
+  w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat"));
+  REQUIRE(waitFor([&] { return failed.count() >= 1; }));
+  hs::set_available_memory_override(std::nullopt);
+  auto* banner = w.window.findChild<QLabel*>(QStringLiteral("banner"));
+  REQUIRE(banner);
+  CHECK(banner->isVisible());
+  CHECK(banner->text().contains(QStringLiteral("Could not run the model")));
+  CHECK(banner->text().contains(QStringLiteral("available")));
+  CHECK(w.run() == before);  // the views keep the last good run
+  CHECK(w.window.headGrid()->itemCount() == before->n_layer() * before->n_head());
+  // Typing again runs normally and the error goes away.
+  w.window.promptEdit()->setPlainText(QStringLiteral("The dog"));
+  REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The dog"; }));
+  CHECK_FALSE(banner->isVisible());
 }
 
 TEST_CASE("Typing stays responsive: keystroke-to-views latency and GUI-thread stalls", "[window][measure]") {
