@@ -25,12 +25,8 @@ from gpt2 import load_model_dir  # noqa: E402
 
 
 NO_INDUCTION = """
-This model has no induction head: within the 86-minute budget on this shared 2-core machine
-(12.2M tokens at 800-2,800 tokens/s, not the 7,400 tokens/s once measured) the induction phase
-change never came, although 40% of the training sequences were repeated random spans. The
-previous-token heads only began to form after about 3.5M tokens (see the probe curve). Ways to
-get there next time: more tokens per minute (a smaller d_model or vocabulary, a machine to
-itself), a larger batch, or a schedule that keeps the learning rate up until the phase change.
+This model has no induction head scoring 0.6: the induction phase change did not complete within
+the training budget (see the probe curve in the loss plot).
 """
 
 
@@ -180,7 +176,9 @@ tokens: {len(held):,}.
 Command (everything end to end, seed fixed): `{args.command}`; the training step alone is
 `/usr/bin/python3 tools/train/train.py --work WORK --tok WORK/tokenizer` with the defaults
 (seed {targs["seed"]}, {targs["tokens"] / 1e6:g}M tokens, batch {targs["batch"]} x {targs["ctx"]},
-AdamW lr {targs["lr"]} betas 0.9/0.95 weight decay 0.1, warmup {targs["warmup"]} steps then cosine
+AdamW lr {targs["lr"]} betas 0.9/0.95, weight decay 0.1 on the layers' matrices
+{"and the embeddings" if targs.get("wd_embed", True) else "(none on the embeddings)"}, warmup {targs["warmup"]} steps,
+{"the peak rate held for %d%% of training, then " % round(100 * targs["hold"]) if targs.get("hold") else ""}cosine
 to 10%, gradient clipping 1.0, 2 threads). Plain PyTorch {torch.__version__} (Debian's
 `python3-torch`, OpenBLAS), on 2 CPU cores shared with other work.
 
