@@ -17,9 +17,19 @@ constexpr int kLanes = 16;
 constexpr int kLanes = 8;
 #endif
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-constexpr int kVecs = 2;                 // vectors per tile row
-constexpr int kCols = kVecs * kLanes;    // tile width in floats
-constexpr int kRows = 6;                 // tile height: 6 x 2 accumulators + 2 weight vectors + 1 broadcast
+// The register tile of the layer products: kRows x kVecs accumulators, kVecs weight vectors and
+// one broadcast must fit the vector registers (32 with AVX-512: 8 x 3 + 3 + 1 = 28; 16 with
+// AVX2: 6 x 2 + 2 + 1 = 15). A taller, wider tile does more multiply-adds per load.
+#if defined(__AVX512F__)
+constexpr int kVecs = 3;
+constexpr int kRows = 8;
+#else
+constexpr int kVecs = 2;
+constexpr int kRows = 6;
+#endif
+// Column blocks shared among threads, kBlockVecs vectors wide: the unit of parallel work, and
+// the width taken at once by the last one or two rows.
+constexpr int kBlockVecs = 4 * kVecs;
 
 // Every output is a chain of multiply-adds in k order, fused when the target has FMA (the vector
 // code is contracted to FMA by the compiler). The scalar paths say so explicitly: left alone,
@@ -66,38 +76,48 @@ inline void tile(int64_t K, const float* x, int64_t ldx, const float* W, int64_t
     }
 }
 
-// Rows [0, M) of a column block `vecs` vectors wide (kBlockVecs, or kVecs at the right edge).
-// Tiles of kRows x kVecs; the last one or two rows (and a product of one or two rows, as when
-// typing adds a token) take the whole block at once, so that the FMA chains stay independent
-// enough to hide their latency.
-constexpr int kBlockVecs = 4 * kVecs;
-void column_block(int64_t M, int64_t K, int vecs, const float* x, int64_t ldx, const float* W, int64_t ldw,
-                  const float* bias, float* out, int64_t ldo) {
+// Row tiles of width V vectors over `rows` rows: kRows at a time, then one shorter tile.
+template <int V>
+void row_tiles(int64_t rows, int64_t K, const float* x, int64_t ldx, const float* W, int64_t ldw, const float* bias,
+               float* out, int64_t ldo) {
   int64_t i = 0;
-  for (int c = 0; c < vecs; c += kVecs) {
-    const int64_t j = static_cast<int64_t>(c) * kLanes;
-    const float* bj = bias ? bias + j : nullptr;
-    for (i = 0; i + kRows <= M; i += kRows) tile<kRows, kVecs>(K, x + i * ldx, ldx, W + j, ldw, bj, out + i * ldo + j, ldo);
-    const float* xi = x + i * ldx;
-    float* oi = out + i * ldo + j;
-    switch (M - i) {
-      case 5: tile<5, kVecs>(K, xi, ldx, W + j, ldw, bj, oi, ldo); i += 5; break;
-      case 4: tile<4, kVecs>(K, xi, ldx, W + j, ldw, bj, oi, ldo); i += 4; break;
-      case 3: tile<3, kVecs>(K, xi, ldx, W + j, ldw, bj, oi, ldo); i += 3; break;
-      default: break;
-    }
-  }
-  const int64_t left = M - i;
-  if (left == 0) return;
+  for (; i + kRows <= rows; i += kRows) tile<kRows, V>(K, x + i * ldx, ldx, W, ldw, bias, out + i * ldo, ldo);
   const float* xi = x + i * ldx;
   float* oi = out + i * ldo;
-  if (vecs == kBlockVecs) {
-    if (left == 2) tile<2, kBlockVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
-    else tile<1, kBlockVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
-  } else {
-    if (left == 2) tile<2, kVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
-    else tile<1, kVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
+  switch (rows - i) {
+    case 7: if constexpr (kRows > 7) tile<7, V>(K, xi, ldx, W, ldw, bias, oi, ldo); break;
+    case 6: if constexpr (kRows > 6) tile<6, V>(K, xi, ldx, W, ldw, bias, oi, ldo); break;
+    case 5: tile<5, V>(K, xi, ldx, W, ldw, bias, oi, ldo); break;
+    case 4: tile<4, V>(K, xi, ldx, W, ldw, bias, oi, ldo); break;
+    case 3: tile<3, V>(K, xi, ldx, W, ldw, bias, oi, ldo); break;
+    case 2: tile<2, V>(K, xi, ldx, W, ldw, bias, oi, ldo); break;
+    case 1: tile<1, V>(K, xi, ldx, W, ldw, bias, oi, ldo); break;
+    default: break;
   }
+}
+
+// Rows [0, M) of a column block `vecs` vectors wide (kBlockVecs, or fewer at the right edge):
+// sub-blocks of kVecs (and one narrower at the edge) in row tiles. When the rows leave one or
+// two over (or there are only one or two rows, as when typing adds a token), those take the
+// whole block at once, so that enough independent FMA chains hide their latency.
+void column_block(int64_t M, int64_t K, int vecs, const float* x, int64_t ldx, const float* W, int64_t ldw,
+                  const float* bias, float* out, int64_t ldo) {
+  const int64_t tail = (vecs == kBlockVecs && M % kRows <= 2) ? M % kRows : 0;
+  const int64_t body = M - tail;
+  for (int c = 0; c < vecs && body > 0; c += kVecs) {
+    const int64_t j = static_cast<int64_t>(c) * kLanes;
+    const float* bj = bias ? bias + j : nullptr;
+    switch (std::min(kVecs, vecs - c)) {
+      case 3: if constexpr (kVecs >= 3) row_tiles<3>(body, K, x, ldx, W + j, ldw, bj, out + j, ldo); break;
+      case 2: row_tiles<2>(body, K, x, ldx, W + j, ldw, bj, out + j, ldo); break;
+      default: row_tiles<1>(body, K, x, ldx, W + j, ldw, bj, out + j, ldo); break;
+    }
+  }
+  if (tail == 0) return;
+  const float* xi = x + body * ldx;
+  float* oi = out + body * ldo;
+  if (tail == 2) tile<2, kBlockVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
+  else tile<1, kBlockVecs>(K, xi, ldx, W, ldw, bias, oi, ldo);
 }
 
 // Columns [j0, N) narrower than a tile, plainly; each sum in the same k order as the tiles.
@@ -165,7 +185,7 @@ void few_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, cons
 void small_gemm(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* W, int64_t ldw,
                 const float* bias, float* out, int64_t ldo) {
   if (M <= 2) return few_rows(M, N, K, x, ldx, W, ldw, bias, out, ldo);
-  constexpr int64_t kBlockCols = kBlockVecs * kLanes, kTileCols = kCols;
+  constexpr int64_t kBlockCols = kBlockVecs * kLanes;
   const int64_t blocks = N / kBlockCols;
   // Below ~2 MFLOP a second thread costs more to wake than it saves.
   const bool parallel = blocks > 1 && M * N * K >= (int64_t{1} << 20);
@@ -174,10 +194,11 @@ void small_gemm(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
     const int64_t j = b * kBlockCols;
     column_block(M, K, kBlockVecs, x, ldx, W + j, ldw, bias ? bias + j : nullptr, out + j, ldo);
   }
-  int64_t j = blocks * kBlockCols;
-  for (; j + kTileCols <= N; j += kTileCols)
-    column_block(M, K, kVecs, x, ldx, W + j, ldw, bias ? bias + j : nullptr, out + j, ldo);
-  if (j < N) column_tail(M, N, K, j, x, ldx, W, ldw, bias, out, ldo);
+  const int64_t j = blocks * kBlockCols;
+  const int vecs = static_cast<int>((N - j) / kLanes);
+  if (vecs > 0) column_block(M, K, vecs, x, ldx, W + j, ldw, bias ? bias + j : nullptr, out + j, ldo);
+  const int64_t j_tail = j + static_cast<int64_t>(vecs) * kLanes;
+  if (j_tail < N) column_tail(M, N, K, j_tail, x, ldx, W, ldw, bias, out, ldo);
 }
 
 namespace {

@@ -22,7 +22,7 @@ TEST_CASE("small_gemm equals a float64 product on every path", "[small_gemm]") {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const Case cases[] = {{1, 768, 64},  {2, 2304, 96},  {3, 300, 17},  {5, 129, 33}, {6, 256, 8},
                         {7, 1000, 5},  {20, 768, 64},  {20, 2304, 768}, {13, 31, 9},  {64, 3072, 40},
-                        {1, 5, 3},     {2, 1, 1},      {11, 160, 1}};
+                        {1, 5, 3},     {2, 1, 1},      {11, 160, 1},  {10, 768, 40}, {17, 2304, 33}, {9, 200, 12}};
   for (const Case& c : cases)
     for (int threads : {1, 2})
       for (bool with_bias : {false, true}) {
@@ -56,7 +56,7 @@ TEST_CASE("small_gemm gives a row the same bits whatever rows come with it", "[s
   // all rows on request. Both must agree exactly, so a row may not depend on the row count.
   std::mt19937 gen(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const int64_t M = 23, N = 2 * 768 + 40, K = 64;
+  const int64_t M = 26, N = 2 * 768 + 40, K = 64;  // 26 = 3 x 8 + 2: every path
   std::vector<float> x(static_cast<size_t>(M * K)), W(static_cast<size_t>(K * N)), all(static_cast<size_t>(M * N));
   for (float& v : x) v = u(gen);
   for (float& v : W) v = u(gen);
