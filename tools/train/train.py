@@ -51,7 +51,7 @@ def tokenize_file(tok, path, cache):
 
 
 class Sampler:
-    def __init__(self, data, ctx, vocab, eot, rng, p_rand=0.3, p_nat_rep=0.2):
+    def __init__(self, data, ctx, vocab, eot, rng, p_rand=0.3, p_nat_rep=0.2, p_short=0.0):
         self.data = data
         self.n = ctx + 1
         self.vocab = vocab
@@ -59,6 +59,7 @@ class Sampler:
         self.rng = rng
         self.p_rand = p_rand
         self.p_nat_rep = p_nat_rep
+        self.p_short = p_short
 
     def natural(self, n):
         s = self.rng.integers(0, len(self.data) - n - 1)
@@ -71,9 +72,14 @@ class Sampler:
         if u < self.p_rand:
             seq = [self.eot]
             m = [0.0]
+            short = self.rng.random() < self.p_short
             while len(seq) < n:
-                L = int(self.rng.integers(8, 97))
-                k = int(self.rng.integers(2, 4))
+                if short:  # a span of 4-12 tokens repeated until the sequence is full
+                    L = int(self.rng.integers(4, 13))
+                    k = n
+                else:
+                    L = int(self.rng.integers(8, 97))
+                    k = int(self.rng.integers(2, 4))
                 span = self.rng.integers(0, self.vocab - 1, size=L).tolist()
                 seq += span * k
                 m += [0.0] * L + [1.0] * (L * (k - 1))
@@ -156,6 +162,13 @@ def main():
     ap.add_argument("--pos-scale", type=float, default=0.03)
     ap.add_argument("--p-rand", type=float, default=0.3)
     ap.add_argument("--p-nat-rep", type=float, default=0.2)
+    ap.add_argument("--p-short", type=float, default=0.0,
+                    help="fraction of the random-repeat sequences made of one short span (4-12 tokens) "
+                         "repeated until full: copying from such a context pays at once, which trains the "
+                         "copying circuit that induction heads are built from")
+    ap.add_argument("--init", help="start from the weights of this checkpoint (a fresh optimizer and "
+                                   "schedule): the second stage of retrain.sh")
+    ap.add_argument("--run-name", default="run", help="folder under --work for the log and checkpoints")
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--probe-every", type=int, default=200)
     ap.add_argument("--ckpt-every", type=int, default=100)
@@ -167,7 +180,7 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    run = os.path.join(args.work, "run")
+    run = os.path.join(args.work, args.run_name)
     os.makedirs(run, exist_ok=True)
 
     tok = bpe.Tokenizer(args.tok)
@@ -182,6 +195,9 @@ def main():
                  n_head=args.heads, eos_token_id=eot)
     model = GPT2(cfg)
     model.init_weights(pos_scale=args.pos_scale)
+    if args.init:
+        model.load_state_dict(torch.load(args.init)["model"])
+        print("weights from %s" % args.init, flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d" % n_params, flush=True)
 
@@ -197,7 +213,7 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     steps = int(math.ceil(args.tokens / (args.batch * args.ctx)))
     rng = np.random.default_rng(args.seed)
-    sampler = Sampler(train_ids, args.ctx, V, eot, rng, args.p_rand, args.p_nat_rep)
+    sampler = Sampler(train_ids, args.ctx, V, eot, rng, args.p_rand, args.p_nat_rep, args.p_short)
 
     start_step, elapsed0 = 0, 0.0
     ckpt_path = os.path.join(run, "ckpt.pt")
