@@ -28,7 +28,7 @@ void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf&
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* W, const float* b, Eigen::Index N) {
   const Eigen::Index K = x.cols();
   out.resize(x.rows(), N);
-  if (x.rows() <= kSmallGemmMaxRows) {
+  if (use_small_gemm(x.rows(), K)) {
     small_gemm(x.rows(), N, K, x.data(), K, W, N, b, out.data(), N);
     return;
   }
@@ -82,7 +82,7 @@ void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act
 
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const float* rows, Eigen::Index V) {
   const Eigen::Index S = x.rows(), D = x.cols();
-  if (S <= kSmallGemmMaxRows) {
+  if (S <= 64) {  // measured up to 64 rows (hs_bench_row at 20 tokens); longer prompts keep Eigen
     // Eigen packed every block of the unembedding before using it: a fifth of a 20-token
     // GPT-2-small pass went to gemm_pack_lhs here (perf). small_gemm_bt reads the rows in place.
     small_gemm_bt(S, V, D, x.data(), D, rows, D, out.data(), out.outerStride());

@@ -12,10 +12,13 @@
 
 namespace hs {
 
-// Products with at most this many rows go to small_gemm (linear_forward's choice). Above it,
-// Eigen's packing pays for itself; the crossover was measured with bench_kernels (see
-// docs/benchmarks.md).
-inline constexpr int64_t kSmallGemmMaxRows = 64;
+// Whether linear_forward and unembed_forward use small_gemm for an [M, K] input: measured with
+// tools/bench/bench_kernels on the 2-core EPYC (AVX-512), small_gemm ran at ~100 GFLOP/s per
+// core against Eigen's ~70 at every row count from 6 to 1024 when K is 768 (1.35-1.7x, 1 and 2
+// threads), and up to 256 rows when K is 3072; at 1024 rows x 3072 its weight panels leave L2
+// and Eigen's packed blocking wins (0.77x).
+inline constexpr int64_t kSmallGemmMaxRows = 256;
+inline constexpr bool use_small_gemm(int64_t M, int64_t K) { return M <= kSmallGemmMaxRows || K <= 1024; }
 
 // out[i, j] = sum_k x[i, k] * W[k, j] (+ bias[j] when bias is not null), for i < M, j < N.
 // Strides are in floats (ldx >= K, ldw >= N, ldo >= N). Column blocks are shared among the

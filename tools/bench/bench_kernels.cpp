@@ -1,7 +1,7 @@
 // bench_kernels: the layer products of GPT-2 small at a few row counts, Eigen's GEMM against
 // small_gemm, on 1 and 2 threads. Prints GFLOP/s (median of repetitions after warm-up), the
 // ratio, and the largest difference between the two results. This is the measurement behind
-// kSmallGemmMaxRows; run it after changing either kernel.
+// use_small_gemm (core/model/small_gemm.h); run it after changing either kernel.
 //
 //   build/tools/bench/bench_kernels [REPS]
 #include <omp.h>
