@@ -84,6 +84,16 @@ def bench_tokens(n: int, d_vocab: int):
     return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
 
 
+def cpu_seconds():
+    """(CPU seconds used by the whole machine, CPU seconds used by this suite and its children)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    t = os.times()
+    return busy / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
 def loadavg():
     try:
         with open("/proc/loadavg") as f:
@@ -407,7 +417,10 @@ def console_table(rows):
 def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes):
     now = datetime.datetime.now().astimezone()
     cores = m["cores"] or 1
-    loaded = max(load_start[0], load_end[0]) > 0.3 * cores
+    # Other work's share of the CPU during the run: the machine's busy time minus the suite's own
+    # (the load average counts the suite's processes too, so it cannot tell).
+    others = m.get("others_cores", 0.0)
+    loaded = others > 0.1 * cores
     L = []
     L.append("# Benchmarks")
     L.append("")
@@ -416,8 +429,8 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     if loaded or args.quick:
         why = []
         if loaded:
-            why.append(f"**measured under load**: the 1-minute load average was {load_start[0]:.1f} at the start "
-                       f"and {load_end[0]:.1f} at the end on {cores} cores, so other work shared the CPU")
+            why.append(f"**measured under load**: other processes used {others:.2f} of the {cores} cores on "
+                       f"average during the run")
         if args.quick:
             why.append("**a `--quick` smoke run**: few runs per row, 1024-token rows skipped or single-shot")
         L.append("> **Draft numbers.** This page was " + "; and ".join(why) +
@@ -437,6 +450,8 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append(f"- PyTorch {m['torch']} (Debian's python3-torch), NumPy {m['numpy']}, {m['python']}; "
              f"BLAS loaded by torch: {m['torch_blas']}")
     ct = m["openblas_coretype_in_env"]
+    L.append(f"- Other processes' CPU use during the run: {others:.2f} cores on average (the machine's busy time "
+             f"minus the suite's own).")
     L.append(f"- Load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in load_start)} at the start, "
              f"{' '.join(f'{x:.2f}' for x in load_end)} at the end. OPENBLAS_CORETYPE in the environment: "
              f"{ct if ct else 'not set'} (unset for the PyTorch commands in any case).")
@@ -658,6 +673,7 @@ def main() -> int:
     args.command = re.sub(r"\s--json\s+\S+", "", args.command)
     t_start = time.time()
     load_start = loadavg()
+    cpu_start = cpu_seconds()
     hs_row = os.path.join(args.build_dir, "tools", "bench", "hs_bench_row")
     hs_keys = os.path.join(args.build_dir, "tools", "bench", "hs_bench_keys")
     if not os.access(hs_row, os.X_OK):
@@ -735,7 +751,9 @@ def main() -> int:
                 profiles.append((title, prof))
 
     load_end = loadavg()
+    cpu_end = cpu_seconds()
     elapsed = time.time() - t_start
+    m["others_cores"] = max(0.0, ((cpu_end[0] - cpu_start[0]) - (cpu_end[1] - cpu_start[1])) / max(elapsed, 1e-9))
     print(console_table(rows))
     if keys and "views_ms" in keys:
         print(f"keystroke -> views' data: median {keys['views_ms']['median']:.2f} ms (after {keys['debounce_setting_ms']} ms "
