@@ -95,6 +95,48 @@ TEST_CASE("Position and layer analyses arrive for the current run", "[controller
   CHECK(l->head_result_images.size() == static_cast<size_t>(c.currentRun()->n_head()));
 }
 
+TEST_CASE("The analyses the views asked for are computed with the next run and handed over at once", "[controller]") {
+  // Typing: the selection follows the last token and stays on its layer. The run computes those
+  // analyses on its worker, so asking for them when the run lands answers without another hop.
+  AnalysisController c;
+  c.setModel(test::fixtureModel());
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  QSignalSpy pos(&c, &AnalysisController::positionReady);
+  QSignalSpy layer(&c, &AnalysisController::layerReady);
+  c.requestRun(QStringLiteral("The cat sat"));
+  REQUIRE(waitFor([&] { return ready.count() == 1; }));
+  c.requestPosition(c.currentRun()->n_pos() - 1, std::nullopt);
+  c.requestLayer(1);
+  REQUIRE(waitFor([&] { return pos.count() == 1 && layer.count() == 1; }));
+
+  c.requestRun(QStringLiteral("The cat sat on the mat"));
+  REQUIRE(waitFor([&] { return ready.count() == 2; }));
+  const auto run = c.currentRun();
+  const int last = run->n_pos() - 1;
+  c.requestPosition(last, std::nullopt);
+  c.requestLayer(1);
+  CHECK(pos.count() == 2);  // delivered inside the calls: no worker round trip
+  CHECK(layer.count() == 2);
+  const auto p = pos.at(1).at(0).value<std::shared_ptr<const PositionResult>>();
+  const auto l = layer.at(1).at(0).value<std::shared_ptr<const LayerResult>>();
+  CHECK(p->run_job == run->job);
+  CHECK(p->pos == last);
+  CHECK(l->run_job == run->job);
+  CHECK(l->layer == 1);
+  // The same numbers as computing them afresh.
+  const auto fresh_p = AnalysisController::computePosition(run, last, std::nullopt);
+  const auto fresh_l = AnalysisController::computeLayer(run, 1);
+  CHECK(p->write_norms == fresh_p->write_norms);
+  CHECK(p->target == fresh_p->target);
+  CHECK(l->cs.via_sum == fresh_l->cs.via_sum);
+
+  // Another position than the prefetched one still goes to a worker and arrives later.
+  c.requestPosition(0, std::nullopt);
+  CHECK(pos.count() == 2);
+  REQUIRE(waitFor([&] { return pos.count() == 3; }));
+  CHECK(pos.at(2).at(0).value<std::shared_ptr<const PositionResult>>()->pos == 0);
+}
+
 TEST_CASE("Loading a model happens off the GUI thread and a failure keeps the previous model", "[controller]") {
   AnalysisController c;
   QSignalSpy changed(&c, &AnalysisController::modelChanged);

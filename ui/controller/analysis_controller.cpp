@@ -182,14 +182,36 @@ void AnalysisController::requestRun(const QString& text) {
   // Typing at the end of the prompt extends the previous tokens: the core reuses that prefix.
   std::shared_ptr<const hs::ActivationCache> previous;
   if (run_ && run_->run.model == model_) previous = run_->run.cache;
-  QtConcurrent::run([model = model_, text, job, jobs, previous] {
+  // The analyses the views will ask for once this run lands, computed right after it on the same
+  // worker: the position follows the last token if the selection was there, the layer stays.
+  struct Prefetch {
+    std::shared_ptr<const PositionResult> position;
+    std::shared_ptr<const LayerResult> layer;
+  };
+  auto prefetch = std::make_shared<Prefetch>();
+  const bool follow_last = wanted_pos_ < 0 || wanted_pos_is_last_;
+  const int pos = wanted_pos_, layer = std::max(wanted_layer_, 0);
+  const std::optional<int32_t> target = wanted_target_;
+  QtConcurrent::run([model = model_, text, job, jobs, previous, prefetch, follow_last, pos, layer, target] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
       if (jobs->run.load() != job) return nullptr;  // superseded before it started
       auto result = computeRun(model, text, previous);
       result->job = job;
+      if (jobs->run.load() == job) {
+        // Best effort: a failure here only means the views ask again and see the error then.
+        try {
+          useOneThread();
+          const int n = result->n_pos();
+          prefetch->position = computePosition(result, follow_last ? n - 1 : std::min(pos, n - 1), target);
+          prefetch->layer = computeLayer(result, std::min(layer, result->n_layer() - 1));
+        } catch (const std::exception&) {
+          prefetch->position.reset();
+          prefetch->layer.reset();
+        }
+      }
       return result;
     });
-  }).then(this, [this, job, requested_at](Outcome<RunResult> out) {
+  }).then(this, [this, job, requested_at, prefetch, target](Outcome<RunResult> out) {
     if (job != run_job_) return;  // stale: a newer run was requested meanwhile
     setRunning(false);
     if (!out.value) {
@@ -198,13 +220,24 @@ void AnalysisController::requestRun(const QString& text) {
     }
     out.value->latency_ms = (clock_.nsecsElapsed() - requested_at) / 1e6;
     run_ = out.value;
+    prefetched_position_ = prefetch->position;
+    prefetched_target_ = target;
+    prefetched_layer_ = prefetch->layer;
     Q_EMIT runReady(run_);
   });
 }
 
 void AnalysisController::requestPosition(int pos, std::optional<int32_t> target) {
+  wanted_pos_ = pos;
+  wanted_target_ = target;
+  wanted_pos_is_last_ = run_ && pos == run_->n_pos() - 1;
   if (!run_) return;
   const quint64 job = ++position_job_;
+  auto pre = std::move(prefetched_position_);
+  if (pre && pre->run_job == run_->job && pre->pos == pos && prefetched_target_ == target) {
+    Q_EMIT positionReady(pre);  // computed with the run
+    return;
+  }
   auto jobs = latest_;
   jobs->position = job;
   QtConcurrent::run([run = run_, pos, target, job, jobs] {
@@ -225,8 +258,14 @@ void AnalysisController::requestPosition(int pos, std::optional<int32_t> target)
 }
 
 void AnalysisController::requestLayer(int layer) {
+  wanted_layer_ = layer;
   if (!run_) return;
   const quint64 job = ++layer_job_;
+  auto pre = std::move(prefetched_layer_);
+  if (pre && pre->run_job == run_->job && pre->layer == layer) {
+    Q_EMIT layerReady(pre);  // computed with the run
+    return;
+  }
   auto jobs = latest_;
   jobs->layer = job;
   QtConcurrent::run([run = run_, layer, job, jobs] {

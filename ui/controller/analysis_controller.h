@@ -75,6 +75,18 @@ class AnalysisController : public QObject {
  private:
   void setRunning(bool running);
 
+  // The analyses the views asked for last, so a run can compute them for its new result on the
+  // same worker before handing it over (one hop instead of three: a keystroke's views are ready
+  // with the run). `wanted_pos_` of -1: none asked yet.
+  int wanted_pos_ = -1;
+  std::optional<int32_t> wanted_target_;
+  int wanted_layer_ = -1;
+  bool wanted_pos_is_last_ = true;  // the selection was on the last token: it follows typing
+  // Computed with the current run, waiting for the views' request (see requestPosition/Layer).
+  std::shared_ptr<const PositionResult> prefetched_position_;
+  std::optional<int32_t> prefetched_target_;
+  std::shared_ptr<const LayerResult> prefetched_layer_;
+
   std::shared_ptr<const hs::Model> model_;
   std::shared_ptr<const RunResult> run_;
   QString text_;
