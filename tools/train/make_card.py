@@ -52,7 +52,7 @@ def unigram_loss(train, held, V):
     return float(-np.log(p[held.astype(np.int64)]).mean())
 
 
-def plot(log, path):
+def plot(log, path, stage2_at=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -77,8 +77,25 @@ def plot(log, path):
     a2.set_ylim(0, 1)
     a2.grid(alpha=0.3)
     a2.legend()
+    if stage2_at is not None:
+        for ax in (a1, a2):
+            ax.axvline(stage2_at, color="grey", ls="--", lw=1)
+        a1.text(stage2_at, a1.get_ylim()[1], " stage 2", va="top", color="grey")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
+
+
+def stage2_text(final2, targs2):
+    if final2 is None:
+        return ""
+    return (f"- Stage 2, from stage 1's weights with a fresh optimizer: {final2['steps']:,} steps, "
+            f"{final2['tokens']:,} tokens, {final2['elapsed'] / 60:.1f} minutes; lr {targs2['lr']} "
+            f"(warmup {targs2['warmup']}, held for {round(100 * targs2['hold'])}%, then cosine to 10%); "
+            f"{round(100 * targs2['p_rand'])}% random-repeat sequences, half of them one span of 4-12 "
+            f"random tokens repeated until the sequence is full (copying from context pays at once "
+            f"there); {round(100 * targs2['p_nat_rep'])}% repeated natural text; the rest plain text. "
+            f"Stage 1 alone had formed previous-token heads but no induction head; the induction "
+            f"heads formed here (see the probe curve).")
 
 
 def main():
@@ -97,7 +114,19 @@ def main():
     log = [json.loads(l) for l in open(os.path.join(run, "log.jsonl"))]
     final = torch.load(os.path.join(run, "final.pt"))
     targs = final["args"]
-    plot(log, os.path.join(args.model, "loss.png"))
+    # Stage 2 (retrain.sh): continued from stage 1's weights; its log continues the token axis.
+    run2 = os.path.join(args.work, "run2")
+    final2 = targs2 = None
+    stage2_at = None
+    if os.path.exists(os.path.join(run2, "final.pt")):
+        final2 = torch.load(os.path.join(run2, "final.pt"))
+        targs2 = final2["args"]
+        stage2_at = final["tokens"] / 1e6
+        for line in open(os.path.join(run2, "log.jsonl")):
+            r = json.loads(line)
+            r["tokens"] += final["tokens"]
+            log.append(r)
+    plot(log, os.path.join(args.model, "loss.png"), stage2_at)
     scores = head_scores.compute(args.model)
     with open(os.path.join(run, "head_scores.json"), "w") as f:
         json.dump(scores, f, indent=1)
@@ -182,8 +211,9 @@ AdamW lr {targs["lr"]} betas 0.9/0.95, weight decay 0.1 on the layers' matrices
 to 10%, gradient clipping 1.0, 2 threads). Plain PyTorch {torch.__version__} (Debian's
 `python3-torch`, OpenBLAS), on 2 CPU cores shared with other work.
 
-- Steps: {final["steps"]:,}; tokens seen: {final["tokens"]:,}; wall time of the training loop:
-  {final["elapsed"] / 60:.1f} minutes.
+- Stage 1 steps: {final["steps"]:,}; tokens seen: {final["tokens"]:,}; wall time of the training
+  loop: {final["elapsed"] / 60:.1f} minutes{" (stopped by its --minutes limit on the shared machine)" if final["tokens"] < targs["tokens"] else ""}.
+{stage2_text(final2, targs2)}
 - Training mix, to make induction heads form: {int(round(100 * (1 - targs["p_rand"] - targs["p_nat_rep"])))}%
   of sequences are plain windows of the training text; {int(round(100 * targs["p_rand"]))}% are
   BOS followed by spans of uniformly random tokens (length 8-96) each repeated 2-3 times (no loss
