@@ -62,3 +62,17 @@ TEST_CASE("the built-in model is found without --model", "[builtin]") {
   const auto model = Model::load(dir);
   CHECK(model->config().n_layer >= 2);
 }
+
+TEST_CASE("the built-in model has the circuits of issue 3", "[builtin][head_scores]") {
+  // A previous-token head on plain prose and an induction head on repeated random tokens, by the
+  // same scores as `headscope-cli heads` (their definitions: docs/head-scores.md).
+  const auto model = Model::load(builtin_dir());
+  const HeadScores s = compute_head_scores(*model);
+  Eigen::Index l = 0, h = 0;
+  const float prev = s.previous_token.maxCoeff(&l, &h);
+  INFO("best previous-token head L" << l << "H" << h << " = " << prev);
+  CHECK(prev >= 0.4f);
+  const float induction = s.induction.maxCoeff(&l, &h);
+  INFO("best induction head L" << l << "H" << h << " = " << induction);
+  CHECK(induction >= 0.6f);
+}
