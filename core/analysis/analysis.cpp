@@ -110,7 +110,7 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   r.b_O = cache.weights()->b_O(layer).transpose();
   // The forward pass's own kernel (linear_forward: c_proj on the concatenated heads), so that
   // via_concat reproduces hook_attn_out, and with the forward pass's thread policy.
-  linear_forward(r.via_concat, r.z_concat, r.W_O.data(), r.b_O.data(), c.d_model);
+  linear_forward(r.via_concat, r.z_concat, cache.weights()->packed(layer).proj, r.b_O.data());
   r.via_sum = RowMatrixXf::Zero(cache.n_pos(), c.d_model);
   for (int h = 0; h < c.n_head; ++h) {
     r.head_results.push_back(cache.head_result(layer, h));

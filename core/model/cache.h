@@ -39,8 +39,6 @@ struct LayerActivations {
   RowMatrixXf attn_out;    // [pos, d_model]  concat(z) @ W_O + b_O
   RowMatrixXf mlp_pre;     // [pos, d_mlp]
   RowMatrixXf mlp_out;     // [pos, d_model]
-  // max |concat(z) @ W_O - sum_h z_h @ W_O[h]| over the layer: both paths are computed every run.
-  float concat_vs_sum_max_abs_diff = 0.0f;
 };
 
 class ActivationCache {

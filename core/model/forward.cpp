@@ -30,7 +30,14 @@ namespace {
 // frees several 4-13 MB temporaries per layer: fixing the threshold at 4 MB (which also turns
 // the adjustment off) brought GPT-2 small's peak RSS at 1024 tokens from 1461 to 1397 MiB with
 // no measurable change in time (hs_bench_row, 2 threads).
-[[maybe_unused]] const bool kMallocTuned = [] { return mallopt(M_MMAP_THRESHOLD, 4 << 20) == 1; }();
+//
+// Fixing it also fixes the trim threshold at its 128 KB default: each run's freed cache was
+// handed back to the kernel and the next run faulted it in again, zeroed (2,375 page faults per
+// 20-token GPT-2-small run, about 5% of its time in this VM). The heap now keeps up to 64 MB of
+// freed memory for the next run, as a tensor library's caching allocator would.
+[[maybe_unused]] const bool kMallocTuned = [] {
+  return mallopt(M_MMAP_THRESHOLD, 4 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 64 << 20) == 1;
+}();
 #endif
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -141,16 +148,17 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   RowMatrixXf resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);  // [new pos, d_model]
 
   LayerActivations scratch;  // reused across layers when only logits are kept
-  RowMatrixXf normalized, qkv, mlp_post, block_out, r_h(N, D), by_head_sum(N, D);
+  RowMatrixXf normalized, qkv, mlp_post, block_out;
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights->layer(l);
+    const PackedLayer& WP = weights->packed(l);
     LayerActivations& a = options.logits_only ? scratch : cache->layer(l);
     const LayerActivations* pa = prev ? &prev->layer(l) : nullptr;
     with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
     a.resid_pre.bottomRows(N) = resid;
 
     layernorm_forward(normalized, nullptr, resid, W.ln1_w, W.ln1_b, c.layer_norm_eps);
-    linear_forward(qkv, normalized, W.attn_w, W.attn_b, 3 * D);
+    linear_forward(qkv, normalized, WP.attn, W.attn_b);
     with_prefix(a.q, pa ? &pa->q : nullptr, P, S, D);
     with_prefix(a.k, pa ? &pa->k : nullptr, P, S, D);
     with_prefix(a.v, pa ? &pa->v : nullptr, P, S, D);
@@ -174,43 +182,38 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
           std::copy_n(pa->scores_hqk.data() + (h * S_prev + i) * S_prev, i + 1, a.scores_hqk.data() + (h * SS + i) * SS);
     }
 
-    // Two ways to the same attn_out: the concatenated heads through all of W_O at once, and each
-    // head through its own rows of W_O, summed. Both are computed; their gap is float rounding.
+    // attn_out: the concatenated heads through all of W_O at once. Each head's own result
+    // (z_h @ W_O[h]) is computed here only when asked to be stored; otherwise the cache derives it
+    // on request with the same kernel and bits, and concat_vs_sum (core/analysis) checks the
+    // identity for the view. Computing them every run, for a check nothing read, was 5% of a
+    // 20-token GPT-2-small pass.
     const RowMatrixXf z_new = a.z.bottomRows(N);
-    linear_forward(block_out, z_new, W.proj_w, W.proj_b, D);
+    linear_forward(block_out, z_new, WP.proj, W.proj_b);
     with_prefix(a.attn_out, pa ? &pa->attn_out : nullptr, P, S, D);
     a.attn_out.bottomRows(N) = block_out;
-    by_head_sum.setZero();
     if (options.store_results) {
       a.result_phd.resize(static_cast<size_t>(S * H * D));
       if (pa) std::copy_n(pa->result_phd.data(), static_cast<size_t>(P * H * D), a.result_phd.data());
+      // Heads are independent: one per thread, each product on its own thread.
+#pragma omp parallel for schedule(static) if (N * D * D >= (int64_t{1} << 20))
+      for (int h = 0; h < H; ++h)
+        head_result_forward(a.result_phd.data() + (P * H + h) * D, H * D, z_new, h, c.d_head, WP.proj);
     }
-    for (int h = 0; h < H; ++h) {
-      // Stored results are written in place ([pos, head, d_model] rows); otherwise into r_h.
-      float* dst = options.store_results ? a.result_phd.data() + (P * H + h) * D : r_h.data();
-      const int64_t ld = options.store_results ? H * D : D;
-      head_result_forward(dst, ld, z_new, h, c.d_head, weights->W_O(l, h).data(), D);
-      if (options.store_results) by_head_sum += Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>>(dst, N, D, Eigen::OuterStride<>(ld));
-      else by_head_sum += r_h;
-    }
-    by_head_sum.rowwise() += ConstRowVectorRef(W.proj_b, D);
-    const float gap = (block_out - by_head_sum).cwiseAbs().maxCoeff();
-    a.concat_vs_sum_max_abs_diff = pa ? std::max(pa->concat_vs_sum_max_abs_diff, gap) : gap;
 
     resid += block_out;  // resid_mid
     layernorm_forward(normalized, nullptr, resid, W.ln2_w, W.ln2_b, c.layer_norm_eps);
-    linear_forward(block_out, normalized, W.fc_w, W.fc_b, c.d_mlp);
+    linear_forward(block_out, normalized, WP.fc, W.fc_b);
     with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
     a.mlp_pre.bottomRows(N) = block_out;
     activation_forward(mlp_post, block_out, c.activation);
-    linear_forward(block_out, mlp_post, W.mlp_proj_w, W.mlp_proj_b, D);
+    linear_forward(block_out, mlp_post, WP.mlp_proj, W.mlp_proj_b);
     with_prefix(a.mlp_out, pa ? &pa->mlp_out : nullptr, P, S, D);
     a.mlp_out.bottomRows(N) = block_out;
     resid += block_out;  // resid_post
   }
   // The layers' temporaries go before the logits are written: at 1024 tokens they are ~45 MB
   // held at the run's peak of resident memory (the logits are 196 MB for GPT-2 small).
-  for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out, &r_h, &by_head_sum}) m->resize(0, 0);
+  for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out}) m->resize(0, 0);
   scratch = LayerActivations();
   if (options.logits_only) cache->layers().clear();
 
@@ -227,7 +230,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // Written straight into the cache's rows: a separate logits_new (196 MB for GPT-2 small at
   // 1024 tokens) copied in afterwards had been the peak of the run's resident memory.
   with_prefix(cache->logits, prev ? &prev->logits : nullptr, P, S, c.d_vocab);
-  unembed_forward(cache->logits.bottomRows(N), ln_new, weights->unembed_rows(), c.d_vocab);
+  unembed_forward(cache->logits.bottomRows(N), ln_new, weights->packed_unembed());
   return cache;
 }
 

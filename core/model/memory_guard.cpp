@@ -114,15 +114,36 @@ void refuse_if_short(uint64_t needed, const std::string& doing, const std::strin
 
 }  // namespace
 
-uint64_t estimate_load_bytes(const SafetensorsFile& file) {
-  uint64_t bytes = 0;
+namespace {
+
+struct LoadBytes {
+  uint64_t converted = 0;  // F16/BF16/F64 (or unaligned F32) tensors copied into float32
+  uint64_t packed = 0;     // the forward pass's packed copies (Weights::packed)
+};
+
+LoadBytes load_bytes(const SafetensorsFile& file) {
+  LoadBytes bytes;
+  const bool separate_lm_head = file.find("lm_head.weight") != nullptr;
   for (const TensorInfo& t : file.tensors()) {
     if (is_mask_buffer(t.name)) continue;  // ignored by the loader
+    const uint64_t n = static_cast<uint64_t>(t.numel()) * sizeof(float);
     const bool converted = t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F64 ||
                            (t.dtype == DType::F32 && file.f32_in_place(t) == nullptr);
-    if (converted) bytes += static_cast<uint64_t>(t.numel()) * sizeof(float);
+    if (converted) bytes.converted += n;
+    // Every matrix but the position embedding (and the token embedding when lm_head is separate)
+    // is packed: the layers' four products and the unembedding.
+    const bool is_wte = t.name.find("wte") != std::string::npos;
+    if (t.shape.size() == 2 && t.name.find("wpe") == std::string::npos && !(is_wte && separate_lm_head))
+      bytes.packed += n;
   }
   return bytes;
+}
+
+}  // namespace
+
+uint64_t estimate_load_bytes(const SafetensorsFile& file) {
+  const LoadBytes b = load_bytes(file);
+  return b.converted + b.packed;
 }
 
 uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunOptions& options) {
@@ -174,11 +195,17 @@ std::string format_bytes(uint64_t bytes) {
 }
 
 void check_load_memory(const SafetensorsFile& file, const std::string& model_name) {
-  const uint64_t needed = estimate_load_bytes(file);
-  if (needed == 0) return;
-  refuse_if_short(needed, "loading " + model_name, "for its weights converted to float32",
-                  "close other programs, or use a float32 (F32) copy of the model, which is read in place "
-                  "from the file.");
+  const LoadBytes b = load_bytes(file);
+  if (b.converted + b.packed == 0) return;
+  if (b.converted == 0) {
+    refuse_if_short(b.packed, "loading " + model_name, "for its weights laid out for the forward pass",
+                    "close other programs, or choose a smaller model.");
+    return;
+  }
+  refuse_if_short(b.converted + b.packed, "loading " + model_name,
+                  "for its weights converted to float32 and laid out for the forward pass",
+                  "close other programs, or use a float32 (F32) copy of the model, which is read in place from the "
+                  "file and needs " + format_bytes(b.converted) + " less.");
 }
 
 void check_run_memory(const ModelConfig& config, int64_t n_tokens, const RunOptions& options,

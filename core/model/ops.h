@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/model/config.h"
+#include "core/model/packed_gemm.h"
 #include "core/tensor/eigen.h"
 
 namespace hs {
@@ -11,16 +12,16 @@ namespace hs {
 // out[S, D] = (x - mean) / sqrt(var + eps) * w + b, row by row; scale_out[S] = sqrt(var + eps).
 void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
                        float eps);
-// out[S, N] = x[S, K] @ W[K, N] + b[N]; W is a Conv1D weight stored [in, out].
-void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const float* W, const float* b, Eigen::Index N);
+// out[S, N] = x[S, K] @ W[K, N] + b[N]; W is a Conv1D weight stored [in, out], packed.
+void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& W, const float* b);
 // The result of head h: rows of out (stride ldo floats) = z[:, h*d_head : (h+1)*d_head] @ W_O[h],
-// W_O[h] being [d_head, d_model] row-major. No bias: b_O belongs to no head.
-void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const float* W_O_h,
-                         Eigen::Index d_model);
+// W_O[h] being rows h*d_head .. (h+1)*d_head - 1 of the packed c_proj weight. No bias: b_O
+// belongs to no head.
+void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const PackedMatrix& W_O);
 // out = act(pre), elementwise.
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act);
-// out[S, V] = x[S, D] @ rows[V, D]^T, split over vocabulary blocks on all threads.
+// out[S, V] = x[S, D] @ W_U[D, V] (packed), split over vocabulary panels on all threads.
 // out must already be [S, V] (a block of the cache's logits, written in place).
-void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const float* rows, Eigen::Index V);
+void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U);
 
 }  // namespace hs

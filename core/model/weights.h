@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/model/config.h"
+#include "core/model/packed_gemm.h"
 #include "core/tensor/eigen.h"
 
 namespace hs {
@@ -33,6 +34,14 @@ struct LayerWeights {
   const float* mlp_proj_b; // [d_model]
 };
 
+// A layer's four products packed for packed_gemm (see packed_gemm.h), built when the model opens.
+struct PackedLayer {
+  PackedMatrix attn;      // c_attn.weight [d_model, 3*d_model]
+  PackedMatrix proj;      // c_proj.weight [d_model, d_model]; head h is rows h*d_head ..
+  PackedMatrix fc;        // mlp.c_fc.weight [d_model, d_mlp]
+  PackedMatrix mlp_proj;  // mlp.c_proj.weight [d_mlp, d_model]
+};
+
 class Weights {
  public:
   // Validates every tensor's presence, dtype and shape against the config; throws hs::Error
@@ -49,6 +58,10 @@ class Weights {
   // embedding when tied) and multiply by its transpose.
   const float* unembed_rows() const { return unembed_; }  // [d_vocab, d_model]
   bool tied_unembedding() const { return tied_; }
+  // The forward pass's copies of the products' weights (the pointers above stay valid and read
+  // the same values; the mapped pages of packed tensors are released, see load()).
+  const PackedLayer& packed(int l) const { return packed_[static_cast<size_t>(l)]; }
+  const PackedMatrix& packed_unembed() const { return packed_unembed_; }  // W_U [d_model, d_vocab]
 
   // Per-head views (see the file comment).
   ConstStridedMatrixRef W_Q(int l, int h) const;
@@ -62,6 +75,8 @@ class Weights {
   const std::vector<std::string>& warnings() const { return warnings_; }
   // Bytes converted into owned float32 buffers (0 for an aligned F32 file).
   size_t owned_bytes() const;
+  // Bytes of the packed copies (about the size of every matrix of the model).
+  size_t packed_bytes() const;
 
  private:
   Weights() = default;
@@ -69,6 +84,8 @@ class Weights {
   std::shared_ptr<const SafetensorsFile> file_;
   std::vector<std::vector<float>> owned_;
   std::vector<LayerWeights> layers_;
+  std::vector<PackedLayer> packed_;
+  PackedMatrix packed_unembed_;
   const float* wte_ = nullptr;
   const float* wpe_ = nullptr;
   const float* ln_f_w_ = nullptr;

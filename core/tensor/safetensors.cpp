@@ -251,6 +251,16 @@ const float* SafetensorsFile::f32_in_place(const TensorInfo& t) const {
   return reinterpret_cast<const float*>(p);
 }
 
+void SafetensorsFile::release_resident(const void* p, size_t bytes) const {
+  if (!mapping_) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  const uintptr_t map_lo = reinterpret_cast<uintptr_t>(mapping_), map_hi = map_lo + size_;
+  if (lo < map_lo || hi > map_hi) return;
+  const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;  // whole pages only
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 std::vector<float> SafetensorsFile::to_f32(const TensorInfo& t) const {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   to_f32(t, out.data());

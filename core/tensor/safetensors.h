@@ -57,6 +57,11 @@ class SafetensorsFile {
   // The float32 data in place, or nullptr when the tensor is not F32 or not 4-byte aligned.
   const float* f32_in_place(const TensorInfo& t) const;
   std::span<const uint8_t> raw_bytes(const TensorInfo& t) const;
+  // Drops the process's resident copy of the whole pages inside [p, p + bytes) of the mapping
+  // (madvise MADV_DONTNEED). The bytes stay readable: a later read maps them again from the page
+  // cache, or from disk if the kernel has evicted them. For weights that were copied into another
+  // layout and are rarely read in place again. No effect for a file built from bytes.
+  void release_resident(const void* p, size_t bytes) const;
 
  private:
   SafetensorsFile() = default;

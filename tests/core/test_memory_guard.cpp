@@ -58,10 +58,20 @@ TEST_CASE("memory guard: the cache estimate covers what a run stores", "[memory]
   }
 }
 
-TEST_CASE("memory guard: loading counts only weights converted to float32", "[memory]") {
-  // F32 weights are used in place from the memory map.
+TEST_CASE("memory guard: loading counts weights converted to float32 and the packed copies", "[memory]") {
+  // The forward pass's packed copy of every matrix (Weights::packed): per layer c_attn, c_proj,
+  // c_fc and the MLP's c_proj, and the unembedding.
+  auto packed_elements = [](const hs::ModelConfig& c) {
+    const uint64_t D = static_cast<uint64_t>(c.d_model), M = static_cast<uint64_t>(c.d_mlp);
+    return static_cast<uint64_t>(c.n_layer) * (D * 3 * D + D * D + D * M + M * D) + static_cast<uint64_t>(c.d_vocab) * D;
+  };
+  // F32 weights are used in place from the memory map: only the packed copies are new memory.
   const auto f32 = hs::SafetensorsFile::open(hs::test::fixture_model("f32_prefixed") / "model.safetensors");
-  CHECK(hs::estimate_load_bytes(*f32) == 0);
+  const auto f32_model = hs::Model::load(hs::test::fixture_model("f32_prefixed"));
+  CHECK(f32_model->weights()->owned_bytes() == 0);
+  CHECK(hs::estimate_load_bytes(*f32) == 4 * packed_elements(f32_model->config()));
+  // The packed copies hold at least the matrices' bytes (their last panel is padded).
+  CHECK(f32_model->weights()->packed_bytes() >= hs::estimate_load_bytes(*f32));
   // F16 and BF16 weights become float32 copies: 4 bytes per element (mask buffers are ignored).
   for (const char* fixture : {"f16_plain", "bf16_prefixed"}) {
     const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fixture) / "model.safetensors");
@@ -69,25 +79,26 @@ TEST_CASE("memory guard: loading counts only weights converted to float32", "[me
     for (const auto& t : f->tensors())
       if (t.name.find(".attn.bias") == std::string::npos && t.name.find(".attn.masked_bias") == std::string::npos)
         elements += static_cast<uint64_t>(t.numel());
-    CHECK(hs::estimate_load_bytes(*f) == 4 * elements);
     const auto model = hs::Model::load(hs::test::fixture_model(fixture));
-    CHECK(hs::estimate_load_bytes(*f) == model->weights()->owned_bytes());
+    CHECK(model->weights()->owned_bytes() == 4 * elements);
+    CHECK(hs::estimate_load_bytes(*f) == 4 * elements + 4 * packed_elements(model->config()));
   }
 }
 
 TEST_CASE("memory guard: refuses a load that does not fit, with numbers and advice", "[memory]") {
   const auto dir = hs::test::fixture_model("f16_plain");
   {
-    AvailableMemory limit(100'000);
+    AvailableMemory limit(200'000);
     try {
       (void)hs::Model::load(dir);
-      FAIL("loaded with 100 KB available");
+      FAIL("loaded with 200 KB available");
     } catch (const hs::Error& e) {
       CHECK(std::string(e.what()) ==
-            "loading f16_plain needs about 139 KB for its weights converted to float32 but only 100 KB is available; "
-            "close other programs, or use a float32 (F32) copy of the model, which is read in place from the file.");
+            "loading f16_plain needs about 234 KB for its weights converted to float32 and laid out for the forward "
+            "pass but only 200 KB is available; close other programs, or use a float32 (F32) copy of the model, "
+            "which is read in place from the file and needs 139 KB less.");
     }
-    // F32 needs no conversion room.
+    // F32 needs no conversion room, only the packed copy (136 KB).
     CHECK_NOTHROW(hs::Model::load(hs::test::fixture_model("f32_prefixed")));
   }
   AvailableMemory plenty(1'000'000'000);

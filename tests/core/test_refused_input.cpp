@@ -668,17 +668,24 @@ TEST_CASE("refused input: memory (R51-R52)", "[refused]") {
   SECTION("R51 the activation cache does not fit") {
     const fs::path m = s.model();
     const fs::path out = s.dir / "out.json";
-    check_refused(cli("run --model " + quote(m.string()) + " --text 'The cat' -o " + quote(out.string()),
-                      "HEADSCOPE_AVAILABLE_MEMORY=20K"),
+    // 150 KB holds the model (136 KB) but not the cache of 20 tokens.
+    check_refused(cli("run --model " + quote(m.string()) + " --text 'The cat sat on the mat and the dog' -o " +
+                          quote(out.string()),
+                      "HEADSCOPE_AVAILABLE_MEMORY=150K"),
                   expected("R51", {}), s);
     CHECK(!fs::exists(out));
   }
-  SECTION("R52 converting 16-bit weights does not fit") {
+  SECTION("R52 the weights do not fit") {
     const fs::path m = s.model("f16_plain");
-    check_refused(cli("info --model " + quote(m.string()), "HEADSCOPE_AVAILABLE_MEMORY=100K"), expected("R52", {}), s);
-    // An F32 model is read in place: the same limit loads it.
+    check_refused(cli("info --model " + quote(m.string()), "HEADSCOPE_AVAILABLE_MEMORY=200K"), expected("R52", {}), s);
+    // An F32 model is read in place and needs only the packed copy: the same limit loads it.
     const fs::path f32 = s.model("f32_prefixed", "f32");
-    CHECK(cli("info --model " + quote(f32.string()), "HEADSCOPE_AVAILABLE_MEMORY=100K").code == 0);
+    CHECK(cli("info --model " + quote(f32.string()), "HEADSCOPE_AVAILABLE_MEMORY=200K").code == 0);
+    // Below the packed copy's size, an F32 model is refused too, with advice that fits it.
+    const auto r = cli("info --model " + quote(f32.string()), "HEADSCOPE_AVAILABLE_MEMORY=100K");
+    CHECK(r.code == 1);
+    CHECK(r.err == "headscope-cli: error: loading f32 needs about 136 KB for its weights laid out for the forward pass "
+                   "but only 100 KB is available; close other programs, or choose a smaller model.\n");
   }
 }
 

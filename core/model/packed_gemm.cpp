@@ -1,0 +1,235 @@
+#include "core/model/packed_gemm.h"
+
+#include <omp.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace hs {
+namespace {
+
+// GCC/Clang vector extensions: the compiler maps them to the widest registers -march allows
+// (zmm with AVX-512, ymm with AVX2, pairs of xmm otherwise) without intrinsics per ISA. The
+// multiply-adds below are contracted to FMA where the target has it.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);  // one unaligned vector load
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+// The first n lanes (n <= kLanes; the rest 0), for the last panel of a width that is not a
+// multiple of kLanes.
+inline Vec load_n(const float* p, int n) {
+  if (n == kLanes) return load(p);
+  Vec v = {};
+  std::memcpy(&v, p, static_cast<size_t>(n) * sizeof(float));
+  return v;
+}
+inline void store_n(float* p, Vec v, int n) {
+  if (n == kLanes) return store(p, v);
+  std::memcpy(p, &v, static_cast<size_t>(n) * sizeof(float));
+}
+
+// Register tiles: R rows x V panels of accumulators, plus V weight vectors and one broadcast.
+// AVX-512 has 32 vector registers. bench_kernels (2-core EPYC, weights from memory) chose:
+// - up to 4 rows (typing adds one token at a time): 4 panels wide, enough independent chains;
+// - up to 127 rows: 2 panels x up to 12 rows: 10 x 2 tiles ran at 88-94 GFLOP/s at 20 rows,
+//   8 x 3 tiles at 83-86 (fewer passes over the panels matter while they come from memory);
+// - 128 rows and more: 3 panels x up to 8 rows, about 5% faster once the panels sit in cache.
+// AVX2 has 16 registers: 2 panels x up to 6 rows, or 4 panels for up to 2 rows.
+#if defined(__AVX512F__)
+constexpr int kFewRows = 4;
+constexpr int kMidRows = 12;
+constexpr int kTallWidth = 3;
+constexpr int kTallRows = 8;
+#else
+constexpr int kFewRows = 2;
+constexpr int kMidRows = 6;
+constexpr int kTallWidth = 2;
+constexpr int kTallRows = 6;
+#endif
+constexpr int kWide = 4;
+constexpr int64_t kTallFrom = 128;
+// K is taken in blocks so that a pair of panels' block (2 x 768 x 64 B = 96 KB) stays in L2
+// while every row tile passes over it; GPT-2 small's K is 768 except in the MLP's c_proj (3072).
+constexpr int64_t kKBlock = 768;
+
+struct TileArgs {
+  int64_t n;            // k steps in this block
+  const float* x;       // first row, at this block's first k
+  int64_t ldx;
+  const float* p;       // first panel, at this block's first k
+  int64_t pstride;      // floats from one panel to the next
+  bool resume;          // continue the partial sums stored in out (an earlier K block)
+  const float* bias;    // this tile's columns of the bias on the last K block, else null
+  int last_cols;        // valid columns of the tile's last panel
+  float* out;
+  int64_t ldo;
+};
+
+template <int R, int V>
+void tile(const TileArgs& a) {
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v)
+      acc[r][v] = a.resume ? load_n(a.out + r * a.ldo + v * kLanes, v + 1 == V ? a.last_cols : kLanes) : Vec{};
+  const float* x = a.x;
+  const float* p = a.p;
+  for (int64_t k = 0; k < a.n; ++k) {
+    Vec w[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) w[v] = load(p + v * a.pstride + k * kLanes);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const float s = x[r * a.ldx + k];
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] += s * w[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) {
+      const int cols = v + 1 == V ? a.last_cols : kLanes;
+      Vec y = acc[r][v];
+      if (a.bias) y += load_n(a.bias + v * kLanes, cols);
+      store_n(a.out + r * a.ldo + v * kLanes, y, cols);
+    }
+}
+
+using TileFn = void (*)(const TileArgs&);
+template <int V, int... R>
+constexpr std::array<TileFn, sizeof...(R)> tiles_of(std::integer_sequence<int, R...>) {
+  return {&tile<R + 1, V>...};
+}
+// The tile of `rows` rows and `panels` panels; rows never exceed the limit of that width.
+TileFn tile_for(int rows, int panels) {
+  static const auto t1 = tiles_of<1>(std::make_integer_sequence<int, kMidRows>{});
+  static const auto t2 = tiles_of<2>(std::make_integer_sequence<int, kMidRows>{});
+  static const auto t3 = tiles_of<3>(std::make_integer_sequence<int, kTallRows>{});
+  static const auto t4 = tiles_of<4>(std::make_integer_sequence<int, kFewRows>{});
+  const auto i = static_cast<size_t>(rows - 1);
+  switch (panels) {
+    case 1: return t1[i];
+    case 2: return t2[i];
+    case 3: return t3[i];
+    default: return t4[i];
+  }
+}
+
+}  // namespace
+
+int64_t PackedMatrix::panel_width() { return kLanes; }
+
+void PackedMatrix::Free::operator()(float* p) const { std::free(p); }
+
+PackedMatrix PackedMatrix::allocate(int64_t K, int64_t N) {
+  PackedMatrix m;
+  m.K_ = K;
+  m.N_ = N;
+  const int64_t panels = (N + kLanes - 1) / kLanes;
+  const size_t want = static_cast<size_t>(std::max<int64_t>(1, panels * K * kLanes)) * sizeof(float);
+  // Large matrices on 2 MB boundaries, so the kernel can back them with huge pages: one TLB entry
+  // per 2 MB of a stream instead of one per 4 KB, and a fraction of the page faults when packing.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = want >= kHuge ? kHuge : 64;
+  m.bytes_ = (want + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, m.bytes_);
+  if (!p) throw std::bad_alloc();
+  if (align == kHuge) madvise(p, m.bytes_, MADV_HUGEPAGE);  // advice only: 4 KB pages work too
+  m.data_.reset(static_cast<float*>(p));
+  return m;
+}
+
+PackedMatrix PackedMatrix::from_rows(const float* W, int64_t K, int64_t N, int64_t ldw) {
+  PackedMatrix m = allocate(K, N);
+  const int64_t panels = (N + kLanes - 1) / kLanes;
+  float* base = m.data_.get();
+  // Sixteen rows of W at a time across a thread's panels: the source rows stay in L2 while each
+  // panel takes its 64-byte piece of them.
+  constexpr int64_t kRowsAtOnce = 16;
+#pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t j = p * kLanes;
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, N - j));
+    float* dst = base + p * K * kLanes;
+    for (int64_t k0 = 0; k0 < K; k0 += kRowsAtOnce)
+      for (int64_t k = k0; k < std::min(K, k0 + kRowsAtOnce); ++k) {
+        std::memcpy(dst + k * kLanes, W + k * ldw + j, static_cast<size_t>(n) * sizeof(float));
+        std::fill(dst + k * kLanes + n, dst + (k + 1) * kLanes, 0.0f);
+      }
+  }
+  return m;
+}
+
+PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64_t K, int64_t ldu) {
+  PackedMatrix m = allocate(K, N);
+  const int64_t panels = (N + kLanes - 1) / kLanes;
+  float* base = m.data_.get();
+#pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
+  for (int64_t p = 0; p < panels; ++p) {
+    float* dst = base + p * K * kLanes;
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t row = p * kLanes + l;
+      if (row < N) {
+        const float* src = U + row * ldu;
+        for (int64_t k = 0; k < K; ++k) dst[k * kLanes + l] = src[k];
+      } else {
+        for (int64_t k = 0; k < K; ++k) dst[k * kLanes + l] = 0.0f;
+      }
+    }
+  }
+  return m;
+}
+
+void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
+                 const float* bias, float* out, int64_t ldo) {
+  const int64_t N = W.cols();
+  if (M <= 0 || N <= 0) return;
+  if (k1 <= k0) {  // an empty sum: the bias alone
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) out[i * ldo + j] = bias ? bias[j] : 0.0f;
+    return;
+  }
+  const int64_t panels = (N + kLanes - 1) / kLanes;
+  const int64_t pstride = W.rows() * kLanes;
+  const int width = M <= kFewRows ? kWide : M < kTallFrom ? 2 : kTallWidth;  // panels per tile
+  const int max_rows = M <= kFewRows ? kFewRows : M < kTallFrom ? kMidRows : kTallRows;
+  const int64_t groups = (panels + width - 1) / width;
+  // Row tiles of near-equal height: 20 rows as 10 + 10, not 12 + 8.
+  const int64_t row_tiles = (M + max_rows - 1) / max_rows;
+  const int64_t base_rows = M / row_tiles, extra_rows = M % row_tiles;
+  // Below ~2 MFLOP a second thread costs more to wake than it saves.
+  const bool parallel = groups > 1 && M * N * (k1 - k0) >= (int64_t{1} << 20);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t p0 = g * width;
+    const int np = static_cast<int>(std::min<int64_t>(width, panels - p0));
+    const int last_cols = p0 + np == panels ? static_cast<int>(N - (panels - 1) * kLanes) : kLanes;
+    for (int64_t kb = k0; kb < k1; kb += kKBlock) {
+      const int64_t ke = std::min(k1, kb + kKBlock);
+      TileArgs a{ke - kb, x + (kb - k0), ldx, W.panel(p0) + kb * kLanes, pstride, kb > k0,
+                 ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, out + p0 * kLanes, ldo};
+      for (int64_t t = 0, i = 0; t < row_tiles; ++t) {
+        const int rows = static_cast<int>(base_rows + (t < extra_rows ? 1 : 0));
+        TileArgs at = a;
+        at.x = a.x + i * ldx;
+        at.out = a.out + i * ldo;
+        tile_for(rows, np)(at);
+        i += rows;
+      }
+    }
+  }
+}
+
+}  // namespace hs

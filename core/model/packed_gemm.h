@@ -1,0 +1,60 @@
+// The matrix product of the forward pass: out[M, N] = x[M, K] @ W[K, N] (+ bias[N]) with W packed
+// once, when the model opens, into panels of one vector's width of columns, each panel K rows
+// deep and contiguous.
+//
+// Why pack: at 20 tokens a pass is a stream of 500 MB of weights, and the order the kernel reads
+// them in decides its speed. Read in place from a row-major [K, N] weight, each step down K jumps
+// a whole row (3-12 KB) to fetch 2-3 cache lines, which the hardware prefetchers do not follow:
+// 43-51 GFLOP/s on one core for GPT-2 small's layer products at 20 rows. From panels, the same
+// arithmetic streams memory in order: 86-94 GFLOP/s (tools/bench/bench_kernels, 2-core EPYC,
+// weights coming from memory; its single-core read bandwidth is 24 GB/s). Eigen's GEMM packs
+// too, but on every product, which was half of a 20-token pass before this kernel existed.
+//
+// Every output is one chain of multiply-adds in k order, plus the bias at the end. So a row's
+// result does not depend on which rows come with it, how K is blocked, or how many threads run:
+// a position's activations are the same bits in a full run, in a typed extension of one token,
+// and when derived on request.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace hs {
+
+class PackedMatrix {
+ public:
+  // Columns per panel: one vector register (16 floats with AVX-512, 8 otherwise).
+  static int64_t panel_width();
+
+  PackedMatrix() = default;
+  // W [K, N], row-major with row stride ldw (a Conv1D weight stored [in, out]).
+  static PackedMatrix from_rows(const float* W, int64_t K, int64_t N, int64_t ldw);
+  // The transpose of U [N, K] given by its rows (stride ldu): the unembedding [d_vocab, d_model].
+  static PackedMatrix from_transposed_rows(const float* U, int64_t N, int64_t K, int64_t ldu);
+
+  int64_t rows() const { return K_; }  // K
+  int64_t cols() const { return N_; }  // N
+  bool empty() const { return N_ == 0; }
+  size_t bytes() const { return bytes_; }
+  // Panel p: columns [p * panel_width(), ...), K rows of panel_width() floats; columns past N are 0.
+  const float* panel(int64_t p) const { return data_.get() + p * K_ * panel_width(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  static PackedMatrix allocate(int64_t K, int64_t N);
+  int64_t K_ = 0, N_ = 0;
+  size_t bytes_ = 0;
+  std::unique_ptr<float[], Free> data_;
+};
+
+// out[i, j] = sum over k in [k0, k1) of x[i, k - k0] * W[k, j], then + bias[j] when bias is not
+// null; for i < M and j < W.cols(). Strides in floats (ldx >= k1 - k0, ldo >= W.cols()). A row
+// range of W (k0, k1) is how a head's rows of W_O are used without a copy. Column panels are
+// shared among the calling thread's OpenMP team when the product is large enough to be worth it.
+void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
+                 const float* bias, float* out, int64_t ldo);
+
+}  // namespace hs
