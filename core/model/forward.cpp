@@ -92,10 +92,7 @@ void check_tokens(const ModelConfig& c, std::span<const int32_t> tokens) {
 // How many leading positions of `previous` can be reused for `tokens`.
 Eigen::Index reusable_prefix(const ActivationCache* previous, const Weights* weights, std::span<const int32_t> tokens,
                              const RunOptions& o) {
-  if (!previous || o.logits_only || previous->weights().get() != weights || previous->n_layer() == 0) return 0;
-  // Stored extras must be stored for the prefix too.
-  const LayerActivations& l0 = previous->layer(0);
-  if ((o.store_scores && l0.scores_hqk.empty()) || (o.store_results && l0.result_phd.empty())) return 0;
+  if (!previous || previous->weights().get() != weights || !cache_covers(*previous, o)) return 0;
   const auto& old = previous->tokens();
   size_t p = 0;
   while (p < old.size() && p < tokens.size() && old[p] == tokens[p]) ++p;
@@ -124,6 +121,12 @@ int auto_threads(const ModelConfig& config, int n_tokens) {
   // wins by far on a busy one.
   const double work = static_cast<double>(config.parameter_count()) * n_tokens;
   return work < 2e8 ? 1 : omp_get_num_procs();
+}
+
+bool cache_covers(const ActivationCache& cache, const RunOptions& o) {
+  if (o.logits_only || cache.n_layer() == 0) return false;
+  const LayerActivations& l0 = cache.layer(0);
+  return (!o.store_scores || !l0.scores_hqk.empty()) && (!o.store_results || !l0.result_phd.empty());
 }
 
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,

@@ -19,6 +19,11 @@ struct RunOptions {
   int threads = 0;
 };
 
+// Whether an earlier run's cache holds everything a run with `options` keeps: its layers (it was
+// not a logits-only run), and the extras the options store (scores, per-head results). Only such
+// a cache may lend its prefix to a new run, or stand in for it.
+bool cache_covers(const ActivationCache& cache, const RunOptions& options);
+
 // The automatic choice: one thread when the run is small enough that forking costs more than it
 // saves (and a busy machine would make every fork-join wait for a descheduled thread), else all.
 int auto_threads(const ModelConfig& config, int n_tokens);

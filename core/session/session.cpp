@@ -61,10 +61,8 @@ void add_activation_warnings(TextRun& r) {
 // context meant copying the whole cache (about 0.9 GB for GPT-2 small at 1024 tokens) per key.
 bool same_run(const ActivationCache* previous, const Model& model, const std::vector<int32_t>& tokens,
               const RunOptions& o) {
-  if (!previous || previous->weights() != model.weights() || previous->tokens() != tokens) return false;
-  if (o.logits_only || previous->n_layer() == 0) return false;
-  const LayerActivations& l0 = previous->layer(0);
-  return (!o.store_scores || !l0.scores_hqk.empty()) && (!o.store_results || !l0.result_phd.empty());
+  return previous && previous->weights() == model.weights() && previous->tokens() == tokens &&
+         cache_covers(*previous, o);
 }
 
 }  // namespace

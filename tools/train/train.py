@@ -238,14 +238,13 @@ def main():
     # the machine is; --minutes only stops a run that would overrun (session 2: a schedule that
     # followed wall time too started its decay at 5.3M tokens on a shared machine, before the
     # induction heads had formed).
-    def progress(s, elapsed):
-        del elapsed
+    def progress(s):
         return min(1.0, (s - args.warmup) / max(1, steps - args.warmup))
 
-    def lr_at(s, elapsed=0.0):
+    def lr_at(s):
         if s < args.warmup:
             return args.lr * (s + 1) / args.warmup
-        p = progress(s, elapsed)
+        p = progress(s)
         if p <= args.hold:
             return args.lr
         p = (p - args.hold) / (1.0 - args.hold)
@@ -256,7 +255,7 @@ def main():
     model.train()
     acc_loss, acc_n = 0.0, 0
     for step in range(start_step, steps):
-        lr = lr_at(step, elapsed0 + time.time() - t0)
+        lr = lr_at(step)
         for g in opt.param_groups:
             g["lr"] = lr
         x, y, m = sampler.batch(args.batch)

@@ -11,6 +11,7 @@
 #include "qcustomplot.h"
 #include "ui/style/colormap.h"
 #include "ui/widgets/labels.h"
+#include "ui/widgets/plot_ticks.h"
 
 namespace hs::ui {
 
@@ -60,16 +61,7 @@ BarChartView::BarChartView(QWidget* parent) : QWidget(parent) {
   });
   connect(plot_, &QCustomPlot::mouseMove, this, &BarChartView::onMouseMove);
   connect(plot_, &QCustomPlot::mousePress, this, &BarChartView::onMousePress);
-  // Labels are thinned for the axis length; the length is only known once the plot is laid out
-  // (a view built while hidden in another tab has none), so look again after each layout.
-  connect(plot_, &QCustomPlot::afterLayout, this, [this] {
-    const QSize now(plot_->axisRect()->width(), plot_->axisRect()->height());
-    const auto differs = [](int a, int b) { return std::abs(a - b) > std::max(12, b / 8); };
-    if (differs(now.width(), tick_lengths_.width()) || differs(now.height(), tick_lengths_.height())) {
-      updateTicks();
-      plot_->replot(QCustomPlot::rpQueuedReplot);
-    }
-  });
+  retickAfterLayout(plot_, this, &tick_lengths_, [this] { updateTicks(); });
   setMinimumSize(200, 140);
 }
 
