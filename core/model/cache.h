@@ -84,6 +84,9 @@ class ActivationCache {
   RowVectorXf final_residual(int pos) const;
   // How many tokens at the start were reused from an earlier run instead of recomputed.
   int reused_prefix = 0;
+  // Whether every logit is a finite number (set by the forward pass; a run that reuses a prefix
+  // checks only its new rows and carries the prefix's answer over).
+  bool logits_finite = true;
   // The attention scale applied to q.k for layer l (1/sqrt(d_head), and 1/(l+1) when configured).
   float attention_scale(int l) const;
 

@@ -145,7 +145,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   with_prefix(cache->embed, prev ? &prev->embed : nullptr, P, S, D);
   with_prefix(cache->pos_embed, prev ? &prev->pos_embed : nullptr, P, S, D);
   for (Eigen::Index i = P; i < S; ++i) {
-    cache->embed.row(i) = ConstRowVectorRef(weights->wte() + static_cast<int64_t>(tokens[static_cast<size_t>(i)]) * D, D);
+    weights->embedding_row(tokens[static_cast<size_t>(i)], cache->embed.row(i).data());
     cache->pos_embed.row(i) = ConstRowVectorRef(weights->wpe() + i * D, D);
   }
   RowMatrixXf resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);  // [new pos, d_model]
@@ -234,6 +234,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // 1024 tokens) copied in afterwards had been the peak of the run's resident memory.
   with_prefix(cache->logits, prev ? &prev->logits : nullptr, P, S, c.d_vocab);
   unembed_forward(cache->logits.bottomRows(N), ln_new, weights->packed_unembed());
+  cache->logits_finite = (!prev || prev->logits_finite) && cache->logits.bottomRows(N).allFinite();
   return cache;
 }
 

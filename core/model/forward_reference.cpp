@@ -147,6 +147,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
       for (size_t d = 0; d < D; ++d) acc += lnf[i][d] * u[d];
       cache->logits(static_cast<Eigen::Index>(i), t) = static_cast<float>(acc);
     }
+  cache->logits_finite = cache->logits.allFinite();
   return cache;
 }
 

@@ -37,6 +37,9 @@ class PackedMatrix {
   int64_t cols() const { return N_; }  // N
   bool empty() const { return N_ == 0; }
   size_t bytes() const { return bytes_; }
+  // Column j of the matrix (out[k] = W[k, j], k < rows()): for a matrix packed from transposed
+  // rows, row j of the original (a token's embedding, from the packed unembedding).
+  void column(int64_t j, float* out) const;
   // Panel p: columns [p * panel_width(), ...), K rows of panel_width() floats; columns past N are 0.
   const float* panel(int64_t p) const { return data_.get() + p * K_ * panel_width(); }
 

@@ -1,5 +1,6 @@
 #include "core/model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -159,6 +160,16 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   w->packed_unembed_ = PackedMatrix::from_transposed_rows(w->unembed_, V, D, D);
   file->release_resident(w->unembed_, static_cast<size_t>(V * D) * sizeof(float));
   return w;
+}
+
+void Weights::embedding_row(int32_t t, float* out) const {
+  // Reading the released rows in place would map them again, and the kernel maps a whole
+  // page-cache folio per fault: 1024 tokens of GPT-2 small brought back 160 MB of wte's 154 MB
+  // (resident memory 1545 MiB at 1024 tokens, against 1.4 GB with this). The packed copy gives
+  // the same floats.
+  if (tied_) return packed_unembed_.column(t, out);
+  const int64_t D = config_.d_model;
+  std::copy_n(wte_ + t * D, D, out);
 }
 
 ConstStridedMatrixRef Weights::W_Q(int l, int h) const {

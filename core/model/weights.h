@@ -51,6 +51,10 @@ class Weights {
   const ModelConfig& config() const { return config_; }
   const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   const float* wte() const { return wte_; }   // [d_vocab, d_model]
+  // Token t's embedding, wte[t], copied into out[d_model]. Use this rather than wte() on a hot
+  // path: with a tied unembedding it reads the packed copy, as the mapped pages of wte have been
+  // released (see load()).
+  void embedding_row(int32_t t, float* out) const;
   const float* wpe() const { return wpe_; }   // [n_ctx, d_model]
   const float* ln_f_w() const { return ln_f_w_; }
   const float* ln_f_b() const { return ln_f_b_; }

@@ -51,7 +51,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void add_activation_warnings(TextRun& r) {
-  if (!r.cache->logits.allFinite())
+  if (!r.cache->logits_finite)
     r.warnings.push_back("the logits contain NaN or infinite values: the model's weights or activations overflowed, "
                          "so the views of this run are not meaningful.");
 }

@@ -196,6 +196,7 @@ TEST_CASE("an incremental run equals a full run", "[forward][incremental]") {
       while (common < first.size() && common < next->size() && first[common] == (*next)[common]) ++common;
       CHECK(incremental->reused_prefix == static_cast<int>(std::min(common, next->size() - 1)));
       CHECK(full->reused_prefix == 0);
+      CHECK(incremental->logits_finite == incremental->logits.allFinite());
       for (const std::string& key : full->keys()) {
         INFO(key << " after reusing " << incremental->reused_prefix);
         const test::Comparison c = test::compare(full->get(key).data, incremental->get(key).data);
