@@ -512,14 +512,14 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("")
     if open_warm:
         L.append(f"`hs::Model::load` of the 498 MB GPT-2-small folder (safetensors memory-mapped, every weight checked "
-                 f"for NaN/inf, tokenizer read): median **{fmt_ms(open_warm['median_ms'])} ms** with the file in the "
+                 f"for NaN/inf, the matrices packed for the forward pass, tokenizer read): median **{fmt_ms(open_warm['median_ms'])} ms** with the file in the "
                  f"page cache (warm; {len(open_warm['runs'])} loads, min {fmt_ms(open_warm['min_ms'])} ms).")
         if open_cold:
             res = open_cold.get("resident_before_pct") or []
             res_txt = f"; {max(res):.0f}% of the file was still cached at the start of a load" if res else ""
             L.append(f"Cold (the file's pages evicted with `posix_fadvise(DONTNEED)` before each load, so they are read "
                      f"from disk{res_txt}): median **{fmt_ms(open_cold['median_ms'])} ms** over {len(open_cold['runs'])} "
-                     f"loads. The check reads every weight, so a cold open reads the whole file from disk.")
+                     f"loads. The check and the packing read every weight, so a cold open reads the whole file from disk.")
         pl = [x for r in rows for x in r["pt_load_ms"]]
         if pl:
             L.append(f"For comparison, `torch_bench.py` reads the same file into memory and wraps it in tensors in a median "
