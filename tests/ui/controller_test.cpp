@@ -93,6 +93,21 @@ TEST_CASE("Position and layer analyses arrive for the current run", "[controller
   CHECK(l->layer == 1);
   CHECK(l->cs.max_abs_diff < 1e-4f);
   CHECK(l->head_result_images.size() == static_cast<size_t>(c.currentRun()->n_head()));
+  // Colour ranges: attn_out's covers both of its panels; the heads' is a high quantile of |r_h|
+  // across every head, so most of each head's values are drawn in visible colour, not white.
+  CHECK(l->output_range >= l->cs.via_concat.cwiseAbs().maxCoeff());
+  CHECK(l->output_range >= l->cs.via_sum.cwiseAbs().maxCoeff());
+  float head_max = 0.0f;
+  size_t values = 0, within = 0;
+  for (const hs::RowMatrixXf& r : l->cs.head_results) {
+    head_max = std::max(head_max, r.cwiseAbs().maxCoeff());
+    values += static_cast<size_t>(r.size());
+    within += static_cast<size_t>((r.array().abs() <= l->head_range).count());
+  }
+  CHECK(l->head_range > 0.0f);
+  CHECK(l->head_range <= head_max);
+  CHECK(static_cast<double>(within) >= 0.99 * static_cast<double>(values));  // about 99.5% by construction
+  CHECK(static_cast<double>(within) < static_cast<double>(values));          // the largest saturate
 }
 
 TEST_CASE("The analyses the views asked for are computed with the next run and handed over at once", "[controller]") {

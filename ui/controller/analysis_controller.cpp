@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <exception>
 
@@ -61,6 +62,24 @@ QThreadPool* loadPool() {
     return p;
   }();
   return pool;
+}
+
+// The q-quantile of |x| over the matrices' values, from at most 2^16 evenly spaced samples (a
+// few hundred microseconds for a colour range, whatever the prompt's length).
+float absQuantile(const std::vector<hs::RowMatrixXf>& ms, double q) {
+  size_t total = 0;
+  for (const auto& m : ms) total += static_cast<size_t>(m.size());
+  if (total == 0) return 0.0f;
+  const size_t stride = std::max<size_t>(1, total / (size_t{1} << 16));
+  std::vector<float> sample;
+  sample.reserve(total / stride + 1);
+  size_t i = 0;
+  for (const auto& m : ms)
+    for (Eigen::Index k = 0; k < m.size(); ++k, ++i)
+      if (i % stride == 0) sample.push_back(std::abs(m.data()[k]));
+  const auto nth = sample.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(sample.size() - 1));
+  std::nth_element(sample.begin(), nth, sample.end());
+  return *nth;
 }
 
 }  // namespace
@@ -125,11 +144,12 @@ std::shared_ptr<LayerResult> AnalysisController::computeLayer(std::shared_ptr<co
   result->run_job = run->job;
   result->layer = std::clamp(layer, 0, run->n_layer() - 1);
   result->cs = hs::concat_vs_sum(*run->run.cache, result->layer);
-  float range = result->cs.via_concat.cwiseAbs().maxCoeff();
-  for (const hs::RowMatrixXf& r : result->cs.head_results) range = std::max(range, r.cwiseAbs().maxCoeff());
-  result->output_range = range > 0.0f ? range : 1.0f;
+  const float out_range = std::max(result->cs.via_concat.cwiseAbs().maxCoeff(), result->cs.via_sum.cwiseAbs().maxCoeff());
+  result->output_range = out_range > 0.0f ? out_range : 1.0f;
+  const float head_range = absQuantile(result->cs.head_results, 0.995);
+  result->head_range = head_range > 0.0f ? head_range : result->output_range;
   for (const hs::RowMatrixXf& r : result->cs.head_results)
-    result->head_result_images.push_back(signedMatrixImage(r, result->output_range));
+    result->head_result_images.push_back(signedMatrixImage(r, result->head_range));
   result->run = std::move(run);
   return result;
 }

@@ -54,10 +54,14 @@ struct LayerResult {
   std::shared_ptr<const RunResult> run;
   int layer = 0;
   hs::ConcatVsSum cs;
-  // The shared colour range of everything in [pos, d_model] (r_h, attn_out via both paths), so
-  // the parts and their sum are drawn on one scale; and each r_h as a small image on it.
+  // Colour ranges (symmetric, +-range). attn_out via both paths shares one: max |attn_out|, so
+  // the two are drawn on one scale. The heads' r_h share another, the 99.5th percentile of |r_h|
+  // over every head (larger values saturate): attn_out adds b_O and every head, and is several
+  // times larger than a typical head's values (2-8x at the 99th percentile in the built-in
+  // model), so on attn_out's scale the r_h images were nearly white.
   float output_range = 1.0f;
-  std::vector<QImage> head_result_images;  // [head]
+  float head_range = 1.0f;
+  std::vector<QImage> head_result_images;  // [head], on head_range
 };
 
 }  // namespace hs::ui

@@ -255,7 +255,14 @@ void ConcatSumView::refresh() {
   const int columns = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(H)))));
   results_->setItems(std::move(items), columns);
   results_->setCellAspect(std::clamp(static_cast<double>(D) / std::max(1, S), 0.5, 2.0));
-  results_caption_->setText(QStringLiteral("r_h = z_h · W_O[h], one per head\nS × D = %1 × %2 each").arg(S).arg(D));
+  results_caption_->setText(QStringLiteral("r_h = z_h · W_O[h], one per head\nS × D = %1 × %2 each, colours ±%3")
+                                .arg(S)
+                                .arg(D)
+                                .arg(formatNumber(result_->head_range)));
+  results_caption_->setToolTip(QStringLiteral("The heads share one colour scale, the 99.5th percentile of |r_h| over "
+                                              "every head, so heads compare with each other; larger values saturate. "
+                                              "attn_out (±%1) adds b_O and every head and is drawn on its own scale.")
+                                   .arg(formatNumber(result_->output_range)));
   results_->setFigureText({QStringLiteral("L%1 per-head results r_h").arg(layer), runSubtitle(run)},
                           QStringLiteral("head_results_L%1").arg(layer));
 
