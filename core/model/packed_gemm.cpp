@@ -13,13 +13,16 @@
 namespace hs {
 namespace {
 
-// GCC/Clang vector extensions: the compiler maps them to the widest registers -march allows
-// (zmm with AVX-512, ymm with AVX2, pairs of xmm otherwise) without intrinsics per ISA. The
-// multiply-adds below are contracted to FMA where the target has it.
+// GCC/Clang vector extensions: the compiler maps them to the target's vector registers (zmm
+// with AVX-512, ymm with AVX, xmm otherwise: a portable x86-64 build such as the sanitizer one)
+// without intrinsics per ISA. The multiply-adds below are contracted to FMA where the target has
+// it.
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
-#else
+#elif defined(__AVX__)
 constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;
 #endif
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -48,7 +51,7 @@ inline void store_n(float* p, Vec v, int n) {
 // - up to 127 rows: 2 panels x up to 12 rows: 10 x 2 tiles ran at 88-94 GFLOP/s at 20 rows,
 //   8 x 3 tiles at 83-86 (fewer passes over the panels matter while they come from memory);
 // - 128 rows and more: 3 panels x up to 8 rows, about 5% faster once the panels sit in cache.
-// AVX2 has 16 registers: 2 panels x up to 6 rows, or 4 panels for up to 2 rows.
+// AVX2 and SSE have 16 registers: 2 panels x up to 6 rows, or 4 panels for up to 2 rows.
 #if defined(__AVX512F__)
 constexpr int kFewRows = 4;
 constexpr int kMidRows = 12;

@@ -24,7 +24,7 @@ namespace hs {
 
 class PackedMatrix {
  public:
-  // Columns per panel: one vector register (16 floats with AVX-512, 8 otherwise).
+  // Columns per panel: one vector register (16 floats with AVX-512, 8 with AVX, 4 otherwise).
   static int64_t panel_width();
 
   PackedMatrix() = default;

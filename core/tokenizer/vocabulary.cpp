@@ -102,11 +102,6 @@ std::string byte_spelling(int b) {
   return spelling;
 }
 
-std::string hex_byte(int b) {
-  const char* digits = "0123456789ABCDEF";
-  return std::string("0x") + digits[b >> 4] + digits[b & 0xF];
-}
-
 // The bytes a vocabulary spelling stands for. A spelling made only of table characters maps
 // through the table; any other spelling (an added token such as "<pad>" with characters outside
 // the table) stands for its own UTF-8 bytes, as in Hugging Face's ByteLevel decoder.
