@@ -11,12 +11,14 @@
 #include <QRadioButton>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QTabWidget>
 #include <QTest>
 #include <QDragEnterEvent>
 
 #include <cmath>
 
 #include "core/analysis/analysis.h"
+#include "qcustomplot.h"
 #include "core/model/memory_guard.h"
 #include "core/model/model.h"
 #include "ui/controller/analysis_controller.h"
@@ -318,4 +320,24 @@ TEST_CASE("Dropping a model folder on the window loads it and remembers it", "[w
   refuse.setAccepted(false);
   QCoreApplication::sendEvent(&w.window, &refuse);
   CHECK(!refuse.isAccepted());
+}
+
+TEST_CASE("An idle window does not keep repainting", "[window]") {
+  // Every plot re-thins its tick labels after a layout that changed its size. A plot whose axis
+  // rect was collapsed (a view in a hidden tab) had re-thinned and replotted itself without end,
+  // keeping the GUI thread at 100% while nothing happened.
+  Window w;
+  waitForAnalyses(w);
+  for (int view = 0; view < w.window.tabs()->count(); ++view) {
+    w.window.tabs()->setCurrentIndex(view);
+    QTest::qWait(300);  // let the tab's first layout and its re-ticking settle
+    int replots = 0;
+    std::vector<QMetaObject::Connection> connections;
+    for (QCustomPlot* plot : w.window.findChildren<QCustomPlot*>())
+      connections.push_back(QObject::connect(plot, &QCustomPlot::afterReplot, [&] { ++replots; }));
+    QTest::qWait(400);
+    for (const auto& c : connections) QObject::disconnect(c);
+    INFO("view " << view);
+    CHECK(replots == 0);
+  }
 }

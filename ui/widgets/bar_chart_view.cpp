@@ -61,7 +61,7 @@ BarChartView::BarChartView(QWidget* parent) : QWidget(parent) {
   });
   connect(plot_, &QCustomPlot::mouseMove, this, &BarChartView::onMouseMove);
   connect(plot_, &QCustomPlot::mousePress, this, &BarChartView::onMousePress);
-  retickAfterLayout(plot_, this, &tick_lengths_, [this] { updateTicks(); });
+  retickAfterLayout(plot_, this, [this] { updateTicks(); });
   setMinimumSize(200, 140);
 }
 
@@ -197,7 +197,6 @@ void BarChartView::resizeEvent(QResizeEvent* event) {
 void BarChartView::updateTicks() {
   const int line = QFontMetrics(plot_->xAxis->tickLabelFont()).height() + 1;
   const int width = plot_->axisRect()->width() > 20 ? plot_->axisRect()->width() : std::max(60, plot_->width() - 80);
-  tick_lengths_ = QSize(width, plot_->axisRect()->height());
   const int n = barCount();
   const int step = std::max(1, static_cast<int>(std::ceil(n * double(line) / std::max(1, width))));
   auto ticker = QSharedPointer<QCPAxisTickerText>::create();

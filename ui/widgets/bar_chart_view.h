@@ -65,7 +65,6 @@ class BarChartView : public QWidget, public FigureSource {
   void rebuild();
 
   QCustomPlot* plot_ = nullptr;
-  QSize tick_lengths_;  // the axis lengths the tick labels were thinned for
   QCPItemRect* highlight_ = nullptr;
   std::vector<Bar> bars_;
   std::vector<std::pair<QString, QColor>> legend_;

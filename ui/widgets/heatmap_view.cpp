@@ -122,7 +122,7 @@ HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   connect(plot_, &QWidget::customContextMenuRequested, this, &HeatmapView::showContextMenu);
   connect(plot_, &QCustomPlot::mouseMove, this, &HeatmapView::onMouseMove);
   connect(plot_, &QCustomPlot::mousePress, this, &HeatmapView::onMousePress);
-  retickAfterLayout(plot_, this, &tick_lengths_, [this] { updateTicks(); });
+  retickAfterLayout(plot_, this, [this] { updateTicks(); });
   setMinimumSize(160, 140);
   clear();
 }
@@ -438,7 +438,6 @@ void HeatmapView::updateTicks() {
   QCPAxisRect* rect = plot_->axisRect();
   const int height = rect->height() > 20 ? rect->height() : std::max(60, plot_->height() - 90);
   const int width = rect->width() > 20 ? rect->width() : std::max(60, plot_->width() - 130);
-  tick_lengths_ = QSize(width, height);
   const bool rotate_columns = col_labels_rotated_ && col_band_ == 0 && !col_labels_.isEmpty();
 
   auto tick_axis = [&](QCPAxis* axis, int n, const QStringList& labels, int band, const QString& prefix, int length,

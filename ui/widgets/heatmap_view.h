@@ -113,7 +113,6 @@ class HeatmapView : public QWidget, public FigureSource {
   void scheduleReplot();
 
   QCustomPlot* plot_ = nullptr;
-  QSize tick_lengths_;  // the axis lengths the tick labels were thinned for
   QCPColorMap* map_ = nullptr;
   QCPColorScale* scale_ = nullptr;
   QCPTextElement* title_ = nullptr;

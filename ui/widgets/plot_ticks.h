@@ -1,8 +1,6 @@
 // Tick labels that follow the plot's size.
 #pragma once
 
-#include <QSize>
-
 #include <functional>
 
 class QCustomPlot;
@@ -11,10 +9,11 @@ class QObject;
 namespace hs::ui {
 
 // Tick labels are thinned for the axis length, which is only known once the plot is laid out (a
-// view built while hidden in another tab has none). After each layout of `plot` whose axis rect
-// differs noticeably from *thinned_for (the lengths the labels were last thinned for), calls
-// `update_ticks` and queues a replot. `context` owns the connection.
-void retickAfterLayout(QCustomPlot* plot, QObject* context, const QSize* thinned_for,
-                       std::function<void()> update_ticks);
+// view built while hidden in another tab has none). After a layout of `plot` whose axis rect
+// differs noticeably from the one seen at the last such call, calls `update_ticks` and queues a
+// replot. The size compared is the one observed, never the fallback length `update_ticks` may
+// thin for: comparing against that had replotted a plot with a collapsed axis rect without end,
+// keeping the GUI thread busy while the window sat idle. `context` owns the connection.
+void retickAfterLayout(QCustomPlot* plot, QObject* context, std::function<void()> update_ticks);
 
 }  // namespace hs::ui
