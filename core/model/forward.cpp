@@ -7,6 +7,7 @@
 #include "core/model/forward.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -42,9 +43,21 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Asks for huge pages over the whole 2 MB ranges of a large block the run is about to fill
+// (advice only). A run's cache is fresh memory: at 1024 tokens of GPT-2 small, 870 MB of it,
+// faulted in 4 KB at a time. A typed key that extends a 1000-token prompt spent about half its
+// time in the kernel's page-fault path (perf), more than in copying the prefix.
+void advise_huge_pages(void* p, size_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) / kHuge * kHuge;
+  if (lo < hi) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+}
+
 // Grows `m` to `rows` rows, keeping the first `keep` rows of `from`.
 void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eigen::Index rows, Eigen::Index cols) {
   m.resize(rows, cols);
+  advise_huge_pages(m.data(), static_cast<size_t>(m.size()) * sizeof(float));
   if (keep > 0) m.topRows(keep) = from->topRows(keep);
 }
 
@@ -170,6 +183,8 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     a.v.bottomRows(N) = qkv.rightCols(D);
     // Packed patterns of a shorter prompt are a prefix of each head's packed block.
     const size_t tri = static_cast<size_t>(S * (S + 1) / 2), old_tri = static_cast<size_t>(P * (P + 1) / 2);
+    a.pattern_packed.reserve(static_cast<size_t>(H) * tri);
+    advise_huge_pages(a.pattern_packed.data(), a.pattern_packed.capacity() * sizeof(float));
     a.pattern_packed.resize(static_cast<size_t>(H) * tri);
     if (pa)
       for (int h = 0; h < H; ++h)
