@@ -1,6 +1,5 @@
 // headscope-cli end to end: the contract of DESIGN.md, its errors, and that a failed run leaves
 // no output file.
-#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -14,32 +13,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = hs::test::CliRun;
+using hs::test::quote;
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-Result cli(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / ("hs_cli_err_" + std::to_string(::getpid()));
-  const std::string cmd = quote(HEADSCOPE_CLI_PATH) + " " + args + " 2>" + quote(err_file.string());
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = hs::test::read_text(err_file);
-  fs::remove(err_file);
-  return r;
-}
+Result cli(const std::string& args) { return hs::test::run_cli(args); }
 
 std::string fixture(const char* name) { return quote(hs::test::fixture_model(name).string()); }
 

@@ -4,7 +4,6 @@
 // cannot drift apart). Every case also checks that nothing was written.
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -67,37 +66,13 @@ std::string expected(const std::string& id, const Subst& subst, int index = 0) {
 
 // ---------------------------------------------------------------- running the CLI
 
-struct Cli {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using Cli = hs::test::CliRun;
+using hs::test::quote;
 
 int g_counter = 0;
 
-// `args` is shell text after the program name; `prefix` runs before it in the same shell
-// (environment variables, ulimit); `wrapper` runs the program (timeout).
 Cli cli(const std::string& args, const std::string& prefix = "", const std::string& wrapper = "") {
-  const fs::path err_file =
-      fs::temp_directory_path() / ("hs_refused_err_" + std::to_string(::getpid()) + "_" + std::to_string(++g_counter));
-  const std::string cmd =
-      prefix + " exec " + wrapper + " " + quote(HEADSCOPE_CLI_PATH) + " " + args + " 2>" + quote(err_file.string());
-  Cli r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.err = hs::test::read_text(err_file);
-  fs::remove(err_file);
-  return r;
+  return hs::test::run_cli(args, prefix, wrapper);
 }
 
 // A scratch folder, removed (permissions restored first) at the end of the test.

@@ -2,8 +2,12 @@
 // README defines (max |reference - ours| / max |reference| per key).
 #pragma once
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,6 +26,40 @@ inline std::string read_text(const std::filesystem::path& p) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A shell word: `s` in single quotes.
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// One run of headscope-cli: its exit code (128 + the signal when killed) and what it wrote.
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs headscope-cli with `args` (shell text after the program name). `prefix` runs before it in
+// the same shell (environment variables, ulimit); `wrapper` runs the program (timeout).
+inline CliRun run_cli(const std::string& args, const std::string& prefix = "", const std::string& wrapper = "") {
+  static int counter = 0;
+  const std::filesystem::path err_file = std::filesystem::temp_directory_path() /
+                                         ("hs_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
+  const std::string cmd =
+      prefix + " exec " + wrapper + " " + quote(HEADSCOPE_CLI_PATH) + " " + args + " 2>" + quote(err_file.string());
+  CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.err = read_text(err_file);
+  std::filesystem::remove(err_file);
+  return r;
 }
 
 struct Comparison {
