@@ -335,9 +335,11 @@ TEST_CASE("An idle window does not keep repainting", "[window]") {
     std::vector<QMetaObject::Connection> connections;
     for (QCustomPlot* plot : w.window.findChildren<QCustomPlot*>())
       connections.push_back(QObject::connect(plot, &QCustomPlot::afterReplot, [&] { ++replots; }));
-    QTest::qWait(400);
+    QTest::qWait(500);
     for (const auto& c : connections) QObject::disconnect(c);
-    INFO("view " << view);
-    CHECK(replots == 0);
+    INFO("view " << view << ": " << replots << " replots in 500 ms");
+    // The loop replotted hundreds of times a second; a late event on a loaded machine may
+    // still replot a plot once or twice.
+    CHECK(replots <= 2);
   }
 }
