@@ -44,9 +44,12 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Asks for huge pages over the whole 2 MB ranges of a large block the run is about to fill
-// (advice only). A run's cache is fresh memory: at 1024 tokens of GPT-2 small, 870 MB of it,
-// faulted in 4 KB at a time. A typed key that extends a 1000-token prompt spent about half its
-// time in the kernel's page-fault path (perf), more than in copying the prefix.
+// (advice only), when the run copies a prefix into it. A run's cache is fresh memory: at 1024
+// tokens of GPT-2 small, 870 MB of it, faulted in 4 KB at a time. A typed key that extends a
+// 1000-token prompt spent about half its time in the kernel's page-fault path (perf), more than
+// in copying the prefix; with huge pages that key takes 160-200 ms instead of 315-390. A full
+// run is the other way round in this VM: 1024 tokens took 4.5-4.7 s with huge pages against
+// 3.9-4.0 s without (hs_bench_row, one thread), so runs without a prefix do not ask.
 void advise_huge_pages(void* p, size_t bytes) {
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
@@ -57,8 +60,9 @@ void advise_huge_pages(void* p, size_t bytes) {
 // Grows `m` to `rows` rows, keeping the first `keep` rows of `from`.
 void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eigen::Index rows, Eigen::Index cols) {
   m.resize(rows, cols);
+  if (keep == 0) return;
   advise_huge_pages(m.data(), static_cast<size_t>(m.size()) * sizeof(float));
-  if (keep > 0) m.topRows(keep) = from->topRows(keep);
+  m.topRows(keep) = from->topRows(keep);
 }
 
 // Attention is the only layer that mixes information across positions. For each head and each
@@ -184,7 +188,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // Packed patterns of a shorter prompt are a prefix of each head's packed block.
     const size_t tri = static_cast<size_t>(S * (S + 1) / 2), old_tri = static_cast<size_t>(P * (P + 1) / 2);
     a.pattern_packed.reserve(static_cast<size_t>(H) * tri);
-    advise_huge_pages(a.pattern_packed.data(), a.pattern_packed.capacity() * sizeof(float));
+    if (pa) advise_huge_pages(a.pattern_packed.data(), a.pattern_packed.capacity() * sizeof(float));
     a.pattern_packed.resize(static_cast<size_t>(H) * tri);
     if (pa)
       for (int h = 0; h < H; ++h)
