@@ -7,7 +7,6 @@
 #include "core/model/forward.h"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +18,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/model/huge_pages.h"
 #include "core/model/ops.h"
 
 namespace hs {
@@ -43,21 +43,14 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Asks for huge pages over the whole 2 MB ranges of a large block the run is about to fill
-// (advice only), when the run copies a prefix into it. A run's cache is fresh memory: at 1024
-// tokens of GPT-2 small, 870 MB of it, faulted in 4 KB at a time. A typed key that extends a
-// 1000-token prompt spent about half its time in the kernel's page-fault path (perf), more than
-// in copying the prefix; with huge pages that key takes 160-200 ms instead of 315-390. A full
-// run is the other way round in this VM: 1024 tokens took 4.5-4.7 s with huge pages against
-// 3.9-4.0 s without (hs_bench_row, one thread), so runs without a prefix do not ask.
-void advise_huge_pages(void* p, size_t bytes) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) / kHuge * kHuge;
-  if (lo < hi) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-}
-
 // Grows `m` to `rows` rows, keeping the first `keep` rows of `from`.
+//
+// A block that receives a prefix gets huge pages (advise_huge_pages). A run's cache is fresh
+// memory: at 1024 tokens of GPT-2 small, 870 MB of it, faulted in 4 KB at a time. A typed key
+// that extends a 1000-token prompt spent about half its time in the kernel's page-fault path
+// (perf), more than in copying the prefix; with huge pages that key takes 160-200 ms instead of
+// 315-390. A full run is the other way round in this VM: 1024 tokens took 4.5-4.7 s with huge
+// pages against 3.9-4.0 s without (hs_bench_row, one thread), so runs without a prefix do not ask.
 void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eigen::Index rows, Eigen::Index cols) {
   m.resize(rows, cols);
   if (keep == 0) return;

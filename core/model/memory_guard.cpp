@@ -112,10 +112,6 @@ void refuse_if_short(uint64_t needed, const std::string& doing, const std::strin
               " is available; " + advice);
 }
 
-}  // namespace
-
-namespace {
-
 struct LoadBytes {
   uint64_t converted = 0;  // F16/BF16/F64 (or unaligned F32) tensors copied into float32
   uint64_t packed = 0;     // the forward pass's packed copies (Weights::packed)

@@ -1,7 +1,6 @@
 #include "core/model/packed_gemm.h"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -9,6 +8,8 @@
 #include <cstring>
 #include <new>
 #include <utility>
+
+#include "core/model/huge_pages.h"
 
 namespace hs {
 namespace {
@@ -148,13 +149,7 @@ PackedMatrix PackedMatrix::allocate(int64_t K, int64_t N) {
   m.bytes_ = (want + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, m.bytes_);
   if (!p) throw std::bad_alloc();
-  constexpr size_t kHuge = size_t{2} << 20;
-  if (m.bytes_ >= 2 * kHuge) {
-    // madvise needs a page-aligned start; the whole 2 MB ranges inside get huge pages.
-    const uintptr_t page = 4096, lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-    const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + m.bytes_) / page * page;
-    if (lo < hi) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);  // advice only
-  }
+  advise_huge_pages(p, m.bytes_);
   m.data_.reset(static_cast<float*>(p));
   return m;
 }
