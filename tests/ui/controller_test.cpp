@@ -4,10 +4,13 @@
 #include <QSemaphore>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QThread>
 #include <QThreadPool>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include "core/model/model.h"
 #include "ui/controller/analysis_controller.h"
+#include "ui/controller/deliver.h"
 #include "ui_test_support.h"
 
 using namespace hs::ui;
@@ -170,4 +173,54 @@ TEST_CASE("Loading a model happens off the GUI thread and a failure keeps the pr
   c.loadModel(tmp.filePath(QStringLiteral("does-not-exist")));
   REQUIRE(waitFor([&] { return failed.count() == 2; }));
   CHECK(c.model() == model);
+}
+
+TEST_CASE("A worker's answer always arrives through the event loop even when the work finished first", "[controller]") {
+  // Qt 6.4's QFuture::then(context, f) runs f inside then() when the future has already finished;
+  // a request could then answer before it returned. deliverLater must post such an answer.
+  QObject context;
+  int calls = 0;
+  QThread* delivered_on = nullptr;
+  deliverLater(QtFuture::makeReadyFuture(41), &context, [&](int v) {
+    calls += v;
+    delivered_on = QThread::currentThread();
+  });
+  CHECK(calls == 0);  // not inside the call
+  REQUIRE(waitFor([&] { return calls == 41; }));
+  CHECK(delivered_on == context.thread());
+
+  // The usual case: the work finishes later on a pool thread, the answer comes on context's thread.
+  QSemaphore gate;
+  auto later = QtConcurrent::run([&gate] {
+    gate.acquire();
+    return 1;
+  });
+  deliverLater(later, &context, [&](int v) {
+    calls += v;
+    delivered_on = QThread::currentThread();
+  });
+  gate.release();
+  REQUIRE(waitFor([&] { return calls == 42; }));
+  CHECK(delivered_on == context.thread());
+}
+
+TEST_CASE("The controller never answers inside the request that asked", "[controller]") {
+  // The fixture model's analyses take microseconds, so a worker can finish before the request
+  // returns; its answer must still come later, never re-entering the caller.
+  AnalysisController c;
+  c.setModel(test::fixtureModel());
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  QSignalSpy pos(&c, &AnalysisController::positionReady);
+  QSignalSpy layer(&c, &AnalysisController::layerReady);
+  c.requestRun(QStringLiteral("The cat"));
+  CHECK(ready.count() == 0);
+  REQUIRE(waitFor([&] { return ready.count() == 1; }));
+  for (int i = 0; i < 200; ++i) {
+    const int p = pos.count(), l = layer.count();
+    c.requestPosition(i % 2, std::nullopt);  // never the prefetched last position
+    c.requestLayer(i % 2);
+    CHECK(pos.count() == p);
+    CHECK(layer.count() == l + (i == 0 ? 1 : 0));  // only the run's prefetched layer 0, by design
+    REQUIRE(waitFor([&] { return pos.count() == p + 1 && layer.count() >= l + 1; }));
+  }
 }

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/model/model.h"
+#include "ui/controller/deliver.h"
 #include "ui/controller/thumbnails.h"
 
 namespace hs::ui {
@@ -170,19 +171,18 @@ void AnalysisController::loadModel(const QString& dir) {
         Qt::QueuedConnection);
   };
   const std::string path = dir.toStdString();
-  QtConcurrent::run(loadPool(),
-                    [path, progress] {
-                      return capture<const hs::Model>([&] { return hs::Model::load(path, progress); });
-                    })
-      .then(this, [this, job, dir](Outcome<const hs::Model> out) {
-        if (job != load_job_) return;  // a newer load was asked for
-        loading_ = false;
-        if (!out.value) {
-          Q_EMIT modelLoadFailed(dir, out.error);
-          return;
-        }
-        setModel(out.value);
-      });
+  auto loaded = QtConcurrent::run(loadPool(), [path, progress] {
+    return capture<const hs::Model>([&] { return hs::Model::load(path, progress); });
+  });
+  deliverLater(loaded, this, [this, job, dir](Outcome<const hs::Model> out) {
+    if (job != load_job_) return;  // a newer load was asked for
+    loading_ = false;
+    if (!out.value) {
+      Q_EMIT modelLoadFailed(dir, out.error);
+      return;
+    }
+    setModel(out.value);
+  });
 }
 
 void AnalysisController::setModel(std::shared_ptr<const hs::Model> model) {
@@ -213,7 +213,7 @@ void AnalysisController::requestRun(const QString& text) {
   const bool follow_last = wanted_pos_ < 0 || wanted_pos_is_last_;
   const int pos = wanted_pos_, layer = std::max(wanted_layer_, 0);
   const std::optional<int32_t> target = wanted_target_;
-  QtConcurrent::run([model = model_, text, job, jobs, previous, prefetch, follow_last, pos, layer, target] {
+  auto ran = QtConcurrent::run([model = model_, text, job, jobs, previous, prefetch, follow_last, pos, layer, target] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
       if (jobs->run.load() != job) return nullptr;  // superseded before it started
       auto result = computeRun(model, text, previous);
@@ -232,7 +232,8 @@ void AnalysisController::requestRun(const QString& text) {
       }
       return result;
     });
-  }).then(this, [this, job, requested_at, prefetch, target](Outcome<RunResult> out) {
+  });
+  deliverLater(ran, this, [this, job, requested_at, prefetch, target](Outcome<RunResult> out) {
     if (job != run_job_) return;  // stale: a newer run was requested meanwhile
     setRunning(false);
     if (!out.value) {
@@ -261,13 +262,14 @@ void AnalysisController::requestPosition(int pos, std::optional<int32_t> target)
   }
   auto jobs = latest_;
   jobs->position = job;
-  QtConcurrent::run([run = run_, pos, target, job, jobs] {
+  auto computed = QtConcurrent::run([run = run_, pos, target, job, jobs] {
     return capture<PositionResult>([&]() -> std::shared_ptr<PositionResult> {
       if (jobs->position.load() != job) return nullptr;
       useOneThread();
       return computePosition(run, pos, target);
     });
-  }).then(this, [this, job](Outcome<PositionResult> out) {
+  });
+  deliverLater(computed, this, [this, job](Outcome<PositionResult> out) {
     if (job != position_job_) return;
     if (!out.value) {
       if (!out.error.isEmpty()) Q_EMIT analysisFailed(out.error);
@@ -289,13 +291,14 @@ void AnalysisController::requestLayer(int layer) {
   }
   auto jobs = latest_;
   jobs->layer = job;
-  QtConcurrent::run([run = run_, layer, job, jobs] {
+  auto computed = QtConcurrent::run([run = run_, layer, job, jobs] {
     return capture<LayerResult>([&]() -> std::shared_ptr<LayerResult> {
       if (jobs->layer.load() != job) return nullptr;
       useOneThread();
       return computeLayer(run, layer);
     });
-  }).then(this, [this, job](Outcome<LayerResult> out) {
+  });
+  deliverLater(computed, this, [this, job](Outcome<LayerResult> out) {
     if (job != layer_job_) return;
     if (!out.value) {
       if (!out.error.isEmpty()) Q_EMIT analysisFailed(out.error);

@@ -7,8 +7,10 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include <algorithm>
+#include <exception>
 
 #include "ui/controller/analysis_controller.h"
+#include "ui/controller/deliver.h"
 #include "ui/controller/selection.h"
 #include "ui/export/figure.h"
 #include "ui/views/attention_view.h"
@@ -26,6 +28,17 @@ void prepareOffscreen(QWidget* widget, QSize size) {
   widget->setAttribute(Qt::WA_DontShowOnScreen);
   widget->resize(size);
   widget->show();
+}
+
+// A worker's analysis, or null when it threw: QFuture only carries QException subclasses across
+// threads, and the job reports any failure the same way.
+template <typename F>
+auto orNull(F&& compute) -> decltype(compute()) {
+  try {
+    return compute();
+  } catch (const std::exception&) {
+    return nullptr;
+  }
 }
 
 }  // namespace
@@ -95,15 +108,17 @@ void ExportAllJob::start() {
   // Contributions: computed on a worker, then painted in both modes.
   steps_.push_back([this] {
     waiting_ = true;
-    QtConcurrent::run([run = run_, pos = selection_->position(), target = options_.target] {
-      return AnalysisController::computePosition(run, pos, target);
-    }).then(this, [this](std::shared_ptr<PositionResult> result) {
+    auto computed = QtConcurrent::run([run = run_, pos = selection_->position(), target = options_.target] {
+      return orNull([&] { return AnalysisController::computePosition(run, pos, target); });
+    });
+    deliverLater(computed, this, [this](std::shared_ptr<PositionResult> result) {
+      if (!result) return fail(QStringLiteral("Could not compute the contributions."));
       contributions_ = std::make_unique<ContributionsView>(selection_.get());
       contributions_->setPositionResult(result);
       prepareOffscreen(contributions_.get(), options_.contributions_size);
       waiting_ = false;
       QTimer::singleShot(0, this, &ExportAllJob::step);
-    }).onFailed(this, [this] { fail(QStringLiteral("Could not compute the contributions.")); });
+    });
   });
   for (auto mode : {ContributionsView::Mode::WriteNorm, ContributionsView::Mode::LogitAttribution}) {
     steps_.push_back([this, mode] {
@@ -115,18 +130,20 @@ void ExportAllJob::start() {
   for (int l = 0; l < n_layer; ++l) {
     steps_.push_back([this, l] {
       waiting_ = true;
-      QtConcurrent::run([run = run_, l] { return AnalysisController::computeLayer(run, l); })
-          .then(this, [this, l](std::shared_ptr<LayerResult> result) {
-            if (!concat_) {
-              concat_ = std::make_unique<ConcatSumView>(selection_.get());
-              prepareOffscreen(concat_.get(), options_.concat_size);
-            }
-            selection_->setHead(l, selection_->head());
-            concat_->setLayerResult(result);
-            waiting_ = false;
-            QTimer::singleShot(0, this, &ExportAllJob::step);
-          })
-          .onFailed(this, [this, l] { fail(QStringLiteral("Could not compute the concat-vs-sum view of layer %1.").arg(l)); });
+      auto computed = QtConcurrent::run([run = run_, l] {
+        return orNull([&] { return AnalysisController::computeLayer(run, l); });
+      });
+      deliverLater(computed, this, [this, l](std::shared_ptr<LayerResult> result) {
+        if (!result) return fail(QStringLiteral("Could not compute the concat-vs-sum view of layer %1.").arg(l));
+        if (!concat_) {
+          concat_ = std::make_unique<ConcatSumView>(selection_.get());
+          prepareOffscreen(concat_.get(), options_.concat_size);
+        }
+        selection_->setHead(l, selection_->head());
+        concat_->setLayerResult(result);
+        waiting_ = false;
+        QTimer::singleShot(0, this, &ExportAllJob::step);
+      });
     });
     steps_.push_back([this] { renderAndWrite(*concat_, options_.concat_size, concat_->figureFileStem()); });
   }
@@ -149,8 +166,8 @@ void ExportAllJob::renderAndWrite(FigureSource& source, QSize body, const QStrin
   ++rendered_;
   ++pending_writes_;
   Q_EMIT progress(rendered_, total_, QFileInfo(path).fileName());
-  QtConcurrent::run([image, text, path] { return writeFileAtomically(path, encodePng(image, text)); })
-      .then(this, [this, path](const QString& error) { writeDone(path, error); });
+  auto written = QtConcurrent::run([image, text, path] { return writeFileAtomically(path, encodePng(image, text)); });
+  deliverLater(written, this, [this, path](const QString& error) { writeDone(path, error); });
 }
 
 void ExportAllJob::writeDone(const QString& path, const QString& error) {

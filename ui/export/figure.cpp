@@ -19,6 +19,7 @@
 #include <cmath>
 
 #include "qcustomplot.h"
+#include "ui/controller/deliver.h"
 
 namespace hs::ui {
 namespace {
@@ -177,7 +178,7 @@ void saveFigureInteractively(QWidget* parent, FigureSource& source, FigureFormat
     written = QtConcurrent::run([bytes, path] { return writeFileAtomically(path, bytes); });
   }
   QPointer<QWidget> guard(parent);
-  written.then(parent, [guard](const QString& error) {
+  deliverLater(written, parent, [guard](const QString& error) {
     if (!error.isEmpty() && guard) QMessageBox::warning(guard, QStringLiteral("Export failed"), error);
   });
 }
