@@ -198,6 +198,7 @@ TEST_CASE("Contributions show the decomposition and the logit attribution of the
   Window w;
   waitForAnalyses(w);
   ContributionsView* view = w.window.contributionsView();
+  w.window.tabs()->setCurrentWidget(view);
   const auto result = view->positionResult();
   const auto& parts = result->parts;
   REQUIRE(view->bars()->barCount() == static_cast<int>(parts.labels.size()));
@@ -225,6 +226,37 @@ TEST_CASE("Contributions show the decomposition and the logit attribution of the
   Q_EMIT combo->activated(2);
   REQUIRE(waitFor([&] { return view->positionResult() && view->positionResult()->target == second; }));
   CHECK(!view->positionResult()->target_is_prediction);
+}
+
+TEST_CASE("A view on a hidden tab draws the latest data when its tab is shown, not while hidden", "[window]") {
+  Window w(QStringLiteral("The cat"));
+  waitForAnalyses(w);
+  ConcatSumView* concat = w.window.concatSumView();
+  ContributionsView* contributions = w.window.contributionsView();
+  w.window.tabs()->setCurrentWidget(concat);
+  const int before = w.run()->n_pos();
+  CHECK(concat->concatPlot()->rowCount() == before);
+  w.window.tabs()->setCurrentWidget(w.window.attentionView());
+
+  w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat"));
+  REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The cat sat on the mat"; }));
+  waitForAnalyses(w);
+  const int after = w.run()->n_pos();
+  REQUIRE(after > before);
+  CHECK(w.window.attentionView()->heatmap()->rowCount() == after);  // the visible view follows at once
+  CHECK(concat->layerResult()->run_job == w.run()->job);            // the hidden one has the data...
+  CHECK(concat->concatPlot()->rowCount() == before);                // ...but has not drawn it
+  CHECK(contributions->bars()->barCount() == 0);                    // never shown: never drawn
+
+  w.selection()->setPosition(1);
+  waitForAnalyses(w);
+  w.window.tabs()->setCurrentWidget(concat);  // drawn as the tab is shown, before its first paint
+  CHECK(concat->concatPlot()->rowCount() == after);
+  CHECK(concat->sumPlot()->plottedValue(after - 1, 0) == static_cast<double>(concat->layerResult()->cs.via_sum(after - 1, 0)));
+  CHECK(concat->concatPlot()->highlightedRow() == 1);
+  w.window.tabs()->setCurrentWidget(contributions);
+  CHECK(contributions->bars()->barCount() == static_cast<int>(contributions->positionResult()->parts.labels.size()));
+  CHECK(contributions->positionResult()->pos == 1);
 }
 
 TEST_CASE("A broken model folder reports the error and keeps the previous model", "[window]") {

@@ -15,6 +15,7 @@
 #include "ui/widgets/bar_chart_view.h"
 #include "ui/widgets/heatmap_view.h"
 #include "ui/widgets/labels.h"
+#include "ui/widgets/refresh_when_shown.h"
 
 namespace hs::ui {
 
@@ -64,20 +65,25 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : QWidget(pa
   });
   connect(heatmap_, &HeatmapView::cellClicked, this, [this](int row, int) { selection_->setPosition(row); });
   connect(heatmap_, &HeatmapView::cellHovered, this, [this](int row, int) { selection_->setHoverPosition(row); });
-  connect(selection_, &Selection::headChanged, this, [this] { refresh(); });
+  connect(selection_, &Selection::headChanged, this, [this] { refresher_->request(); });
+  // While a refresh is owed the heatmap holds an older run; the refresh draws the highlights.
   connect(selection_, &Selection::positionChanged, this, [this](int pos) {
+    if (refresher_->pending()) return;
     heatmap_->setHighlightedRow(pos);
     updateSummary();
   });
   connect(row_bars_, &BarChartView::barHovered, this, [this](int key) { selection_->setHoverPosition(key); });
-  connect(selection_, &Selection::hoverChanged, this, [this](int pos) { heatmap_->setHoverRow(pos); });
+  connect(selection_, &Selection::hoverChanged, this, [this](int pos) {
+    if (!refresher_->pending()) heatmap_->setHoverRow(pos);
+  });
+  refresher_ = new RefreshWhenShown(this, [this] { refresh(); });
   refresh();
 }
 
 void AttentionView::setRun(std::shared_ptr<const RunResult> run) {
   run_ = std::move(run);
   shown_layer_ = shown_head_ = -1;
-  refresh();
+  refresher_->request();
 }
 
 void AttentionView::refresh() { showHead(selection_->layer(), selection_->head()); }

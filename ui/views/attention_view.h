@@ -16,6 +16,7 @@ namespace hs::ui {
 
 class BarChartView;
 class HeatmapView;
+class RefreshWhenShown;
 class Selection;
 
 class AttentionView : public QWidget, public FigureSource {
@@ -55,6 +56,7 @@ class AttentionView : public QWidget, public FigureSource {
   BarChartView* row_bars_ = nullptr;
   QWidget* side_ = nullptr;
   int shown_layer_ = -1, shown_head_ = -1;
+  RefreshWhenShown* refresher_ = nullptr;
 };
 
 }  // namespace hs::ui

@@ -18,6 +18,7 @@
 #include "ui/widgets/heatmap_view.h"
 #include "ui/widgets/image_grid_view.h"
 #include "ui/widgets/labels.h"
+#include "ui/widgets/refresh_when_shown.h"
 
 namespace hs::ui {
 namespace {
@@ -189,17 +190,24 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(pa
   });
   for (HeatmapView* plot : {z_, concat_out_, sum_out_, diff_})
     connect(plot, &HeatmapView::cellClicked, this, [this](int row, int) { selection_->setPosition(row); });
-  connect(selection_, &Selection::headChanged, this, [this] { updateHighlights(); });
-  connect(selection_, &Selection::positionChanged, this, [this] { updateHighlights(); });
+  // While a refresh is owed the plots hold an older layer; the refresh draws the highlights.
+  connect(selection_, &Selection::headChanged, this, [this] {
+    if (!refresher_->pending()) updateHighlights();
+  });
+  connect(selection_, &Selection::positionChanged, this, [this] {
+    if (!refresher_->pending()) updateHighlights();
+  });
   connect(selection_, &Selection::hoverChanged, this, [this](int pos) {
+    if (refresher_->pending()) return;
     for (HeatmapView* plot : {z_, concat_out_, sum_out_, diff_}) plot->setHoverRow(pos);
   });
+  refresher_ = new RefreshWhenShown(this, [this] { refresh(); });
   refresh();
 }
 
 void ConcatSumView::setLayerResult(std::shared_ptr<const LayerResult> result) {
   result_ = std::move(result);
-  refresh();
+  refresher_->request();
 }
 
 QString ConcatSumView::differenceText() const { return diff_label_->text(); }

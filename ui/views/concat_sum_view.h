@@ -19,6 +19,7 @@ namespace hs::ui {
 
 class HeatmapView;
 class ImageGridView;
+class RefreshWhenShown;
 class Selection;
 
 class ConcatSumView : public QWidget, public FigureSource {
@@ -68,6 +69,7 @@ class ConcatSumView : public QWidget, public FigureSource {
   ImageGridView* results_ = nullptr;
   QLabel* shapes_summary_ = nullptr;
   QTableWidget* shapes_ = nullptr;
+  RefreshWhenShown* refresher_ = nullptr;
 };
 
 }  // namespace hs::ui

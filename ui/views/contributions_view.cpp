@@ -19,6 +19,7 @@
 #include "ui/widgets/bar_chart_view.h"
 #include "ui/widgets/heatmap_view.h"
 #include "ui/widgets/labels.h"
+#include "ui/widgets/refresh_when_shown.h"
 
 namespace hs::ui {
 namespace {
@@ -147,7 +148,13 @@ ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : QW
     if (index < static_cast<int>(parts.heads.size()) && parts.heads[static_cast<size_t>(index)] >= 0)
       selection_->setHead(parts.layers[static_cast<size_t>(index)], parts.heads[static_cast<size_t>(index)]);
   });
-  connect(selection_, &Selection::headChanged, this, [this] { updateHighlights(); });
+  connect(selection_, &Selection::headChanged, this, [this] {
+    if (!refresher_->pending()) updateHighlights();  // else the owed refresh draws them
+  });
+  refresher_ = new RefreshWhenShown(this, [this] {
+    refreshTargets();
+    refresh();
+  });
   refresh();
 }
 
@@ -156,8 +163,7 @@ void ContributionsView::setRun(std::shared_ptr<const RunResult> run) { run_ = st
 void ContributionsView::setPositionResult(std::shared_ptr<const PositionResult> result) {
   result_ = std::move(result);
   if (result_) run_ = result_->run;
-  refreshTargets();
-  refresh();
+  refresher_->request();
 }
 
 void ContributionsView::setMode(Mode mode) {
@@ -165,7 +171,7 @@ void ContributionsView::setMode(Mode mode) {
   QSignalBlocker b1(norm_button_), b2(dla_button_);
   norm_button_->setChecked(mode == Mode::WriteNorm);
   dla_button_->setChecked(mode == Mode::LogitAttribution);
-  refresh();
+  if (!refresher_->pending()) refresh();  // else the owed refresh uses the new mode
 }
 
 void ContributionsView::refreshTargets() {

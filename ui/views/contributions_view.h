@@ -19,6 +19,7 @@ namespace hs::ui {
 
 class BarChartView;
 class HeatmapView;
+class RefreshWhenShown;
 class Selection;
 
 class ContributionsView : public QWidget, public FigureSource {
@@ -66,6 +67,7 @@ class ContributionsView : public QWidget, public FigureSource {
   HeatmapView* heads_ = nullptr;
   BarChartView* bars_ = nullptr;
   bool updating_targets_ = false;
+  RefreshWhenShown* refresher_ = nullptr;
 };
 
 }  // namespace hs::ui
