@@ -69,6 +69,9 @@ HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   plot_->setFocusPolicy(Qt::ClickFocus);  // clicking a plot takes the keyboard from the prompt
   plot_->setNoAntialiasingOnDrag(true);
   plot_->setPlottingHint(QCP::phCacheLabels, true);
+  // QCustomPlot's default repaint()s the widget inside every replot, which paints and flushes the
+  // window there and then, once per plot; update() lets a keystroke's replots share one paint.
+  plot_->setPlottingHint(QCP::phImmediateRefresh, false);
   plot_->addLayer(QStringLiteral("highlights"), plot_->layer(QStringLiteral("main")), QCustomPlot::limAbove);
 
   QCPAxisRect* rect = plot_->axisRect();
