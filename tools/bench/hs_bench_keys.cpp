@@ -20,13 +20,19 @@
 // (minus the interval) is the longest time the GUI thread could not react: the stall a person
 // would feel. Prints one JSON object.
 //
+// Every event the GUI thread dispatches is timed as well (TimedApplication): the slowest ones,
+// with what they were and what inside them took longest, show what a stall consists of.
+//
 // Without --model: the built-in model (hs::builtin_model_dir()); when it is not there yet, the
 // committed test fixture tests/fixtures/models/f32_prefixed, and "model_kind" says so.
 #include <QApplication>
 #include <QElapsedTimer>
+#include <QEvent>
 #include <QEventLoop>
+#include <QMetaEnum>
 #include <QSettings>
 #include <QTemporaryDir>
+#include <QThread>
 #include <QTimer>
 #ifdef HEADSCOPE_HAVE_QTEST
 #include <QTest>
@@ -41,6 +47,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -128,6 +135,81 @@ class Heartbeat : public QObject {
   int ticks_ = 0;
 };
 
+// Times every event dispatch on the GUI thread. Dispatches nest (a paint inside a repaint, a
+// slot's own sendEvent); each outermost one is kept with the longest dispatch directly inside it,
+// so a stall reads as "UpdateRequest to MainWindow, of which Paint to HeatmapView ...".
+class TimedApplication : public QApplication {
+ public:
+  using QApplication::QApplication;
+
+  struct Dispatch {
+    double ms = 0;
+    double cpu_ms = 0;
+    std::string what;
+    std::string inner;  // the longest nested dispatch
+    double inner_ms = 0;
+  };
+
+  bool notify(QObject* receiver, QEvent* event) override {
+    if (!recording_ || QThread::currentThread() != thread()) return QApplication::notify(receiver, event);
+    Frame frame;
+    frame.t0 = clock_.nsecsElapsed();
+    frame.cpu0 = threadCpuMs();
+    stack_.push_back(&frame);
+    const bool handled = QApplication::notify(receiver, event);
+    stack_.pop_back();
+    const double ms = static_cast<double>(clock_.nsecsElapsed() - frame.t0) / 1e6;
+    if (!stack_.empty()) {
+      Frame& parent = *stack_.back();
+      if (ms > parent.inner_ms) {
+        parent.inner_ms = ms;
+        parent.inner = describe(receiver, event);
+      }
+    } else if (ms >= 1.0) {
+      ++counts_[describe(receiver, event)];
+      Dispatch d{ms, threadCpuMs() - frame.cpu0, describe(receiver, event), frame.inner, frame.inner_ms};
+      slowest_.push_back(std::move(d));
+      std::sort(slowest_.begin(), slowest_.end(), [](const Dispatch& a, const Dispatch& b) { return a.ms > b.ms; });
+      if (slowest_.size() > 8) slowest_.pop_back();
+    }
+    return handled;
+  }
+
+  void startRecording() {
+    clock_.start();
+    slowest_.clear();
+    counts_.clear();
+    recording_ = true;
+  }
+  // How often each kind of outermost dispatch took 1 ms or more.
+  std::map<std::string, int> takeCounts() { return std::move(counts_); }
+  std::vector<Dispatch> takeSlowest() {
+    recording_ = false;
+    return std::move(slowest_);
+  }
+
+ private:
+  struct Frame {
+    qint64 t0 = 0;
+    double cpu0 = 0;
+    std::string inner;
+    double inner_ms = 0;
+  };
+  static std::string describe(QObject* receiver, QEvent* event) {
+    const char* type = QMetaEnum::fromType<QEvent::Type>().valueToKey(event->type());
+    std::string s = type ? type : std::to_string(static_cast<int>(event->type()));
+    s += " to ";
+    s += receiver ? receiver->metaObject()->className() : "null";
+    if (receiver && !receiver->objectName().isEmpty()) s += " \"" + receiver->objectName().toStdString() + "\"";
+    return s;
+  }
+  bool recording_ = false;
+  QElapsedTimer clock_;
+  std::vector<Frame*> stack_;
+  std::vector<Dispatch> slowest_;
+  std::map<std::string, int> counts_;
+};
+
 // Runs the event loop until done() or the timeout; never sleeps the GUI thread. The timestamps
 // come from signal handlers, so the poll's period only delays leaving the loop, not the numbers;
 // a 0 ms poll would spin the GUI thread and take CPU from the workers on a 2-core machine.
@@ -197,6 +279,25 @@ std::string jstr(const std::string& s) {
     o += c;
   }
   return o + "\"";
+}
+
+std::string jdispatches(const std::vector<TimedApplication::Dispatch>& v) {
+  std::string s = "[";
+  char buf[64];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s{\"ms\": %.2f, \"cpu_ms\": %.2f, ", i ? ", " : "", v[i].ms, v[i].cpu_ms);
+    s += buf;
+    s += "\"what\": " + jstr(v[i].what) + ", \"inner\": " + jstr(v[i].inner);
+    std::snprintf(buf, sizeof buf, ", \"inner_ms\": %.2f}", v[i].inner_ms);
+    s += buf;
+  }
+  return s + "]";
+}
+
+std::string jcounts(const std::map<std::string, int>& counts) {
+  std::string s = "{";
+  for (const auto& [what, n] : counts) s += (s.size() > 1 ? ", " : "") + jstr(what) + ": " + std::to_string(n);
+  return s + "}";
 }
 
 // --load DIR: the window, showing the built-in model, is asked to load DIR as File > Open does.
@@ -290,7 +391,7 @@ int main(int argc, char** argv) {
   const hs::ModelConfig cfg = probe->config();
   probe.reset();
 
-  QApplication app(argc, argv);
+  TimedApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("HeadScopeBench"));
   QApplication::setApplicationName(QStringLiteral("headscope-bench-keys"));
   QTemporaryDir settings_dir;  // never touch the person's own settings
@@ -354,8 +455,10 @@ int main(int argc, char** argv) {
 
   // Let the first run's analyses land, then start.
   waitUntil([&] { return false; }, 300);
+  auto* timed = static_cast<TimedApplication*>(QCoreApplication::instance());
   Heartbeat beat;
   beat.start();
+  timed->startRecording();
 
   // Phase 1: one key at a time, each waited for.
   std::vector<double> debounce, run_ms, views_ms, worker, window_slot;
@@ -385,6 +488,8 @@ int main(int argc, char** argv) {
   }
   const double stall_step = beat.maxStallMs(), busy_step = beat.maxBusyMs(), busy_of_max_step = beat.busyOfMaxMs();
   const int stall_step_over16 = beat.stallsOver16ms();
+  const auto counts_step = timed->takeCounts();
+  const auto slowest_step = timed->takeSlowest();
 
   // Phase 2: delete the sentence back to its first character and retype it at a steady pace.
   waitUntil([&] { return !controller->isRunning(); }, 30000);
@@ -394,6 +499,7 @@ int main(int argc, char** argv) {
   waitUntil([&] { return have_run && have_pos && have_layer && prompt->toPlainText() == text.left(1); }, 30000);
   idle(300);
   beat.reset();
+  timed->startRecording();
   QElapsedTimer typing;
   typing.start();
   for (int i = 1; i < text.size(); ++i) {
@@ -407,6 +513,8 @@ int main(int argc, char** argv) {
       30000);
   const double stall_typing = beat.maxStallMs(), busy_typing = beat.maxBusyMs(), busy_of_max_typing = beat.busyOfMaxMs();
   const int stall_typing_over16 = beat.stallsOver16ms();
+  const auto counts_typing = timed->takeCounts();
+  const auto slowest_typing = timed->takeSlowest();
 
   // The work behind one keystroke, without threads: medians of repeated synchronous calls.
   std::vector<double> c_full, c_incr, c_pos, c_layer;
@@ -449,7 +557,8 @@ int main(int argc, char** argv) {
       "\"stall_typing_max_ms\": %.2f, \"stall_typing_busy_ms\": %.2f, \"stall_typing_max_busy_ms\": %.2f, "
       "\"stall_typing_over16\": %d, \"stall_max_ms\": %.2f, \"stall_max_busy_ms\": %.2f, "
       "\"sync_run_full_ms\": %s, \"sync_run_incremental_ms\": %s, \"sync_position_ms\": %s, \"sync_layer_ms\": %s, "
-      "\"qtest\": %s}\n",
+      "\"slowest_dispatches_step\": %s, \"slowest_dispatches_typing\": %s, "
+      "\"dispatches_over_1ms_step\": %s, \"dispatches_over_1ms_typing\": %s, \"qtest\": %s}\n",
       jstr(model_dir).c_str(), jstr(model_kind).c_str(), cfg.n_layer, cfg.n_head, cfg.d_model, cfg.n_ctx,
       jstr(sentence).c_str(), n_tokens, views_ms.size(), MainWindow::kDebounceMs, jstats(s_debounce).c_str(),
       jstats(s_run).c_str(), jstats(s_views).c_str(), jstats(s_worker).c_str(), jstats(s_slot).c_str(),
@@ -458,7 +567,8 @@ int main(int argc, char** argv) {
       interval_ms, typing_ms, settled ? "true" : "false", stall_typing, busy_of_max_typing, busy_typing,
       stall_typing_over16, std::max(stall_step, stall_typing), std::max(busy_step, busy_typing),
       jstats(stats(c_full)).c_str(), jstats(stats(c_incr)).c_str(), jstats(stats(c_pos)).c_str(),
-      jstats(stats(c_layer)).c_str(),
+      jstats(stats(c_layer)).c_str(), jdispatches(slowest_step).c_str(), jdispatches(slowest_typing).c_str(),
+      jcounts(counts_step).c_str(), jcounts(counts_typing).c_str(),
 #ifdef HEADSCOPE_HAVE_QTEST
       "true"
 #else
