@@ -569,6 +569,18 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
                  f"over 16 ms). The GUI thread's own CPU time within a gap was at most {keys.get('stall_max_busy_ms', 0):.1f} ms: "
                  f"a longer gap is the scheduler running other work. Keystroke latency counts from the run's request, "
                  f"i.e. after the debounce, which is a deliberate wait reported on its own line.")
+        slow = [("one key at a time", d) for d in keys.get("slowest_dispatches_step", [])[:5]] + \
+               [("typing", d) for d in keys.get("slowest_dispatches_typing", [])[:5]]
+        if slow:
+            L.append("")
+            L.append("The GUI thread's slowest event dispatches (every dispatch is timed; a stall is one or more of them "
+                     "back to back, and *CPU ms* below the time means the thread was waiting for a core):")
+            L.append("")
+            L.append("| phase | ms | CPU ms | dispatch | longest dispatch inside it |")
+            L.append("| --- | ---: | ---: | --- | --- |")
+            for phase, d in slow:
+                inner = f"{d['inner']} ({d['inner_ms']:.2f} ms)" if d.get("inner") else "—"
+                L.append(f"| {phase} | {d['ms']:.2f} | {d['cpu_ms']:.2f} | {d['what']} | {inner} |")
         ld = keys.get("load")
         if ld and "stall_max_ms" in ld:
             L.append("")
