@@ -61,7 +61,11 @@ void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eig
 // Attention is the only layer that mixes information across positions. For each head and each
 // new query i in [P, S): scores = q_h[i] k_h^T * scale over keys 0..i, pattern = softmax(scores),
 // z_h[i] = pattern v_h.
-void attention_forward(LayerActivations& a, Eigen::Index P, int n_head, int d_head, float scale, bool store_scores) {
+// `scratch` holds one [new pos, pos] buffer per OpenMP thread, reused across heads and layers:
+// a fresh one per head was, at 1024 tokens, a 4 MB allocation that glibc served by mmap (its
+// threshold is 4 MB), so 144 of them per pass each faulted in and zeroed 1024 new pages.
+void attention_forward(LayerActivations& a, Eigen::Index P, int n_head, int d_head, float scale, bool store_scores,
+                       std::vector<RowMatrixXf>& scratch) {
   const Eigen::Index S = a.q.rows(), N = S - P;
   const size_t tri = static_cast<size_t>(S * (S + 1) / 2), SS = static_cast<size_t>(S * S);
   if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_head) * SS, kNegInf);
@@ -70,7 +74,8 @@ void attention_forward(LayerActivations& a, Eigen::Index P, int n_head, int d_he
     const auto q_h = a.q.middleCols(h * d_head, d_head).bottomRows(N);
     const auto k_h = a.k.middleCols(h * d_head, d_head);
     const auto v_h = a.v.middleCols(h * d_head, d_head);
-    RowMatrixXf pattern(N, S);  // [new query_pos, key_pos]
+    RowMatrixXf& pattern = scratch[static_cast<size_t>(omp_get_thread_num())];
+    pattern.resize(N, S);  // [new query_pos, key_pos]; no reallocation when the size is unchanged
     pattern.noalias() = q_h * k_h.transpose();
     float* packed = a.pattern_packed.data() + h * tri;
     for (Eigen::Index r = 0; r < N; ++r) {
@@ -161,6 +166,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   RowMatrixXf resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);  // [new pos, d_model]
 
   LayerActivations scratch;  // reused across layers when only logits are kept
+  std::vector<RowMatrixXf> attention_scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
   RowMatrixXf normalized, qkv, mlp_post, block_out;
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights->layer(l);
@@ -188,7 +194,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
         std::copy_n(pa->pattern_packed.data() + h * (pa->pattern_packed.size() / static_cast<size_t>(H)), old_tri,
                     a.pattern_packed.data() + h * tri);
     with_prefix(a.z, pa ? &pa->z : nullptr, P, S, D);
-    attention_forward(a, P, c.n_head, c.d_head, cache->attention_scale(l), options.store_scores);
+    attention_forward(a, P, c.n_head, c.d_head, cache->attention_scale(l), options.store_scores, attention_scratch);
     if (pa && options.store_scores) {
       // The earlier run's scores are [head, S_prev, S_prev]; its first P query rows carry over.
       const size_t S_prev = static_cast<size_t>(prev->n_pos()), SS = static_cast<size_t>(S);
@@ -230,6 +236,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // held at the run's peak of resident memory (the logits are 196 MB for GPT-2 small).
   for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out}) m->resize(0, 0);
   scratch = LayerActivations();
+  attention_scratch.clear();
   if (options.logits_only) cache->layers().clear();
 
   // ln_final and logits for the new positions; the prefix's rows are copied.
