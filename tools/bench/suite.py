@@ -752,6 +752,9 @@ def main() -> int:
     if not args.no_profile and perf_works():
         log("suite: profiling with perf (timed passes only) ...")
         jobs = [("cache", 20, 1, 2, 10 if args.quick else 30, "forward pass, 20 tokens, full cache, 1 thread", True),
+                ("cache", 20, 2, 2, 10 if args.quick else 30,
+                 "forward pass, 20 tokens, full cache, 2 threads (both threads' samples: time a thread waits for "
+                 "the other shows as the OpenMP runtime)", True),
                 ("cache", 1024, 1, 0, 1, "forward pass, 1024 tokens, full cache, 1 thread", True),
                 ("open", 0, 2, 1, 3, "opening the model (warm page cache, 2 threads; kernel time included)", False)]
         if args.quick:
