@@ -3,6 +3,7 @@
 
 #include <QComboBox>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QMimeData>
 #include <QSettings>
 #include <QUrl>
@@ -361,12 +362,21 @@ TEST_CASE("An idle window does not keep repainting", "[window]") {
   Window w;
   waitForAnalyses(w);
   for (int view = 0; view < w.window.tabs()->count(); ++view) {
-    w.window.tabs()->setCurrentIndex(view);
-    QTest::qWait(300);  // let the tab's first layout and its re-ticking settle
     int replots = 0;
     std::vector<QMetaObject::Connection> connections;
     for (QCustomPlot* plot : w.window.findChildren<QCustomPlot*>())
       connections.push_back(QObject::connect(plot, &QCustomPlot::afterReplot, [&] { ++replots; }));
+    w.window.tabs()->setCurrentIndex(view);
+    // Let the tab draw its data, lay out and re-tick: wait for 300 ms without a replot, at most
+    // 5 s (a slow, sanitized build takes longer than a fixed wait). A window that never stops
+    // replotting never gets there, and the count below catches it.
+    QElapsedTimer settling;
+    settling.start();
+    for (int before = -1; before != replots && settling.elapsed() < 5000;) {
+      before = replots;
+      QTest::qWait(300);
+    }
+    replots = 0;
     QTest::qWait(500);
     for (const auto& c : connections) QObject::disconnect(c);
     INFO("view " << view << ": " << replots << " replots in 500 ms");
