@@ -25,7 +25,9 @@ struct RunOptions {
 bool cache_covers(const ActivationCache& cache, const RunOptions& options);
 
 // The automatic choice: one thread when the run is small enough that forking costs more than it
-// saves (and a busy machine would make every fork-join wait for a descheduled thread), else all.
+// saves (and a busy machine would make every fork-join wait for a descheduled thread), else all;
+// and all whenever the weights outgrow the caches, since one token then streams every weight
+// from memory and each core adds bandwidth.
 int auto_threads(const ModelConfig& config, int n_tokens);
 
 // Runs the model on `tokens` (used exactly as given). Throws hs::Error for an empty prompt, a

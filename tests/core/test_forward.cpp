@@ -2,7 +2,10 @@
 // the in-project slow reference, and against the identities the views display.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include "core/analysis/analysis.h"
+#include "core/model/forward.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "core/tensor/safetensors.h"
@@ -258,4 +261,30 @@ TEST_CASE("typing past the context limit reuses the truncated run instead of rec
   const TextRun with_scores = run_text(model, text, o);
   CHECK(with_scores.cache != first.cache);
   CHECK_FALSE(with_scores.cache->layer(0).scores_hqk.empty());
+}
+
+TEST_CASE("forward: the automatic thread count follows the work and the weights' size", "[forward]") {
+  auto config = [](int n_layer, int d_model, int d_vocab) {
+    ModelConfig c;
+    c.n_layer = n_layer;
+    c.n_head = 8;
+    c.d_model = d_model;
+    c.d_head = d_model / 8;
+    c.d_mlp = 4 * d_model;
+    c.n_ctx = 1024;
+    c.d_vocab = d_vocab;
+    return c;
+  };
+  const int all = omp_get_num_procs();
+  const ModelConfig builtin = config(4, 256, 4096);     // 4.2M parameters: 17 MB, cached
+  const ModelConfig gpt2_small = config(12, 768, 50257);  // 124M parameters: 500 MB, streamed
+  CHECK(builtin.parameter_count() * 4 < 64 * (1 << 20));
+  CHECK(gpt2_small.parameter_count() * 4 > 64 * (1 << 20));
+  // A typed key on the built-in model: one thread (forking costs more than it saves).
+  CHECK(auto_threads(builtin, 1) == 1);
+  CHECK(auto_threads(builtin, 27) == 1);
+  // Enough arithmetic, or weights streamed from memory even for one token: every core.
+  CHECK(auto_threads(builtin, 200) == all);
+  CHECK(auto_threads(gpt2_small, 1) == all);
+  CHECK(auto_threads(gpt2_small, 20) == all);
 }
