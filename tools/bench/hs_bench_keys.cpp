@@ -155,6 +155,10 @@ class TimedApplication : public QApplication {
     Frame frame;
     frame.t0 = clock_.nsecsElapsed();
     frame.cpu0 = threadCpuMs();
+    // Who and what, noted before the dispatch (it may delete the receiver); turned into text only
+    // for the few that are kept, so the timing adds little to what it times.
+    const Target target{receiver ? receiver->metaObject()->className() : "null",
+                        receiver ? receiver->objectName() : QString(), event->type()};
     stack_.push_back(&frame);
     const bool handled = QApplication::notify(receiver, event);
     stack_.pop_back();
@@ -163,11 +167,13 @@ class TimedApplication : public QApplication {
       Frame& parent = *stack_.back();
       if (ms > parent.inner_ms) {
         parent.inner_ms = ms;
-        parent.inner = describe(receiver, event);
+        parent.inner = target;
       }
     } else if (ms >= 1.0) {
-      ++counts_[describe(receiver, event)];
-      Dispatch d{ms, threadCpuMs() - frame.cpu0, describe(receiver, event), frame.inner, frame.inner_ms};
+      const std::string what = describe(target);
+      ++counts_[what];
+      Dispatch d{ms, threadCpuMs() - frame.cpu0, what, frame.inner_ms > 0 ? describe(frame.inner) : std::string(),
+                 frame.inner_ms};
       slowest_.push_back(std::move(d));
       std::sort(slowest_.begin(), slowest_.end(), [](const Dispatch& a, const Dispatch& b) { return a.ms > b.ms; });
       if (slowest_.size() > 8) slowest_.pop_back();
@@ -189,18 +195,23 @@ class TimedApplication : public QApplication {
   }
 
  private:
+  struct Target {
+    const char* class_name = "";  // static storage: the class's meta-object
+    QString object_name;
+    QEvent::Type type = QEvent::None;
+  };
   struct Frame {
     qint64 t0 = 0;
     double cpu0 = 0;
-    std::string inner;
+    Target inner;
     double inner_ms = 0;
   };
-  static std::string describe(QObject* receiver, QEvent* event) {
-    const char* type = QMetaEnum::fromType<QEvent::Type>().valueToKey(event->type());
-    std::string s = type ? type : std::to_string(static_cast<int>(event->type()));
+  static std::string describe(const Target& t) {
+    const char* type = QMetaEnum::fromType<QEvent::Type>().valueToKey(t.type);
+    std::string s = type ? type : std::to_string(static_cast<int>(t.type));
     s += " to ";
-    s += receiver ? receiver->metaObject()->className() : "null";
-    if (receiver && !receiver->objectName().isEmpty()) s += " \"" + receiver->objectName().toStdString() + "\"";
+    s += t.class_name;
+    if (!t.object_name.isEmpty()) s += " \"" + t.object_name.toStdString() + "\"";
     return s;
   }
   bool recording_ = false;
