@@ -79,7 +79,8 @@ LogitAttribution direct_logit_attribution(const ActivationCache& cache, const Re
   a.pos = pos;
   a.target = target;
   // The direction in the residual stream that the target's logit reads, through ln_f's weight.
-  const ConstRowVectorRef u(cache.weights()->unembed_rows() + static_cast<int64_t>(target) * c.d_model, c.d_model);
+  RowVectorXf u(c.d_model);
+  cache.weights()->unembed_row(target, u.data());
   const RowVectorXf direction = u.cwiseProduct(ConstRowVectorRef(cache.weights()->ln_f_w(), c.d_model));
   const float scale = cache.ln_final_scale(pos);  // frozen at its value for the whole residual
   a.per_component.resize(parts.labels.size());

@@ -89,7 +89,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     const LayerWeights& W = weights->layer(l);
     LayerActivations& a = cache->layer(l);
     a.resid_pre = to_matrix(resid);
-    const Rows qkv = linear(layernorm(resid, W.ln1_w, W.ln1_b, c.layer_norm_eps), W.attn_w, W.attn_b, 3 * D);
+    const Rows qkv = linear(layernorm(resid, W.ln1_w, W.ln1_b, c.layer_norm_eps), weights->attn_w(l), W.attn_b, 3 * D);
     Rows q(S), k(S), v(S), z(S, std::vector<double>(D, 0.0));
     for (size_t i = 0; i < S; ++i) {
       q[i].assign(qkv[i].begin(), qkv[i].begin() + static_cast<long>(D));
@@ -122,15 +122,15 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
         }
       }
     a.z = to_matrix(z);
-    const Rows attn_out = linear(z, W.proj_w, W.proj_b, D);
+    const Rows attn_out = linear(z, weights->proj_w(l), W.proj_b, D);
     a.attn_out = to_matrix(attn_out);
     resid = add(resid, attn_out);
     const size_t M = static_cast<size_t>(c.d_mlp);
-    Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.layer_norm_eps), W.fc_w, W.fc_b, M);
+    Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.layer_norm_eps), weights->fc_w(l), W.fc_b, M);
     a.mlp_pre = to_matrix(pre);
     for (auto& row : pre)
       for (double& x : row) x = activation(x, c.activation);
-    const Rows mlp_out = linear(pre, W.mlp_proj_w, W.mlp_proj_b, D);
+    const Rows mlp_out = linear(pre, weights->mlp_proj_w(l), W.mlp_proj_b, D);
     a.mlp_out = to_matrix(mlp_out);
     resid = add(resid, mlp_out);
   }

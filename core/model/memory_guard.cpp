@@ -115,6 +115,14 @@ void refuse_if_short(uint64_t needed, const std::string& doing, const std::strin
 struct LoadBytes {
   uint64_t converted = 0;  // F16/BF16/F64 (or unaligned F32) tensors copied into float32
   uint64_t packed = 0;     // the forward pass's packed copies (Weights::packed)
+  uint64_t packed_converted = 0;    // of which packed from a conversion (freed once packed)
+  uint64_t largest_converted_packed = 0;
+  // Weights::load converts every tensor first, then packs the matrices one by one, freeing each
+  // conversion once its packed copy exists: the peak is every conversion, the packed copies of
+  // tensors read in place, and one packed matrix whose conversion is not freed yet.
+  uint64_t peak() const { return converted + (packed - packed_converted) + largest_converted_packed; }
+  // What a float32 file of the same model would need: only the packed copies.
+  uint64_t peak_as_f32() const { return packed; }
 };
 
 LoadBytes load_bytes(const SafetensorsFile& file) {
@@ -129,8 +137,13 @@ LoadBytes load_bytes(const SafetensorsFile& file) {
     // Every matrix but the position embedding (and the token embedding when lm_head is separate)
     // is packed: the layers' four products and the unembedding.
     const bool is_wte = t.name.find("wte") != std::string::npos;
-    if (t.shape.size() == 2 && t.name.find("wpe") == std::string::npos && !(is_wte && separate_lm_head))
+    if (t.shape.size() == 2 && t.name.find("wpe") == std::string::npos && !(is_wte && separate_lm_head)) {
       bytes.packed += n;
+      if (converted) {
+        bytes.packed_converted += n;
+        bytes.largest_converted_packed = std::max(bytes.largest_converted_packed, n);
+      }
+    }
   }
   return bytes;
 }
@@ -138,8 +151,7 @@ LoadBytes load_bytes(const SafetensorsFile& file) {
 }  // namespace
 
 uint64_t estimate_load_bytes(const SafetensorsFile& file) {
-  const LoadBytes b = load_bytes(file);
-  return b.converted + b.packed;
+  return load_bytes(file).peak();
 }
 
 uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunOptions& options) {
@@ -192,16 +204,16 @@ std::string format_bytes(uint64_t bytes) {
 
 void check_load_memory(const SafetensorsFile& file, const std::string& model_name) {
   const LoadBytes b = load_bytes(file);
-  if (b.converted + b.packed == 0) return;
+  if (b.peak() == 0) return;
   if (b.converted == 0) {
-    refuse_if_short(b.packed, "loading " + model_name, "for its weights laid out for the forward pass",
+    refuse_if_short(b.peak(), "loading " + model_name, "for its weights laid out for the forward pass",
                     "close other programs, or choose a smaller model.");
     return;
   }
-  refuse_if_short(b.converted + b.packed, "loading " + model_name,
+  refuse_if_short(b.peak(), "loading " + model_name,
                   "for its weights converted to float32 and laid out for the forward pass",
                   "close other programs, or use a float32 (F32) copy of the model, which is read in place from the "
-                  "file and needs " + format_bytes(b.converted) + " less.");
+                  "file and needs " + format_bytes(b.peak() - std::min(b.peak(), b.peak_as_f32())) + " less.");
 }
 
 void check_run_memory(const ModelConfig& config, int64_t n_tokens, const RunOptions& options,

@@ -195,6 +195,16 @@ PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64
   return m;
 }
 
+void PackedMatrix::unpack_rows(float* W) const {
+  const int64_t panels = (N_ + kLanes - 1) / kLanes;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t j = p * kLanes;
+    const size_t n = static_cast<size_t>(std::min<int64_t>(kLanes, N_ - j));
+    const float* src = panel(p);
+    for (int64_t k = 0; k < K_; ++k) std::memcpy(W + k * N_ + j, src + k * kLanes, n * sizeof(float));
+  }
+}
+
 void PackedMatrix::column(int64_t j, float* out) const {
   const float* src = panel(j / kLanes) + j % kLanes;
   for (int64_t k = 0; k < K_; ++k) out[k] = src[k * kLanes];

@@ -40,6 +40,8 @@ class PackedMatrix {
   // Column j of the matrix (out[k] = W[k, j], k < rows()): for a matrix packed from transposed
   // rows, row j of the original (a token's embedding, from the packed unembedding).
   void column(int64_t j, float* out) const;
+  // The matrix back as rows: W[k * cols() + j] for a matrix packed by from_rows (the same floats).
+  void unpack_rows(float* W) const;
   // Panel p: columns [p * panel_width(), ...), K rows of panel_width() floats; columns past N are 0.
   const float* panel(int64_t p) const { return data_.get() + p * K_ * panel_width(); }
 

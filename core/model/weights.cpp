@@ -76,32 +76,35 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   w->file_ = file;
   Binder b(*file, w->owned_);
   const int64_t D = c.d_model, M = c.d_mlp, V = c.d_vocab, C = c.n_ctx;
-  w->wte_ = b.bind("wte.weight", {V, D});
+  auto matrix = [](const float* rows) {
+    auto m = std::make_unique<Matrix>();
+    m->rows = rows;
+    return m;
+  };
+  w->wte_ = matrix(b.bind("wte.weight", {V, D}));
   w->wpe_ = b.bind("wpe.weight", {C, D});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     LayerWeights L{};
     L.ln1_w = b.bind(p + "ln_1.weight", {D});
     L.ln1_b = b.bind(p + "ln_1.bias", {D});
-    L.attn_w = b.bind(p + "attn.c_attn.weight", {D, 3 * D});
+    w->matrices_.push_back(matrix(b.bind(p + "attn.c_attn.weight", {D, 3 * D})));
     L.attn_b = b.bind(p + "attn.c_attn.bias", {3 * D});
-    L.proj_w = b.bind(p + "attn.c_proj.weight", {D, D});
+    w->matrices_.push_back(matrix(b.bind(p + "attn.c_proj.weight", {D, D})));
     L.proj_b = b.bind(p + "attn.c_proj.bias", {D});
     L.ln2_w = b.bind(p + "ln_2.weight", {D});
     L.ln2_b = b.bind(p + "ln_2.bias", {D});
-    L.fc_w = b.bind(p + "mlp.c_fc.weight", {D, M});
+    w->matrices_.push_back(matrix(b.bind(p + "mlp.c_fc.weight", {D, M})));
     L.fc_b = b.bind(p + "mlp.c_fc.bias", {M});
-    L.mlp_proj_w = b.bind(p + "mlp.c_proj.weight", {M, D});
+    w->matrices_.push_back(matrix(b.bind(p + "mlp.c_proj.weight", {M, D})));
     L.mlp_proj_b = b.bind(p + "mlp.c_proj.bias", {D});
     w->layers_.push_back(L);
   }
   w->ln_f_w_ = b.bind("ln_f.weight", {D});
   w->ln_f_b_ = b.bind("ln_f.bias", {D});
   if (file->find("lm_head.weight")) {
-    w->unembed_ = b.bind("lm_head.weight", {V, D}, /*prefixable=*/false);
+    w->lm_head_ = matrix(b.bind("lm_head.weight", {V, D}, /*prefixable=*/false));
     w->tied_ = false;
-  } else {
-    w->unembed_ = w->wte_;
   }
   b.reject_unused();
 
@@ -125,41 +128,95 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
       w->warnings_.push_back(file->name() + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
                              what + "; activations computed from them are not meaningful.");
   };
-  check("wte.weight", w->wte_, V * D);
+  check("wte.weight", w->wte_->rows, V * D);
   check("wpe.weight", w->wpe_, C * D);
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w->layers_[static_cast<size_t>(l)];
     const std::string p = "h." + std::to_string(l) + ".";
     const std::pair<const char*, std::pair<const float*, int64_t>> parts[] = {
-        {"ln_1", {L.ln1_w, D}},          {"ln_1", {L.ln1_b, D}},        {"attn.c_attn", {L.attn_w, D * 3 * D}},
-        {"attn.c_attn", {L.attn_b, 3 * D}}, {"attn.c_proj", {L.proj_w, D * D}}, {"attn.c_proj", {L.proj_b, D}},
-        {"ln_2", {L.ln2_w, D}},          {"ln_2", {L.ln2_b, D}},        {"mlp.c_fc", {L.fc_w, D * M}},
-        {"mlp.c_fc", {L.fc_b, M}},       {"mlp.c_proj", {L.mlp_proj_w, M * D}}, {"mlp.c_proj", {L.mlp_proj_b, D}},
+        {"ln_1", {L.ln1_w, D}},
+        {"ln_1", {L.ln1_b, D}},
+        {"attn.c_attn", {w->layer_matrix(l, 0).rows, D * 3 * D}},
+        {"attn.c_attn", {L.attn_b, 3 * D}},
+        {"attn.c_proj", {w->layer_matrix(l, 1).rows, D * D}},
+        {"attn.c_proj", {L.proj_b, D}},
+        {"ln_2", {L.ln2_w, D}},
+        {"ln_2", {L.ln2_b, D}},
+        {"mlp.c_fc", {w->layer_matrix(l, 2).rows, D * M}},
+        {"mlp.c_fc", {L.fc_b, M}},
+        {"mlp.c_proj", {w->layer_matrix(l, 3).rows, M * D}},
+        {"mlp.c_proj", {L.mlp_proj_b, D}},
     };
     for (const auto& [name, span] : parts) check((p + name).c_str(), span.first, span.second);
   }
   check("ln_f", w->ln_f_w_, D);
   check("ln_f", w->ln_f_b_, D);
-  if (!w->tied_) check("lm_head.weight", w->unembed_, V * D);
+  if (!w->tied_) check("lm_head.weight", w->lm_head_->rows, V * D);
 
   // The forward pass reads the products' weights from packed copies (packed_gemm.h: twice the
-  // speed of reading them in place at 20 tokens). Once a tensor is packed its mapped pages are
-  // released: keeping both would hold every weight twice (GPT-2 small at 1024 tokens: 1.4 GB of
-  // resident memory would become 1.9 GB). The few in-place reads that remain (embedding rows,
-  // one head's W_O for a view) map their pages again on demand.
-  auto pack = [&](const float* W, int64_t K, int64_t N) {
-    PackedMatrix m = PackedMatrix::from_rows(W, K, N, N);
-    file->release_resident(W, static_cast<size_t>(K * N) * sizeof(float));
-    return m;
+  // speed of reading them in place at 20 tokens). Once a tensor is packed, its other copy goes:
+  // keeping both would hold every weight twice (GPT-2 small at 1024 tokens: 1.4 GB of resident
+  // memory would become 1.9 GB; an F16 GPT-2 medium would hold 2.8 GB instead of 1.4).
+  // - In place in the mapped file (F32): its pages are released, and the few reads in place that
+  //   remain (embedding rows, a head's W_O for a view) map them again on demand.
+  // - A float32 conversion (F16/BF16): it is freed, and rebuilt from the packed copy (the same
+  //   floats) only if something reads the matrix in place.
+  w->packed_.reserve(static_cast<size_t>(c.n_layer));  // Matrix::packed points into it
+  auto release = [&](Matrix& m, const PackedMatrix& packed, bool transposed, int64_t elements) {
+    m.packed = &packed;
+    m.transposed = transposed;
+    for (std::vector<float>& v : w->owned_)
+      if (v.data() == m.rows) {
+        std::vector<float>().swap(v);
+        m.rows = nullptr;
+        return;
+      }
+    file->release_resident(m.rows, static_cast<size_t>(elements) * sizeof(float));
   };
+  const int64_t sizes[4][2] = {{D, 3 * D}, {D, D}, {D, M}, {M, D}};
   for (int l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& L = w->layers_[static_cast<size_t>(l)];
-    w->packed_.push_back(PackedLayer{pack(L.attn_w, D, 3 * D), pack(L.proj_w, D, D), pack(L.fc_w, D, M),
-                                     pack(L.mlp_proj_w, M, D)});
+    PackedLayer& P = w->packed_.emplace_back();
+    PackedMatrix* targets[4] = {&P.attn, &P.proj, &P.fc, &P.mlp_proj};
+    for (int which = 0; which < 4; ++which) {
+      Matrix& m = *w->matrices_[static_cast<size_t>(4 * l + which)];
+      const int64_t K = sizes[which][0], N = sizes[which][1];
+      *targets[which] = PackedMatrix::from_rows(m.rows, K, N, N);
+      release(m, *targets[which], false, K * N);
+    }
   }
-  w->packed_unembed_ = PackedMatrix::from_transposed_rows(w->unembed_, V, D, D);
-  file->release_resident(w->unembed_, static_cast<size_t>(V * D) * sizeof(float));
+  Matrix& unembed = w->tied_ ? *w->wte_ : *w->lm_head_;
+  w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed.rows, V, D, D);
+  release(unembed, w->packed_unembed_, true, V * D);
   return w;
+}
+
+const float* Weights::rows_of(const Matrix& m) const {
+  if (m.rows) return m.rows;
+  std::call_once(m.once, [&] {
+    const PackedMatrix& p = *m.packed;
+    if (m.transposed) {  // [N, K] rows: row j is column j of the packed matrix
+      m.rebuilt.resize(static_cast<size_t>(p.cols() * p.rows()));
+      for (int64_t j = 0; j < p.cols(); ++j) p.column(j, m.rebuilt.data() + j * p.rows());
+    } else {
+      m.rebuilt.resize(static_cast<size_t>(p.rows() * p.cols()));
+      p.unpack_rows(m.rebuilt.data());
+    }
+    m.built.store(true, std::memory_order_release);
+  });
+  return m.rebuilt.data();
+}
+
+const float* Weights::attn_w(int l) const { return rows_of(layer_matrix(l, 0)); }
+const float* Weights::proj_w(int l) const { return rows_of(layer_matrix(l, 1)); }
+const float* Weights::fc_w(int l) const { return rows_of(layer_matrix(l, 2)); }
+const float* Weights::mlp_proj_w(int l) const { return rows_of(layer_matrix(l, 3)); }
+const float* Weights::wte() const { return rows_of(*wte_); }
+const float* Weights::unembed_rows() const { return rows_of(unembed()); }
+
+void Weights::unembed_row(int32_t t, float* out) const {
+  const int64_t D = config_.d_model;
+  if (const float* rows = unembed().rows) return static_cast<void>(std::copy_n(rows + t * D, D, out));
+  packed_unembed_.column(t, out);
 }
 
 void Weights::embedding_row(int32_t t, float* out) const {
@@ -169,28 +226,28 @@ void Weights::embedding_row(int32_t t, float* out) const {
   // the same floats.
   if (tied_) return packed_unembed_.column(t, out);
   const int64_t D = config_.d_model;
-  std::copy_n(wte_ + t * D, D, out);
+  std::copy_n(wte_->rows + t * D, D, out);  // an untied wte is not packed: never released
 }
 
 ConstStridedMatrixRef Weights::W_Q(int l, int h) const {
   const int D = config_.d_model, dh = config_.d_head;
-  return ConstStridedMatrixRef(layer(l).attn_w + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
+  return ConstStridedMatrixRef(attn_w(l) + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
 }
 ConstStridedMatrixRef Weights::W_K(int l, int h) const {
   const int D = config_.d_model, dh = config_.d_head;
-  return ConstStridedMatrixRef(layer(l).attn_w + D + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
+  return ConstStridedMatrixRef(attn_w(l) + D + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
 }
 ConstStridedMatrixRef Weights::W_V(int l, int h) const {
   const int D = config_.d_model, dh = config_.d_head;
-  return ConstStridedMatrixRef(layer(l).attn_w + 2 * D + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
+  return ConstStridedMatrixRef(attn_w(l) + 2 * D + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
 }
 ConstMatrixRef Weights::W_O(int l, int h) const {
   const int D = config_.d_model, dh = config_.d_head;
-  return ConstMatrixRef(layer(l).proj_w + static_cast<int64_t>(h) * dh * D, dh, D);
+  return ConstMatrixRef(proj_w(l) + static_cast<int64_t>(h) * dh * D, dh, D);
 }
 ConstMatrixRef Weights::W_O_all(int l) const {
   const int D = config_.d_model;
-  return ConstMatrixRef(layer(l).proj_w, D, D);
+  return ConstMatrixRef(proj_w(l), D, D);
 }
 ConstVectorRef Weights::b_O(int l) const { return ConstVectorRef(layer(l).proj_b, config_.d_model); }
 
@@ -203,6 +260,12 @@ size_t Weights::packed_bytes() const {
 size_t Weights::owned_bytes() const {
   size_t n = 0;
   for (const auto& v : owned_) n += v.size() * sizeof(float);
+  auto rebuilt = [&](const Matrix& m) {
+    if (m.built.load(std::memory_order_acquire)) n += m.rebuilt.size() * sizeof(float);
+  };
+  for (const auto& m : matrices_) rebuilt(*m);
+  rebuilt(*wte_);
+  if (lm_head_) rebuilt(*lm_head_);
   return n;
 }
 

@@ -1,7 +1,9 @@
 // The memory guard: its estimates against what runs really store, its reading of the system's
 // available memory, and its refusals (with the available figure injected, never the machine's).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "core/error.h"
 #include "core/model/memory_guard.h"
@@ -73,6 +75,13 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
   // The packed copies hold at least the matrices' bytes (their last panel is padded).
   CHECK(f32_model->weights()->packed_bytes() >= hs::estimate_load_bytes(*f32));
   // F16 and BF16 weights become float32 copies: 4 bytes per element (mask buffers are ignored).
+  // Loading converts them all, then packs the matrices one at a time and frees each conversion
+  // once it is packed: the peak is every conversion plus the largest packed matrix, and what
+  // stays converted afterwards is what is not packed (vectors, wpe).
+  auto largest_packed = [](const hs::ModelConfig& c) {
+    const uint64_t D = static_cast<uint64_t>(c.d_model), M = static_cast<uint64_t>(c.d_mlp);
+    return std::max({D * 3 * D, D * D, D * M, static_cast<uint64_t>(c.d_vocab) * D});
+  };
   for (const char* fixture : {"f16_plain", "bf16_prefixed"}) {
     const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fixture) / "model.safetensors");
     uint64_t elements = 0;
@@ -80,23 +89,60 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
       if (t.name.find(".attn.bias") == std::string::npos && t.name.find(".attn.masked_bias") == std::string::npos)
         elements += static_cast<uint64_t>(t.numel());
     const auto model = hs::Model::load(hs::test::fixture_model(fixture));
-    CHECK(model->weights()->owned_bytes() == 4 * elements);
-    CHECK(hs::estimate_load_bytes(*f) == 4 * elements + 4 * packed_elements(model->config()));
+    const hs::ModelConfig& c = model->config();
+    CHECK(model->weights()->owned_bytes() == 4 * (elements - packed_elements(c)));
+    CHECK(hs::estimate_load_bytes(*f) == 4 * elements + 4 * largest_packed(c));
+  }
+}
+
+TEST_CASE("memory guard: a 16-bit model's matrices are kept once, and read in place on demand", "[memory]") {
+  for (const char* fixture : {"f16_plain", "bf16_prefixed"}) {
+    const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fixture) / "model.safetensors");
+    const auto model = hs::Model::load(hs::test::fixture_model(fixture));
+    const auto& w = *model->weights();
+    const hs::ModelConfig& c = model->config();
+    const size_t before = w.owned_bytes();
+    // A view reading W_O in place gets the file's values, rebuilt from the packed copy...
+    const auto find = [&](const std::string& name) {
+      const hs::TensorInfo* t = f->find(name);
+      return t ? t : f->find("transformer." + name);
+    };
+    const std::vector<float> proj = f->to_f32(*find("h.1.attn.c_proj.weight"));
+    const float* rows = w.proj_w(1);
+    CHECK(std::equal(proj.begin(), proj.end(), rows));
+    CHECK(w.W_O(1, 0)(0, 0) == proj[0]);
+    // ...which then costs its bytes, once, and only for that matrix.
+    CHECK(w.owned_bytes() == before + proj.size() * sizeof(float));
+    CHECK(w.proj_w(1) == rows);
+    CHECK(w.owned_bytes() == before + proj.size() * sizeof(float));
+    // The unembedding's rows (lm_head, or the embedding when tied) read back the same way, one
+    // row without the rest.
+    const hs::TensorInfo* lm_head = f->find("lm_head.weight");
+    CHECK(w.tied_unembedding() == (lm_head == nullptr));
+    const std::vector<float> unembed = f->to_f32(lm_head ? *lm_head : *find("wte.weight"));
+    std::vector<float> row(static_cast<size_t>(c.d_model));
+    w.unembed_row(3, row.data());
+    CHECK(std::equal(row.begin(), row.end(), unembed.begin() + 3 * c.d_model));
+    CHECK(w.owned_bytes() == before + proj.size() * sizeof(float));
+    CHECK(std::equal(unembed.begin(), unembed.end(), w.unembed_rows()));
+    // So does the embedding (kept converted when lm_head is separate).
+    const std::vector<float> wte = f->to_f32(*find("wte.weight"));
+    CHECK(std::equal(wte.begin(), wte.end(), w.wte()));
   }
 }
 
 TEST_CASE("memory guard: refuses a load that does not fit, with numbers and advice", "[memory]") {
   const auto dir = hs::test::fixture_model("f16_plain");
   {
-    AvailableMemory limit(200'000);
+    AvailableMemory limit(160'000);
     try {
       (void)hs::Model::load(dir);
-      FAIL("loaded with 200 KB available");
+      FAIL("loaded with 160 KB available");
     } catch (const hs::Error& e) {
       CHECK(std::string(e.what()) ==
-            "loading f16_plain needs about 234 KB for its weights converted to float32 and laid out for the forward "
-            "pass but only 200 KB is available; close other programs, or use a float32 (F32) copy of the model, "
-            "which is read in place from the file and needs 139 KB less.");
+            "loading f16_plain needs about 177 KB for its weights converted to float32 and laid out for the forward "
+            "pass but only 160 KB is available; close other programs, or use a float32 (F32) copy of the model, "
+            "which is read in place from the file and needs 82 KB less.");
     }
     // F32 needs no conversion room, only the packed copy (136 KB).
     CHECK_NOTHROW(hs::Model::load(hs::test::fixture_model("f32_prefixed")));

@@ -652,10 +652,10 @@ TEST_CASE("refused input: memory (R51-R52)", "[refused]") {
   }
   SECTION("R52 the weights do not fit") {
     const fs::path m = s.model("f16_plain");
-    check_refused(cli("info --model " + quote(m.string()), "HEADSCOPE_AVAILABLE_MEMORY=200K"), expected("R52", {}), s);
+    check_refused(cli("info --model " + quote(m.string()), "HEADSCOPE_AVAILABLE_MEMORY=160K"), expected("R52", {}), s);
     // An F32 model is read in place and needs only the packed copy: the same limit loads it.
     const fs::path f32 = s.model("f32_prefixed", "f32");
-    CHECK(cli("info --model " + quote(f32.string()), "HEADSCOPE_AVAILABLE_MEMORY=200K").code == 0);
+    CHECK(cli("info --model " + quote(f32.string()), "HEADSCOPE_AVAILABLE_MEMORY=160K").code == 0);
     // Below the packed copy's size, an F32 model is refused too, with advice that fits it.
     const auto r = cli("info --model " + quote(f32.string()), "HEADSCOPE_AVAILABLE_MEMORY=100K");
     CHECK(r.code == 1);
