@@ -73,8 +73,9 @@ class Weights {
   // without materializing the rest.
   void unembed_row(int32_t t, float* out) const;
   bool tied_unembedding() const { return tied_; }
-  // The forward pass's copies of the products' weights (the pointers above stay valid and read
-  // the same values; the mapped pages of packed tensors are released, see load()).
+  // The forward pass's copies of the products' weights. The accessors above read the same values
+  // in place: from the mapped file, whose pages of packed tensors were released, or from a
+  // conversion rebuilt on first read (see load()).
   const PackedLayer& packed(int l) const { return packed_[static_cast<size_t>(l)]; }
   const PackedMatrix& packed_unembed() const { return packed_unembed_; }  // W_U [d_model, d_vocab]
 
