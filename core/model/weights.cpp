@@ -214,8 +214,8 @@ const float* Weights::wte() const { return rows_of(*wte_); }
 const float* Weights::unembed_rows() const { return rows_of(unembed()); }
 
 void Weights::unembed_row(int32_t t, float* out) const {
-  const int64_t D = config_.d_model;
-  if (const float* rows = unembed().rows) return static_cast<void>(std::copy_n(rows + t * D, D, out));
+  // From the packed copy, always: the same floats, without mapping released pages again or
+  // rebuilding a freed conversion.
   packed_unembed_.column(t, out);
 }
 
@@ -224,7 +224,7 @@ void Weights::embedding_row(int32_t t, float* out) const {
   // page-cache folio per fault: 1024 tokens of GPT-2 small brought back 160 MB of wte's 154 MB
   // (resident memory 1545 MiB at 1024 tokens, against 1.4 GB with this). The packed copy gives
   // the same floats.
-  if (tied_) return packed_unembed_.column(t, out);
+  if (tied_) return unembed_row(t, out);
   const int64_t D = config_.d_model;
   std::copy_n(wte_->rows + t * D, D, out);  // an untied wte is not packed: never released
 }

@@ -38,6 +38,15 @@ class BusyPool {
   int n_ = 0;
 };
 
+// A controller on the fixture model, with spies on its three answers.
+struct SpiedController {
+  SpiedController() { c.setModel(test::fixtureModel()); }
+  AnalysisController c;
+  QSignalSpy ready{&c, &AnalysisController::runReady};
+  QSignalSpy pos{&c, &AnalysisController::positionReady};
+  QSignalSpy layer{&c, &AnalysisController::layerReady};
+};
+
 }  // namespace
 
 TEST_CASE("Only the latest run request is delivered", "[controller]") {
@@ -116,11 +125,9 @@ TEST_CASE("Position and layer analyses arrive for the current run", "[controller
 TEST_CASE("The analyses the views asked for are computed with the next run and handed over at once", "[controller]") {
   // Typing: the selection follows the last token and stays on its layer. The run computes those
   // analyses on its worker, so asking for them when the run lands answers without another hop.
-  AnalysisController c;
-  c.setModel(test::fixtureModel());
-  QSignalSpy ready(&c, &AnalysisController::runReady);
-  QSignalSpy pos(&c, &AnalysisController::positionReady);
-  QSignalSpy layer(&c, &AnalysisController::layerReady);
+  SpiedController s;
+  AnalysisController& c = s.c;
+  QSignalSpy &ready = s.ready, &pos = s.pos, &layer = s.layer;
   c.requestRun(QStringLiteral("The cat sat"));
   REQUIRE(waitFor([&] { return ready.count() == 1; }));
   c.requestPosition(c.currentRun()->n_pos() - 1, std::nullopt);
@@ -207,11 +214,9 @@ TEST_CASE("A worker's answer always arrives through the event loop even when the
 TEST_CASE("The controller never answers inside the request that asked", "[controller]") {
   // The fixture model's analyses take microseconds, so a worker can finish before the request
   // returns; its answer must still come later, never re-entering the caller.
-  AnalysisController c;
-  c.setModel(test::fixtureModel());
-  QSignalSpy ready(&c, &AnalysisController::runReady);
-  QSignalSpy pos(&c, &AnalysisController::positionReady);
-  QSignalSpy layer(&c, &AnalysisController::layerReady);
+  SpiedController s;
+  AnalysisController& c = s.c;
+  QSignalSpy &ready = s.ready, &pos = s.pos, &layer = s.layer;
   c.requestRun(QStringLiteral("The cat"));
   CHECK(ready.count() == 0);
   REQUIRE(waitFor([&] { return ready.count() == 1; }));
