@@ -7,32 +7,44 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 
-#include "ui/controller/stall_monitor.h"
-#include "ui/export/headless.h"
-#include "ui/main_window.h"
+#include "ui/base/stall_monitor.h"
+#include "ui/window/headless.h"
+#include "ui/views/registry.h"
+#include "ui/window/main_window.h"
 #include "ui/style/app_style.h"
 
 namespace {
 
-const char* kUsage =
-    "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--export OUTDIR [--scale 1|2]]\n"
-    "\n"
-    "HeadScope: type a sentence, see how each attention head of a GPT-2 style model builds the answer.\n"
-    "\n"
-    "Options:\n"
-    "  --model DIR      a Hugging Face GPT-2 model folder (config.json, model.safetensors,\n"
-    "                   vocab.json, merges.txt); default: the built-in model\n"
-    "  --text TEXT      the prompt to start with\n"
-    "  --view NAME      the view shown first: attention, contributions or concat\n"
-    "  --export OUTDIR  write a PNG of every view (each head's attention pattern, an overview of\n"
-    "                   all heads, the contributions and the concat-vs-sum view of every layer)\n"
-    "                   into OUTDIR and exit, without opening a window; needs --text\n"
-    "  --scale S        resolution factor of exported PNGs (1 or 2; default 1)\n"
-    "  -h, --help       show this help and exit\n"
-    "  --version        show the version and exit\n"
-    "\n"
-    "Without --export a window opens; it needs a display (set DISPLAY, or run under Xvfb).\n";
+// --help's text; the views and what --export writes come from the registry.
+std::string usage() {
+  QStringList ids;
+  for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry()) ids << v.id;
+  std::string text =
+      "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--export OUTDIR [--scale 1|2]]\n"
+      "\n"
+      "HeadScope: type a sentence, see how each attention head of a GPT-2 style model builds the answer.\n"
+      "\n"
+      "Options:\n"
+      "  --model DIR      a Hugging Face GPT-2 model folder (config.json, model.safetensors,\n"
+      "                   vocab.json, merges.txt); default: the built-in model\n"
+      "  --text TEXT      the prompt to start with\n"
+      "  --view NAME      the view shown first: " +
+      ids.join(QStringLiteral(", ")).toStdString() +
+      "\n"
+      "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
+      "                   opening a window; needs --text\n"
+      "  --scale S        resolution factor of exported PNGs (1 or 2; default 1)\n"
+      "  -h, --help       show this help and exit\n"
+      "  --version        show the version and exit\n"
+      "\n"
+      "Views:\n";
+  for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
+    text += "  " + v.id.leftJustified(15).toStdString() + "  " + v.help.toStdString() + "\n";
+  text += "\nWithout --export a window opens; it needs a display (set DISPLAY, or run under Xvfb).\n";
+  return text;
+}
 
 bool hasArg(int argc, char** argv, const char* a, const char* b = nullptr) {
   for (int i = 1; i < argc; ++i)
@@ -45,7 +57,7 @@ bool hasArg(int argc, char** argv, const char* a, const char* b = nullptr) {
 int main(int argc, char** argv) {
   // --help and --version must work without a display, so they are answered before Qt starts.
   if (hasArg(argc, argv, "--help", "-h")) {
-    std::fputs(kUsage, stdout);
+    std::fputs(usage().c_str(), stdout);
     return 0;
   }
   if (hasArg(argc, argv, "--version")) {
@@ -108,17 +120,18 @@ int main(int argc, char** argv) {
     return hs::ui::runHeadlessExport(options);
   }
 
-  const QStringList views = {QStringLiteral("attention"), QStringLiteral("contributions"), QStringLiteral("concat")};
-  const int view_index = views.indexOf(parser.value(view).toLower());
-  if (view_index < 0) {
-    std::fprintf(stderr, "headscope: --view must be attention, contributions or concat (got '%s')\n",
+  const QString view_id = parser.value(view).toLower();
+  if (!hs::ui::findView(view_id)) {
+    QStringList ids;
+    for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry()) ids << v.id;
+    std::fprintf(stderr, "headscope: --view must be one of %s (got '%s')\n", qPrintable(ids.join(QStringLiteral(", "))),
                  qPrintable(parser.value(view)));
     return 2;
   }
-  hs::ui::MainWindow::StartOptions options;
+  hs::ui::MainWindowOptions options;
   options.model_dir = parser.value(model);
   options.text = parser.value(text);
-  options.view = view_index;
+  options.view = view_id;
   hs::ui::MainWindow window(options);
   window.show();
 

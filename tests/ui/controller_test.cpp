@@ -10,10 +10,16 @@
 
 #include "core/model/model.h"
 #include "ui/controller/analysis_controller.h"
-#include "ui/controller/deliver.h"
+#include "ui/base/deliver.h"
+#include "ui/views/concat_sum_view.h"
+#include "ui/views/contributions_view.h"
+#include "ui/views/registry.h"
 #include "ui_test_support.h"
 
 using namespace hs::ui;
+using hs::ui::test::AnalysisSpy;
+using hs::ui::test::layerKey;
+using hs::ui::test::positionKey;
 using hs::ui::test::waitFor;
 
 namespace {
@@ -38,14 +44,28 @@ class BusyPool {
   int n_ = 0;
 };
 
-// A controller on the fixture model, with spies on its three answers.
+// A controller on the fixture model with every view's analysis, and spies on its runs and on the
+// contributions (one position) and concat-vs-sum (one layer) analyses.
 struct SpiedController {
-  SpiedController() { c.setModel(test::fixtureModel()); }
+  SpiedController() {
+    test::addViewAnalyses(c);
+    c.setModel(test::fixtureModel());
+  }
   AnalysisController c;
   QSignalSpy ready{&c, &AnalysisController::runReady};
-  QSignalSpy pos{&c, &AnalysisController::positionReady};
-  QSignalSpy layer{&c, &AnalysisController::layerReady};
+  AnalysisSpy pos{&c, QStringLiteral("contributions")};
+  AnalysisSpy layer{&c, QStringLiteral("concat")};
 };
+
+std::shared_ptr<const PositionResult> computePosition(std::shared_ptr<const RunResult> run, int pos) {
+  return std::dynamic_pointer_cast<const PositionResult>(
+      AnalysisController::computeAnalysis(findView(QStringLiteral("contributions"))->analysis, run, positionKey(pos)));
+}
+
+std::shared_ptr<const LayerResult> computeLayer(std::shared_ptr<const RunResult> run, int layer) {
+  return std::dynamic_pointer_cast<const LayerResult>(
+      AnalysisController::computeAnalysis(findView(QStringLiteral("concat"))->analysis, run, layerKey(layer)));
+}
 
 }  // namespace
 
@@ -84,24 +104,25 @@ TEST_CASE("A prompt longer than the context is truncated with a visible warning"
 
 TEST_CASE("Position and layer analyses arrive for the current run", "[controller]") {
   AnalysisController c;
+  test::addViewAnalyses(c);
   c.setModel(test::fixtureModel());
   QSignalSpy ready(&c, &AnalysisController::runReady);
   c.requestRun(QStringLiteral("The cat sat on the mat"));
   REQUIRE(waitFor([&] { return ready.count() == 1; }));
-  QSignalSpy pos(&c, &AnalysisController::positionReady);
-  QSignalSpy layer(&c, &AnalysisController::layerReady);
+  AnalysisSpy pos(&c, QStringLiteral("contributions"));
+  AnalysisSpy layer(&c, QStringLiteral("concat"));
   BusyPool busy;
-  c.requestPosition(0, std::nullopt);
-  c.requestPosition(2, std::nullopt);  // supersedes the first
-  c.requestLayer(1);
+  c.request(QStringLiteral("contributions"), positionKey(0));
+  c.request(QStringLiteral("contributions"), positionKey(2));  // supersedes the first
+  c.request(QStringLiteral("concat"), layerKey(1));
   busy.release();
   REQUIRE(waitFor([&] { return pos.count() == 1 && layer.count() == 1; }));
   waitFor([] { return false; }, 100);
   CHECK(pos.count() == 1);
-  const auto p = pos.at(0).at(0).value<std::shared_ptr<const PositionResult>>();
+  const auto p = pos.at<PositionResult>(0);
   CHECK(p->pos == 2);
   CHECK(p->parts.max_abs_error < 1e-4f);
-  const auto l = layer.at(0).at(0).value<std::shared_ptr<const LayerResult>>();
+  const auto l = layer.at<LayerResult>(0);
   CHECK(l->layer == 1);
   CHECK(l->cs.max_abs_diff < 1e-4f);
   CHECK(l->head_result_images.size() == static_cast<size_t>(c.currentRun()->n_head()));
@@ -127,39 +148,40 @@ TEST_CASE("The analyses the views asked for are computed with the next run and h
   // analyses on its worker, so asking for them when the run lands answers without another hop.
   SpiedController s;
   AnalysisController& c = s.c;
-  QSignalSpy &ready = s.ready, &pos = s.pos, &layer = s.layer;
+  QSignalSpy& ready = s.ready;
+  AnalysisSpy &pos = s.pos, &layer = s.layer;
   c.requestRun(QStringLiteral("The cat sat"));
   REQUIRE(waitFor([&] { return ready.count() == 1; }));
-  c.requestPosition(c.currentRun()->n_pos() - 1, std::nullopt);
-  c.requestLayer(1);
+  c.request(QStringLiteral("contributions"), positionKey(c.currentRun()->n_pos() - 1));
+  c.request(QStringLiteral("concat"), layerKey(1));
   REQUIRE(waitFor([&] { return pos.count() == 1 && layer.count() == 1; }));
 
   c.requestRun(QStringLiteral("The cat sat on the mat"));
   REQUIRE(waitFor([&] { return ready.count() == 2; }));
   const auto run = c.currentRun();
   const int last = run->n_pos() - 1;
-  c.requestPosition(last, std::nullopt);
-  c.requestLayer(1);
+  c.request(QStringLiteral("contributions"), positionKey(last));
+  c.request(QStringLiteral("concat"), layerKey(1));
   CHECK(pos.count() == 2);  // delivered inside the calls: no worker round trip
   CHECK(layer.count() == 2);
-  const auto p = pos.at(1).at(0).value<std::shared_ptr<const PositionResult>>();
-  const auto l = layer.at(1).at(0).value<std::shared_ptr<const LayerResult>>();
+  const auto p = pos.at<PositionResult>(1);
+  const auto l = layer.at<LayerResult>(1);
   CHECK(p->run_job == run->job);
   CHECK(p->pos == last);
   CHECK(l->run_job == run->job);
   CHECK(l->layer == 1);
   // The same numbers as computing them afresh.
-  const auto fresh_p = AnalysisController::computePosition(run, last, std::nullopt);
-  const auto fresh_l = AnalysisController::computeLayer(run, 1);
+  const auto fresh_p = computePosition(run, last);
+  const auto fresh_l = computeLayer(run, 1);
   CHECK(p->write_norms == fresh_p->write_norms);
   CHECK(p->target == fresh_p->target);
   CHECK(l->cs.via_sum == fresh_l->cs.via_sum);
 
   // Another position than the prefetched one still goes to a worker and arrives later.
-  c.requestPosition(0, std::nullopt);
+  c.request(QStringLiteral("contributions"), positionKey(0));
   CHECK(pos.count() == 2);
   REQUIRE(waitFor([&] { return pos.count() == 3; }));
-  CHECK(pos.at(2).at(0).value<std::shared_ptr<const PositionResult>>()->pos == 0);
+  CHECK(pos.at<PositionResult>(2)->pos == 0);
 }
 
 TEST_CASE("Loading a model happens off the GUI thread and a failure keeps the previous model", "[controller]") {
@@ -216,14 +238,15 @@ TEST_CASE("The controller never answers inside the request that asked", "[contro
   // returns; its answer must still come later, never re-entering the caller.
   SpiedController s;
   AnalysisController& c = s.c;
-  QSignalSpy &ready = s.ready, &pos = s.pos, &layer = s.layer;
+  QSignalSpy& ready = s.ready;
+  AnalysisSpy &pos = s.pos, &layer = s.layer;
   c.requestRun(QStringLiteral("The cat"));
   CHECK(ready.count() == 0);
   REQUIRE(waitFor([&] { return ready.count() == 1; }));
   for (int i = 0; i < 200; ++i) {
     const int p = pos.count(), l = layer.count();
-    c.requestPosition(i % 2, std::nullopt);  // never the prefetched last position
-    c.requestLayer(i % 2);
+    c.request(QStringLiteral("contributions"), positionKey(i % 2));  // never the prefetched last position
+    c.request(QStringLiteral("concat"), layerKey(i % 2));
     CHECK(pos.count() == p);
     CHECK(layer.count() == l + (i == 0 ? 1 : 0));  // only the run's prefetched layer 0, by design
     REQUIRE(waitFor([&] { return pos.count() == p + 1 && layer.count() >= l + 1; }));

@@ -9,8 +9,10 @@
 #include <QTemporaryDir>
 
 #include "ui/controller/analysis_controller.h"
-#include "ui/export/export_all.h"
-#include "ui/export/figure.h"
+#include "ui/window/export_all.h"
+#include "ui/base/figure.h"
+#include "ui/views/attention_view.h"
+#include "ui/views/registry.h"
 #include "ui/widgets/heatmap_view.h"
 #include "ui_test_support.h"
 
@@ -105,9 +107,11 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
     CHECK(!image.isNull());
   }
   QImage concat(QDir(options.out_dir).filePath(QStringLiteral("concat_vs_sum_L0.png")));
-  CHECK(concat.size() == QSize(options.concat_size.width(), options.concat_size.height() + figureTitleHeight()));
+  const QSize concat_size = findView(QStringLiteral("concat"))->export_size;
+  CHECK(concat.size() == QSize(concat_size.width(), concat_size.height() + figureTitleHeight()));
   QImage pattern(QDir(options.out_dir).filePath(QStringLiteral("attention_L1H3.png")));
-  CHECK(pattern.size() == QSize(options.pattern_size.width(), options.pattern_size.height() + figureTitleHeight()));
+  const QSize pattern_size = AttentionView::kPatternFigureSize;
+  CHECK(pattern.size() == QSize(pattern_size.width(), pattern_size.height() + figureTitleHeight()));
   CHECK(!pattern.hasAlphaChannel());
   CHECK(progress.count() == L * H + 1 + 2 + L);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());

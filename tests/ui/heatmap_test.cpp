@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "ui/export/figure.h"
+#include "ui/base/figure.h"
 #include "ui/widgets/heatmap_view.h"
 
 using hs::ui::HeatmapView;

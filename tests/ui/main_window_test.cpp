@@ -24,8 +24,8 @@
 #include "core/model/model.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
-#include "ui/controller/stall_monitor.h"
-#include "ui/main_window.h"
+#include "ui/base/stall_monitor.h"
+#include "ui/window/main_window.h"
 #include "ui/views/attention_view.h"
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
@@ -45,7 +45,7 @@ namespace {
 struct Window {
   MainWindow window;
   explicit Window(const QString& text = QStringLiteral("The cat sat on the mat"))
-      : window(MainWindow::StartOptions{test::fixtureModelDir(), text, false}) {
+      : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {
     window.resize(1400, 900);
     window.show();
     // Window shortcuts (the arrow keys) need the window to be the active one.
@@ -61,8 +61,8 @@ struct Window {
 void waitForAnalyses(Window& w) {
   REQUIRE(waitFor([&] {
     const auto run = w.run();
-    const auto& pos = w.window.contributionsView()->positionResult();
-    const auto& layer = w.window.concatSumView()->layerResult();
+    const auto& pos = w.window.viewAs<ContributionsView>(QStringLiteral("contributions"))->positionResult();
+    const auto& layer = w.window.viewAs<ConcatSumView>(QStringLiteral("concat"))->layerResult();
     return run && pos && layer && pos->run_job == run->job && layer->run_job == run->job &&
            pos->pos == w.selection()->position() && layer->layer == w.selection()->layer();
   }));
@@ -83,8 +83,8 @@ TEST_CASE("Typing runs the model and updates every view", "[window]") {
   CHECK(run->run.bos_prepended);
   CHECK(w.window.tokenStrip()->tokenCount() == n);
   CHECK(w.window.headGrid()->itemCount() == run->n_layer() * run->n_head());
-  CHECK(w.window.attentionView()->heatmap()->rowCount() == n);
-  CHECK(w.window.attentionView()->heatmap()->columnCount() == n);
+  CHECK(w.window.viewAs<AttentionView>(QStringLiteral("attention"))->heatmap()->rowCount() == n);
+  CHECK(w.window.viewAs<AttentionView>(QStringLiteral("attention"))->heatmap()->columnCount() == n);
   CHECK(w.selection()->position() == n - 1);  // the last token stays selected while typing
   auto* tokens = w.window.findChild<QLabel*>(QStringLiteral("statusTokens"));
   REQUIRE(tokens);
@@ -93,7 +93,7 @@ TEST_CASE("Typing runs the model and updates every view", "[window]") {
   REQUIRE(next);
   CHECK(next->text().contains(QStringLiteral("p = ")));
   waitForAnalyses(w);
-  CHECK(w.window.contributionsView()->positionResult()->pos == n - 1);
+  CHECK(w.window.viewAs<ContributionsView>(QStringLiteral("contributions"))->positionResult()->pos == n - 1);
 }
 
 TEST_CASE("Clicking a thumbnail shows that head's pattern, equal to the cache's", "[window]") {
@@ -107,7 +107,7 @@ TEST_CASE("Clicking a thumbnail shows that head's pattern, equal to the cache's"
   CHECK(w.selection()->layer() == layer);
   CHECK(w.selection()->head() == head);
   CHECK(grid->selectedIndex() == index);
-  HeatmapView* heatmap = w.window.attentionView()->heatmap();
+  HeatmapView* heatmap = w.window.viewAs<AttentionView>(QStringLiteral("attention"))->heatmap();
   const hs::RowMatrixXf pattern = run->run.cache->head_pattern(layer, head);  // [query_pos, key_pos]
   const int n = run->n_pos();
   REQUIRE(heatmap->rowCount() == n);
@@ -147,14 +147,14 @@ TEST_CASE("Arrow keys move through heads and Page Up/Down through layers", "[win
 
 TEST_CASE("Clicking a row of the pattern or a token selects that position everywhere", "[window]") {
   Window w;
-  HeatmapView* heatmap = w.window.attentionView()->heatmap();
+  HeatmapView* heatmap = w.window.viewAs<AttentionView>(QStringLiteral("attention"))->heatmap();
   heatmap->replotNow();
   QTest::mouseClick(heatmap->findChild<QWidget*>(QStringLiteral("heatmapPlot")), Qt::LeftButton, Qt::NoModifier,
                     heatmap->cellCenter(2, 1));
   CHECK(w.selection()->position() == 2);
   CHECK(heatmap->highlightedRow() == 2);
   waitForAnalyses(w);
-  CHECK(w.window.contributionsView()->positionResult()->pos == 2);
+  CHECK(w.window.viewAs<ContributionsView>(QStringLiteral("contributions"))->positionResult()->pos == 2);
 
   TokenStrip* strip = w.window.tokenStrip();
   QTest::mouseClick(strip, Qt::LeftButton, Qt::NoModifier, strip->chipRect(1).center());
@@ -164,10 +164,10 @@ TEST_CASE("Clicking a row of the pattern or a token selects that position everyw
 
 TEST_CASE("The concat and sum panels agree and show the core's numbers", "[window]") {
   Window w;
-  w.window.tabs()->setCurrentWidget(w.window.concatSumView());
+  w.window.tabs()->setCurrentWidget(w.window.viewAs<ConcatSumView>(QStringLiteral("concat")));
   w.selection()->setHead(1, 3);
   waitForAnalyses(w);
-  ConcatSumView* view = w.window.concatSumView();
+  ConcatSumView* view = w.window.viewAs<ConcatSumView>(QStringLiteral("concat"));
   const auto& result = view->layerResult();
   REQUIRE(result->layer == 1);
   const hs::ConcatVsSum reference = hs::concat_vs_sum(*w.run()->run.cache, 1);
@@ -198,7 +198,7 @@ TEST_CASE("The concat and sum panels agree and show the core's numbers", "[windo
 TEST_CASE("Contributions show the decomposition and the logit attribution of the core", "[window]") {
   Window w;
   waitForAnalyses(w);
-  ContributionsView* view = w.window.contributionsView();
+  ContributionsView* view = w.window.viewAs<ContributionsView>(QStringLiteral("contributions"));
   w.window.tabs()->setCurrentWidget(view);
   const auto result = view->positionResult();
   const auto& parts = result->parts;
@@ -232,19 +232,19 @@ TEST_CASE("Contributions show the decomposition and the logit attribution of the
 TEST_CASE("A view on a hidden tab draws the latest data when its tab is shown, not while hidden", "[window]") {
   Window w(QStringLiteral("The cat"));
   waitForAnalyses(w);
-  ConcatSumView* concat = w.window.concatSumView();
-  ContributionsView* contributions = w.window.contributionsView();
+  ConcatSumView* concat = w.window.viewAs<ConcatSumView>(QStringLiteral("concat"));
+  ContributionsView* contributions = w.window.viewAs<ContributionsView>(QStringLiteral("contributions"));
   w.window.tabs()->setCurrentWidget(concat);
   const int before = w.run()->n_pos();
   CHECK(concat->concatPlot()->rowCount() == before);
-  w.window.tabs()->setCurrentWidget(w.window.attentionView());
+  w.window.tabs()->setCurrentWidget(w.window.viewAs<AttentionView>(QStringLiteral("attention")));
 
   w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat"));
   REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The cat sat on the mat"; }));
   waitForAnalyses(w);
   const int after = w.run()->n_pos();
   REQUIRE(after > before);
-  CHECK(w.window.attentionView()->heatmap()->rowCount() == after);  // the visible view follows at once
+  CHECK(w.window.viewAs<AttentionView>(QStringLiteral("attention"))->heatmap()->rowCount() == after);  // the visible view follows at once
   CHECK(concat->layerResult()->run_job == w.run()->job);            // the hidden one has the data...
   CHECK(concat->concatPlot()->rowCount() == before);                // ...but has not drawn it
   CHECK(contributions->bars()->barCount() == 0);                    // never shown: never drawn

@@ -11,9 +11,9 @@
 
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
-#include "ui/controller/stall_monitor.h"
-#include "ui/export/export_all.h"
-#include "ui/main_window.h"
+#include "ui/base/stall_monitor.h"
+#include "ui/window/export_all.h"
+#include "ui/window/main_window.h"
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
 #include "ui/widgets/prompt_edit.h"
@@ -26,15 +26,15 @@ TEST_CASE("Measure latency and GUI-thread stalls on a real model", "[.measure]")
   const QString model = qEnvironmentVariable("HEADSCOPE_MEASURE_MODEL", test::fixtureModelDir());
   const QString text = qEnvironmentVariable("HEADSCOPE_MEASURE_TEXT",
                                             QStringLiteral("The cat sat on the mat. The cat sat on the"));
-  MainWindow window(MainWindow::StartOptions{model, text.left(text.size() - 12), false});
+  MainWindow window(MainWindowOptions{model, text.left(text.size() - 12), false});
   window.resize(1600, 1000);
   window.show();
   AnalysisController* c = window.controller();
   REQUIRE(waitFor([&] { return c->currentRun() != nullptr; }, 600000));
   auto settled = [&] {
     const auto run = c->currentRun();
-    const auto& pos = window.contributionsView()->positionResult();
-    const auto& layer = window.concatSumView()->layerResult();
+    const auto& pos = window.viewAs<ContributionsView>(QStringLiteral("contributions"))->positionResult();
+    const auto& layer = window.viewAs<ConcatSumView>(QStringLiteral("concat"))->layerResult();
     return run && pos && layer && pos->run_job == run->job && layer->run_job == run->job && !c->isRunning() &&
            layer->layer == window.selection()->layer();
   };
@@ -60,8 +60,9 @@ TEST_CASE("Measure latency and GUI-thread stalls on a real model", "[.measure]")
   QObject probe;
   QObject::connect(c, &AnalysisController::runStarted, &probe, [&] { started_ms = key_clock.nsecsElapsed() / 1e6; });
   QObject::connect(c, &AnalysisController::runReady, &probe, [&] { run_ms = key_clock.nsecsElapsed() / 1e6; });
-  QObject::connect(c, &AnalysisController::positionReady, &probe, [&] { pos_ms = key_clock.nsecsElapsed() / 1e6; });
-  QObject::connect(c, &AnalysisController::layerReady, &probe, [&] { layer_ms = key_clock.nsecsElapsed() / 1e6; });
+  QObject::connect(c, &AnalysisController::analysisReady, &probe, [&](const QString& id) {
+    (id == QStringLiteral("concat") ? layer_ms : pos_ms) = key_clock.nsecsElapsed() / 1e6;
+  });
   key_clock.start();
   QTest::keyClicks(prompt, QStringLiteral("x"));
   REQUIRE(waitFor([&] { return settled() && c->currentRun()->run.text.back() == 'x'; }, 600000));
@@ -79,7 +80,7 @@ TEST_CASE("Measure latency and GUI-thread stalls on a real model", "[.measure]")
   const double heads_stall = monitor.maxStallMs();
 
   // Switching layers in the concat-vs-sum view.
-  window.tabs()->setCurrentWidget(window.concatSumView());
+  window.tabs()->setCurrentWidget(window.view(QStringLiteral("concat")));
   monitor.start();
   for (int i = 0; i < 3; ++i) {
     window.selection()->stepLayer(1);

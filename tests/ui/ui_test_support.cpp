@@ -5,8 +5,34 @@
 #include <QThread>
 
 #include "core/model/model.h"
+#include "ui/views/registry.h"
 
 namespace hs::ui::test {
+
+void addViewAnalyses(AnalysisController& controller) {
+  for (const ViewDescriptor& v : viewRegistry())
+    if (v.analysis.compute) controller.addAnalysis(v.analysis);
+}
+
+AnalysisKey positionKey(int pos, std::optional<int32_t> target) {
+  AnalysisKey key;
+  key.pos = pos;
+  key.target = target;
+  return key;
+}
+
+AnalysisKey layerKey(int layer) {
+  AnalysisKey key;
+  key.layer = layer;
+  return key;
+}
+
+AnalysisSpy::AnalysisSpy(AnalysisController* controller, const QString& id) {
+  QObject::connect(controller, &AnalysisController::analysisReady, &receiver_,
+                   [results = results_, id](const QString& from, std::shared_ptr<const ViewResult> result) {
+                     if (from == id) results->push_back(std::move(result));
+                   });
+}
 
 QString fixtureModelDir() { return QStringLiteral(HEADSCOPE_SOURCE_DIR "/tests/fixtures/models/f32_prefixed"); }
 

@@ -7,10 +7,36 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
+
+#include "ui/controller/analysis_controller.h"
 
 namespace hs { class Model; }
 
 namespace hs::ui::test {
+
+// Registers every view's analysis (ui/views/registry.cpp) with the controller, as the window does.
+void addViewAnalyses(AnalysisController& controller);
+
+// Convenience keys: an analysis of one position (and target), or of one layer.
+AnalysisKey positionKey(int pos, std::optional<int32_t> target = std::nullopt);
+AnalysisKey layerKey(int layer);
+
+// The controller's answers for one analysis id, in the order they arrived.
+class AnalysisSpy {
+ public:
+  AnalysisSpy(AnalysisController* controller, const QString& id);
+  int count() const { return static_cast<int>(results_->size()); }
+  template <class Result>
+  std::shared_ptr<const Result> at(int i) const {
+    return std::dynamic_pointer_cast<const Result>((*results_)[static_cast<size_t>(i)]);
+  }
+
+ private:
+  std::shared_ptr<std::vector<std::shared_ptr<const ViewResult>>> results_ =
+      std::make_shared<std::vector<std::shared_ptr<const ViewResult>>>();
+  QObject receiver_;
+};
 
 // A small committed GPT-2 fixture (2 layers x 4 heads, context 24).
 QString fixtureModelDir();

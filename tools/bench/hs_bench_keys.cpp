@@ -13,7 +13,8 @@
 // Phase 2 ("typing"): keys at a steady --interval-ms, runs overlapping typing, to look for stalls.
 //
 // Then, for the last text, the same work timed synchronously on one thread (no hops, no queue):
-// computeRun (full and extending the previous prompt by one key), computePosition, computeLayer,
+// computeRun (full and extending the previous prompt by one key), the contributions and concat-vs-sum
+// views' analyses,
 // so the latency above can be split into work and hand-overs.
 //
 // Throughout, a 1 ms precise QTimer ticks on the GUI thread; the longest gap between two ticks
@@ -56,7 +57,8 @@
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/results.h"
 #include "ui/controller/selection.h"
-#include "ui/main_window.h"
+#include "ui/views/registry.h"
+#include "ui/window/main_window.h"
 #include "ui/style/app_style.h"
 #include "ui/widgets/prompt_edit.h"
 
@@ -410,7 +412,7 @@ int main(int argc, char** argv) {
   hs::ui::applyAppStyle(app);
 
   const QString text = QString::fromStdString(sentence);
-  MainWindow window(MainWindow::StartOptions{QString::fromStdString(model_dir), text.left(1), false});
+  MainWindow window(MainWindowOptions{QString::fromStdString(model_dir), text.left(1), false});
   window.resize(1400, 900);
   window.show();
   AnalysisController* controller = window.controller();
@@ -448,15 +450,14 @@ int main(int argc, char** argv) {
     reused = r->run.cache->reused_prefix;
     n_pos = r->n_pos();
   });
-  QObject::connect(controller, &AnalysisController::positionReady, [&](std::shared_ptr<const PositionResult> r) {
-    if (r->run_job != job || have_pos) return;
-    t_pos = now_ms();
-    have_pos = true;
-  });
-  QObject::connect(controller, &AnalysisController::layerReady, [&](std::shared_ptr<const LayerResult> r) {
-    if (r->run_job != job || have_layer) return;
-    t_layer = now_ms();
-    have_layer = true;
+  // The contributions view's analysis (one position) and the concat-vs-sum view's (one layer).
+  QObject::connect(controller, &AnalysisController::analysisReady, [&](const QString& id, std::shared_ptr<const ViewResult> r) {
+    if (r->run_job != job) return;
+    const bool is_layer = id == QStringLiteral("concat");
+    bool& have = is_layer ? have_layer : have_pos;
+    if (have) return;
+    (is_layer ? t_layer : t_pos) = now_ms();
+    have = true;
   });
   bool failed = false;
   QObject::connect(controller, &AnalysisController::runFailed, [&](const QString& m) {
@@ -546,10 +547,12 @@ int main(int argc, char** argv) {
       const int saved_threads = omp_get_max_threads();
       omp_set_num_threads(1);
       t.start();
-      AnalysisController::computePosition(last, window.selection()->position(), window.selection()->target());
+      AnalysisController::computeAnalysis(findView(QStringLiteral("contributions"))->analysis, last,
+                                          keyFromSelection(*window.selection(), kReadsPosition | kReadsTarget));
       c_pos.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
       t.start();
-      AnalysisController::computeLayer(last, window.selection()->layer());
+      AnalysisController::computeAnalysis(findView(QStringLiteral("concat"))->analysis, last,
+                                          keyFromSelection(*window.selection(), kReadsLayer));
       c_layer.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
       omp_set_num_threads(saved_threads);
     }

@@ -16,8 +16,9 @@
 
 #include "core/error.h"
 #include "core/model/model.h"
-#include "ui/controller/deliver.h"
-#include "ui/controller/thumbnails.h"
+#include "core/analysis/view_data.h"
+#include "ui/base/deliver.h"
+#include "ui/controller/grid_images.h"
 
 namespace hs::ui {
 namespace {
@@ -65,44 +66,51 @@ QThreadPool* loadPool() {
   return pool;
 }
 
-// The q-quantile of |x| over the matrices' values, from at most 2^14 evenly spaced samples: a
-// colour range needs no more, and it is computed with every keystroke's layer analysis (all
-// 55K values of the built-in model's 8 heads at 27 tokens took 0.3-0.5 ms; 16K take 0.1).
-float absQuantile(const std::vector<hs::RowMatrixXf>& ms, double q) {
-  size_t total = 0;
-  for (const auto& m : ms) total += static_cast<size_t>(m.size());
-  if (total == 0) return 0.0f;
-  const size_t stride = std::max<size_t>(1, (total + (size_t{1} << 14) - 1) >> 14);
-  std::vector<float> sample;
-  sample.reserve(total / stride + 1);
-  size_t i = 0;
-  for (const auto& m : ms)
-    for (Eigen::Index k = 0; k < m.size(); ++k, ++i)
-      if (i % stride == 0) sample.push_back(std::abs(m.data()[k]));
-  const auto nth = sample.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(sample.size() - 1));
-  std::nth_element(sample.begin(), nth, sample.end());
-  return *nth;
-}
-
 }  // namespace
 
-// Job numbers readable from worker threads, so a queued job that has already been superseded
-// skips its work instead of computing a result nobody will see.
-struct LatestJobs {
-  std::atomic<quint64> run{0}, position{0}, layer{0};
+AnalysisKey followRun(AnalysisKey key, unsigned reads, bool pos_was_last, const RunResult& run) {
+  if (reads & kReadsPosition) key.pos = pos_was_last || key.pos < 0 ? run.n_pos() - 1 : std::min(key.pos, run.n_pos() - 1);
+  if (reads & kReadsLayer) key.layer = std::clamp(key.layer, 0, run.n_layer() - 1);
+  if (reads & kReadsHead) key.head = std::clamp(key.head, 0, run.n_head() - 1);
+  return key;
+}
+
+// One registered analysis: what the views asked for last, its newest job and what the current
+// run computed for it ahead of the asking.
+struct AnalysisController::Slot {
+  AnalysisSpec spec;
+  quint64 job = 0;
+  // The newest job number, shared with the workers so a queued job that has been superseded
+  // skips its work instead of computing a result nobody will see.
+  std::shared_ptr<std::atomic<quint64>> latest = std::make_shared<std::atomic<quint64>>(0);
+  std::optional<AnalysisKey> wanted;
+  bool wanted_pos_is_last = true;  // the selection was on the last token: it follows typing
+  std::shared_ptr<const ViewResult> prefetched;
 };
 
 AnalysisController::AnalysisController(QObject* parent) : QObject(parent) {
   qRegisterMetaType<std::shared_ptr<const hs::ui::RunResult>>();
-  qRegisterMetaType<std::shared_ptr<const hs::ui::PositionResult>>();
-  qRegisterMetaType<std::shared_ptr<const hs::ui::LayerResult>>();
-  latest_ = std::make_shared<LatestJobs>();
+  qRegisterMetaType<std::shared_ptr<const hs::ui::ViewResult>>();
+  latest_run_ = std::make_shared<std::atomic<quint64>>(0);
   clock_.start();
 }
 
-// Workers hold copies of their inputs and a share of latest_; their continuations are tied to
-// this object and are dropped when it goes, so nothing waits here.
+// Workers hold copies of their inputs and shares of the job counters; their continuations are
+// tied to this object and are dropped when it goes, so nothing waits here.
 AnalysisController::~AnalysisController() = default;
+
+void AnalysisController::addAnalysis(AnalysisSpec spec) {
+  if (slotOf(spec.id)) return;
+  auto slot = std::make_unique<Slot>();
+  slot->spec = std::move(spec);
+  slots_.push_back(std::move(slot));
+}
+
+AnalysisController::Slot* AnalysisController::slotOf(const QString& id) const {
+  for (const auto& s : slots_)
+    if (s->spec.id == id) return s.get();
+  return nullptr;
+}
 
 std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
                                                          std::shared_ptr<const hs::ActivationCache> previous) {
@@ -113,45 +121,21 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
   options.overlong = hs::OverlongPolicy::TruncateWithWarning;
   options.previous = std::move(previous);
   result->run = hs::run_text(std::move(model), text.toStdString(), options);
-  const hs::ActivationCache& cache = *result->run.cache;
   for (const std::string& label : result->run.token_labels) result->labels << QString::fromStdString(label);
-  result->next = hs::top_predictions(cache, cache.n_pos() - 1, kTopK);
-  const int n_head = cache.config().n_head;
-  result->thumbnails.reserve(static_cast<size_t>(cache.n_layer() * n_head));
-  for (int l = 0; l < cache.n_layer(); ++l)
-    for (int h = 0; h < n_head; ++h) result->thumbnails.push_back(patternThumbnail(cache, l, h));
+  hs::RunOverview overview = hs::overview_of_run(*result->run.cache, kTopK);
+  result->next = std::move(overview.next);
+  result->thumbnails.reserve(overview.thumbnails.size());
+  for (const hs::PooledGrid& grid : overview.thumbnails) result->thumbnails.push_back(patternImage(grid));
   result->worker_ms = msSince(t0);
   return result;
 }
 
-std::shared_ptr<PositionResult> AnalysisController::computePosition(std::shared_ptr<const RunResult> run, int pos,
-                                                                    std::optional<int32_t> target) {
-  const hs::ActivationCache& cache = *run->run.cache;
-  pos = std::clamp(pos, 0, cache.n_pos() - 1);
-  auto result = std::make_shared<PositionResult>();
+std::shared_ptr<const ViewResult> AnalysisController::computeAnalysis(const AnalysisSpec& spec,
+                                                                      std::shared_ptr<const RunResult> run,
+                                                                      const AnalysisKey& key) {
+  std::shared_ptr<ViewResult> result = spec.compute(*run, key);
   result->run_job = run->job;
-  result->pos = pos;
-  result->top = hs::top_predictions(cache, pos, kTopK);
-  result->target_is_prediction = !target.has_value();
-  result->target = target.value_or(result->top.empty() ? 0 : result->top.front().id);
-  result->write_norms = hs::head_write_norms(cache, pos);
-  result->parts = hs::decompose_residual(cache, pos);
-  result->dla = hs::direct_logit_attribution(cache, result->parts, result->target);
-  result->run = std::move(run);
-  return result;
-}
-
-std::shared_ptr<LayerResult> AnalysisController::computeLayer(std::shared_ptr<const RunResult> run, int layer) {
-  auto result = std::make_shared<LayerResult>();
-  result->run_job = run->job;
-  result->layer = std::clamp(layer, 0, run->n_layer() - 1);
-  result->cs = hs::concat_vs_sum(*run->run.cache, result->layer);
-  const float out_range = std::max(result->cs.via_concat.cwiseAbs().maxCoeff(), result->cs.via_sum.cwiseAbs().maxCoeff());
-  result->output_range = out_range > 0.0f ? out_range : 1.0f;
-  const float head_range = absQuantile(result->cs.head_results, 0.995);
-  result->head_range = head_range > 0.0f ? head_range : result->output_range;
-  for (const hs::RowMatrixXf& r : result->cs.head_results)
-    result->head_result_images.push_back(signedMatrixImage(r, result->head_range));
+  result->key = key;
   result->run = std::move(run);
   return result;
 }
@@ -195,8 +179,8 @@ void AnalysisController::requestRun(const QString& text) {
   text_ = text;
   if (!model_) return;
   const quint64 job = ++run_job_;
-  auto jobs = latest_;
-  jobs->run = job;
+  auto latest = latest_run_;
+  latest->store(job);
   setRunning(true);
   Q_EMIT runStarted(job);
   const qint64 requested_at = clock_.nsecsElapsed();
@@ -204,36 +188,36 @@ void AnalysisController::requestRun(const QString& text) {
   std::shared_ptr<const hs::ActivationCache> previous;
   if (run_ && run_->run.model == model_) previous = run_->run.cache;
   // The analyses the views will ask for once this run lands, computed right after it on the same
-  // worker: the position follows the last token if the selection was there, the layer stays.
-  struct Prefetch {
-    std::shared_ptr<const PositionResult> position;
-    std::shared_ptr<const LayerResult> layer;
+  // worker (one hop instead of one per view: a keystroke's views are ready with the run).
+  struct Ahead {
+    AnalysisSpec spec;
+    std::optional<AnalysisKey> wanted;
+    bool pos_was_last = true;
+    std::shared_ptr<const ViewResult> result;
   };
-  auto prefetch = std::make_shared<Prefetch>();
-  const bool follow_last = wanted_pos_ < 0 || wanted_pos_is_last_;
-  const int pos = wanted_pos_, layer = std::max(wanted_layer_, 0);
-  const std::optional<int32_t> target = wanted_target_;
-  auto ran = QtConcurrent::run([model = model_, text, job, jobs, previous, prefetch, follow_last, pos, layer, target] {
+  auto ahead = std::make_shared<std::vector<Ahead>>();
+  for (const auto& slot : slots_)
+    if (slot->spec.with_every_run) ahead->push_back({slot->spec, slot->wanted, slot->wanted_pos_is_last, nullptr});
+  auto ran = QtConcurrent::run([model = model_, text, job, latest, previous, ahead] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
-      if (jobs->run.load() != job) return nullptr;  // superseded before it started
+      if (latest->load() != job) return nullptr;  // superseded before it started
       auto result = computeRun(model, text, previous);
       result->job = job;
-      if (jobs->run.load() == job) {
-        // Best effort: a failure here only means the views ask again and see the error then.
+      for (Ahead& a : *ahead) {
+        if (latest->load() != job) break;
+        // Best effort: a failure here only means the view asks again and sees the error then.
         try {
           useOneThread();
-          const int n = result->n_pos();
-          prefetch->position = computePosition(result, follow_last ? n - 1 : std::min(pos, n - 1), target);
-          prefetch->layer = computeLayer(result, std::min(layer, result->n_layer() - 1));
+          const AnalysisKey key = followRun(a.wanted.value_or(AnalysisKey{}), a.spec.reads, a.pos_was_last, *result);
+          a.result = computeAnalysis(a.spec, result, key);
         } catch (const std::exception&) {
-          prefetch->position.reset();
-          prefetch->layer.reset();
+          a.result.reset();
         }
       }
       return result;
     });
   });
-  deliverLater(ran, this, [this, job, requested_at, prefetch, target](Outcome<RunResult> out) {
+  deliverLater(ran, this, [this, job, requested_at, ahead](Outcome<RunResult> out) {
     if (job != run_job_) return;  // stale: a newer run was requested meanwhile
     setRunning(false);
     if (!out.value) {
@@ -242,70 +226,44 @@ void AnalysisController::requestRun(const QString& text) {
     }
     out.value->latency_ms = (clock_.nsecsElapsed() - requested_at) / 1e6;
     run_ = out.value;
-    prefetched_position_ = prefetch->position;
-    prefetched_target_ = target;
-    prefetched_layer_ = prefetch->layer;
+    for (Ahead& a : *ahead)
+      if (Slot* slot = slotOf(a.spec.id)) slot->prefetched = std::move(a.result);
     Q_EMIT runReady(run_);
   });
 }
 
-void AnalysisController::requestPosition(int pos, std::optional<int32_t> target) {
-  wanted_pos_ = pos;
-  wanted_target_ = target;
-  wanted_pos_is_last_ = run_ && pos == run_->n_pos() - 1;
-  if (!run_) return;
-  const quint64 job = ++position_job_;
-  auto pre = std::move(prefetched_position_);
-  if (pre && pre->run_job == run_->job && pre->pos == pos && prefetched_target_ == target) {
-    Q_EMIT positionReady(pre);  // computed with the run
+void AnalysisController::request(const QString& id, const AnalysisKey& key) {
+  Slot* slot = slotOf(id);
+  if (!slot) {
+    Q_EMIT analysisFailed(QStringLiteral("No analysis named \"%1\" is registered.").arg(id));
     return;
   }
-  auto jobs = latest_;
-  jobs->position = job;
-  auto computed = QtConcurrent::run([run = run_, pos, target, job, jobs] {
-    return capture<PositionResult>([&]() -> std::shared_ptr<PositionResult> {
-      if (jobs->position.load() != job) return nullptr;
+  slot->wanted = key;
+  slot->wanted_pos_is_last = run_ && key.pos == run_->n_pos() - 1;
+  if (!run_) return;
+  const quint64 job = ++slot->job;
+  slot->latest->store(job);
+  auto pre = std::move(slot->prefetched);
+  if (pre && pre->run_job == run_->job && pre->key == key) {
+    Q_EMIT analysisReady(id, pre);  // computed with the run
+    return;
+  }
+  auto computed = QtConcurrent::run([spec = slot->spec, run = run_, key, job, latest = slot->latest] {
+    return capture<const ViewResult>([&]() -> std::shared_ptr<const ViewResult> {
+      if (latest->load() != job) return nullptr;
       useOneThread();
-      return computePosition(run, pos, target);
+      return computeAnalysis(spec, run, key);
     });
   });
-  deliverLater(computed, this, [this, job](Outcome<PositionResult> out) {
-    if (job != position_job_) return;
+  deliverLater(computed, this, [this, id, job](Outcome<const ViewResult> out) {
+    Slot* slot = slotOf(id);
+    if (!slot || job != slot->job) return;
     if (!out.value) {
       if (!out.error.isEmpty()) Q_EMIT analysisFailed(out.error);
       return;
     }
     if (!run_ || out.value->run_job != run_->job) return;  // computed for a replaced run
-    Q_EMIT positionReady(out.value);
-  });
-}
-
-void AnalysisController::requestLayer(int layer) {
-  wanted_layer_ = layer;
-  if (!run_) return;
-  const quint64 job = ++layer_job_;
-  auto pre = std::move(prefetched_layer_);
-  if (pre && pre->run_job == run_->job && pre->layer == layer) {
-    Q_EMIT layerReady(pre);  // computed with the run
-    return;
-  }
-  auto jobs = latest_;
-  jobs->layer = job;
-  auto computed = QtConcurrent::run([run = run_, layer, job, jobs] {
-    return capture<LayerResult>([&]() -> std::shared_ptr<LayerResult> {
-      if (jobs->layer.load() != job) return nullptr;
-      useOneThread();
-      return computeLayer(run, layer);
-    });
-  });
-  deliverLater(computed, this, [this, job](Outcome<LayerResult> out) {
-    if (job != layer_job_) return;
-    if (!out.value) {
-      if (!out.error.isEmpty()) Q_EMIT analysisFailed(out.error);
-      return;
-    }
-    if (!run_ || out.value->run_job != run_->job) return;
-    Q_EMIT layerReady(out.value);
+    Q_EMIT analysisReady(id, out.value);
   });
 }
 

@@ -1,6 +1,11 @@
-// Runs the model and the analyses off the GUI thread. Every request gets a job number; a result
-// whose job has been superseded by a newer request is dropped, so the latest request wins and
-// the views only ever see consistent, immutable results.
+// Runs the model and the views' analyses off the GUI thread. Every request gets a job number; a
+// result whose job has been superseded by a newer request is dropped, so the latest request wins
+// and the views only ever see consistent, immutable results.
+//
+// Analyses are registered by id (addAnalysis) and scheduled by one keyed queue: per id, the
+// newest request wins, and each run also computes, on its own worker, what every analysis was
+// last asked for, moved to the new run (AnalysisSpec::with_every_run), so that asking for it
+// when the run lands answers at once.
 //
 // Loading a model is a job too: the previous model stays in use until the new one has loaded,
 // and a failed load leaves it in place.
@@ -10,17 +15,17 @@
 #include <QObject>
 #include <QString>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "ui/controller/results.h"
 
 namespace hs { class Model; }
 
 namespace hs::ui {
-
-struct LatestJobs;
 
 class AnalysisController : public QObject {
   Q_OBJECT
@@ -35,7 +40,7 @@ class AnalysisController : public QObject {
   bool isRunning() const { return running_; }
   QString lastText() const { return text_; }
 
-  // Number of top predictions kept per position.
+  // Number of top predictions kept after the last position.
   static constexpr int kTopK = 10;
 
   // Builds a RunResult synchronously on the calling thread (used by the worker jobs and by the
@@ -43,9 +48,14 @@ class AnalysisController : public QObject {
   // `previous`: an earlier run of the same model, whose common token prefix the core reuses.
   static std::shared_ptr<RunResult> computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
                                                std::shared_ptr<const hs::ActivationCache> previous = nullptr);
-  static std::shared_ptr<PositionResult> computePosition(std::shared_ptr<const RunResult> run, int pos,
-                                                         std::optional<int32_t> target);
-  static std::shared_ptr<LayerResult> computeLayer(std::shared_ptr<const RunResult> run, int layer);
+  // Computes `spec`'s analysis of `run` for `key` on the calling thread, with its bookkeeping
+  // filled in. Throws hs::Error.
+  static std::shared_ptr<const ViewResult> computeAnalysis(const AnalysisSpec& spec,
+                                                           std::shared_ptr<const RunResult> run, const AnalysisKey& key);
+
+  // Registers an analysis that request() can ask for by its id. Ids are unique.
+  void addAnalysis(AnalysisSpec spec);
+  bool hasAnalysis(const QString& id) const { return slotOf(id) != nullptr; }
 
  public Q_SLOTS:
   // Loads a model folder on a worker thread.
@@ -54,9 +64,9 @@ class AnalysisController : public QObject {
   void setModel(std::shared_ptr<const hs::Model> model);
   // Tokenizes and runs `text` on the current model.
   void requestRun(const QString& text);
-  // Analyses at one position of the current run; target empty = the predicted next token.
-  void requestPosition(int pos, std::optional<int32_t> target);
-  void requestLayer(int layer);
+  // Analysis `id` of the current run for `key`. Answered by analysisReady(id, ...), through the
+  // event loop, or at once when the run already computed it for this key.
+  void request(const QString& id, const AnalysisKey& key);
 
  Q_SIGNALS:
   void loadStarted(const QString& dir);
@@ -67,37 +77,25 @@ class AnalysisController : public QObject {
   void runStarted(quint64 job);
   void runReady(std::shared_ptr<const hs::ui::RunResult> result);
   void runFailed(const QString& message);
-  void positionReady(std::shared_ptr<const hs::ui::PositionResult> result);
-  void layerReady(std::shared_ptr<const hs::ui::LayerResult> result);
+  void analysisReady(const QString& id, std::shared_ptr<const hs::ui::ViewResult> result);
   void analysisFailed(const QString& message);
   void busyChanged(bool busy);
 
  private:
+  struct Slot;
+  Slot* slotOf(const QString& id) const;
   void setRunning(bool running);
 
-  // The analyses the views asked for last, so a run can compute them for its new result on the
-  // same worker before handing it over (one hop instead of three: a keystroke's views are ready
-  // with the run). `wanted_pos_` of -1: none asked yet.
-  int wanted_pos_ = -1;
-  std::optional<int32_t> wanted_target_;
-  int wanted_layer_ = -1;
-  bool wanted_pos_is_last_ = true;  // the selection was on the last token: it follows typing
-  // Computed with the current run, waiting for the views' request (see requestPosition/Layer).
-  std::shared_ptr<const PositionResult> prefetched_position_;
-  std::optional<int32_t> prefetched_target_;
-  std::shared_ptr<const LayerResult> prefetched_layer_;
-
+  std::vector<std::unique_ptr<Slot>> slots_;
   std::shared_ptr<const hs::Model> model_;
   std::shared_ptr<const RunResult> run_;
   QString text_;
   quint64 load_job_ = 0;
   quint64 run_job_ = 0;
-  quint64 position_job_ = 0;
-  quint64 layer_job_ = 0;
   bool loading_ = false;
   bool running_ = false;
-  // The newest job numbers, shared with the workers so a superseded job skips its work.
-  std::shared_ptr<LatestJobs> latest_;
+  // The newest run's job number, shared with the workers so a superseded run skips its work.
+  std::shared_ptr<std::atomic<quint64>> latest_run_;
   QElapsedTimer clock_;
 };
 

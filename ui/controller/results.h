@@ -1,5 +1,9 @@
-// Immutable, view-ready results that the AnalysisController hands to the views. Each is made on a
-// worker thread, then shared read-only (std::shared_ptr<const ...>) with the GUI thread.
+// Immutable results that the AnalysisController hands to the views. Each is made on a worker
+// thread, then shared read-only (std::shared_ptr<const ...>) with the GUI thread.
+//
+// The controller knows two kinds: the run (one forward pass and what every view needs from it)
+// and a view's own analysis, which derives from ViewResult and is computed by a function the
+// view registers (ui/views/registry.cpp). It does not know which views exist.
 #pragma once
 
 #include <QImage>
@@ -7,6 +11,7 @@
 #include <QStringList>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -30,39 +35,47 @@ struct RunResult {
 
   int n_pos() const { return static_cast<int>(run.tokens.size()); }
   int n_layer() const { return run.cache->n_layer(); }
-  int n_head() const { return run.cache->config().n_head; }
+  int n_head() const { return run.cache->config().n_heads; }
   const hs::Model& model() const { return *run.model; }
 };
 
-// The analyses at one destination position: the residual decomposition, the heads' write norms
-// and direct logit attribution to a target token.
-struct PositionResult {
-  quint64 run_job = 0;
-  std::shared_ptr<const RunResult> run;
-  int pos = 0;
-  bool target_is_prediction = true;      // the target follows the predicted next token
-  int32_t target = 0;
-  hs::RowMatrixXf write_norms;           // [layer, head]
-  hs::ResidualDecomposition parts;
-  hs::LogitAttribution dla;
-  std::vector<hs::Prediction> top;       // predictions after `pos`, most likely first
+// The parts of the selection an analysis reads (bits of AnalysisSpec::reads).
+enum SelectionPart : unsigned { kReadsLayer = 1u, kReadsHead = 2u, kReadsPosition = 4u, kReadsTarget = 8u };
+
+// What a view's analysis is computed for: the parts of the selection it reads. The parts it does
+// not read stay unset, so changing them neither asks for nor invalidates a computation.
+struct AnalysisKey {
+  int layer = -1;
+  int head = -1;
+  int pos = -1;
+  std::optional<int32_t> target;  // empty: the predicted next token
+  bool operator==(const AnalysisKey&) const = default;
 };
 
-// Concatenate-then-project beside project-then-sum, for one layer.
-struct LayerResult {
-  quint64 run_job = 0;
+// The base of every view's computed result.
+struct ViewResult {
+  virtual ~ViewResult() = default;
+  quint64 run_job = 0;                   // the run it was computed from
   std::shared_ptr<const RunResult> run;
-  int layer = 0;
-  hs::ConcatVsSum cs;
-  // Colour ranges (symmetric, +-range). attn_out via both paths shares one: max |attn_out|, so
-  // the two are drawn on one scale. The heads' r_h share another, the 99.5th percentile of |r_h|
-  // over every head (larger values saturate): attn_out adds b_O and every head, and is several
-  // times larger than a typical head's values (2-8x at the 99th percentile in the built-in
-  // model), so on attn_out's scale the r_h images were nearly white.
-  float output_range = 1.0f;
-  float head_range = 1.0f;
-  std::vector<QImage> head_result_images;  // [head], on head_range
+  AnalysisKey key;                       // what it was computed for
 };
+
+// Computes a view's analysis on a worker thread (throws hs::Error); the controller fills in
+// run_job, run and key.
+using AnalysisFn = std::function<std::shared_ptr<ViewResult>(const RunResult& run, const AnalysisKey& key)>;
+
+struct AnalysisSpec {
+  QString id;             // the view's id ("contributions")
+  unsigned reads = 0;     // SelectionPart bits
+  AnalysisFn compute;
+  // Computed with every run, for the key last asked for (moved to the new run), so that a
+  // keystroke's views are ready when the run is. Off for analyses too slow to run per key.
+  bool with_every_run = true;
+};
+
+// The key for a new run, from the key asked for on the previous one: a position on the previous
+// last token follows the new last token (typing keeps the end selected), and everything is
+// clamped into the new run's bounds.
+AnalysisKey followRun(AnalysisKey key, unsigned reads, bool pos_was_last, const RunResult& run);
 
 }  // namespace hs::ui
-

@@ -11,15 +11,29 @@
 
 #include "ui/controller/selection.h"
 #include "ui/style/colormap.h"
+#include "ui/views/head_overview.h"
 #include "ui/views/view_text.h"
 #include "ui/widgets/bar_chart_view.h"
 #include "ui/widgets/heatmap_view.h"
+#include "ui/widgets/image_grid_view.h"
 #include "ui/widgets/labels.h"
 #include "ui/widgets/refresh_when_shown.h"
 
 namespace hs::ui {
 
-AttentionView::AttentionView(Selection* selection, QWidget* parent) : QWidget(parent), selection_(selection) {
+ViewDescriptor AttentionView::descriptor() {
+  ViewDescriptor d;
+  d.id = QStringLiteral("attention");
+  d.title = QStringLiteral("Attention");
+  d.menu_text = QStringLiteral("&Attention");
+  d.help = QStringLiteral("each head's attention pattern, and an overview of all heads");
+  d.export_size = QSize(1200, 820);
+  d.analysis.id = d.id;  // drawn from the run: no analysis of its own
+  d.create = [](Selection* selection, QWidget* parent) { return new AttentionView(selection, parent); };
+  return d;
+}
+
+AttentionView::AttentionView(Selection* selection, QWidget* parent) : AnalysisView(selection, parent) {
   setObjectName(QStringLiteral("attentionView"));
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(8, 8, 8, 4);
@@ -86,7 +100,34 @@ void AttentionView::setRun(std::shared_ptr<const RunResult> run) {
   refresher_->request();
 }
 
+AttentionView::~AttentionView() = default;
+
 void AttentionView::refresh() { showHead(selection_->layer(), selection_->head()); }
+
+std::vector<ExportFigure> AttentionView::exportFigures(const RunResult& run) {
+  std::vector<ExportFigure> figures;
+  figures.push_back({std::nullopt, [this]() -> ExportFigure::Target {
+                       if (!run_) return {};
+                       // As tall as the grid needs at this width, no blank band below it.
+                       constexpr int kWidth = 900, kMaxHeight = 1400;
+                       overview_ = std::make_unique<ImageGridView>();
+                       overview_->setAttribute(Qt::WA_DontShowOnScreen);
+                       overview_->setMaxCellWidth(96);
+                       showHeadOverview(*overview_, *run_, false);
+                       const QSize size(kWidth, std::min(kMaxHeight, overview_->heightForWidth(kWidth) + 8));
+                       overview_->resize(size);
+                       overview_->show();
+                       return {overview_.get(), size};
+                     }});
+  for (int l = 0; l < run.n_layer(); ++l)
+    for (int h = 0; h < run.n_head(); ++h)
+      figures.push_back({std::nullopt, [this, l, h]() -> ExportFigure::Target {
+                           showHead(l, h);
+                           heatmap_->replotNow();
+                           return {heatmap_, kPatternFigureSize};
+                         }});
+  return figures;
+}
 
 void AttentionView::showHead(int layer, int head) {
   if (!run_) {
@@ -183,11 +224,6 @@ FigureText AttentionView::figureText() const {
 
 QString AttentionView::figureFileStem() const {
   return QStringLiteral("attention_view_%1").arg(headLabel(std::max(0, shown_layer_), std::max(0, shown_head_)));
-}
-
-void AttentionView::paintFigure(QCPPainter& painter, QSize size) {
-  Q_UNUSED(size);
-  renderWidgetInto(this, painter);
 }
 
 }  // namespace hs::ui

@@ -3,12 +3,9 @@
 // that destination position everywhere.
 #pragma once
 
-#include <QWidget>
-
 #include <memory>
 
 #include "ui/controller/results.h"
-#include "ui/export/figure.h"
 
 class QLabel;
 
@@ -16,16 +13,24 @@ namespace hs::ui {
 
 class BarChartView;
 class HeatmapView;
+class ImageGridView;
 class RefreshWhenShown;
 class Selection;
 
-class AttentionView : public QWidget, public FigureSource {
+class AttentionView : public AnalysisView {
   Q_OBJECT
 
  public:
-  AttentionView(Selection* selection, QWidget* parent = nullptr);
+  static ViewDescriptor descriptor();
+  // Export All: each head's pattern is a figure of this size.
+  static constexpr QSize kPatternFigureSize{820, 780};
 
-  void setRun(std::shared_ptr<const RunResult> run);
+  AttentionView(Selection* selection, QWidget* parent = nullptr);
+  ~AttentionView() override;
+
+  void setRun(std::shared_ptr<const RunResult> run) override;
+  // The overview of every head, then each head's pattern.
+  std::vector<ExportFigure> exportFigures(const RunResult& run) override;
   HeatmapView* heatmap() const { return heatmap_; }
   // The selected query position's row of the pattern, as bars over the keys.
   BarChartView* rowProfile() const { return row_bars_; }
@@ -34,8 +39,6 @@ class AttentionView : public QWidget, public FigureSource {
 
   // The whole view (pattern and row profile) as a figure.
   FigureText figureText() const override;
-  QSize figureSize() const override { return size(); }
-  void paintFigure(QCPPainter& painter, QSize size) override;
   QString figureFileStem() const override;
 
  protected:
@@ -47,7 +50,6 @@ class AttentionView : public QWidget, public FigureSource {
   void updateRowProfile();
   void keepCellsSquare();
 
-  Selection* selection_;
   std::shared_ptr<const RunResult> run_;
   QLabel* title_ = nullptr;
   QLabel* summary_ = nullptr;
@@ -57,6 +59,7 @@ class AttentionView : public QWidget, public FigureSource {
   QWidget* side_ = nullptr;
   int shown_layer_ = -1, shown_head_ = -1;
   RefreshWhenShown* refresher_ = nullptr;
+  std::unique_ptr<ImageGridView> overview_;  // Export All's overview of every head, never shown
 };
 
 }  // namespace hs::ui

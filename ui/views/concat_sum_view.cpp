@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "core/model/model.h"
+#include "ui/controller/grid_images.h"
 #include "ui/controller/selection.h"
 #include "ui/views/view_text.h"
 #include "ui/widgets/heatmap_view.h"
@@ -59,7 +60,26 @@ QFrame* panel(QWidget* parent, const QString& name) {
 
 }  // namespace
 
-ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : QWidget(parent), selection_(selection) {
+ViewDescriptor ConcatSumView::descriptor() {
+  ViewDescriptor d;
+  d.id = QStringLiteral("concat");
+  d.title = QStringLiteral("Concat vs Sum");
+  d.menu_text = QStringLiteral("Concat vs &Sum");
+  d.help = QStringLiteral("concat(z) x W_O beside sum_h z_h x W_O[h] for the selected layer, their difference "
+                          "and the shapes at every step");
+  d.export_size = QSize(1600, 1000);
+  d.analysis = {d.id, kReadsLayer, [](const RunResult& run, const AnalysisKey& key) {
+                  auto r = std::make_shared<LayerResult>();
+                  static_cast<hs::LayerAnalysis&>(*r) = hs::analyze_layer(*run.run.cache, key.layer);
+                  for (const hs::PooledGrid& grid : r->head_results_pooled)
+                    r->head_result_images.push_back(signedImage(grid, r->head_range));
+                  return std::shared_ptr<ViewResult>(std::move(r));
+                }};
+  d.create = [](Selection* selection, QWidget* parent) { return new ConcatSumView(selection, parent); };
+  return d;
+}
+
+ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisView(selection, parent) {
   setObjectName(QStringLiteral("concatSumView"));
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(8, 8, 8, 4);
@@ -210,6 +230,23 @@ void ConcatSumView::setLayerResult(std::shared_ptr<const LayerResult> result) {
   refresher_->request();
 }
 
+void ConcatSumView::setResult(std::shared_ptr<const ViewResult> result) {
+  setLayerResult(std::dynamic_pointer_cast<const LayerResult>(std::move(result)));
+}
+
+std::vector<ExportFigure> ConcatSumView::exportFigures(const RunResult& run) {
+  std::vector<ExportFigure> figures;
+  for (int l = 0; l < run.n_layer(); ++l) {
+    AnalysisKey key;
+    key.layer = l;
+    figures.push_back({key, [this, l]() -> ExportFigure::Target {
+                         selection_->setHead(l, selection_->head());  // its band is outlined
+                         return {this, size()};
+                       }});
+  }
+  return figures;
+}
+
 QString ConcatSumView::differenceText() const { return diff_label_->text(); }
 
 void ConcatSumView::refresh() {
@@ -224,7 +261,7 @@ void ConcatSumView::refresh() {
   const hs::ConcatVsSum& cs = result_->cs;
   const RunResult& run = *result_->run;
   const hs::ModelConfig& cfg = run.run.cache->config();
-  const int S = run.n_pos(), H = cfg.n_head, dh = cfg.d_head, D = cfg.d_model;
+  const int S = run.n_pos(), H = cfg.n_headss, dh = cfg.d_head, D = cfg.d_model;
   const int layer = result_->layer;
   title_->setText(QStringLiteral("<b>Layer %1</b> &nbsp;multi-head attention is a sum over heads: concatenating the "
                                  "heads' z and multiplying by W_O gives the same attn_out as adding each head's "
@@ -305,7 +342,7 @@ void ConcatSumView::refresh() {
 void ConcatSumView::fillShapes() {
   const RunResult& run = *result_->run;
   const hs::ModelConfig& cfg = run.run.cache->config();
-  const int S = run.n_pos(), H = cfg.n_head, dh = cfg.d_head, D = cfg.d_model, V = cfg.d_vocab, L = cfg.n_layer;
+  const int S = run.n_pos(), H = cfg.n_headss, dh = cfg.d_head, D = cfg.d_model, V = cfg.d_vocab, L = cfg.n_layer;
   struct Row {
     QString step, shape, sizes;
   };
@@ -364,11 +401,6 @@ FigureText ConcatSumView::figureText() const {
 
 QString ConcatSumView::figureFileStem() const {
   return QStringLiteral("concat_vs_sum_L%1").arg(result_ ? result_->layer : 0);
-}
-
-void ConcatSumView::paintFigure(QCPPainter& painter, QSize size) {
-  Q_UNUSED(size);
-  renderWidgetInto(this, painter);
 }
 
 }  // namespace hs::ui

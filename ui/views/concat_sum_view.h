@@ -5,28 +5,43 @@
 // Selecting a head outlines its band in z and in W_O, and its r_h.
 #pragma once
 
-#include <QWidget>
+#include <QImage>
 
 #include <memory>
+#include <vector>
 
-#include "ui/controller/results.h"
-#include "ui/export/figure.h"
+#include "core/analysis/view_data.h"
+#include "ui/views/analysis_view.h"
 
 class QLabel;
 class QTableWidget;
 
 namespace hs::ui {
 
+// Concatenate-then-project beside project-then-sum for one layer (core/analysis/view_data.h),
+// with each head's r_h as an image on the heads' shared colour range.
+struct LayerResult : ViewResult, hs::LayerAnalysis {
+  std::vector<QImage> head_result_images;  // [head]
+};
+
 class HeatmapView;
 class ImageGridView;
 class RefreshWhenShown;
 class Selection;
 
-class ConcatSumView : public QWidget, public FigureSource {
+class ConcatSumView : public AnalysisView {
   Q_OBJECT
 
  public:
+  static ViewDescriptor descriptor();
+
   ConcatSumView(Selection* selection, QWidget* parent = nullptr);
+
+  void setRun(std::shared_ptr<const RunResult>) override {}  // drawn from its layer's analysis
+  void setResult(std::shared_ptr<const ViewResult> result) override;
+  std::shared_ptr<const ViewResult> result() const override { return result_; }
+  // Every layer's view.
+  std::vector<ExportFigure> exportFigures(const RunResult& run) override;
 
   void setLayerResult(std::shared_ptr<const LayerResult> result);
   const std::shared_ptr<const LayerResult>& layerResult() const { return result_; }
@@ -41,8 +56,6 @@ class ConcatSumView : public QWidget, public FigureSource {
   QString differenceText() const;
 
   FigureText figureText() const override;
-  QSize figureSize() const override { return size(); }
-  void paintFigure(QCPPainter& painter, QSize size) override;
   QString figureFileStem() const override;
 
  private:
@@ -50,7 +63,6 @@ class ConcatSumView : public QWidget, public FigureSource {
   void updateHighlights();
   void fillShapes();
 
-  Selection* selection_;
   std::shared_ptr<const LayerResult> result_;
   QLabel* title_ = nullptr;
   QLabel* concat_caption_ = nullptr;

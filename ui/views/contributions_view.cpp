@@ -14,7 +14,7 @@
 
 #include "core/model/model.h"
 #include "ui/controller/selection.h"
-#include "ui/export/figure.h"
+#include "ui/base/figure.h"
 #include "ui/views/view_text.h"
 #include "ui/widgets/bar_chart_view.h"
 #include "ui/widgets/heatmap_view.h"
@@ -46,7 +46,24 @@ QString typedTokenText(QString text) {
 
 }  // namespace
 
-ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : QWidget(parent), selection_(selection) {
+ViewDescriptor ContributionsView::descriptor() {
+  ViewDescriptor d;
+  d.id = QStringLiteral("contributions");
+  d.title = QStringLiteral("Contributions");
+  d.menu_text = QStringLiteral("&Contributions");
+  d.help = QStringLiteral("what each head and MLP adds to the residual stream at the selected position "
+                          "(write norms and direct logit attribution)");
+  d.export_size = QSize(1400, 900);
+  d.analysis = {d.id, kReadsPosition | kReadsTarget, [](const RunResult& run, const AnalysisKey& key) {
+                  auto r = std::make_shared<PositionResult>();
+                  static_cast<hs::PositionAnalysis&>(*r) = hs::analyze_position(*run.run.cache, key.pos, key.target, kTopK);
+                  return std::shared_ptr<ViewResult>(std::move(r));
+                }};
+  d.create = [](Selection* selection, QWidget* parent) { return new ContributionsView(selection, parent); };
+  return d;
+}
+
+ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : AnalysisView(selection, parent) {
   setObjectName(QStringLiteral("contributionsView"));
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(8, 8, 8, 4);
@@ -159,6 +176,21 @@ ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : QW
 }
 
 void ContributionsView::setRun(std::shared_ptr<const RunResult> run) { run_ = std::move(run); }
+
+void ContributionsView::setResult(std::shared_ptr<const ViewResult> result) {
+  setPositionResult(std::dynamic_pointer_cast<const PositionResult>(std::move(result)));
+}
+
+std::vector<ExportFigure> ContributionsView::exportFigures(const RunResult&) {
+  const AnalysisKey key = keyFromSelection(*selection_, descriptor().analysis.reads);
+  std::vector<ExportFigure> figures;
+  for (Mode mode : {Mode::WriteNorm, Mode::LogitAttribution})
+    figures.push_back({key, [this, mode]() -> ExportFigure::Target {
+                         setMode(mode);
+                         return {this, size()};
+                       }});
+  return figures;
+}
 
 void ContributionsView::setPositionResult(std::shared_ptr<const PositionResult> result) {
   result_ = std::move(result);
@@ -342,11 +374,6 @@ FigureText ContributionsView::figureText() const {
 QString ContributionsView::figureFileStem() const {
   const int pos = result_ ? result_->pos : 0;
   return QStringLiteral("contributions_%1_pos%2").arg(mode_ == Mode::WriteNorm ? "norm" : "dla").arg(pos);
-}
-
-void ContributionsView::paintFigure(QCPPainter& painter, QSize size) {
-  Q_UNUSED(size);
-  renderWidgetInto(this, painter);
 }
 
 }  // namespace hs::ui

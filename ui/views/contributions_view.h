@@ -3,12 +3,10 @@
 // every component of the final residual stream, and the check that the parts sum to the whole.
 #pragma once
 
-#include <QWidget>
-
 #include <memory>
 
-#include "ui/controller/results.h"
-#include "ui/export/figure.h"
+#include "core/analysis/view_data.h"
+#include "ui/views/analysis_view.h"
 
 class QButtonGroup;
 class QComboBox;
@@ -17,20 +15,31 @@ class QRadioButton;
 
 namespace hs::ui {
 
+// The analyses at one destination position: the residual decomposition, the heads' write norms
+// and direct logit attribution to a target token (core/analysis/view_data.h).
+struct PositionResult : ViewResult, hs::PositionAnalysis {};
+
 class BarChartView;
 class HeatmapView;
 class RefreshWhenShown;
 class Selection;
 
-class ContributionsView : public QWidget, public FigureSource {
+class ContributionsView : public AnalysisView {
   Q_OBJECT
 
  public:
   enum class Mode { WriteNorm, LogitAttribution };
+  static ViewDescriptor descriptor();
+  // Predictions offered as targets.
+  static constexpr int kTopK = 10;
 
   ContributionsView(Selection* selection, QWidget* parent = nullptr);
 
-  void setRun(std::shared_ptr<const RunResult> run);
+  void setRun(std::shared_ptr<const RunResult> run) override;
+  void setResult(std::shared_ptr<const ViewResult> result) override;
+  std::shared_ptr<const ViewResult> result() const override { return result_; }
+  // At the selected position: the write norms, then the logit attribution.
+  std::vector<ExportFigure> exportFigures(const RunResult& run) override;
   void setPositionResult(std::shared_ptr<const PositionResult> result);
   const std::shared_ptr<const PositionResult>& positionResult() const { return result_; }
   void setMode(Mode mode);
@@ -42,8 +51,6 @@ class ContributionsView : public QWidget, public FigureSource {
 
   // The whole view as a figure.
   FigureText figureText() const override;
-  QSize figureSize() const override { return size(); }
-  void paintFigure(QCPPainter& painter, QSize size) override;
   QString figureFileStem() const override;
 
  private:
@@ -52,7 +59,6 @@ class ContributionsView : public QWidget, public FigureSource {
   void applyTypedTarget();
   void updateHighlights();
 
-  Selection* selection_;
   std::shared_ptr<const RunResult> run_;
   std::shared_ptr<const PositionResult> result_;
   Mode mode_ = Mode::WriteNorm;

@@ -187,8 +187,8 @@ QSize BarChartView::figureSize() const {
   return (s.width() < 50 || s.height() < 50) ? QSize(1200, 500) : s;
 }
 
-void BarChartView::paintFigure(QCPPainter& painter, QSize size) {
-  plot_->toPainter(&painter, size.width(), size.height());
+void BarChartView::paintFigure(QPainter& painter, QSize size) {
+  paintPlotInto(plot_, painter, size);
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 

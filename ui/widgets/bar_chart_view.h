@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "ui/export/figure.h"
+#include "ui/base/figure.h"
 
 class QCustomPlot;
 class QCPItemRect;
@@ -47,7 +47,7 @@ class BarChartView : public QWidget, public FigureSource {
   void setFigureText(const FigureText& text, const QString& file_stem);
   FigureText figureText() const override { return figure_text_; }
   QSize figureSize() const override;
-  void paintFigure(QCPPainter& painter, QSize size) override;
+  void paintFigure(QPainter& painter, QSize size) override;
   QString figureFileStem() const override { return file_stem_; }
 
  Q_SIGNALS:

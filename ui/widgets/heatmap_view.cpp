@@ -362,8 +362,8 @@ QSize HeatmapView::figureSize() const {
   return (s.width() < 50 || s.height() < 50) ? QSize(900, 760) : s;
 }
 
-void HeatmapView::paintFigure(QCPPainter& painter, QSize size) {
-  plot_->toPainter(&painter, size.width(), size.height());
+void HeatmapView::paintFigure(QPainter& painter, QSize size) {
+  paintPlotInto(plot_, painter, size);
   plot_->replot(QCustomPlot::rpQueuedReplot);  // toPainter laid the plot out for `size`
 }
 

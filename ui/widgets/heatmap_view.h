@@ -13,7 +13,7 @@
 #include <functional>
 #include <vector>
 
-#include "ui/export/figure.h"
+#include "ui/base/figure.h"
 #include "ui/style/colormap.h"
 
 class QCustomPlot;
@@ -83,7 +83,7 @@ class HeatmapView : public QWidget, public FigureSource {
   void setFigureText(const FigureText& text, const QString& file_stem);
   FigureText figureText() const override { return figure_text_; }
   QSize figureSize() const override;
-  void paintFigure(QCPPainter& painter, QSize size) override;
+  void paintFigure(QPainter& painter, QSize size) override;
   QString figureFileStem() const override { return file_stem_; }
 
   // Where the cells are drawn, in widget coordinates (after the last layout).

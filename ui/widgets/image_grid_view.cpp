@@ -188,7 +188,7 @@ void ImageGridView::paintEvent(QPaintEvent*) {
   paintGrid(p, size());
 }
 
-void ImageGridView::paintFigure(QCPPainter& painter, QSize size) { paintGrid(painter, size); }
+void ImageGridView::paintFigure(QPainter& painter, QSize size) { paintGrid(painter, size); }
 
 void ImageGridView::setFigureText(const FigureText& text, const QString& file_stem) {
   figure_text_ = text;

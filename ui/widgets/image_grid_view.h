@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "ui/export/figure.h"
+#include "ui/base/figure.h"
 
 namespace hs::ui {
 
@@ -46,7 +46,7 @@ class ImageGridView : public QWidget, public FigureSource {
   void setFigureText(const FigureText& text, const QString& file_stem);
   FigureText figureText() const override { return figure_text_; }
   QSize figureSize() const override { return size(); }
-  void paintFigure(QCPPainter& painter, QSize size) override;
+  void paintFigure(QPainter& painter, QSize size) override;
   QString figureFileStem() const override { return file_stem_; }
 
   QSize sizeHint() const override;

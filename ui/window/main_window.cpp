@@ -1,4 +1,4 @@
-#include "ui/main_window.h"
+#include "ui/window/main_window.h"
 
 #include <QAction>
 #include <QApplication>
@@ -31,11 +31,10 @@
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
-#include "ui/export/export_all.h"
-#include "ui/export/figure.h"
-#include "ui/views/attention_view.h"
-#include "ui/views/concat_sum_view.h"
-#include "ui/views/contributions_view.h"
+#include "ui/window/export_all.h"
+#include "ui/base/figure.h"
+#include "ui/views/head_overview.h"
+#include "ui/views/registry.h"
 #include "ui/views/view_text.h"
 #include "ui/widgets/color_legend.h"
 #include "ui/widgets/heatmap_view.h"
@@ -68,12 +67,14 @@ QString tokenTooltip(const RunResult& run, int pos) {
 
 }  // namespace
 
-MainWindow::MainWindow(const StartOptions& options, QWidget* parent)
+MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
     : QMainWindow(parent), restore_settings_(options.restore_settings) {
   setObjectName(QStringLiteral("mainWindow"));
   setWindowTitle(QStringLiteral("HeadScope"));
   setAcceptDrops(true);
   controller_ = new AnalysisController(this);
+  for (const ViewDescriptor& v : viewRegistry())
+    if (v.analysis.compute) controller_->addAnalysis(v.analysis);
   selection_ = new Selection(this);
   debounce_.setSingleShot(true);
   debounce_.setInterval(kDebounceMs);
@@ -109,7 +110,8 @@ MainWindow::MainWindow(const StartOptions& options, QWidget* parent)
   }
   refreshModelCombo();
   updateRecentMenu();
-  tabs_->setCurrentIndex(std::clamp(options.view, 0, tabs_->count() - 1));
+  for (int i = 0; i < static_cast<int>(viewRegistry().size()); ++i)
+    if (viewRegistry()[static_cast<size_t>(i)].id == options.view) tabs_->setCurrentIndex(i);
 
   prompt_->setPlainText(options.text.isEmpty() ? QString::fromUtf8(kExamplePrompt) : options.text);
   prompt_->moveCursor(QTextCursor::End);
@@ -212,12 +214,11 @@ void MainWindow::buildCentral() {
   tabs_ = new QTabWidget(splitter_);
   tabs_->setObjectName(QStringLiteral("viewTabs"));
   tabs_->setDocumentMode(false);
-  attention_ = new AttentionView(selection_, tabs_);
-  contributions_ = new ContributionsView(selection_, tabs_);
-  concat_ = new ConcatSumView(selection_, tabs_);
-  tabs_->addTab(attention_, QStringLiteral("Attention"));
-  tabs_->addTab(contributions_, QStringLiteral("Contributions"));
-  tabs_->addTab(concat_, QStringLiteral("Concat vs Sum"));
+  for (const ViewDescriptor& v : viewRegistry()) {
+    AnalysisView* view = v.create(selection_, tabs_);
+    views_.push_back(view);
+    tabs_->addTab(view, v.title);
+  }
   splitter_->addWidget(heads_panel);
   splitter_->addWidget(tabs_);
   splitter_->setStretchFactor(0, 0);
@@ -252,11 +253,10 @@ void MainWindow::buildMenus() {
   quit->setObjectName(QStringLiteral("actionQuit"));
 
   QMenu* view = menuBar()->addMenu(QStringLiteral("&View"));
-  const QStringList names = {QStringLiteral("&Attention"), QStringLiteral("&Contributions"),
-                             QStringLiteral("Concat vs &Sum")};
-  for (int i = 0; i < names.size(); ++i) {
-    QAction* a = view->addAction(names[i], this, [this, i] { tabs_->setCurrentIndex(i); });
-    a->setShortcut(QKeySequence(Qt::CTRL | (Qt::Key_1 + i)));
+  for (int i = 0; i < static_cast<int>(viewRegistry().size()); ++i) {
+    QAction* a = view->addAction(viewRegistry()[static_cast<size_t>(i)].menu_text, this,
+                                 [this, i] { tabs_->setCurrentIndex(i); });
+    if (i < 9) a->setShortcut(QKeySequence(Qt::CTRL | (Qt::Key_1 + i)));
   }
   view->addSeparator();
   auto add_nav = [&](const QString& text, QKeySequence key, std::function<void()> fn) {
@@ -334,10 +334,10 @@ void MainWindow::connectEverything() {
   connect(controller_, &AnalysisController::busyChanged, this, [this](bool busy) {
     if (!controller_->isLoading()) status_busy_->setText(busy ? QStringLiteral("running…") : QString());
   });
-  connect(controller_, &AnalysisController::positionReady, this,
-          [this](std::shared_ptr<const PositionResult> r) { contributions_->setPositionResult(std::move(r)); });
-  connect(controller_, &AnalysisController::layerReady, this,
-          [this](std::shared_ptr<const LayerResult> r) { concat_->setLayerResult(std::move(r)); });
+  connect(controller_, &AnalysisController::analysisReady, this,
+          [this](const QString& id, std::shared_ptr<const ViewResult> r) {
+            if (AnalysisView* v = view(id)) v->setResult(std::move(r));
+          });
   connect(controller_, &AnalysisController::analysisFailed, this,
           [this](const QString& message) { showBanner(message.toHtmlEscaped(), true); });
 
@@ -360,16 +360,13 @@ void MainWindow::connectEverything() {
 
   connect(selection_, &Selection::headChanged, this, [this](int layer, int head) {
     head_grid_->setSelectedIndex(layer * selection_->headCount() + head);
-    const auto& shown = concat_->layerResult();
-    if (controller_->currentRun() && (!shown || shown->layer != layer || shown->run_job != controller_->currentRun()->job))
-      controller_->requestLayer(layer);
+    requestAnalyses();
   });
   connect(selection_, &Selection::positionChanged, this, [this](int pos) {
     tokens_->setSelectedPosition(pos);
-    controller_->requestPosition(pos, selection_->target());
+    requestAnalyses();
   });
-  connect(selection_, &Selection::targetChanged, this,
-          [this] { controller_->requestPosition(selection_->position(), selection_->target()); });
+  connect(selection_, &Selection::targetChanged, this, [this] { requestAnalyses(); });
   connect(selection_, &Selection::hoverChanged, tokens_, &TokenStrip::setHoverPosition);
 }
 
@@ -451,13 +448,7 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
   tokens_->setSelectedPosition(selection_->position());
   tokens_->setHoverPosition(selection_->hoverPosition());
 
-  std::vector<ImageGridView::Item> items;
-  items.reserve(run->thumbnails.size());
-  for (int l = 0; l < n_layer; ++l)
-    for (int h = 0; h < n_head; ++h)
-      items.push_back({run->thumbnails[static_cast<size_t>(l * n_head + h)], headLabel(l, h),
-                       QStringLiteral("%1 — click to show its pattern").arg(headLabel(l, h))});
-  head_grid_->setItems(std::move(items), n_head);
+  showHeadOverview(*head_grid_, *run, true);
   if (shape_changed) {
     // Room for thumbnails big enough to read (about 44 px and their L3H7 labels), up to 30% of
     // the window; a model with many heads gets smaller ones.
@@ -466,22 +457,38 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
     const QList<int> sizes = splitter_->sizes();
     if (sizes.size() == 2 && std::abs(sizes[0] - heads_width) > 8)
       splitter_->setSizes({heads_width, sizes[0] + sizes[1] - heads_width});
-    QStringList rows, cols;
-    for (int l = 0; l < n_layer; ++l) rows << QStringLiteral("L%1").arg(l);
-    for (int h = 0; h < n_head; ++h) cols << QStringLiteral("H%1").arg(h);
-    head_grid_->setRowHeaders(rows);
-    head_grid_->setColumnHeaders(cols);
   }
   head_grid_->setSelectedIndex(selection_->layer() * n_head + selection_->head());
-  head_grid_->setFigureText({QStringLiteral("Attention patterns of all %1 heads").arg(n_layer * n_head), runSubtitle(*run)},
-                            QStringLiteral("heads_overview"));
 
-  attention_->setRun(run);
-  contributions_->setRun(run);
-  controller_->requestPosition(selection_->position(), selection_->target());
-  controller_->requestLayer(selection_->layer());
+  for (AnalysisView* v : views_) v->setRun(run);
+  requestAnalyses();
   updateStatus();
 }
+
+void MainWindow::requestAnalyses() {
+  const auto& run = controller_->currentRun();
+  if (!run) return;
+  asked_.resize(views_.size());
+  for (size_t i = 0; i < views_.size(); ++i) {
+    const ViewDescriptor& d = viewRegistry()[i];
+    if (!d.analysis.compute) continue;
+    // Only when what it reads changed: moving to another head of the same layer does not
+    // recompute a layer's analysis. Compared with the last request, not with what is shown, so
+    // that going back to a key while another is being computed asks for it again.
+    const AnalysisKey key = keyFromSelection(*selection_, d.analysis.reads);
+    if (asked_[i].run_job == run->job && asked_[i].key == key) continue;
+    asked_[i] = {run->job, key};
+    controller_->request(d.id, key);
+  }
+}
+
+AnalysisView* MainWindow::view(const QString& id) const {
+  for (size_t i = 0; i < views_.size(); ++i)
+    if (viewRegistry()[i].id == id) return views_[i];
+  return nullptr;
+}
+
+QObject* MainWindow::viewObject(const QString& id) const { return view(id); }
 
 void MainWindow::onRunFailed(const QString& message) {
   showBanner(QStringLiteral("<b>Could not run the model:</b> %1").arg(message.toHtmlEscaped()), true);
@@ -584,13 +591,8 @@ void MainWindow::updateRecentMenu() {
 }
 
 void MainWindow::exportCurrentView() {
-  FigureSource* source = nullptr;
-  switch (tabs_->currentIndex()) {
-    case 0: source = attention_; break;
-    case 1: source = contributions_; break;
-    default: source = concat_; break;
-  }
-  if (!run_) {
+  auto* source = qobject_cast<AnalysisView*>(tabs_->currentWidget());
+  if (!run_ || !source) {
     statusBar()->showMessage(QStringLiteral("Nothing to export yet: type a prompt first."), 4000);
     return;
   }
@@ -635,6 +637,13 @@ void MainWindow::exportAll() {
 }
 
 void MainWindow::showShortcuts() {
+  QStringList keys, titles;
+  for (size_t i = 0; i < viewRegistry().size() && i < 9; ++i) {
+    keys << QString::number(i + 1);
+    titles << viewRegistry()[i].title;
+  }
+  const QString viewShortcuts = QStringLiteral("Ctrl+") + keys.join(QStringLiteral(", "));
+  const QString viewTitles = titles.join(QStringLiteral(", "));
   QMessageBox::information(
       this, QStringLiteral("Keyboard Shortcuts"),
       QStringLiteral("<table cellpadding=3>"
@@ -644,13 +653,14 @@ void MainWindow::showShortcuts() {
                      "<tr><td><b>← / →</b></td><td>previous / next head</td></tr>"
                      "<tr><td><b>↑ / ↓, Page Up / Page Down</b></td><td>previous / next layer</td></tr>"
                      "<tr><td><b>Shift+← / Shift+→</b></td><td>previous / next position</td></tr>"
-                     "<tr><td><b>Ctrl+1, 2, 3</b></td><td>Attention, Contributions, Concat vs Sum</td></tr>"
+                     "<tr><td><b>%1</b></td><td>%2</td></tr>"
                      "<tr><td><b>Ctrl+O</b></td><td>open a model folder</td></tr>"
                      "<tr><td><b>Ctrl+E</b></td><td>export the current view (PNG, 2×)</td></tr>"
                      "<tr><td><b>Ctrl+Shift+E</b></td><td>export every view</td></tr>"
                      "<tr><td><b>Ctrl+Q</b></td><td>quit</td></tr></table>"
                      "<p>Arrow keys move the selection when the prompt does not have the focus "
-                     "(press Esc or click a view).</p>"));
+                     "(press Esc or click a view).</p>")
+          .arg(viewShortcuts, viewTitles));
 }
 
 void MainWindow::showAbout() {

@@ -1,4 +1,4 @@
-#include "ui/export/figure.h"
+#include "ui/base/figure.h"
 
 #include <QBuffer>
 #include <QDir>
@@ -17,12 +17,22 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include <cmath>
+#include <utility>
 
 #include "qcustomplot.h"
-#include "ui/controller/deliver.h"
+#include "ui/base/deliver.h"
 
 namespace hs::ui {
 namespace {
+
+// The painter of the figure being painted. Every figure is painted through a QCPPainter made
+// here (QCustomPlot draws only through one), while FigureSource sees a plain QPainter, so that
+// QCustomPlot stays out of the views' headers; paintPlotInto finds its QCPPainter again here.
+QCPPainter* g_figure_painter = nullptr;
+
+QCPPainter* asPlotPainter(QPainter& painter) {
+  return g_figure_painter && static_cast<QPainter*>(g_figure_painter) == &painter ? g_figure_painter : nullptr;
+}
 
 void paintTitleBand(QPainter& p, int width, const FigureText& text) {
   const int h = figureTitleHeight();
@@ -54,7 +64,9 @@ void paintFigure(FigureSource& source, QCPPainter& p, QSize body) {
   p.save();
   p.translate(0, figureTitleHeight());
   p.setClipRect(QRect(QPoint(0, 0), body));
+  QCPPainter* const outer_painter = std::exchange(g_figure_painter, &p);
   source.paintFigure(p, body);
+  g_figure_painter = outer_painter;
   p.restore();
 }
 
@@ -195,7 +207,16 @@ void addFigureExportActions(QMenu& menu, QWidget* parent, FigureSource& source) 
                  [parent, src] { saveFigureInteractively(parent, *src, FigureFormat::Pdf, 1.0); });
 }
 
-void renderWidgetInto(QWidget* widget, QCPPainter& painter) {
+void paintPlotInto(QCustomPlot* plot, QPainter& painter, QSize size) {
+  if (QCPPainter* p = asPlotPainter(painter)) {
+    plot->toPainter(p, size.width(), size.height());
+  } else {
+    // Not inside a figure (no QCPPainter to hand): paint the plot as the screen shows it.
+    plot->render(&painter, QPoint(0, 0), QRegion(), QWidget::DrawChildren);
+  }
+}
+
+void renderWidgetInto(QWidget* widget, QPainter& painter) {
   // Everything but the plots comes from the widgets' own painting; the plots are then drawn
   // through QCustomPlot's painter path, which stays sharp at any scale and vector in SVG/PDF.
   QList<QCustomPlot*> plots = widget->findChildren<QCustomPlot*>();
@@ -211,7 +232,7 @@ void renderWidgetInto(QWidget* widget, QCPPainter& painter) {
     painter.save();
     painter.translate(offset);
     painter.setClipRect(QRect(QPoint(0, 0), plot->size()), Qt::IntersectClip);
-    plot->toPainter(&painter, plot->width(), plot->height());
+    paintPlotInto(plot, painter, plot->size());
     painter.restore();
   }
 }

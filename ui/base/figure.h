@@ -13,8 +13,9 @@
 #include <QString>
 #include <QStringList>
 
-class QCPPainter;
+class QCustomPlot;
 class QMenu;
+class QPainter;
 class QWidget;
 
 namespace hs::ui {
@@ -33,8 +34,8 @@ class FigureSource {
   // The logical size of the body: what the view currently shows.
   virtual QSize figureSize() const = 0;
   // Paints the body into [0, 0, size]; the painter may be scaled (2x PNG) or vector (SVG, PDF).
-  // GUI thread only.
-  virtual void paintFigure(QCPPainter& painter, QSize size) = 0;
+  // GUI thread only. Plots inside are drawn with paintPlotInto or renderWidgetInto below.
+  virtual void paintFigure(QPainter& painter, QSize size) = 0;
   // A short file-name stem ("attention_L1H3").
   virtual QString figureFileStem() const = 0;
 };
@@ -69,6 +70,8 @@ void addFigureExportActions(QMenu& menu, QWidget* parent, FigureSource& source);
 
 // Renders a widget and everything in it; its QCustomPlot children are drawn through their own
 // painter path, so they stay sharp at any scale and vector in SVG and PDF.
-void renderWidgetInto(QWidget* widget, QCPPainter& painter);
+void renderWidgetInto(QWidget* widget, QPainter& painter);
+// Draws one plot at `size` through QCustomPlot's painter path (see renderWidgetInto).
+void paintPlotInto(QCustomPlot* plot, QPainter& painter, QSize size);
 
 }  // namespace hs::ui

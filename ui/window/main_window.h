@@ -7,6 +7,8 @@
 #include <QTimer>
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "ui/controller/results.h"
 
@@ -23,9 +25,7 @@ namespace hs { class Model; }
 namespace hs::ui {
 
 class AnalysisController;
-class AttentionView;
-class ConcatSumView;
-class ContributionsView;
+class AnalysisView;
 class ExportAllJob;
 class ImageGridView;
 class PromptEdit;
@@ -37,16 +37,14 @@ struct MainWindowOptions {
   QString model_dir;             // empty: the built-in model
   QString text;                  // empty: the example prompt
   bool restore_settings = true;  // window geometry from QSettings (off in tests)
-  int view = 0;                  // the tab shown first: 0 attention, 1 contributions, 2 concat vs sum
+  QString view;                  // the id of the tab shown first (ui/views/registry.cpp); empty: the first
 };
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
 
  public:
-  using StartOptions = MainWindowOptions;
-
-  explicit MainWindow(const StartOptions& options = {}, QWidget* parent = nullptr);
+  explicit MainWindow(const MainWindowOptions& options = {}, QWidget* parent = nullptr);
   ~MainWindow() override;
 
   AnalysisController* controller() const { return controller_; }
@@ -54,9 +52,12 @@ class MainWindow : public QMainWindow {
   PromptEdit* promptEdit() const { return prompt_; }
   TokenStrip* tokenStrip() const { return tokens_; }
   ImageGridView* headGrid() const { return head_grid_; }
-  AttentionView* attentionView() const { return attention_; }
-  ContributionsView* contributionsView() const { return contributions_; }
-  ConcatSumView* concatSumView() const { return concat_; }
+  // The tab of the view with this id (ui/views/registry.cpp), or null.
+  AnalysisView* view(const QString& id) const;
+  template <class View>
+  View* viewAs(const QString& id) const {
+    return qobject_cast<View*>(viewObject(id));
+  }
   QTabWidget* tabs() const { return tabs_; }
   // The debounce between a keystroke and the run it starts.
   static constexpr int kDebounceMs = 150;
@@ -81,6 +82,9 @@ class MainWindow : public QMainWindow {
   void onModelLoadFailed(const QString& dir, const QString& message);
   void onRunReady(std::shared_ptr<const RunResult> run);
   void onRunFailed(const QString& message);
+  // Asks for each view's analysis of the current run for the selection, when it has not yet.
+  void requestAnalyses();
+  QObject* viewObject(const QString& id) const;
   void showBanner(const QString& html, bool error);
   void hideBanner();
   void refreshModelCombo();
@@ -100,9 +104,12 @@ class MainWindow : public QMainWindow {
   ImageGridView* head_grid_ = nullptr;
   QLabel* heads_caption_ = nullptr;
   QTabWidget* tabs_ = nullptr;
-  AttentionView* attention_ = nullptr;
-  ContributionsView* contributions_ = nullptr;
-  ConcatSumView* concat_ = nullptr;
+  std::vector<AnalysisView*> views_;  // the tabs, in registry order
+  struct Asked {
+    quint64 run_job = 0;
+    std::optional<AnalysisKey> key;
+  };
+  std::vector<Asked> asked_;  // [view] the analysis last asked for
   QLabel* status_model_ = nullptr;
   QLabel* status_tokens_ = nullptr;
   QLabel* status_time_ = nullptr;

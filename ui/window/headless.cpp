@@ -1,4 +1,4 @@
-#include "ui/export/headless.h"
+#include "ui/window/headless.h"
 
 #include <QEventLoop>
 
@@ -8,7 +8,7 @@
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
-#include "ui/export/export_all.h"
+#include "ui/window/export_all.h"
 
 namespace hs::ui {
 

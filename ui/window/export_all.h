@@ -1,19 +1,15 @@
-// Writes a PNG of every view: each head's attention pattern, an overview of all heads, the
-// contributions (write norms and logit attribution) at the selected position, and the
-// concat-vs-sum view of every layer.
+// File > Export All and headless --export: a PNG of every figure of every registered view
+// (ui/views/registry.cpp), in registry order.
 //
-// The job owns its own, never-shown copies of the views, so the window does not change while it
-// runs. It paints one figure per turn of the event loop (the window stays responsive between
-// them), and computes layer analyses, encodes PNGs and writes files on worker threads.
+// The job owns its own, never-shown instance of each view, so the window does not change while
+// it runs. It paints one figure per turn of the event loop (the window stays responsive between
+// them), and computes the views' analyses, encodes PNGs and writes files on worker threads.
 #pragma once
 
-#include <QFutureSynchronizer>
 #include <QObject>
-#include <QSize>
 #include <QStringList>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -22,11 +18,11 @@
 
 namespace hs::ui {
 
-class AttentionView;
-class ConcatSumView;
-class ContributionsView;
-class ImageGridView;
+class AnalysisView;
+class FigureSource;
 class Selection;
+struct ExportFigure;
+struct ViewDescriptor;
 
 class ExportAllJob : public QObject {
   Q_OBJECT
@@ -37,11 +33,6 @@ class ExportAllJob : public QObject {
     double scale = 1.0;                    // 2.0 for paper-ready figures
     int position = -1;                     // -1: the last token
     std::optional<int32_t> target;         // empty: the predicted next token
-    QSize attention_size{1200, 820};   // the attention view the patterns are taken from
-    QSize pattern_size{820, 780};      // each head's pattern figure
-    QSize overview_size{900, 1400};  // width, and the most height it may take
-    QSize contributions_size{1400, 900};
-    QSize concat_size{1600, 1000};
   };
 
   ExportAllJob(std::shared_ptr<const RunResult> run, Options options, QObject* parent = nullptr);
@@ -58,20 +49,18 @@ class ExportAllJob : public QObject {
   void finished(bool ok, const QString& message);
 
  private:
+  struct ViewState;
+  struct Step;
   void step();
-  void renderAndWrite(class FigureSource& source, QSize body, const QString& stem);
+  void paint(ViewState& view, const ExportFigure& figure);
   void fail(const QString& message);
   void writeDone(const QString& path, const QString& error);
   void maybeFinish();
 
   std::shared_ptr<const RunResult> run_;
   Options options_;
-  std::unique_ptr<Selection> selection_;
-  std::unique_ptr<AttentionView> attention_;
-  std::unique_ptr<ContributionsView> contributions_;
-  std::unique_ptr<ConcatSumView> concat_;
-  std::unique_ptr<ImageGridView> overview_;
-  std::vector<std::function<void()>> steps_;
+  std::vector<std::unique_ptr<ViewState>> views_;
+  std::vector<Step> steps_;
   size_t next_step_ = 0;
   int total_ = 0;
   int rendered_ = 0;

@@ -1,4 +1,4 @@
-#include "ui/controller/stall_monitor.h"
+#include "ui/base/stall_monitor.h"
 
 #include <algorithm>
 

@@ -1,0 +1,22 @@
+#include "ui/views/analysis_view.h"
+
+#include "ui/controller/selection.h"
+
+namespace hs::ui {
+
+AnalysisView::AnalysisView(Selection* selection, QWidget* parent) : QWidget(parent), selection_(selection) {}
+
+void AnalysisView::setResult(std::shared_ptr<const ViewResult>) {}
+
+void AnalysisView::paintFigure(QPainter& painter, QSize) { renderWidgetInto(this, painter); }
+
+AnalysisKey keyFromSelection(const Selection& selection, unsigned reads) {
+  AnalysisKey key;
+  if (reads & kReadsLayer) key.layer = selection.layer();
+  if (reads & kReadsHead) key.head = selection.head();
+  if (reads & kReadsPosition) key.pos = selection.position();
+  if (reads & kReadsTarget) key.target = selection.target();
+  return key;
+}
+
+}  // namespace hs::ui

@@ -1,0 +1,24 @@
+#include "ui/views/registry.h"
+
+#include "ui/views/attention_view.h"
+#include "ui/views/concat_sum_view.h"
+#include "ui/views/contributions_view.h"
+
+namespace hs::ui {
+
+const std::vector<ViewDescriptor>& viewRegistry() {
+  static const std::vector<ViewDescriptor> views = {
+      AttentionView::descriptor(),
+      ContributionsView::descriptor(),
+      ConcatSumView::descriptor(),
+  };
+  return views;
+}
+
+const ViewDescriptor* findView(const QString& id) {
+  for (const ViewDescriptor& v : viewRegistry())
+    if (v.id == id) return &v;
+  return nullptr;
+}
+
+}  // namespace hs::ui
