@@ -116,7 +116,7 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
   const hs::ActivationCache& cache = *result->run.cache;
   for (const std::string& label : result->run.token_labels) result->labels << QString::fromStdString(label);
   result->next = hs::top_predictions(cache, cache.n_pos() - 1, kTopK);
-  const int n_head = cache.config().n_head;
+  const int n_head = cache.config().n_heads;
   result->thumbnails.reserve(static_cast<size_t>(cache.n_layer() * n_head));
   for (int l = 0; l < cache.n_layer(); ++l)
     for (int h = 0; h < n_head; ++h) result->thumbnails.push_back(patternThumbnail(cache, l, h));

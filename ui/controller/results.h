@@ -30,7 +30,7 @@ struct RunResult {
 
   int n_pos() const { return static_cast<int>(run.tokens.size()); }
   int n_layer() const { return run.cache->n_layer(); }
-  int n_head() const { return run.cache->config().n_head; }
+  int n_head() const { return run.cache->config().n_heads; }
   const hs::Model& model() const { return *run.model; }
 };
 
