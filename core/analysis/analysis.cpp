@@ -32,9 +32,9 @@ RowVectorXf head_write(const ActivationCache& cache, int l, int h, int pos) {
 RowMatrixXf head_write_norms(const ActivationCache& cache, int pos) {
   check_pos(cache, pos);
   const ModelConfig& c = cache.config();
-  RowMatrixXf norms(c.n_layer, c.n_head);
-  for (int l = 0; l < c.n_layer; ++l)
-    for (int h = 0; h < c.n_head; ++h) norms(l, h) = head_write(cache, l, h, pos).norm();
+  RowMatrixXf norms(c.n_layers, c.n_heads);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_heads; ++h) norms(l, h) = head_write(cache, l, h, pos).norm();
   return norms;
 }
 
@@ -43,7 +43,7 @@ ResidualDecomposition decompose_residual(const ActivationCache& cache, int pos) 
   const ModelConfig& c = cache.config();
   ResidualDecomposition d;
   d.pos = pos;
-  const int n = 2 + c.n_layer * (c.n_head + 2);
+  const int n = 2 + c.n_layers * (c.n_heads + 2);
   d.components.resize(n, c.d_model);
   int row = 0;
   auto add = [&](std::string label, ComponentKind kind, int layer, int head, const RowVectorXf& v) {
@@ -55,8 +55,8 @@ ResidualDecomposition decompose_residual(const ActivationCache& cache, int pos) 
   };
   add("embed", ComponentKind::Embed, -1, -1, cache.embed.row(pos));
   add("pos_embed", ComponentKind::PosEmbed, -1, -1, cache.pos_embed.row(pos));
-  for (int l = 0; l < c.n_layer; ++l) {
-    for (int h = 0; h < c.n_head; ++h)
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (int h = 0; h < c.n_heads; ++h)
       add("L" + std::to_string(l) + "H" + std::to_string(h), ComponentKind::Head, l, h, head_write(cache, l, h, pos));
     add("L" + std::to_string(l) + " b_O", ComponentKind::AttnBias, l, -1, cache.weights()->b_O(l).transpose());
     add("L" + std::to_string(l) + " MLP", ComponentKind::Mlp, l, -1, cache.layer(l).mlp_out.row(pos));
@@ -84,7 +84,7 @@ LogitAttribution direct_logit_attribution(const ActivationCache& cache, const Re
   const RowVectorXf direction = u.cwiseProduct(ConstRowVectorRef(cache.weights()->ln_f_w(), c.d_model));
   const float scale = cache.ln_final_scale(pos);  // frozen at its value for the whole residual
   a.per_component.resize(parts.labels.size());
-  a.per_head = RowMatrixXf::Zero(c.n_layer, c.n_head);
+  a.per_head = RowMatrixXf::Zero(c.n_layers, c.n_heads);
   double total = 0.0;
   for (size_t i = 0; i < parts.labels.size(); ++i) {
     const auto x = parts.components.row(static_cast<Eigen::Index>(i));
@@ -113,7 +113,7 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   // via_concat reproduces hook_attn_out, and with the forward pass's thread policy.
   linear_forward(r.via_concat, r.z_concat, cache.weights()->packed(layer).proj, r.b_O.data());
   r.via_sum = RowMatrixXf::Zero(cache.n_pos(), c.d_model);
-  for (int h = 0; h < c.n_head; ++h) {
+  for (int h = 0; h < c.n_heads; ++h) {
     r.head_results.push_back(cache.head_result(layer, h));
     r.via_sum += r.head_results.back();
   }

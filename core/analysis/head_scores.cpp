@@ -32,22 +32,22 @@ HeadScores compute_head_scores(std::shared_ptr<const Weights> weights, const std
                                const std::vector<std::vector<int32_t>>& repeated, int n) {
   const ModelConfig& c = weights->config();
   HeadScores s;
-  s.previous_token = RowMatrixXf::Zero(c.n_layer, c.n_head);
-  s.duplicate_token = RowMatrixXf::Zero(c.n_layer, c.n_head);
-  s.induction = RowMatrixXf::Zero(c.n_layer, c.n_head);
+  s.previous_token = RowMatrixXf::Zero(c.n_layers, c.n_heads);
+  s.duplicate_token = RowMatrixXf::Zero(c.n_layers, c.n_heads);
+  s.induction = RowMatrixXf::Zero(c.n_layers, c.n_heads);
   s.repeat_length = n;
   s.batch = static_cast<int>(repeated.size());
   s.prose_tokens = static_cast<int>(prose_ids.size());
   if (prose_ids.size() < 2) throw Error("head scores need a prose text of at least one token after BOS.");
   const auto prose = forward(weights, prose_ids);
-  for (int l = 0; l < c.n_layer; ++l)
-    for (int h = 0; h < c.n_head; ++h)
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_heads; ++h)
       s.previous_token(l, h) = mean_offset_attention(prose->head_pattern(l, h), 1, 2, prose->n_pos() - 1);
   for (const auto& seq : repeated) {
     if (static_cast<int>(seq.size()) != 2 * n + 1) throw Error("head scores: each repeated sequence must be BOS + R + R.");
     const auto cache = forward(weights, seq);
-    for (int l = 0; l < c.n_layer; ++l)
-      for (int h = 0; h < c.n_head; ++h) {
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_heads; ++h) {
         const RowMatrixXf p = cache->head_pattern(l, h);
         s.duplicate_token(l, h) += mean_offset_attention(p, n, n + 1, 2 * n) / static_cast<float>(repeated.size());
         s.induction(l, h) += mean_offset_attention(p, n - 1, n + 1, 2 * n) / static_cast<float>(repeated.size());

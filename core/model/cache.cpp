@@ -28,7 +28,7 @@ Tensor from_matrix(const RowMatrixXf& m, std::vector<int64_t> shape) {
 
 ActivationCache::ActivationCache(std::shared_ptr<const Weights> weights, std::vector<int32_t> tokens)
     : weights_(std::move(weights)), tokens_(std::move(tokens)) {
-  layers_.resize(static_cast<size_t>(weights_->config().n_layer));
+  layers_.resize(static_cast<size_t>(weights_->config().n_layers));
 }
 
 float ActivationCache::attention_scale(int l) const {
@@ -92,7 +92,7 @@ RowMatrixXf ActivationCache::head_result(int l, int h) const {
   if (!a.result_phd.empty()) {
     RowMatrixXf r(n_pos(), c.d_model);
     for (int p = 0; p < n_pos(); ++p)
-      r.row(p) = ConstRowVectorRef(a.result_phd.data() + (static_cast<int64_t>(p) * c.n_head + h) * c.d_model, c.d_model);
+      r.row(p) = ConstRowVectorRef(a.result_phd.data() + (static_cast<int64_t>(p) * c.n_heads + h) * c.d_model, c.d_model);
     return r;
   }
   RowMatrixXf r(n_pos(), c.d_model);
@@ -119,7 +119,7 @@ RowMatrixXf ActivationCache::head_scores(int l, int h) const {
 
 Tensor ActivationCache::get(std::string_view key) const {
   const ModelConfig& c = config();
-  const int64_t S = n_pos(), D = c.d_model, H = c.n_head, dh = c.d_head, M = c.d_mlp;
+  const int64_t S = n_pos(), D = c.d_model, H = c.n_heads, dh = c.d_head, M = c.d_mlp;
   if (key == "hook_embed") return from_matrix(embed, {S, D});
   if (key == "hook_pos_embed") return from_matrix(pos_embed, {S, D});
   if (key == "ln_final.hook_normalized") return from_matrix(ln_final_normalized, {S, D});
@@ -130,7 +130,7 @@ Tensor ActivationCache::get(std::string_view key) const {
     std::string_view rest = key.substr(prefix.size());
     int l = -1;
     const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), l);
-    if (ec == std::errc() && ptr < rest.data() + rest.size() && *ptr == '.' && l >= 0 && l < c.n_layer) {
+    if (ec == std::errc() && ptr < rest.data() + rest.size() && *ptr == '.' && l >= 0 && l < c.n_layers) {
       if (layers_.empty())
         throw Error("activation \"" + std::string(key) + "\" was not kept: this run kept only the logits.");
       const std::string_view suffix(ptr + 1, static_cast<size_t>(rest.data() + rest.size() - ptr - 1));
@@ -177,7 +177,7 @@ Tensor ActivationCache::get(std::string_view key) const {
   }
   throw Error("unknown activation \"" + std::string(key) +
               "\": keys are hook_embed, hook_pos_embed, blocks.{layer}.hook_resid_pre ... blocks.{layer}.hook_resid_post "
-              "(layer 0.." + std::to_string(c.n_layer - 1) + "), ln_final.hook_normalized and logits.");
+              "(layer 0.." + std::to_string(c.n_layers - 1) + "), ln_final.hook_normalized and logits.");
 }
 
 size_t ActivationCache::stored_bytes() const {

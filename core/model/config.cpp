@@ -60,7 +60,7 @@ bool read_bool(const json& j, const char* key, bool fallback, const std::string&
 int64_t ModelConfig::parameter_count() const {
   const int64_t d = d_model, m = d_mlp;
   const int64_t per_layer = 2 * d + d * 3 * d + 3 * d + d * d + d + 2 * d + d * m + m + m * d + d;
-  return static_cast<int64_t>(d_vocab) * d + static_cast<int64_t>(n_ctx) * d + n_layer * per_layer + 2 * d;
+  return static_cast<int64_t>(d_vocab) * d + static_cast<int64_t>(n_ctx) * d + n_layers * per_layer + 2 * d;
 }
 
 ModelConfig parse_config(std::string_view json_text, const std::string& source) {
@@ -85,8 +85,8 @@ ModelConfig parse_config(std::string_view json_text, const std::string& source) 
                 "\"; HeadScope reads GPT-2-family models (model_type \"gpt2\": gpt2, distilgpt2, gpt2-medium/large/xl).");
 
   c.d_model = read_dim(j, "n_embd", source, true);
-  c.n_head = read_dim(j, "n_head", source, true);
-  c.n_layer = read_dim(j, "n_layer", source, true);
+  c.n_heads = read_dim(j, "n_head", source, true);
+  c.n_layers = read_dim(j, "n_layer", source, true);
   c.n_ctx = read_dim(j, "n_positions", source, false, 0);
   if (c.n_ctx == 0) c.n_ctx = read_dim(j, "n_ctx", source, true);
   c.d_vocab = read_dim(j, "vocab_size", source, true);
@@ -96,11 +96,11 @@ ModelConfig parse_config(std::string_view json_text, const std::string& source) 
       throw Error(source + ": n_embd " + std::to_string(c.d_model) + " makes the MLP (4 * n_embd) too large.");
     c.d_mlp = 4 * c.d_model;
   }
-  if (c.d_model % c.n_head != 0)
+  if (c.d_model % c.n_heads != 0)
     throw Error(source + ": n_embd " + std::to_string(c.d_model) + " is not divisible by n_head " +
-                std::to_string(c.n_head) + "; every head must have the same size.");
-  c.d_head = c.d_model / c.n_head;
-  if (c.n_layer > 1024) throw Error(source + ": n_layer is " + std::to_string(c.n_layer) + "; at most 1024 are accepted.");
+                std::to_string(c.n_heads) + "; every head must have the same size.");
+  c.d_head = c.d_model / c.n_heads;
+  if (c.n_layers > 1024) throw Error(source + ": n_layer is " + std::to_string(c.n_layers) + "; at most 1024 are accepted.");
 
   if (j.contains("layer_norm_epsilon") && !j["layer_norm_epsilon"].is_null()) {
     const json& e = j["layer_norm_epsilon"];

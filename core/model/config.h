@@ -13,10 +13,10 @@ enum class Activation { GeluNew, GeluErf, Relu, Silu };
 
 struct ModelConfig {
   std::string model_type = "gpt2";
-  int n_layer = 0;
-  int n_head = 0;
+  int n_layers = 0;
+  int n_heads = 0;
   int d_model = 0;    // n_embd
-  int d_head = 0;     // d_model / n_head
+  int d_head = 0;     // d_model / n_heads
   int d_mlp = 0;      // n_inner, or 4 * n_embd when null or absent
   int n_ctx = 0;      // n_positions
   int d_vocab = 0;    // vocab_size

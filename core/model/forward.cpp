@@ -160,7 +160,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   const ActivationCache* prev = P > 0 ? previous.get() : nullptr;
   auto cache = std::make_shared<ActivationCache>(weights, std::vector<int32_t>(tokens.begin(), tokens.end()));
   cache->reused_prefix = static_cast<int>(P);
-  const Eigen::Index S = static_cast<Eigen::Index>(tokens.size()), N = S - P, D = c.d_model, H = c.n_head;
+  const Eigen::Index S = static_cast<Eigen::Index>(tokens.size()), N = S - P, D = c.d_model, H = c.n_heads;
 
   // hook_embed, hook_pos_embed [pos, d_model]
   with_prefix(cache->embed, prev ? &prev->embed : nullptr, P, S, D);
@@ -174,7 +174,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   LayerActivations scratch;  // reused across layers when only logits are kept
   std::vector<RowMatrixXf> attention_scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
   RowMatrixXf normalized, qkv, mlp_post, block_out;
-  for (int l = 0; l < c.n_layer; ++l) {
+  for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& W = weights->layer(l);
     const PackedLayer& WP = weights->packed(l);
     LayerActivations& a = options.logits_only ? scratch : cache->layer(l);
@@ -200,7 +200,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
         std::copy_n(pa->pattern_packed.data() + h * (pa->pattern_packed.size() / static_cast<size_t>(H)), old_tri,
                     a.pattern_packed.data() + h * tri);
     with_prefix(a.z, pa ? &pa->z : nullptr, P, S, D);
-    attention_forward(a, P, c.n_head, c.d_head, cache->attention_scale(l), options.store_scores, attention_scratch);
+    attention_forward(a, P, c.n_heads, c.d_head, cache->attention_scale(l), options.store_scores, attention_scratch);
     if (pa && options.store_scores) {
       // The earlier run's scores are [head, S_prev, S_prev]; its first P query rows carry over.
       const size_t S_prev = static_cast<size_t>(prev->n_pos()), SS = static_cast<size_t>(S);

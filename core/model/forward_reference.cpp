@@ -74,7 +74,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
   for (int32_t t : tokens)
     if (t < 0 || t >= c.d_vocab) throw Error("forward_reference: token outside the vocabulary");
   auto cache = std::make_shared<ActivationCache>(weights, std::vector<int32_t>(tokens.begin(), tokens.end()));
-  const size_t S = tokens.size(), D = static_cast<size_t>(c.d_model), H = static_cast<size_t>(c.n_head),
+  const size_t S = tokens.size(), D = static_cast<size_t>(c.d_model), H = static_cast<size_t>(c.n_heads),
                dh = static_cast<size_t>(c.d_head);
   Rows embed(S, std::vector<double>(D)), pos(S, std::vector<double>(D));
   for (size_t i = 0; i < S; ++i)
@@ -85,7 +85,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
   cache->embed = to_matrix(embed);
   cache->pos_embed = to_matrix(pos);
   Rows resid = add(embed, pos);
-  for (int l = 0; l < c.n_layer; ++l) {
+  for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& W = weights->layer(l);
     LayerActivations& a = cache->layer(l);
     a.resid_pre = to_matrix(resid);

@@ -158,7 +158,7 @@ uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunO
   // In double: a config at parse_config's limits (sizes up to 2^20, 1024 layers) would overflow
   // 64-bit products; the figure saturates instead of wrapping to something small.
   const double S = static_cast<double>(std::max<int64_t>(n_tokens, 0));
-  const double D = c.d_model, M = c.d_mlp, H = c.n_head, V = c.d_vocab, L = c.n_layer;
+  const double D = c.d_model, M = c.d_mlp, H = c.n_heads, V = c.d_vocab, L = c.n_layers;
   // Per layer (cache.h): resid_pre, q, k, v, z, attn_out, mlp_out [pos, d_model]; mlp_pre
   // [pos, d_mlp]; the causal pattern's lower triangle [head, tri(pos)]; scores [head, pos, pos]
   // and results [pos, head, d_model] only when stored.

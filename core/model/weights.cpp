@@ -83,7 +83,7 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   };
   w->wte_ = matrix(b.bind("wte.weight", {V, D}));
   w->wpe_ = b.bind("wpe.weight", {C, D});
-  for (int l = 0; l < c.n_layer; ++l) {
+  for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     LayerWeights L{};
     L.ln1_w = b.bind(p + "ln_1.weight", {D});
@@ -130,7 +130,7 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   };
   check("wte.weight", w->wte_->rows, V * D);
   check("wpe.weight", w->wpe_, C * D);
-  for (int l = 0; l < c.n_layer; ++l) {
+  for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w->layers_[static_cast<size_t>(l)];
     const std::string p = "h." + std::to_string(l) + ".";
     const std::pair<const char*, std::pair<const float*, int64_t>> parts[] = {
@@ -161,7 +161,7 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   //   remain (embedding rows, a head's W_O for a view) map them again on demand.
   // - A float32 conversion (F16/BF16): it is freed, and rebuilt from the packed copy (the same
   //   floats) only if something reads the matrix in place.
-  w->packed_.reserve(static_cast<size_t>(c.n_layer));  // Matrix::packed points into it
+  w->packed_.reserve(static_cast<size_t>(c.n_layers));  // Matrix::packed points into it
   auto release = [&](Matrix& m, const PackedMatrix& packed, bool transposed, int64_t elements) {
     m.packed = &packed;
     m.transposed = transposed;
@@ -174,7 +174,7 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
     file->release_resident(m.rows, static_cast<size_t>(elements) * sizeof(float));
   };
   const int64_t sizes[4][2] = {{D, 3 * D}, {D, D}, {D, M}, {M, D}};
-  for (int l = 0; l < c.n_layer; ++l) {
+  for (int l = 0; l < c.n_layers; ++l) {
     PackedLayer& P = w->packed_.emplace_back();
     PackedMatrix* targets[4] = {&P.attn, &P.proj, &P.fc, &P.mlp_proj};
     for (int which = 0; which < 4; ++which) {

@@ -84,7 +84,7 @@ class Weights {
   ConstStridedMatrixRef W_K(int l, int h) const;
   ConstStridedMatrixRef W_V(int l, int h) const;
   ConstMatrixRef W_O(int l, int h) const;           // [d_head, d_model]
-  ConstMatrixRef W_O_all(int l) const;              // [n_head*d_head, d_model]
+  ConstMatrixRef W_O_all(int l) const;              // [n_heads*d_head, d_model]
   ConstVectorRef b_O(int l) const;                  // [d_model]
 
   // Warnings found while loading (e.g. non-finite values), one sentence each.

@@ -60,7 +60,7 @@ TEST_CASE("the built-in model is found without --model", "[builtin]") {
   const auto dir = builtin_model_dir();
   CHECK(std::filesystem::exists(dir / "model.safetensors"));
   const auto model = Model::load(dir);
-  CHECK(model->config().n_layer >= 2);
+  CHECK(model->config().n_layers >= 2);
 }
 
 TEST_CASE("the built-in model has the circuits of issue 3", "[builtin][head_scores]") {

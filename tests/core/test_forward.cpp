@@ -75,7 +75,7 @@ TEST_CASE("stored and derived hook_result / hook_attn_scores are identical", "[f
   stored.store_scores = true;
   const auto a = model->run(tokens);
   const auto b = model->run(tokens, stored);
-  for (int l = 0; l < model->config().n_layer; ++l)
+  for (int l = 0; l < model->config().n_layers; ++l)
     for (const char* k : {"attn.hook_result", "attn.hook_attn_scores"}) {
       const std::string key = "blocks." + std::to_string(l) + "." + k;
       INFO(key);
@@ -89,7 +89,7 @@ TEST_CASE("attention patterns are causal distributions", "[forward][identities]"
   for (int i = 0; i < 16; ++i) tokens[static_cast<size_t>(i)] = (i * 37 + 5) % 291;
   const auto cache = model->run(tokens);
   for (int l = 0; l < cache->n_layer(); ++l)
-    for (int h = 0; h < model->config().n_head; ++h) {
+    for (int h = 0; h < model->config().n_heads; ++h) {
       const auto p = cache->head_pattern(l, h);
       for (int q = 0; q < cache->n_pos(); ++q) {
         CHECK(p.row(q).sum() == Approx(1.0).margin(1e-5));
@@ -114,8 +114,8 @@ TEST_CASE("concatenate-then-project equals project-then-sum", "[forward][identit
     INFO("layer " << l << " max |concat - sum| " << cs.max_abs_diff);
     CHECK(cs.max_abs_diff <= 1e-6f * scale + 1e-7f);
     CHECK(cs.max_abs_vs_cache == 0.0f);  // the view's concat path is the forward pass's
-    CHECK(static_cast<int>(cs.head_results.size()) == model->config().n_head);
-    CHECK(cs.z_concat.cols() == model->config().n_head * model->config().d_head);
+    CHECK(static_cast<int>(cs.head_results.size()) == model->config().n_heads);
+    CHECK(cs.z_concat.cols() == model->config().n_heads * model->config().d_head);
     CHECK(cs.W_O.rows() == cs.z_concat.cols());
   }
 }
@@ -128,7 +128,7 @@ TEST_CASE("the residual stream is the sum of its parts", "[analysis][identities]
     const ModelConfig& c = model->config();
     for (int pos = 0; pos < cache->n_pos(); ++pos) {
       const ResidualDecomposition d = decompose_residual(*cache, pos);
-      REQUIRE(d.labels.size() == static_cast<size_t>(2 + c.n_layer * (c.n_head + 2)));
+      REQUIRE(d.labels.size() == static_cast<size_t>(2 + c.n_layers * (c.n_heads + 2)));
       CHECK(d.labels[0] == "embed");
       CHECK(d.labels[2] == "L0H0");
       const float scale = d.residual.cwiseAbs().maxCoeff();
@@ -136,10 +136,10 @@ TEST_CASE("the residual stream is the sum of its parts", "[analysis][identities]
       CHECK(d.max_abs_error <= 1e-5f * scale);
       // Head parts equal the cache's hook_result rows.
       const Tensor result = cache->get("blocks.1.attn.hook_result");
-      for (int h = 0; h < c.n_head; ++h)
+      for (int h = 0; h < c.n_heads; ++h)
         for (int i = 0; i < c.d_model; ++i)
-          CHECK(d.components(2 + (c.n_head + 2) + h, i) ==
-                Approx(result.data[static_cast<size_t>((pos * c.n_head + h) * c.d_model + i)]).margin(1e-5));
+          CHECK(d.components(2 + (c.n_heads + 2) + h, i) ==
+                Approx(result.data[static_cast<size_t>((pos * c.n_heads + h) * c.d_model + i)]).margin(1e-5));
       // Write norms are the norms of those parts.
       const RowMatrixXf norms = head_write_norms(*cache, pos);
       CHECK(norms(0, 1) == Approx(d.norms[3]).epsilon(1e-5));
@@ -222,7 +222,7 @@ TEST_CASE("Hugging Face's tiny-random-gpt2 folder loads and runs", "[forward][sh
     return;
   }
   const auto model = Model::load(dir);
-  CHECK(model->config().n_layer == 5);
+  CHECK(model->config().n_layers == 5);
   CHECK(model->config().d_mlp == 128);  // n_inner null: 4 * n_embd, not intermediate_size
   CHECK(model->bos_id() == 0);          // the tokenizer's bos_token, as Hugging Face prepends it
   const auto ids = model->encode("Hello world, it's me", true);
@@ -266,8 +266,8 @@ TEST_CASE("typing past the context limit reuses the truncated run instead of rec
 TEST_CASE("forward: the automatic thread count follows the work and the weights' size", "[forward]") {
   auto config = [](int n_layer, int d_model, int d_vocab) {
     ModelConfig c;
-    c.n_layer = n_layer;
-    c.n_head = 8;
+    c.n_layers = n_layer;
+    c.n_heads = 8;
     c.d_model = d_model;
     c.d_head = d_model / 8;
     c.d_mlp = 4 * d_model;

@@ -65,7 +65,7 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
   // c_fc and the MLP's c_proj, and the unembedding.
   auto packed_elements = [](const hs::ModelConfig& c) {
     const uint64_t D = static_cast<uint64_t>(c.d_model), M = static_cast<uint64_t>(c.d_mlp);
-    return static_cast<uint64_t>(c.n_layer) * (D * 3 * D + D * D + D * M + M * D) + static_cast<uint64_t>(c.d_vocab) * D;
+    return static_cast<uint64_t>(c.n_layers) * (D * 3 * D + D * D + D * M + M * D) + static_cast<uint64_t>(c.d_vocab) * D;
   };
   // F32 weights are used in place from the memory map: only the packed copies are new memory.
   const auto f32 = hs::SafetensorsFile::open(hs::test::fixture_model("f32_prefixed") / "model.safetensors");

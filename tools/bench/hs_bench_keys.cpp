@@ -573,7 +573,7 @@ int main(int argc, char** argv) {
       "\"sync_run_full_ms\": %s, \"sync_run_incremental_ms\": %s, \"sync_position_ms\": %s, \"sync_layer_ms\": %s, "
       "\"slowest_dispatches_step\": %s, \"slowest_dispatches_typing\": %s, "
       "\"dispatches_over_1ms_step\": %s, \"dispatches_over_1ms_typing\": %s, \"qtest\": %s}\n",
-      jstr(model_dir).c_str(), jstr(model_kind).c_str(), cfg.n_layer, cfg.n_head, cfg.d_model, cfg.n_ctx,
+      jstr(model_dir).c_str(), jstr(model_kind).c_str(), cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.n_ctx,
       jstr(sentence).c_str(), n_tokens, views_ms.size(), MainWindow::kDebounceMs, jstats(s_debounce).c_str(),
       jstats(s_run).c_str(), jstats(s_views).c_str(), jstats(s_worker).c_str(), jstats(s_slot).c_str(),
       list(views_ms).c_str(),

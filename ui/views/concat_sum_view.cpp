@@ -261,7 +261,7 @@ void ConcatSumView::refresh() {
   const hs::ConcatVsSum& cs = result_->cs;
   const RunResult& run = *result_->run;
   const hs::ModelConfig& cfg = run.run.cache->config();
-  const int S = run.n_pos(), H = cfg.n_headss, dh = cfg.d_head, D = cfg.d_model;
+  const int S = run.n_pos(), H = cfg.n_heads, dh = cfg.d_head, D = cfg.d_model;
   const int layer = result_->layer;
   title_->setText(QStringLiteral("<b>Layer %1</b> &nbsp;multi-head attention is a sum over heads: concatenating the "
                                  "heads' z and multiplying by W_O gives the same attn_out as adding each head's "
@@ -342,7 +342,7 @@ void ConcatSumView::refresh() {
 void ConcatSumView::fillShapes() {
   const RunResult& run = *result_->run;
   const hs::ModelConfig& cfg = run.run.cache->config();
-  const int S = run.n_pos(), H = cfg.n_headss, dh = cfg.d_head, D = cfg.d_model, V = cfg.d_vocab, L = cfg.n_layer;
+  const int S = run.n_pos(), H = cfg.n_heads, dh = cfg.d_head, D = cfg.d_model, V = cfg.d_vocab, L = cfg.n_layers;
   struct Row {
     QString step, shape, sizes;
   };

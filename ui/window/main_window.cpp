@@ -517,8 +517,8 @@ void MainWindow::updateStatus() {
     const hs::ModelConfig& c = model->config();
     status_model_->setToolTip(QStringLiteral("%1\n%2 layers × %3 heads, d_model %4, d_head %5, vocabulary %6, context %7")
                                   .arg(QString::fromStdString(model->dir().string()))
-                                  .arg(c.n_layer)
-                                  .arg(c.n_head)
+                                  .arg(c.n_layers)
+                                  .arg(c.n_heads)
                                   .arg(c.d_model)
                                   .arg(c.d_head)
                                   .arg(c.d_vocab)
