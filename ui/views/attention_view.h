@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "ui/controller/results.h"
+#include "ui/views/analysis_view.h"
 
 class QLabel;
 

@@ -37,7 +37,7 @@ struct MainWindowOptions {
   QString model_dir;             // empty: the built-in model
   QString text;                  // empty: the example prompt
   bool restore_settings = true;  // window geometry from QSettings (off in tests)
-  QString view;                  // the id of the tab shown first (ui/views/registry.cpp); empty: the first
+  QString view = {};             // the id of the tab shown first (ui/views/registry.cpp); empty: the first
 };
 
 class MainWindow : public QMainWindow {

@@ -1,0 +1,139 @@
+// The seams of the view registry: the window, Export All, --help and the controller's keyed queue
+// take their views from ui/views/registry.cpp and know none of them by name.
+#include <catch2/catch.hpp>
+
+#include <QAction>
+#include <QDir>
+#include <QMenuBar>
+#include <QProcess>
+#include <QSignalSpy>
+#include <QTabWidget>
+#include <QTemporaryDir>
+
+#include <atomic>
+#include <set>
+
+#include "ui/controller/analysis_controller.h"
+#include "ui/controller/selection.h"
+#include "ui/views/registry.h"
+#include "ui/window/export_all.h"
+#include "ui/window/main_window.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using hs::ui::test::AnalysisSpy;
+using hs::ui::test::waitFor;
+
+TEST_CASE("Every registered view has a unique id, a tab and a View menu entry, in registry order", "[registry]") {
+  std::set<QString> ids;
+  for (const ViewDescriptor& v : viewRegistry()) {
+    CHECK(ids.insert(v.id).second);
+    CHECK(!v.title.isEmpty());
+    CHECK(!v.help.isEmpty());
+    CHECK(v.export_size.isValid());
+    CHECK((!v.analysis.compute || v.analysis.id == v.id));
+    CHECK(findView(v.id) == &v);
+  }
+  CHECK(findView(QStringLiteral("no-such-view")) == nullptr);
+
+  MainWindow window(MainWindowOptions{test::fixtureModelDir(), QStringLiteral("The cat"), false, QStringLiteral("concat")});
+  REQUIRE(window.tabs()->count() == static_cast<int>(viewRegistry().size()));
+  QStringList menu;
+  for (QAction* top : window.menuBar()->actions())
+    if (top->menu())
+      for (QAction* a : top->menu()->actions()) menu << a->text();
+  for (int i = 0; i < window.tabs()->count(); ++i) {
+    const ViewDescriptor& v = viewRegistry()[static_cast<size_t>(i)];
+    CHECK(window.tabs()->tabText(i) == v.title);
+    CHECK(window.tabs()->widget(i) == window.view(v.id));
+    CHECK(menu.contains(v.menu_text));
+  }
+  // --view NAME chose the first tab by id.
+  CHECK(window.tabs()->currentWidget() == window.view(QStringLiteral("concat")));
+}
+
+TEST_CASE("Export All writes exactly the figures the registered views list", "[registry][export]") {
+  auto run = AnalysisController::computeRun(test::fixtureModel(), QStringLiteral("The cat sat"));
+  run->job = 1;
+  size_t expected = 0;
+  Selection selection;
+  selection.setBounds(run->n_layer(), run->n_head(), run->n_pos());
+  for (const ViewDescriptor& v : viewRegistry()) {
+    std::unique_ptr<AnalysisView> view(v.create(&selection, nullptr));
+    const size_t figures = view->exportFigures(*run).size();
+    CHECK(figures > 0);
+    expected += figures;
+  }
+  QTemporaryDir tmp;
+  ExportAllJob::Options options;
+  options.out_dir = tmp.path();
+  ExportAllJob job(run, options);
+  bool done = false, ok = false;
+  QObject::connect(&job, &ExportAllJob::finished, [&](bool success, const QString&) {
+    done = true;
+    ok = success;
+  });
+  job.start();
+  REQUIRE(waitFor([&] { return done; }, 60000));
+  CHECK(ok);
+  CHECK(job.total() == static_cast<int>(expected));
+  CHECK(QDir(tmp.path()).entryList({QStringLiteral("*.png")}, QDir::Files).size() == static_cast<int>(expected));
+}
+
+TEST_CASE("headscope --help lists every registered view", "[registry][cli]") {
+  QProcess p;
+  p.start(QStringLiteral(HEADSCOPE_GUI_PATH), {QStringLiteral("--help")});
+  REQUIRE(p.waitForFinished(30000));
+  const QString help = QString::fromUtf8(p.readAllStandardOutput());
+  for (const ViewDescriptor& v : viewRegistry()) {
+    INFO(v.id.toStdString());
+    CHECK(help.contains(v.id));
+    CHECK(help.contains(v.help.left(40)));
+  }
+  p.start(QStringLiteral(HEADSCOPE_GUI_PATH), {QStringLiteral("--view"), QStringLiteral("no-such-view")});
+  REQUIRE(p.waitForFinished(30000));
+  CHECK(p.exitCode() == 2);
+  CHECK(QString::fromUtf8(p.readAllStandardError()).contains(viewRegistry().front().id));
+}
+
+TEST_CASE("The controller schedules any registered analysis by id, newest request first", "[registry][controller]") {
+  // An analysis the app does not have: what a new view brings is only its AnalysisSpec.
+  struct Echo : ViewResult {
+    int layer = -1;
+  };
+  auto computed = std::make_shared<std::atomic<int>>(0);
+  AnalysisSpec spec;
+  spec.id = QStringLiteral("echo");
+  spec.reads = kReadsLayer;
+  spec.with_every_run = false;
+  spec.compute = [computed](const RunResult&, const AnalysisKey& key) {
+    ++*computed;
+    auto r = std::make_shared<Echo>();
+    r->layer = key.layer;
+    return std::shared_ptr<ViewResult>(std::move(r));
+  };
+  AnalysisController c;
+  c.addAnalysis(spec);
+  CHECK(c.hasAnalysis(QStringLiteral("echo")));
+  c.setModel(test::fixtureModel());
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  AnalysisSpy echo(&c, QStringLiteral("echo"));
+  c.requestRun(QStringLiteral("The cat"));
+  REQUIRE(waitFor([&] { return ready.count() == 1; }));
+  CHECK(*computed == 0);  // not computed with the run: it asked not to be
+  AnalysisKey key;
+  key.layer = 1;
+  c.request(QStringLiteral("echo"), key);
+  CHECK(echo.count() == 0);  // never inside the request
+  REQUIRE(waitFor([&] { return echo.count() == 1; }));
+  const auto r = echo.at<Echo>(0);
+  REQUIRE(r);
+  CHECK(r->layer == 1);
+  CHECK(r->key == key);
+  CHECK(r->run_job == c.currentRun()->job);
+  CHECK(r->run == c.currentRun());
+
+  QSignalSpy failed(&c, &AnalysisController::analysisFailed);
+  c.request(QStringLiteral("unknown"), key);
+  CHECK(failed.count() == 1);
+}
