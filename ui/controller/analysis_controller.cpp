@@ -46,10 +46,9 @@ Outcome<T> capture(F&& f) {
   return out;
 }
 
-// The per-position and per-layer analyses are small products; on a pool thread an OpenMP team
-// costs more than it saves (measured: the layer analysis of the built-in model arrived ~90 ms
-// after the run on a loaded 2-core machine, ~1 ms with one thread). OpenMP's thread count is
-// per calling thread, so this only affects the worker it runs on.
+// The views' analyses are small products; on a pool thread an OpenMP team costs more than it
+// saves (docs/benchmarks.md, "Measurements behind the code"). OpenMP's thread count is per
+// calling thread, so this only affects the worker it runs on.
 void useOneThread() { omp_set_num_threads(1); }
 
 double msSince(std::chrono::steady_clock::time_point t0) {

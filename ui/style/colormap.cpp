@@ -45,7 +45,8 @@ QRgb colorAt(ColorMap map, double t) {
   static const std::array<QRgb, 256> diverging = buildTable(colorMapStops(ColorMap::Diverging));
   if (!std::isfinite(t)) return maskedColor().rgb();
   // Rounds half up like std::lround on the clamped, non-negative value, without its library call:
-  // this runs per pixel of every thumbnail and r_h image (it was 70% of the r_h images' time).
+  // this runs per pixel of every thumbnail and r_h image (docs/benchmarks.md, "Measurements
+  // behind the code").
   const int i = static_cast<int>(std::clamp(t, 0.0, 1.0) * 255.0 + 0.5);
   return (map == ColorMap::Sequential ? sequential : diverging)[static_cast<size_t>(i)];
 }

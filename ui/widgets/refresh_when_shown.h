@@ -1,7 +1,7 @@
-// A view on a hidden tab rebuilding its plots on every keystroke is work nobody sees: with the
-// window on its default tab, the hidden concat-vs-sum and contributions views were 80% of the
-// window's own time per keystroke (perf of hs_bench_keys). RefreshWhenShown runs a view's refresh
-// at once while the view is visible, and otherwise once, when it is next shown.
+// A view on a hidden tab rebuilding its plots on every keystroke is work nobody sees, and it was
+// most of the window's own time per keystroke (docs/benchmarks.md, "Measurements behind the
+// code"). RefreshWhenShown runs a view's refresh at once while the view is visible, and otherwise
+// once, when it is next shown.
 #pragma once
 
 #include <QObject>
