@@ -1,5 +1,8 @@
 #include "ui/views/analysis_view.h"
 
+#include <QContextMenuEvent>
+#include <QMenu>
+
 #include "ui/controller/selection.h"
 
 namespace hs::ui {
@@ -9,6 +12,13 @@ AnalysisView::AnalysisView(Selection* selection, QWidget* parent) : QWidget(pare
 void AnalysisView::setResult(std::shared_ptr<const ViewResult>) {}
 
 void AnalysisView::paintFigure(QPainter& painter, QSize) { renderWidgetInto(this, painter); }
+
+void AnalysisView::contextMenuEvent(QContextMenuEvent* event) {
+  QMenu menu(this);
+  menu.addSection(QStringLiteral("The whole view"));
+  addFigureExportActions(menu, this, *this);
+  menu.exec(event->globalPos());
+}
 
 AnalysisKey keyFromSelection(const Selection& selection, unsigned reads) {
   AnalysisKey key;

@@ -52,6 +52,9 @@ class AnalysisView : public QWidget, public FigureSource {
   void paintFigure(QPainter& painter, QSize size) override;
 
  protected:
+  // Right-click outside its plots: save the whole view (each plot offers its own figure).
+  void contextMenuEvent(QContextMenuEvent* event) override;
+
   Selection* selection_;
 };
 
