@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/model/memory_guard.h"
 #include "core/tensor/safetensors.h"
+#include "core/tokenizer/byte_level_bpe.h"
 
 namespace hs {
 namespace fs = std::filesystem;
@@ -50,7 +51,8 @@ std::shared_ptr<const Tokenizer> tokenizer_from_tokenizer_json(const fs::path& p
       merges_txt += m[0].get<std::string>() + " " + m[1].get<std::string>() + "\n";
     else throw Error(p.string() + ": a merge in model.merges is neither \"a b\" nor [\"a\", \"b\"].");
   }
-  return std::make_shared<const Tokenizer>(Tokenizer::from_strings(j["model"]["vocab"].dump(), merges_txt, p.string()));
+  return std::make_shared<const ByteLevelBpeTokenizer>(
+      ByteLevelBpeTokenizer::from_strings(j["model"]["vocab"].dump(), merges_txt, p.string()));
 }
 
 }  // namespace
@@ -95,7 +97,7 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
   report(0.85, "reading the tokenizer");
   const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt";
   if (fs::exists(vocab, ec) && fs::exists(merges, ec)) {
-    m->tokenizer_ = std::make_shared<const Tokenizer>(Tokenizer::load(vocab, merges));
+    m->tokenizer_ = std::make_shared<const ByteLevelBpeTokenizer>(ByteLevelBpeTokenizer::load(vocab, merges));
   } else if (fs::exists(dir / "tokenizer.json", ec)) {
     m->tokenizer_ = tokenizer_from_tokenizer_json(dir / "tokenizer.json");
   } else {
