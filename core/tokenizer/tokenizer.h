@@ -1,7 +1,7 @@
 // What HeadScope asks of a tokenizer, whatever files it was read from. Callers (the model, the
 // CLI, the views) hold a `const Tokenizer&` and never learn which kind it is; a new kind of
-// tokenizer file is one class implementing this. GPT-2's byte-level BPE is
-// core/tokenizer/byte_level_bpe.h.
+// tokenizer file is one class implementing this and one branch in load_tokenizer
+// (core/tokenizer/load.h). GPT-2's byte-level BPE is core/tokenizer/byte_level_bpe.h.
 //
 // Ids are the model's token ids. Text is UTF-8; a token stands for bytes, which need not be whole
 // UTF-8 characters (byte-level tokenizers split them).
@@ -45,6 +45,11 @@ class Tokenizer {
   // The id of an exact vocabulary string (in the tokenizer file's own spelling), when present.
   virtual std::optional<int32_t> id_of(std::string_view vocab_string) const = 0;
 
+  // The tokenizer's own beginning-of-sequence token, when its files name one the vocabulary has
+  // (Hugging Face: `bos_token` of tokenizer_config.json or special_tokens_map.json). Model::bos_id()
+  // falls back from it to end_of_text_id() and then to config.json.
+  std::optional<int32_t> bos_token_id() const { return bos_token_id_; }
+
  protected:
   Tokenizer() = default;
   // Protected so that a Tokenizer is never copied or moved by its base (slicing); concrete kinds
@@ -53,6 +58,12 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept = default;
   Tokenizer& operator=(const Tokenizer&) = default;
   Tokenizer& operator=(Tokenizer&&) noexcept = default;
+
+  // Set by a kind whose file fixes it, or by load_tokenizer from the folder's special-token files.
+  std::optional<int32_t> bos_token_id_;
+
+ private:
+  friend std::shared_ptr<const Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
 };
 
 }  // namespace hs
