@@ -38,7 +38,7 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const fs::path& p) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
-    throw Error(p.string() + ": not valid JSON (" + e.what() + ").");
+    throw Error(p.string() + ": not valid JSON (" + json_error_reason(e) + ").");
   }
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || !j["model"].contains("vocab") ||
       !j["model"].contains("merges"))

@@ -97,6 +97,11 @@ TEST_CASE("load_tokenizer refuses a folder without a tokenizer it can read", "[t
                                         "model.safetensors. Copy them from the model's original folder.");
   write(dir.path / "vocab.json", "{}");  // merges.txt is missing too: not a pair
   CHECK_THROWS_WITH(hs::load_tokenizer(dir.path), Catch::Contains("no tokenizer"));
+  write(dir.path / "tokenizer.json", "{\"model\": ");
+  CHECK_THROWS_WITH(hs::load_tokenizer(dir.path),
+                    (dir.path / "tokenizer.json").string() + ": not valid JSON (parse error at line 1, column 11: syntax "
+                                                             "error while parsing value - unexpected end of input; "
+                                                             "expected '[', '{', or a literal).");
   write(dir.path / "tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
   CHECK_THROWS_WITH(hs::load_tokenizer(dir.path), Catch::Contains("with a BPE model (model.vocab, model.merges)"));
   write(dir.path / "tokenizer.json", R"({"model": {"vocab": {}, "merges": [1]}})");
