@@ -175,6 +175,7 @@ int cmd_info(const Args& a) {
             {"d_mlp", c.d_mlp},
             {"n_ctx", c.n_ctx},
             {"d_vocab", c.d_vocab},
+            {"tokenizer", m->tokenizer().kind()},
             {"tokenizer_vocab_size", m->tokenizer().vocab_size()},
             {"activation_function", c.activation_name},
             {"layer_norm_epsilon", c.layer_norm_eps},

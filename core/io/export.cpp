@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/io/crc32.h"
 
 namespace hs {
 namespace fs = std::filesystem;
@@ -123,21 +123,6 @@ std::string cache_to_json(const ActivationCache& cache) {
 
 namespace {
 
-uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
-  return ~crc;
-}
-
 template <typename T>
 void put(std::string& s, T v) {
   for (size_t i = 0; i < sizeof(T); ++i) s.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xffu));
@@ -178,8 +163,8 @@ class ZipWriter {
     e.name = name;
     e.offset = pos_;
     e.size = header.size() + count * sizeof(float);
-    e.crc = crc32_update(0, reinterpret_cast<const uint8_t*>(header.data()), header.size());
-    e.crc = crc32_update(e.crc, reinterpret_cast<const uint8_t*>(data), count * sizeof(float));
+    e.crc = crc32(header.data(), header.size());
+    e.crc = crc32(data, count * sizeof(float), e.crc);
     const bool z64 = e.size >= 0xffffffffull || e.offset >= 0xffffffffull;
     std::string h;
     put<uint32_t>(h, 0x04034b50u);

@@ -1,30 +1,15 @@
 #include "core/io/npz_reader.h"
 
-#include <array>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
 
 #include "core/error.h"
+#include "core/io/crc32.h"
 
 namespace hs {
 namespace {
-
-uint32_t crc32(const uint8_t* p, size_t n) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = ~0u;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
-  return ~crc;
-}
 
 // Bounds-checked little-endian reads over the archive.
 class Reader {

@@ -54,7 +54,6 @@ class Model {
   std::shared_ptr<const Weights> weights_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<std::string> warnings_;
-  std::optional<int32_t> tokenizer_bos_;  // from tokenizer_config.json / special_tokens_map.json
 };
 
 }  // namespace hs

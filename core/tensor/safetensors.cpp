@@ -36,16 +36,6 @@ constexpr DTypeSpec kOtherDTypes[] = {
 
 std::string sys_error() { return std::strerror(errno); }
 
-// nlohmann's "[json.exception.parse_error.101] parse error at ..." without the bracketed id,
-// which means nothing to a person.
-std::string json_reason(const std::exception& e) {
-  std::string what = e.what();
-  if (what.rfind("[json.exception.", 0) == 0)
-    if (const size_t close = what.find("] "); close != std::string::npos) what.erase(0, close + 2);
-  if (what.size() > 300) what = what.substr(0, 300) + "...";
-  return what;
-}
-
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
@@ -155,7 +145,7 @@ void SafetensorsFile::parse_header() {
     header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes_ + 8),
                                    reinterpret_cast<const char*>(bytes_ + 8 + header_len));
   } catch (const std::exception& e) {
-    throw Error(who + ": header is not valid JSON (" + json_reason(e) + "). The file is damaged or not a safetensors file.");
+    throw Error(who + ": header is not valid JSON (" + json_error_reason(e) + "). The file is damaged or not a safetensors file.");
   }
   if (!header.is_object()) throw Error(who + ": header is JSON but not an object of tensors.");
 

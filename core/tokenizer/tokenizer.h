@@ -1,9 +1,10 @@
-// GPT-2 byte-level BPE, read from a Hugging Face `vocab.json` + `merges.txt` pair.
+// What HeadScope asks of a tokenizer, whatever files it was read from. Callers (the model, the
+// CLI, the views) hold a `const Tokenizer&` and never learn which kind it is; a new kind of
+// tokenizer file is one class implementing this and one branch in load_tokenizer
+// (core/tokenizer/load.h). GPT-2's byte-level BPE is core/tokenizer/byte_level_bpe.h.
 //
-// encode() follows Hugging Face's GPT2Tokenizer exactly: the text is split at occurrences of the
-// special token `<|endoftext|>` (each becomes its id), every other piece is pre-tokenized with
-// GPT-2's regex (real Unicode letter/number classes, via PCRE2), each pre-token's UTF-8 bytes are
-// mapped through GPT-2's bytes_to_unicode table and merged by rank. encode() never adds BOS.
+// Ids are the model's token ids. Text is UTF-8; a token stands for bytes, which need not be whole
+// UTF-8 characters (byte-level tokenizers split them).
 #pragma once
 
 #include <cstdint>
@@ -19,39 +20,50 @@ namespace hs {
 
 class Tokenizer {
  public:
-  // Reads both files; throws hs::Error naming the file, the line or entry, what was expected and
-  // what was found (e.g. a merge whose parts are not in the vocabulary, a duplicate id).
-  static Tokenizer load(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt);
-  // Same, from the files' contents; `source` names them in messages (used by tests and fuzzers).
-  static Tokenizer from_strings(std::string_view vocab_json, std::string_view merges_txt,
-                                const std::string& source = "tokenizer");
+  virtual ~Tokenizer() = default;
 
-  Tokenizer(Tokenizer&&) noexcept;
-  Tokenizer& operator=(Tokenizer&&) noexcept;
-  ~Tokenizer();
+  // A short name of the kind, for `info` and messages, e.g. "GPT-2 byte-level BPE".
+  virtual std::string kind() const = 0;
 
-  // Throws hs::Error when `text` is not valid UTF-8 (the message gives the byte offset).
-  std::vector<int32_t> encode(std::string_view text) const;
-  // The raw bytes the ids stand for, concatenated (may be invalid UTF-8 mid-character).
-  std::string decode(std::span<const int32_t> ids) const;
+  // Throws hs::Error when `text` is not valid UTF-8 (the message gives the byte offset). Never
+  // adds BOS: the model does that (Model::encode).
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // The raw bytes the ids stand for, concatenated (may be invalid UTF-8 mid-character). Throws
+  // hs::Error for an id outside the vocabulary.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // The bytes of one token. Throws hs::Error for an id outside the vocabulary.
-  std::string token_bytes(int32_t id) const;
+  virtual std::string token_bytes(int32_t id) const = 0;
   // A short label for views: valid UTF-8 always; a space is shown as "␣", a newline as "↵",
   // a tab as "⇥", a carriage return as "␍", other control bytes and bytes that are not complete
-  // UTF-8 as "<0xNN>".
-  std::string display(int32_t id) const;
+  // UTF-8 as "<0xNN>". By default the label of token_bytes(id).
+  virtual std::string display(int32_t id) const;
 
   // Number of ids (max id + 1).
-  int32_t vocab_size() const;
-  // The id of `<|endoftext|>`, when the vocabulary has it.
-  std::optional<int32_t> end_of_text_id() const;
-  // The id of an exact vocabulary string (in the vocab.json spelling), when present.
-  std::optional<int32_t> id_of(std::string_view vocab_string) const;
+  virtual int32_t vocab_size() const = 0;
+  // The id of `<|endoftext|>` (or the kind's end-of-text token), when the vocabulary has it.
+  virtual std::optional<int32_t> end_of_text_id() const = 0;
+  // The id of an exact vocabulary string (in the tokenizer file's own spelling), when present.
+  virtual std::optional<int32_t> id_of(std::string_view vocab_string) const = 0;
+
+  // The tokenizer's own beginning-of-sequence token, when its files name one the vocabulary has
+  // (Hugging Face: `bos_token` of tokenizer_config.json or special_tokens_map.json). Model::bos_id()
+  // falls back from it to end_of_text_id() and then to config.json.
+  std::optional<int32_t> bos_token_id() const { return bos_token_id_; }
+
+ protected:
+  Tokenizer() = default;
+  // Protected so that a Tokenizer is never copied or moved by its base (slicing); concrete kinds
+  // are values of their own type.
+  Tokenizer(const Tokenizer&) = default;
+  Tokenizer(Tokenizer&&) noexcept = default;
+  Tokenizer& operator=(const Tokenizer&) = default;
+  Tokenizer& operator=(Tokenizer&&) noexcept = default;
+
+  // Set by a kind whose file fixes it, or by load_tokenizer from the folder's special-token files.
+  std::optional<int32_t> bos_token_id_;
 
  private:
-  struct Impl;
-  explicit Tokenizer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  friend std::shared_ptr<const Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
 };
 
 }  // namespace hs

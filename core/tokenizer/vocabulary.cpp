@@ -57,13 +57,7 @@ class VocabReader final : public nlohmann::json_sax<nlohmann::json> {
   bool start_array(std::size_t) override { return refuse_value("an array"); }
   bool end_array() override { return false; }  // unreachable: every array is refused at its start
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
-    std::string what = ex.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> "parse error at ..."
-    if (const size_t close = what.find("] "); what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
-      what.erase(0, close + 2);
-    }
-    if (what.size() > 300) what = what.substr(0, 300) + "...";
-    error = name_ + ": not valid JSON (" + what +
+    error = name_ + ": not valid JSON (" + json_error_reason(ex) +
             "). Expected a JSON object mapping token strings to ids, like a Hugging Face vocab.json.";
     return false;
   }

@@ -1,4 +1,4 @@
-// The tokenizer files as read and checked: the state behind hs::Tokenizer. Private to
+// The tokenizer files as read and checked: the state behind hs::ByteLevelBpeTokenizer. Private to
 // core/tokenizer (tests include it).
 #pragma once
 

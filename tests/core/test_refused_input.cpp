@@ -20,7 +20,7 @@
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "core/tensor/safetensors.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/byte_level_bpe.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -418,14 +418,15 @@ TEST_CASE("refused input: other model files truncated at every length never cras
   const std::string vocab = hs::test::read_text(f / "vocab.json"), merges = hs::test::read_text(f / "merges.txt");
   for (size_t n = 0; n < vocab.size(); ++n) {
     INFO("vocab.json truncated to " << n << " bytes");
-    CHECK_THROWS_AS(hs::Tokenizer::from_strings(std::string_view(vocab).substr(0, n), merges), hs::Error);
+    CHECK_THROWS_AS(hs::ByteLevelBpeTokenizer::from_strings(std::string_view(vocab).substr(0, n), merges), hs::Error);
   }
   // A merge list cut at a line boundary is a shorter, valid merge list; cut elsewhere it may
   // still parse. Either way: a tokenizer or hs::Error, and a tokenizer that round-trips text.
   for (size_t n = 0; n < merges.size(); ++n) {
     INFO("merges.txt truncated to " << n << " bytes");
     try {
-      const hs::Tokenizer t = hs::Tokenizer::from_strings(vocab, std::string_view(merges).substr(0, n));
+      const hs::ByteLevelBpeTokenizer t =
+          hs::ByteLevelBpeTokenizer::from_strings(vocab, std::string_view(merges).substr(0, n));
       const std::vector<int32_t> ids = t.encode(kText);
       CHECK(t.decode(ids) == kText);
     } catch (const hs::Error&) {

@@ -21,11 +21,11 @@
 #include "core/tokenizer/bpe.h"
 #include "core/tokenizer/byte_level.h"
 #include "core/tokenizer/pretokenizer.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/byte_level_bpe.h"
 
 namespace {
 
-using hs::Tokenizer;
+using hs::ByteLevelBpeTokenizer;
 using Ids = std::vector<int32_t>;
 
 const std::filesystem::path kFixtures = std::filesystem::path(HEADSCOPE_SOURCE_DIR) / "tests/fixtures/tokenizer";
@@ -38,15 +38,17 @@ std::string read_text(const std::filesystem::path& path) {
   return buffer.str();
 }
 
-const Tokenizer& small_tokenizer() {
-  static const Tokenizer tokenizer = Tokenizer::load(kFixtures / "small_vocab.json", kFixtures / "small_merges.txt");
+const ByteLevelBpeTokenizer& small_tokenizer() {
+  static const ByteLevelBpeTokenizer tokenizer =
+      ByteLevelBpeTokenizer::load(kFixtures / "small_vocab.json", kFixtures / "small_merges.txt");
   return tokenizer;
 }
 
 bool have_gpt2() { return std::filesystem::exists(kGpt2Dir / "vocab.json") && std::filesystem::exists(kGpt2Dir / "merges.txt"); }
 
-const Tokenizer& gpt2_tokenizer() {
-  static const Tokenizer tokenizer = Tokenizer::load(kGpt2Dir / "vocab.json", kGpt2Dir / "merges.txt");
+const ByteLevelBpeTokenizer& gpt2_tokenizer() {
+  static const ByteLevelBpeTokenizer tokenizer =
+      ByteLevelBpeTokenizer::load(kGpt2Dir / "vocab.json", kGpt2Dir / "merges.txt");
   return tokenizer;
 }
 
@@ -108,7 +110,7 @@ TEST_CASE("bytes_to_unicode is GPT-2's table", "[tokenizer]") {
 }
 
 TEST_CASE("small tokenizer: ids derived by hand", "[tokenizer]") {
-  const Tokenizer& tok = small_tokenizer();
+  const ByteLevelBpeTokenizer& tok = small_tokenizer();
   // Ids 0-255 are the bytes, 256 + k is merge line k (see make_small_tokenizer.py), 288 is EOT.
   CHECK(tok.vocab_size() == 289);
   REQUIRE(tok.end_of_text_id() == 288);
@@ -215,7 +217,7 @@ TEST_CASE("fast BPE merge equals GPT-2's literal loop", "[tokenizer]") {
 }
 
 TEST_CASE("invalid UTF-8 is refused with its byte offset", "[tokenizer]") {
-  const Tokenizer& tok = small_tokenizer();
+  const ByteLevelBpeTokenizer& tok = small_tokenizer();
   struct Case {
     std::string text;
     std::string where;
@@ -247,7 +249,7 @@ TEST_CASE("invalid UTF-8 is refused with its byte offset", "[tokenizer]") {
 }
 
 TEST_CASE("display labels are readable UTF-8", "[tokenizer]") {
-  const Tokenizer& tok = small_tokenizer();
+  const ByteLevelBpeTokenizer& tok = small_tokenizer();
   CHECK(tok.display('a') == "a");
   CHECK(tok.display(' ') == "\u2423");   // ␣
   CHECK(tok.display('\n') == "\u21B5");  // ↵
@@ -297,7 +299,7 @@ TEST_CASE("decode(encode(text)) gives the text back", "[tokenizer]") {
       "\x01\x02\x1F\x7F",
       std::string(500, 'a') + " " + std::string(300, ' ') + "b",
   };
-  const Tokenizer& small = small_tokenizer();
+  const ByteLevelBpeTokenizer& small = small_tokenizer();
   for (const std::string& text : texts) {
     INFO(text);
     CHECK(small.decode(small.encode(text)) == text);
@@ -309,7 +311,7 @@ TEST_CASE("decode(encode(text)) gives the text back", "[tokenizer]") {
 }
 
 TEST_CASE("encode is safe to call from several threads", "[tokenizer]") {
-  const Tokenizer& tok = small_tokenizer();
+  const ByteLevelBpeTokenizer& tok = small_tokenizer();
   const std::string text = "hello world, they'll say caf\xC3\xA9 <|endoftext|> aaaaa abab 123456\n\n";
   const Ids expected = tok.encode(text);
   std::vector<int> mismatches(4, 0);
@@ -324,7 +326,7 @@ TEST_CASE("encode is safe to call from several threads", "[tokenizer]") {
 }
 
 TEST_CASE("long words and long runs are not quadratic", "[tokenizer]") {
-  const Tokenizer& tok = small_tokenizer();
+  const ByteLevelBpeTokenizer& tok = small_tokenizer();
   // One 400 KB pre-token: the heap merge handles it; the quadratic loop would take minutes.
   const Ids letters = tok.encode(std::string(400'000, 'a'));
   CHECK(letters == Ids(100'000, 271));
@@ -339,28 +341,30 @@ TEST_CASE("tokenizer files: variations that are accepted", "[tokenizer]") {
   const std::string vocab = vocab_with(R"("ab": 256, "bc": 257, "abc": 258)");
   // A later duplicate of a merge line takes the later rank, as a Python dict (Hugging Face) does:
   // here "a b" ranks after "b c", so "abc" is a + bc.
-  const Tokenizer dup = Tokenizer::from_strings(vocab, "a b\nb c\na b\n");
+  const ByteLevelBpeTokenizer dup = ByteLevelBpeTokenizer::from_strings(vocab, "a b\nb c\na b\n");
   CHECK(dup.encode("abc") == Ids{'a', 257});
-  CHECK(Tokenizer::from_strings(vocab, "a b\nb c\n").encode("abc") == Ids{256, 'c'});
+  CHECK(ByteLevelBpeTokenizer::from_strings(vocab, "a b\nb c\n").encode("abc") == Ids{256, 'c'});
   // No #version line, CRLF line ends, blank lines, no final newline.
-  CHECK(Tokenizer::from_strings(vocab, "a b\r\n\r\nb c").encode("abc") == Ids{256, 'c'});
-  CHECK(Tokenizer::from_strings(vocab, "\xEF\xBB\xBF#version: 0.2\r\nb c\r\n").encode("abc") == Ids{'a', 257});
+  CHECK(ByteLevelBpeTokenizer::from_strings(vocab, "a b\r\n\r\nb c").encode("abc") == Ids{256, 'c'});
+  CHECK(ByteLevelBpeTokenizer::from_strings(vocab, "\xEF\xBB\xBF#version: 0.2\r\nb c\r\n").encode("abc") ==
+        Ids{'a', 257});
   // An empty merge list: every byte is a token.
-  const Tokenizer bytes_only = Tokenizer::from_strings(vocab, "");
+  const ByteLevelBpeTokenizer bytes_only = ByteLevelBpeTokenizer::from_strings(vocab, "");
   CHECK(bytes_only.encode("abc") == Ids{'a', 'b', 'c'});
   CHECK(bytes_only.end_of_text_id() == std::nullopt);
   // Without <|endoftext|> in the vocabulary its text is ordinary text.
   CHECK(bytes_only.encode("<|endoftext|>").size() == 13);
 
   // Ids with gaps: vocab_size is max id + 1, and the gaps are not tokens.
-  const Tokenizer sparse = Tokenizer::from_strings(vocab_with(R"("ab": 1000, "<|endoftext|>": 5000)"), "a b\n");
+  const ByteLevelBpeTokenizer sparse =
+      ByteLevelBpeTokenizer::from_strings(vocab_with(R"("ab": 1000, "<|endoftext|>": 5000)"), "a b\n");
   CHECK(sparse.vocab_size() == 5001);
   CHECK(sparse.encode("ab<|endoftext|>") == Ids{1000, 5000});
   CHECK(sparse.token_bytes(1000) == "ab");
   CHECK_THROWS_WITH(sparse.token_bytes(300), Catch::Contains("300") && Catch::Contains("not in the vocabulary"));
   CHECK_THROWS_WITH(sparse.token_bytes(5001), Catch::Contains("outside the vocabulary"));
   // A token spelled with characters outside GPT-2's byte table stands for its own UTF-8 bytes.
-  const Tokenizer added = Tokenizer::from_strings(vocab_with(R"("\u4e2d<pad>": 256)"), "");
+  const ByteLevelBpeTokenizer added = ByteLevelBpeTokenizer::from_strings(vocab_with(R"("\u4e2d<pad>": 256)"), "");
   CHECK(added.token_bytes(256) == "\xE4\xB8\xAD<pad>");
   CHECK(added.id_of("\xE4\xB8\xAD<pad>") == 256);
 }
@@ -368,8 +372,12 @@ TEST_CASE("tokenizer files: variations that are accepted", "[tokenizer]") {
 TEST_CASE("broken tokenizer files give clear errors", "[tokenizer]") {
   const std::string merges = "#version: 0.2\na b\n";
   const std::string vocab = vocab_with(R"("ab": 256)");
-  auto vocab_error = [&](const std::string& json) { return error_of([&] { Tokenizer::from_strings(json, merges, "test"); }); };
-  auto merges_error = [&](const std::string& text) { return error_of([&] { Tokenizer::from_strings(vocab, text, "test"); }); };
+  auto vocab_error = [&](const std::string& json) {
+    return error_of([&] { ByteLevelBpeTokenizer::from_strings(json, merges, "test"); });
+  };
+  auto merges_error = [&](const std::string& text) {
+    return error_of([&] { ByteLevelBpeTokenizer::from_strings(vocab, text, "test"); });
+  };
 
   REQUIRE(vocab_error(vocab).empty());
   // JSON that is not JSON, or not the expected shape.
@@ -409,7 +417,7 @@ TEST_CASE("broken tokenizer files give clear errors", "[tokenizer]") {
   CHECK_THAT(merges_error("a \xFF\n"), Catch::Contains("\\xff"));
 
   // load() names the path.
-  CHECK_THAT(error_of([] { Tokenizer::load("/nonexistent/vocab.json", "/nonexistent/merges.txt"); }),
+  CHECK_THAT(error_of([] { ByteLevelBpeTokenizer::load("/nonexistent/vocab.json", "/nonexistent/merges.txt"); }),
              Catch::Contains("/nonexistent/vocab.json"));
 }
 
@@ -418,7 +426,7 @@ TEST_CASE("GPT-2: known ids", "[tokenizer][gpt2]") {
     WARN("skipped: " << kGpt2Dir.string() << " is absent (it holds GPT-2's vocab.json and merges.txt)");
     return;
   }
-  const Tokenizer& tok = gpt2_tokenizer();
+  const ByteLevelBpeTokenizer& tok = gpt2_tokenizer();
   CHECK(tok.vocab_size() == 50257);
   CHECK(tok.end_of_text_id() == 50256);
   // From GPT-2's own documentation and countless notebooks.
@@ -444,7 +452,7 @@ TEST_CASE("GPT-2: hard texts match the independent Python reference", "[tokenize
     WARN("skipped: " << kGpt2Dir.string() << " is absent (it holds GPT-2's vocab.json and merges.txt)");
     return;
   }
-  const Tokenizer& tok = gpt2_tokenizer();
+  const ByteLevelBpeTokenizer& tok = gpt2_tokenizer();
   const nlohmann::json fixture = nlohmann::json::parse(read_text(kFixtures / "gpt2_expected.json"));
   REQUIRE(fixture.at("cases").size() >= 20);
   for (const auto& c : fixture.at("cases")) {
@@ -462,7 +470,7 @@ TEST_CASE("symbols missing from vocab.json encode as the unknown token, as Huggi
   // and have merges whose parts or results are not in vocab.json. GPT2Tokenizer merges strings
   // regardless and maps a final symbol it cannot find to unk_token, <|endoftext|>.
   const std::string vocab = vocab_with(R"("<|endoftext|>": 300, "ab": 256)", '\n');
-  const auto tok = Tokenizer::from_strings(vocab, "#version: 0.2\na b\nq zz\na c\nac a\n", "test");
+  const auto tok = ByteLevelBpeTokenizer::from_strings(vocab, "#version: 0.2\na b\nq zz\na c\nac a\n", "test");
   const int32_t a = *tok.id_of("a"), b = *tok.id_of("b");
   CHECK(tok.encode("ab") == std::vector<int32_t>{256});
   CHECK(tok.encode("a\nb") == std::vector<int32_t>{a, 300, b});  // '\n' has no token
@@ -470,7 +478,7 @@ TEST_CASE("symbols missing from vocab.json encode as the unknown token, as Huggi
   CHECK(tok.encode("aca") == std::vector<int32_t>{300});         // ... that merges on into "aca"
   CHECK(tok.encode("\n") == std::vector<int32_t>{300});
   // Without <|endoftext|> there is nothing to stand in: a clear error, not a wrong id.
-  const auto no_unk = Tokenizer::from_strings(vocab_with(R"("ab": 256)", '\n'), "a b\n", "test");
+  const auto no_unk = ByteLevelBpeTokenizer::from_strings(vocab_with(R"("ab": 256)", '\n'), "a b\n", "test");
   CHECK(no_unk.encode("ab") == std::vector<int32_t>{256});
   CHECK_THROWS_WITH(no_unk.encode("a\nb"), Catch::Contains("lacks"));
 }
@@ -481,7 +489,7 @@ TEST_CASE("Hugging Face's tiny-random-gpt2 tokenizer loads and encodes", "[token
     WARN("skipped: " << dir << " is absent (optional real-world data)");
     return;
   }
-  const auto tok = Tokenizer::load(dir / "vocab.json", dir / "merges.txt");
+  const auto tok = ByteLevelBpeTokenizer::load(dir / "vocab.json", dir / "merges.txt");
   CHECK(tok.vocab_size() == 1000);
   CHECK(tok.end_of_text_id() == 0);
   const auto ids = tok.encode("Hello world, it's me!");

@@ -13,20 +13,21 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/byte_level_bpe.h"
 #include "fuzz_common.h"
 
 namespace {
 
 const hs::Tokenizer& tokenizer() {
-  static const std::unique_ptr<hs::Tokenizer> tok = [] {
+  static const std::unique_ptr<const hs::Tokenizer> tok = [] {
     namespace fs = std::filesystem;
     fs::path dir;
     if (const char* env = std::getenv("HEADSCOPE_FUZZ_TOKENIZER_DIR"); env && *env) dir = env;
     else if (fs::exists(hs::fuzz::source_dir() / "resources/models/headscope-tiny/vocab.json"))
       dir = hs::fuzz::source_dir() / "resources/models/headscope-tiny";
     else dir = hs::fuzz::fixture_model("f32_prefixed");
-    return std::make_unique<hs::Tokenizer>(hs::Tokenizer::load(dir / "vocab.json", dir / "merges.txt"));
+    return std::make_unique<const hs::ByteLevelBpeTokenizer>(
+        hs::ByteLevelBpeTokenizer::load(dir / "vocab.json", dir / "merges.txt"));
   }();
   return *tok;
 }

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/byte_level_bpe.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view vocab = input.substr(0, nul);
   const std::string_view merges = nul == std::string_view::npos ? std::string_view() : input.substr(nul + 1);
   try {
-    const hs::Tokenizer tok = hs::Tokenizer::from_strings(vocab, merges, "fuzz");
+    const hs::ByteLevelBpeTokenizer tok = hs::ByteLevelBpeTokenizer::from_strings(vocab, merges, "fuzz");
     // The merges text is as good a sample of what the vocabulary was built for as any.
     const std::string samples[] = {
         "Hello, world! It's 2024 <|endoftext|> h\xC3\xA9llo  \t\n\n x",

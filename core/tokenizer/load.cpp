@@ -1,0 +1,97 @@
+#include "core/tokenizer/load.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "core/tokenizer/byte_level_bpe.h"
+
+namespace hs {
+namespace fs = std::filesystem;
+namespace {
+
+std::string read_small_file(const fs::path& p, size_t limit) {
+  std::error_code ec;
+  // A pipe would block the read and a device such as /dev/zero would never end.
+  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+    throw Error(p.string() + ": is not a regular file; expected a JSON file.");
+  if (const auto size = fs::file_size(p, ec); !ec && size > limit)
+    throw Error(p.string() + ": is larger than " + std::to_string(limit >> 20) + " MB; not a tokenizer file.");
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(p.string() + ": cannot open; check that it exists and is readable.");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > limit) throw Error(p.string() + ": is larger than " + std::to_string(limit >> 20) + " MB; not a tokenizer file.");
+  return s;
+}
+
+// A fast-tokenizer folder may carry only tokenizer.json; its BPE model holds the same vocabulary
+// and merges as vocab.json + merges.txt. (A tokenizer.json of another kind, such as Metaspace with
+// byte fallback, would branch here on its "pre_tokenizer" / "decoder".)
+std::shared_ptr<Tokenizer> from_tokenizer_json(const fs::path& p) {
+  const std::string text = read_small_file(p, 256u << 20);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(p.string() + ": not valid JSON (" + json_error_reason(e) + ").");
+  }
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || !j["model"].contains("vocab") ||
+      !j["model"].contains("merges"))
+    throw Error(p.string() + ": expected a Hugging Face tokenizer.json with a BPE model (model.vocab, model.merges).");
+  const auto& merges = j["model"]["merges"];
+  if (!merges.is_array()) throw Error(p.string() + ": model.merges must be a list.");
+  std::string merges_txt = "#version: 0.2\n";
+  for (const auto& m : merges) {
+    if (m.is_string()) merges_txt += m.get<std::string>() + "\n";
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+      merges_txt += m[0].get<std::string>() + " " + m[1].get<std::string>() + "\n";
+    else throw Error(p.string() + ": a merge in model.merges is neither \"a b\" nor [\"a\", \"b\"].");
+  }
+  return std::make_shared<ByteLevelBpeTokenizer>(
+      ByteLevelBpeTokenizer::from_strings(j["model"]["vocab"].dump(), merges_txt, p.string()));
+}
+
+// The tokenizer's own BOS, as Hugging Face reads it: `bos_token` (a string, or {"content": ...})
+// of the first of the two files that names one the vocabulary has.
+std::optional<int32_t> bos_of_special_tokens(const fs::path& dir, const Tokenizer& tokenizer) {
+  std::error_code ec;
+  for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    if (!fs::exists(dir / f, ec)) continue;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(read_small_file(dir / f, 16u << 20));
+      if (!j.is_object() || !j.contains("bos_token")) continue;
+      const nlohmann::json& b = j["bos_token"];
+      const nlohmann::json& content = b.is_object() && b.contains("content") ? b["content"] : b;
+      if (!content.is_string()) continue;
+      if (const auto id = tokenizer.id_of(content.get<std::string>())) return id;
+    } catch (const std::exception&) {
+      // A damaged optional file is not worth refusing the model for; BOS falls back (Model::bos_id).
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> load_tokenizer(const fs::path& dir) {
+  std::error_code ec;
+  std::shared_ptr<Tokenizer> tokenizer;
+  const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt";
+  if (fs::exists(vocab, ec) && fs::exists(merges, ec)) {
+    tokenizer = std::make_shared<ByteLevelBpeTokenizer>(ByteLevelBpeTokenizer::load(vocab, merges));
+  } else if (fs::exists(dir / "tokenizer.json", ec)) {
+    tokenizer = from_tokenizer_json(dir / "tokenizer.json");
+  } else {
+    throw Error(dir.string() + ": no tokenizer: expected vocab.json and merges.txt (or tokenizer.json) beside "
+                "model.safetensors. Copy them from the model's original folder.");
+  }
+  if (!tokenizer->bos_token_id_) tokenizer->bos_token_id_ = bos_of_special_tokens(dir, *tokenizer);
+  return tokenizer;
+}
+
+}  // namespace hs
