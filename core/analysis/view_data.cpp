@@ -33,8 +33,8 @@ PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int
   check_cells(max_side, max_side);
   if (layer < 0 || layer >= cache.n_layer())
     throw Error("layer " + std::to_string(layer) + " does not exist (0.." + std::to_string(cache.n_layer() - 1) + ").");
-  if (head < 0 || head >= cache.config().n_head)
-    throw Error("head " + std::to_string(head) + " does not exist (0.." + std::to_string(cache.config().n_head - 1) +
+  if (head < 0 || head >= cache.config().n_heads)
+    throw Error("head " + std::to_string(head) + " does not exist (0.." + std::to_string(cache.config().n_heads - 1) +
                 ").");
   PooledGrid grid;
   const int n = cache.n_pos();
@@ -140,7 +140,7 @@ RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbna
   check_has_tokens(cache);
   RunOverview o;
   o.next = top_predictions(cache, cache.n_pos() - 1, top_k);
-  const int n_head = cache.config().n_head;
+  const int n_head = cache.config().n_heads;
   o.thumbnails.reserve(static_cast<size_t>(cache.n_layer()) * static_cast<size_t>(n_head));
   for (int l = 0; l < cache.n_layer(); ++l)
     for (int h = 0; h < n_head; ++h) o.thumbnails.push_back(pooled_pattern(cache, l, h, thumbnail_side));

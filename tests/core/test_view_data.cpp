@@ -106,8 +106,8 @@ TEST_CASE("pooled_pattern is the naive block maximum of the pattern, with the ma
   for (int n : {1, 2, 10, 16, 29, 32}) {
     const auto cache = model->run(some_tokens(n));
     for (int max_side : {1, 3, 4, 5, 7, 8, 64}) {
-      for (int l = 0; l < c.n_layer; ++l)
-        for (int h = 0; h < c.n_head; ++h) {
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_heads; ++h) {
           INFO("n_pos " << n << ", max_side " << max_side << ", L" << l << "H" << h);
           const PooledGrid g = pooled_pattern(*cache, l, h, max_side);
           check_same_grid(g, naive_pooled_pattern(*cache, l, h, max_side));
@@ -129,8 +129,8 @@ TEST_CASE("pooled_pattern is the naive block maximum of the pattern, with the ma
     for (int j = 0; j < 4; ++j) CHECK(std::isnan(at(i, j)) == (j > i));
   for (int i = 0; i < 4; ++i) CHECK(at(i, i) > 0.0f);
 
-  CHECK_THROWS_AS(pooled_pattern(*cache, c.n_layer, 0), Error);
-  CHECK_THROWS_AS(pooled_pattern(*cache, 0, c.n_head), Error);
+  CHECK_THROWS_AS(pooled_pattern(*cache, c.n_layers, 0), Error);
+  CHECK_THROWS_AS(pooled_pattern(*cache, 0, c.n_heads), Error);
   CHECK_THROWS_AS(pooled_pattern(*cache, -1, 0), Error);
   CHECK_THROWS_AS(pooled_pattern(*cache, 0, 0, 0), Error);
 }
@@ -273,10 +273,10 @@ TEST_CASE("overview_of_run: next-token predictions and one thumbnail per head", 
       const RunOverview o = overview_of_run(*cache, 10, side);
       CHECK(same_predictions(o.next, top_predictions(*cache, n - 1, 10)));
       CHECK(o.next.size() == 10);
-      REQUIRE(o.thumbnails.size() == static_cast<size_t>(c.n_layer * c.n_head));
-      for (int l = 0; l < c.n_layer; ++l)
-        for (int h = 0; h < c.n_head; ++h) {
-          const PooledGrid& t = o.thumbnails[static_cast<size_t>(l * c.n_head + h)];
+      REQUIRE(o.thumbnails.size() == static_cast<size_t>(c.n_layers * c.n_heads));
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_heads; ++h) {
+          const PooledGrid& t = o.thumbnails[static_cast<size_t>(l * c.n_heads + h)];
           CHECK(t.rows == ceil_div(n, ceil_div(n, side)));
           check_same_grid(t, pooled_pattern(*cache, l, h, side));
         }
