@@ -177,7 +177,7 @@ int cmd_info(const Args& a) {
             {"d_vocab", c.d_vocab},
             {"tokenizer_vocab_size", m->tokenizer().vocab_size()},
             {"activation_function", c.activation_name},
-            {"layer_norm_epsilon", c.layer_norm_eps},
+            {"layer_norm_epsilon", c.norm_eps},
             {"scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx},
             {"tied_unembedding", m->weights()->tied_unembedding()},
             {"parameters", c.parameter_count()},

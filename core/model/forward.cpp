@@ -182,7 +182,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
     a.resid_pre.bottomRows(N) = resid;
 
-    layernorm_forward(normalized, nullptr, resid, W.ln1_w, W.ln1_b, c.layer_norm_eps);
+    layernorm_forward(normalized, nullptr, resid, W.ln1_w, W.ln1_b, c.norm_eps);
     linear_forward(qkv, normalized, WP.attn, W.attn_b);
     with_prefix(a.q, pa ? &pa->q : nullptr, P, S, D);
     with_prefix(a.k, pa ? &pa->k : nullptr, P, S, D);
@@ -228,7 +228,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     }
 
     resid += block_out;  // resid_mid
-    layernorm_forward(normalized, nullptr, resid, W.ln2_w, W.ln2_b, c.layer_norm_eps);
+    layernorm_forward(normalized, nullptr, resid, W.ln2_w, W.ln2_b, c.norm_eps);
     linear_forward(block_out, normalized, WP.fc, W.fc_b);
     with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
     a.mlp_pre.bottomRows(N) = block_out;
@@ -248,7 +248,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // ln_final and logits for the new positions; the prefix's rows are copied.
   RowMatrixXf ln_new;
   VectorXf scale_new;
-  layernorm_forward(ln_new, &scale_new, resid, weights->ln_f_w(), weights->ln_f_b(), c.layer_norm_eps);
+  layernorm_forward(ln_new, &scale_new, resid, weights->ln_f_w(), weights->ln_f_b(), c.norm_eps);
   with_prefix(cache->ln_final_normalized, prev ? &prev->ln_final_normalized : nullptr, P, S, D);
   cache->ln_final_normalized.bottomRows(N) = ln_new;
   cache->ln_final_scale.resize(S);

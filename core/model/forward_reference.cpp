@@ -89,7 +89,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     const LayerWeights& W = weights->layer(l);
     LayerActivations& a = cache->layer(l);
     a.resid_pre = to_matrix(resid);
-    const Rows qkv = linear(layernorm(resid, W.ln1_w, W.ln1_b, c.layer_norm_eps), weights->attn_w(l), W.attn_b, 3 * D);
+    const Rows qkv = linear(layernorm(resid, W.ln1_w, W.ln1_b, c.norm_eps), weights->attn_w(l), W.attn_b, 3 * D);
     Rows q(S), k(S), v(S), z(S, std::vector<double>(D, 0.0));
     for (size_t i = 0; i < S; ++i) {
       q[i].assign(qkv[i].begin(), qkv[i].begin() + static_cast<long>(D));
@@ -126,7 +126,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     a.attn_out = to_matrix(attn_out);
     resid = add(resid, attn_out);
     const size_t M = static_cast<size_t>(c.d_mlp);
-    Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.layer_norm_eps), weights->fc_w(l), W.fc_b, M);
+    Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.norm_eps), weights->fc_w(l), W.fc_b, M);
     a.mlp_pre = to_matrix(pre);
     for (auto& row : pre)
       for (double& x : row) x = activation(x, c.activation);
@@ -135,7 +135,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     resid = add(resid, mlp_out);
   }
   std::vector<double> scales;
-  const Rows lnf = layernorm(resid, weights->ln_f_w(), weights->ln_f_b(), c.layer_norm_eps, &scales);
+  const Rows lnf = layernorm(resid, weights->ln_f_w(), weights->ln_f_b(), c.norm_eps, &scales);
   cache->ln_final_normalized = to_matrix(lnf);
   cache->ln_final_scale.resize(static_cast<Eigen::Index>(S));
   for (size_t i = 0; i < S; ++i) cache->ln_final_scale(static_cast<Eigen::Index>(i)) = static_cast<float>(scales[i]);

@@ -268,6 +268,7 @@ TEST_CASE("forward: the automatic thread count follows the work and the weights'
     ModelConfig c;
     c.n_layers = n_layer;
     c.n_heads = 8;
+    c.n_key_value_heads = 8;
     c.d_model = d_model;
     c.d_head = d_model / 8;
     c.d_mlp = 4 * d_model;
