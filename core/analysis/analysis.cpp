@@ -81,7 +81,7 @@ LogitAttribution direct_logit_attribution(const ActivationCache& cache, const Re
   // The direction in the residual stream that the target's logit reads, through ln_f's weight.
   RowVectorXf u(c.d_model);
   cache.weights()->unembed_row(target, u.data());
-  const RowVectorXf direction = u.cwiseProduct(ConstRowVectorRef(cache.weights()->ln_f_w(), c.d_model));
+  const RowVectorXf direction = u.cwiseProduct(ConstRowVectorRef(cache.weights()->final_norm_w(), c.d_model));
   const float scale = cache.ln_final_scale(pos);  // frozen at its value for the whole residual
   a.per_component.resize(parts.labels.size());
   a.per_head = RowMatrixXf::Zero(c.n_layers, c.n_heads);
@@ -94,7 +94,7 @@ LogitAttribution direct_logit_attribution(const ActivationCache& cache, const Re
     total += value;
     if (parts.kinds[i] == ComponentKind::Head) a.per_head(parts.layers[i], parts.heads[i]) = value;
   }
-  a.bias_term = u.dot(ConstRowVectorRef(cache.weights()->ln_f_b(), c.d_model));
+  a.bias_term = u.dot(ConstRowVectorRef(cache.weights()->final_norm_b(), c.d_model));
   a.logit = cache.logits(pos, target);
   a.max_abs_error = static_cast<float>(std::abs(total + a.bias_term - a.logit));
   return a;
@@ -109,9 +109,9 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   r.z_concat = a.z;
   r.W_O = cache.weights()->W_O_all(layer);
   r.b_O = cache.weights()->b_O(layer).transpose();
-  // The forward pass's own kernel (linear_forward: c_proj on the concatenated heads), so that
+  // The forward pass's own kernel (linear_forward: W_O on the concatenated heads), so that
   // via_concat reproduces hook_attn_out, and with the forward pass's thread policy.
-  linear_forward(r.via_concat, r.z_concat, cache.weights()->packed(layer).proj, r.b_O.data());
+  linear_forward(r.via_concat, r.z_concat, cache.weights()->packed(layer).W_O, r.b_O.data());
   r.via_sum = RowMatrixXf::Zero(cache.n_pos(), c.d_model);
   for (int h = 0; h < c.n_heads; ++h) {
     r.head_results.push_back(cache.head_result(layer, h));

@@ -96,7 +96,7 @@ RowMatrixXf ActivationCache::head_result(int l, int h) const {
     return r;
   }
   RowMatrixXf r(n_pos(), c.d_model);
-  head_result_forward(r.data(), c.d_model, a.z, h, c.d_head, weights_->packed(l).proj);
+  head_result_forward(r.data(), c.d_model, a.z, h, c.d_head, weights_->packed(l).W_O);
   return r;
 }
 

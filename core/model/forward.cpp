@@ -153,6 +153,7 @@ bool cache_covers(const ActivationCache& cache, const RunOptions& o) {
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
                                          const RunOptions& options, std::shared_ptr<const ActivationCache> previous) {
   const ModelConfig& c = weights->config();
+  require_implemented(c);
   check_tokens(c, tokens);
   const Eigen::Index P = reusable_prefix(previous.get(), weights.get(), tokens, options);
   const ThreadScope threads(options.threads > 0 ? options.threads
@@ -167,7 +168,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   with_prefix(cache->pos_embed, prev ? &prev->pos_embed : nullptr, P, S, D);
   for (Eigen::Index i = P; i < S; ++i) {
     weights->embedding_row(tokens[static_cast<size_t>(i)], cache->embed.row(i).data());
-    cache->pos_embed.row(i) = ConstRowVectorRef(weights->wpe() + i * D, D);
+    cache->pos_embed.row(i) = ConstRowVectorRef(weights->W_pos() + i * D, D);
   }
   RowMatrixXf resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);  // [new pos, d_model]
 
@@ -182,8 +183,8 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
     a.resid_pre.bottomRows(N) = resid;
 
-    layernorm_forward(normalized, nullptr, resid, W.ln1_w, W.ln1_b, c.norm_eps);
-    linear_forward(qkv, normalized, WP.attn, W.attn_b);
+    layernorm_forward(normalized, nullptr, resid, W.norm1_w, W.norm1_b, c.norm_eps);
+    linear_forward(qkv, normalized, WP.W_qkv, W.b_qkv);
     with_prefix(a.q, pa ? &pa->q : nullptr, P, S, D);
     with_prefix(a.k, pa ? &pa->k : nullptr, P, S, D);
     with_prefix(a.v, pa ? &pa->v : nullptr, P, S, D);
@@ -215,7 +216,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // identity for the view. Computing them every run, for a check nothing read, was 5% of a
     // 20-token GPT-2-small pass.
     const RowMatrixXf z_new = a.z.bottomRows(N);
-    linear_forward(block_out, z_new, WP.proj, W.proj_b);
+    linear_forward(block_out, z_new, WP.W_O, W.b_O);
     with_prefix(a.attn_out, pa ? &pa->attn_out : nullptr, P, S, D);
     a.attn_out.bottomRows(N) = block_out;
     if (options.store_results) {
@@ -224,16 +225,16 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
       // Heads are independent: one per thread, each product on its own thread.
 #pragma omp parallel for schedule(static) if (N * D * D >= (int64_t{1} << 20))
       for (int h = 0; h < H; ++h)
-        head_result_forward(a.result_phd.data() + (P * H + h) * D, H * D, z_new, h, c.d_head, WP.proj);
+        head_result_forward(a.result_phd.data() + (P * H + h) * D, H * D, z_new, h, c.d_head, WP.W_O);
     }
 
     resid += block_out;  // resid_mid
-    layernorm_forward(normalized, nullptr, resid, W.ln2_w, W.ln2_b, c.norm_eps);
-    linear_forward(block_out, normalized, WP.fc, W.fc_b);
+    layernorm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps);
+    linear_forward(block_out, normalized, WP.W_in, W.b_in);
     with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
     a.mlp_pre.bottomRows(N) = block_out;
     activation_forward(mlp_post, block_out, c.activation);
-    linear_forward(block_out, mlp_post, WP.mlp_proj, W.mlp_proj_b);
+    linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
     with_prefix(a.mlp_out, pa ? &pa->mlp_out : nullptr, P, S, D);
     a.mlp_out.bottomRows(N) = block_out;
     resid += block_out;  // resid_post
@@ -248,7 +249,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // ln_final and logits for the new positions; the prefix's rows are copied.
   RowMatrixXf ln_new;
   VectorXf scale_new;
-  layernorm_forward(ln_new, &scale_new, resid, weights->ln_f_w(), weights->ln_f_b(), c.norm_eps);
+  layernorm_forward(ln_new, &scale_new, resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps);
   with_prefix(cache->ln_final_normalized, prev ? &prev->ln_final_normalized : nullptr, P, S, D);
   cache->ln_final_normalized.bottomRows(N) = ln_new;
   cache->ln_final_scale.resize(S);

@@ -79,8 +79,8 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
   Rows embed(S, std::vector<double>(D)), pos(S, std::vector<double>(D));
   for (size_t i = 0; i < S; ++i)
     for (size_t d = 0; d < D; ++d) {
-      embed[i][d] = weights->wte()[static_cast<size_t>(tokens[i]) * D + d];
-      pos[i][d] = weights->wpe()[i * D + d];
+      embed[i][d] = weights->W_E()[static_cast<size_t>(tokens[i]) * D + d];
+      pos[i][d] = weights->W_pos()[i * D + d];
     }
   cache->embed = to_matrix(embed);
   cache->pos_embed = to_matrix(pos);
@@ -89,7 +89,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     const LayerWeights& W = weights->layer(l);
     LayerActivations& a = cache->layer(l);
     a.resid_pre = to_matrix(resid);
-    const Rows qkv = linear(layernorm(resid, W.ln1_w, W.ln1_b, c.norm_eps), weights->attn_w(l), W.attn_b, 3 * D);
+    const Rows qkv = linear(layernorm(resid, W.norm1_w, W.norm1_b, c.norm_eps), weights->W_qkv(l).data(), W.b_qkv, 3 * D);
     Rows q(S), k(S), v(S), z(S, std::vector<double>(D, 0.0));
     for (size_t i = 0; i < S; ++i) {
       q[i].assign(qkv[i].begin(), qkv[i].begin() + static_cast<long>(D));
@@ -122,20 +122,20 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
         }
       }
     a.z = to_matrix(z);
-    const Rows attn_out = linear(z, weights->proj_w(l), W.proj_b, D);
+    const Rows attn_out = linear(z, weights->W_O_all(l).data(), W.b_O, D);
     a.attn_out = to_matrix(attn_out);
     resid = add(resid, attn_out);
     const size_t M = static_cast<size_t>(c.d_mlp);
-    Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.norm_eps), weights->fc_w(l), W.fc_b, M);
+    Rows pre = linear(layernorm(resid, W.norm2_w, W.norm2_b, c.norm_eps), weights->W_in(l).data(), W.b_in, M);
     a.mlp_pre = to_matrix(pre);
     for (auto& row : pre)
       for (double& x : row) x = activation(x, c.activation);
-    const Rows mlp_out = linear(pre, weights->mlp_proj_w(l), W.mlp_proj_b, D);
+    const Rows mlp_out = linear(pre, weights->W_out(l).data(), W.b_out, D);
     a.mlp_out = to_matrix(mlp_out);
     resid = add(resid, mlp_out);
   }
   std::vector<double> scales;
-  const Rows lnf = layernorm(resid, weights->ln_f_w(), weights->ln_f_b(), c.norm_eps, &scales);
+  const Rows lnf = layernorm(resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps, &scales);
   cache->ln_final_normalized = to_matrix(lnf);
   cache->ln_final_scale.resize(static_cast<Eigen::Index>(S));
   for (size_t i = 0; i < S; ++i) cache->ln_final_scale(static_cast<Eigen::Index>(i)) = static_cast<float>(scales[i]);
