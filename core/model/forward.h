@@ -42,9 +42,4 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
                                          const RunOptions& options = {},
                                          std::shared_ptr<const ActivationCache> previous = nullptr);
 
-// The slow, obviously correct version (plain loops, double accumulators) that the fast one is
-// tested against. Only for tests: it is O(everything) and single-threaded.
-std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
-                                                   std::span<const int32_t> tokens);
-
 }  // namespace hs

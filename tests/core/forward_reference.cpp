@@ -1,14 +1,15 @@
 // The slow, obviously correct forward pass: plain loops, double accumulators, no Eigen products.
 // It exists so the fast path has something independent inside the project to be tested against.
+#include "forward_reference.h"
+
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "core/model/forward.h"
 
-namespace hs {
+namespace hs::test {
 namespace {
 
 using Rows = std::vector<std::vector<double>>;  // [rows][cols]
@@ -179,4 +180,4 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
   return cache;
 }
 
-}  // namespace hs
+}  // namespace hs::test
