@@ -42,8 +42,10 @@ Without --model, the built-in model is used. Run `headscope-cli COMMAND --help` 
 const std::map<std::string, std::string> kCommandHelp = {
     {"info", R"(Usage: headscope-cli info [--model DIR]
 
-Prints the model's architecture and sizes as JSON: n_layer, n_head, d_model, d_head, d_mlp,
-n_ctx, d_vocab, the activation function, the parameter count and any load warnings.
+Prints the model's architecture and sizes as JSON: n_layer, n_head, n_key_value_heads, d_model,
+d_head, d_mlp, n_ctx, d_vocab, the activation function, the parameter count, any load warnings,
+and "architecture": the family and its options (norm, positions, MLP, QKV layout, biases,
+parallel blocks, tied unembedding).
 )"},
     {"tokenize", R"(Usage: headscope-cli tokenize [--model DIR] --text TEXT
 
@@ -178,11 +180,26 @@ int cmd_info(const Args& a) {
             {"tokenizer", m->tokenizer().kind()},
             {"tokenizer_vocab_size", m->tokenizer().vocab_size()},
             {"activation_function", c.activation_name},
-            {"layer_norm_epsilon", c.layer_norm_eps},
+            {"layer_norm_epsilon", c.norm_eps},
             {"scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx},
             {"tied_unembedding", m->weights()->tied_unembedding()},
             {"parameters", c.parameter_count()},
             {"warnings", m->warnings()}};
+  const hs::Architecture& arch = c.architecture;
+  j["n_key_value_heads"] = c.n_key_value_heads;
+  j["architecture"] = {{"family", arch.family ? std::string(arch.family->name()) : std::string()},
+                       {"norm", hs::to_string(arch.norm)},
+                       {"norm_bias", arch.norm_bias},
+                       {"positions", hs::to_string(arch.positions)},
+                       {"mlp", hs::to_string(arch.mlp)},
+                       {"qkv", hs::to_string(arch.qkv)},
+                       {"qkv_bias", arch.qkv_bias},
+                       {"attn_out_bias", arch.attn_out_bias},
+                       {"mlp_bias", arch.mlp_bias},
+                       {"parallel_blocks", arch.parallel_blocks},
+                       {"tied_unembedding", m->weights()->tied_unembedding()}};
+  if (arch.positions == hs::PositionKind::Rotary)
+    j["architecture"]["rotary"] = {{"dim", arch.rotary.dim}, {"base", arch.rotary.base}};
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.eos_token_id) j["eos_token_id"] = *c.eos_token_id;
   std::cout << j.dump(2) << "\n";

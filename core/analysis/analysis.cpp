@@ -29,6 +29,12 @@ RowVectorXf head_write(const ActivationCache& cache, int l, int h, int pos) {
 
 }  // namespace
 
+float frozen_final_norm_dot(const Eigen::Ref<const RowVectorXf>& x, const RowVectorXf& direction, float scale,
+                            NormKind norm) {
+  const float dot = norm == NormKind::LayerNorm ? x.dot(direction) - x.mean() * direction.sum() : x.dot(direction);
+  return dot / scale;
+}
+
 RowMatrixXf head_write_norms(const ActivationCache& cache, int pos) {
   check_pos(cache, pos);
   const ModelConfig& c = cache.config();
@@ -43,7 +49,10 @@ ResidualDecomposition decompose_residual(const ActivationCache& cache, int pos) 
   const ModelConfig& c = cache.config();
   ResidualDecomposition d;
   d.pos = pos;
-  const int n = 2 + c.n_layers * (c.n_heads + 2);
+  // The parts the architecture has: the position embedding only when learned, a layer's b_O only
+  // when its attention output has a bias.
+  const bool pos_embed = cache.has_pos_embed(), attn_bias = c.architecture.attn_out_bias;
+  const int n = 1 + pos_embed + c.n_layers * (c.n_heads + attn_bias + 1);
   d.components.resize(n, c.d_model);
   int row = 0;
   auto add = [&](std::string label, ComponentKind kind, int layer, int head, const RowVectorXf& v) {
@@ -54,11 +63,11 @@ ResidualDecomposition decompose_residual(const ActivationCache& cache, int pos) 
     d.components.row(row++) = v;
   };
   add("embed", ComponentKind::Embed, -1, -1, cache.embed.row(pos));
-  add("pos_embed", ComponentKind::PosEmbed, -1, -1, cache.pos_embed.row(pos));
+  if (pos_embed) add("pos_embed", ComponentKind::PosEmbed, -1, -1, cache.pos_embed.row(pos));
   for (int l = 0; l < c.n_layers; ++l) {
     for (int h = 0; h < c.n_heads; ++h)
       add("L" + std::to_string(l) + "H" + std::to_string(h), ComponentKind::Head, l, h, head_write(cache, l, h, pos));
-    add("L" + std::to_string(l) + " b_O", ComponentKind::AttnBias, l, -1, cache.weights()->b_O(l).transpose());
+    if (attn_bias) add("L" + std::to_string(l) + " b_O", ComponentKind::AttnBias, l, -1, cache.weights()->b_O(l).transpose());
     add("L" + std::to_string(l) + " MLP", ComponentKind::Mlp, l, -1, cache.layer(l).mlp_out.row(pos));
   }
   d.residual = cache.final_residual(pos);
@@ -78,23 +87,24 @@ LogitAttribution direct_logit_attribution(const ActivationCache& cache, const Re
   LogitAttribution a;
   a.pos = pos;
   a.target = target;
-  // The direction in the residual stream that the target's logit reads, through ln_f's weight.
+  // The direction in the residual stream that the target's logit reads, through the final norm's
+  // weight.
   RowVectorXf u(c.d_model);
   cache.weights()->unembed_row(target, u.data());
-  const RowVectorXf direction = u.cwiseProduct(ConstRowVectorRef(cache.weights()->ln_f_w(), c.d_model));
+  const RowVectorXf direction = u.cwiseProduct(ConstRowVectorRef(cache.weights()->final_norm_w(), c.d_model));
   const float scale = cache.ln_final_scale(pos);  // frozen at its value for the whole residual
   a.per_component.resize(parts.labels.size());
   a.per_head = RowMatrixXf::Zero(c.n_layers, c.n_heads);
   double total = 0.0;
   for (size_t i = 0; i < parts.labels.size(); ++i) {
-    const auto x = parts.components.row(static_cast<Eigen::Index>(i));
-    const float centred_dot = x.dot(direction) - x.mean() * direction.sum();
-    const float value = centred_dot / scale;
+    const float value = frozen_final_norm_dot(parts.components.row(static_cast<Eigen::Index>(i)), direction, scale,
+                                              c.architecture.norm);
     a.per_component[i] = value;
     total += value;
     if (parts.kinds[i] == ComponentKind::Head) a.per_head(parts.layers[i], parts.heads[i]) = value;
   }
-  a.bias_term = u.dot(ConstRowVectorRef(cache.weights()->ln_f_b(), c.d_model));
+  const float* bias = cache.weights()->final_norm_b();
+  a.bias_term = bias ? u.dot(ConstRowVectorRef(bias, c.d_model)) : 0.0f;
   a.logit = cache.logits(pos, target);
   a.max_abs_error = static_cast<float>(std::abs(total + a.bias_term - a.logit));
   return a;
@@ -109,9 +119,9 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   r.z_concat = a.z;
   r.W_O = cache.weights()->W_O_all(layer);
   r.b_O = cache.weights()->b_O(layer).transpose();
-  // The forward pass's own kernel (linear_forward: c_proj on the concatenated heads), so that
+  // The forward pass's own kernel (linear_forward: W_O on the concatenated heads), so that
   // via_concat reproduces hook_attn_out, and with the forward pass's thread policy.
-  linear_forward(r.via_concat, r.z_concat, cache.weights()->packed(layer).proj, r.b_O.data());
+  linear_forward(r.via_concat, r.z_concat, cache.weights()->packed(layer).W_O, r.b_O.data());
   r.via_sum = RowMatrixXf::Zero(cache.n_pos(), c.d_model);
   for (int h = 0; h < c.n_heads; ++h) {
     r.head_results.push_back(cache.head_result(layer, h));

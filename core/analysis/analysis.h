@@ -16,8 +16,9 @@ RowMatrixXf head_write_norms(const ActivationCache& cache, int pos);  // [layer,
 
 enum class ComponentKind { Embed, PosEmbed, Head, AttnBias, Mlp };
 
-// The final residual stream at `pos` (blocks.{L-1}.hook_resid_post) as a stack of additive parts:
-// embed, pos_embed, then per layer every head's result L{l}H{h}, that layer's b_O ("L{l} b_O"),
+// The final residual stream at `pos` (blocks.{L-1}.hook_resid_post) as a stack of additive parts,
+// those the architecture has: embed, pos_embed (learned positions only), then per layer every
+// head's result L{l}H{h}, that layer's b_O ("L{l} b_O", when the attention output has a bias),
 // and the MLP out ("L{l} MLP"; it includes the MLP's own output bias).
 struct ResidualDecomposition {
   int pos = 0;
@@ -33,15 +34,21 @@ struct ResidualDecomposition {
 };
 ResidualDecomposition decompose_residual(const ActivationCache& cache, int pos);
 
-// Direct logit attribution to `target` at `pos`, with the final LayerNorm's scale frozen at its
-// value for the full residual (as TransformerLens's apply_ln_to_stack): each part is centred,
-// divided by that scale, multiplied by ln_f.w and dotted with the unembedding row of `target`.
-// The parts plus ln_f.b . W_U[:, target] add up to the target's logit exactly.
+// One part x of the residual stream through the final norm with its scale frozen at the value it
+// has for the whole residual (TransformerLens's apply_ln_to_stack), dotted with `direction` (an
+// unembedding row times the norm's weight): LayerNorm centres the part, RMSNorm does not; both
+// divide by the frozen scale. The norm's bias belongs to no part.
+float frozen_final_norm_dot(const Eigen::Ref<const RowVectorXf>& x, const RowVectorXf& direction, float scale,
+                            NormKind norm);
+
+// Direct logit attribution to `target` at `pos`: each part through frozen_final_norm_dot with the
+// unembedding row of `target`. The parts plus the final norm's bias . W_U[:, target] (zero
+// without a bias) add up to the target's logit exactly.
 struct LogitAttribution {
   int pos = 0;
   int32_t target = 0;
   std::vector<float> per_component;     // same order as ResidualDecomposition
-  float bias_term = 0.0f;               // ln_f.b . W_U[:, target]
+  float bias_term = 0.0f;               // final norm's b . W_U[:, target]
   float logit = 0.0f;                   // logits[pos, target] from the forward pass
   float max_abs_error = 0.0f;           // |sum(per_component) + bias_term - logit|
   RowMatrixXf per_head;                 // [layer, head] the heads' entries, for the grid view

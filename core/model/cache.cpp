@@ -39,7 +39,8 @@ float ActivationCache::attention_scale(int l) const {
 }
 
 std::vector<std::string> ActivationCache::keys() const {
-  std::vector<std::string> out = {"hook_embed", "hook_pos_embed"};
+  std::vector<std::string> out = {"hook_embed"};
+  if (has_pos_embed()) out.push_back("hook_pos_embed");
   for (int l = 0; l < n_layer(); ++l)
     for (const char* k : kLayerKeys) out.push_back("blocks." + std::to_string(l) + "." + k);
   out.push_back("ln_final.hook_normalized");
@@ -62,7 +63,7 @@ RowMatrixXf ActivationCache::head_pattern(int l, int h) const {
 
 ConstRowVectorRef ActivationCache::pattern_row(int l, int h, int q) const {
   const int64_t S = n_pos(), tri = S * (S + 1) / 2;
-  return ConstRowVectorRef(layer(l).pattern_packed.data() + h * tri + static_cast<int64_t>(q) * (q + 1) / 2, q + 1);
+  return ConstRowVectorRef(layer(l).pattern_tri.data() + h * tri + static_cast<int64_t>(q) * (q + 1) / 2, q + 1);
 }
 
 RowMatrixXf ActivationCache::resid_mid(int l) const { return layer(l).resid_pre + layer(l).attn_out; }
@@ -96,7 +97,7 @@ RowMatrixXf ActivationCache::head_result(int l, int h) const {
     return r;
   }
   RowMatrixXf r(n_pos(), c.d_model);
-  head_result_forward(r.data(), c.d_model, a.z, h, c.d_head, weights_->packed(l).proj);
+  head_result_forward(r.data(), c.d_model, a.z, h, c.d_head, weights_->packed(l).W_O);
   return r;
 }
 
@@ -108,7 +109,7 @@ RowMatrixXf ActivationCache::head_scores(int l, int h) const {
   if (!a.scores_hqk.empty()) return ConstMatrixRef(a.scores_hqk.data() + h * S * S, S, S);
   // The same operations in the same order as the forward pass, so the values are identical.
   RowMatrixXf s(S, S);
-  s.noalias() = a.q.middleCols(h * c.d_head, c.d_head) * a.k.middleCols(h * c.d_head, c.d_head).transpose();
+  s.noalias() = a.q.middleCols(h * c.d_head, c.d_head) * a.k.middleCols(c.kv_head(h) * c.d_head, c.d_head).transpose();
   const float scale = attention_scale(l);
   for (int64_t i = 0; i < S; ++i) {
     s.row(i).head(i + 1).array() *= scale;
@@ -119,9 +120,9 @@ RowMatrixXf ActivationCache::head_scores(int l, int h) const {
 
 Tensor ActivationCache::get(std::string_view key) const {
   const ModelConfig& c = config();
-  const int64_t S = n_pos(), D = c.d_model, H = c.n_heads, dh = c.d_head, M = c.d_mlp;
+  const int64_t S = n_pos(), D = c.d_model, H = c.n_heads, KV = c.n_key_value_heads, dh = c.d_head, M = c.d_mlp;
   if (key == "hook_embed") return from_matrix(embed, {S, D});
-  if (key == "hook_pos_embed") return from_matrix(pos_embed, {S, D});
+  if (key == "hook_pos_embed" && has_pos_embed()) return from_matrix(pos_embed, {S, D});
   if (key == "ln_final.hook_normalized") return from_matrix(ln_final_normalized, {S, D});
   if (key == "logits") return from_matrix(logits, {S, c.d_vocab});
 
@@ -137,8 +138,8 @@ Tensor ActivationCache::get(std::string_view key) const {
       const LayerActivations& a = layer(l);
       if (suffix == "hook_resid_pre") return from_matrix(a.resid_pre, {S, D});
       if (suffix == "attn.hook_q") return from_matrix(a.q, {S, H, dh});
-      if (suffix == "attn.hook_k") return from_matrix(a.k, {S, H, dh});
-      if (suffix == "attn.hook_v") return from_matrix(a.v, {S, H, dh});
+      if (suffix == "attn.hook_k") return from_matrix(a.k, {S, KV, dh});
+      if (suffix == "attn.hook_v") return from_matrix(a.v, {S, KV, dh});
       if (suffix == "attn.hook_z") return from_matrix(a.z, {S, H, dh});
       if (suffix == "attn.hook_pattern") {
         Tensor t({H, S, S});
@@ -175,8 +176,9 @@ Tensor ActivationCache::get(std::string_view key) const {
       if (suffix == "hook_resid_post") return from_matrix(resid_post(l), {S, D});
     }
   }
-  throw Error("unknown activation \"" + std::string(key) +
-              "\": keys are hook_embed, hook_pos_embed, blocks.{layer}.hook_resid_pre ... blocks.{layer}.hook_resid_post "
+  throw Error("unknown activation \"" + std::string(key) + "\": keys are hook_embed, " +
+              (has_pos_embed() ? "hook_pos_embed, " : "") +
+              "blocks.{layer}.hook_resid_pre ... blocks.{layer}.hook_resid_post "
               "(layer 0.." + std::to_string(c.n_layers - 1) + "), ln_final.hook_normalized and logits.");
 }
 
@@ -186,7 +188,7 @@ size_t ActivationCache::stored_bytes() const {
   for (const auto& a : layers_)
     n += static_cast<size_t>(a.resid_pre.size() + a.q.size() + a.k.size() + a.v.size() + a.z.size() +
                              a.attn_out.size() + a.mlp_pre.size() + a.mlp_out.size()) +
-         a.scores_hqk.size() + a.pattern_packed.size() + a.result_phd.size();
+         a.scores_hqk.size() + a.pattern_tri.size() + a.result_phd.size();
   return n * sizeof(float);
 }
 

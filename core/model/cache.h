@@ -9,8 +9,11 @@
 //   blocks.{l}.mlp.hook_post         = act(mlp_pre)
 //   blocks.{l}.attn.hook_result      [pos, head, d_model] = z_h @ W_O[h]
 //   blocks.{l}.attn.hook_attn_scores [head, query_pos, key_pos] = q.k * scale, masked -inf
-// Attention patterns are causal, so only their lower triangle is kept (row i holds keys 0..i).
-// At 1024 tokens of GPT-2 small this keeps the cache near 0.9 GB instead of 1.45 GB.
+// Attention patterns are causal, so only their lower triangle is kept (row i holds keys 0..i):
+// at long context the patterns are most of the cache.
+//
+// The layout follows the architecture: k and v hold n_key_value_heads heads (query head h reads
+// key/value head config().kv_head(h)), and hook_pos_embed exists only with learned positions.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +32,7 @@ namespace hs {
 
 // std::allocator, except that resize() leaves new elements uninitialized (default-, not
 // value-initialized). For buffers the forward pass writes in full: zero-filling the attention
-// patterns before writing them was a wasted pass over 300 MB at 1024 tokens (memset, 1.4%).
+// patterns before writing them was a wasted pass over the largest buffer of a long run.
 template <class T>
 struct UninitializedAllocator : std::allocator<T> {
   template <class U>
@@ -51,13 +54,14 @@ struct UninitializedAllocator : std::allocator<T> {
 
 struct LayerActivations {
   RowMatrixXf resid_pre;   // [pos, d_model]
-  RowMatrixXf q;           // [pos, head*d_head]  (= [pos, head, d_head])
-  RowMatrixXf k;           // [pos, head*d_head]
-  RowMatrixXf v;           // [pos, head*d_head]
+  RowMatrixXf q;           // [pos, n_heads*d_head]  (= [pos, head, d_head])
+  RowMatrixXf k;           // [pos, n_kv*d_head]     (= [pos, kv_head, d_head])
+  RowMatrixXf v;           // [pos, n_kv*d_head]
   std::vector<float> scores_hqk;   // [head, query_pos, key_pos] only when stored; masked = -inf
-  // [head][query_pos][0..query_pos]: row i of head h starts at h * tri(pos) + i * (i + 1) / 2.
-  std::vector<float, UninitializedAllocator<float>> pattern_packed;
-  RowMatrixXf z;           // [pos, head*d_head]
+  // The patterns' lower triangles, [head][query_pos][0..query_pos]: row i of head h starts at
+  // h * tri(pos) + i * (i + 1) / 2, tri(pos) = pos * (pos + 1) / 2.
+  std::vector<float, UninitializedAllocator<float>> pattern_tri;
+  RowMatrixXf z;           // [pos, n_heads*d_head]
   std::vector<float> result_phd;   // [pos, head, d_model] only when stored
   RowMatrixXf attn_out;    // [pos, d_model]  concat(z) @ W_O + b_O
   RowMatrixXf mlp_pre;     // [pos, d_mlp]
@@ -73,6 +77,8 @@ class ActivationCache {
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int n_pos() const { return static_cast<int>(tokens_.size()); }
   int n_layer() const { return static_cast<int>(layers_.size()); }
+  // Whether the model adds a learned position embedding (and the cache has hook_pos_embed).
+  bool has_pos_embed() const { return config().architecture.positions == PositionKind::LearnedAbsolute; }
 
   // Every key of the contract, in a fixed order (layer by layer, as the forward pass runs).
   std::vector<std::string> keys() const;
@@ -85,9 +91,9 @@ class ActivationCache {
   const LayerActivations& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   LayerActivations& layer(int l) { return layers_[static_cast<size_t>(l)]; }
   RowMatrixXf embed;                // [pos, d_model]
-  RowMatrixXf pos_embed;            // [pos, d_model]
+  RowMatrixXf pos_embed;            // [pos, d_model]; empty without learned positions
   RowMatrixXf ln_final_normalized;  // [pos, d_model]
-  VectorXf ln_final_scale;          // [pos]  the final LayerNorm's sqrt(var + eps), for DLA
+  VectorXf ln_final_scale;          // [pos]  what the final norm divided by (sqrt(var + eps)), for DLA
   RowMatrixXf logits;               // [pos, d_vocab]
 
   // Derived on request (also used by get()).

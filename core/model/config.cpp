@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/model/config_json.h"
 
 namespace hs {
 namespace {
@@ -22,45 +23,82 @@ std::string json_reason(const std::exception& e) {
   return what;
 }
 
-std::string brief(const json& v) { return v.is_structured() ? std::string(v.type_name()) : v.dump(); }
-
-int read_dim(const json& j, const char* key, const std::string& who, bool required, int fallback = 0) {
-  if (!j.contains(key) || j[key].is_null()) {
-    if (required) throw Error(who + ": missing \"" + key + "\"; a GPT-2 config.json gives it.");
-    return fallback;
-  }
-  const json& v = j[key];
-  if (!v.is_number_integer())
-    throw Error(who + ": \"" + key + "\" must be a positive integer, found " + brief(v) + ".");
-  const int64_t x = v.get<int64_t>();
-  if (x <= 0 || x > kMaxConfigDim)
-    throw Error(who + ": \"" + key + "\" is " + std::to_string(x) + "; expected a positive integer up to " +
-                std::to_string(kMaxConfigDim) + ".");
-  return static_cast<int>(x);
-}
-
 std::optional<int32_t> read_token_id(const json& j, const char* key, const std::string& who) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
   const json& v = j[key];
   // Some configs list several ids; the first one is the primary.
   const json& id = (v.is_array() && !v.empty()) ? v[0] : v;
   if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxConfigDim * 64)
-    throw Error(who + ": \"" + key + "\" must be a non-negative token id, found " + brief(v) + ".");
+    throw Error(who + ": \"" + key + "\" must be a non-negative token id, found " + json_brief(v) + ".");
   return static_cast<int32_t>(id.get<int64_t>());
 }
 
-bool read_bool(const json& j, const char* key, bool fallback, const std::string& who) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) throw Error(who + ": \"" + key + "\" must be true or false, found " + brief(j[key]) + ".");
-  return j[key].get<bool>();
+// "GPT-2-family models (...)", or "A, B or C" with more families.
+std::string families_read() {
+  const auto& all = architecture_families();
+  std::string out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i > 0) out += i + 1 == all.size() ? " or " : ", ";
+    out += all[i]->description();
+  }
+  return out;
 }
 
 }  // namespace
 
-int64_t ModelConfig::parameter_count() const {
-  const int64_t d = d_model, m = d_mlp;
-  const int64_t per_layer = 2 * d + d * 3 * d + 3 * d + d * d + d + 2 * d + d * m + m + m * d + d;
-  return static_cast<int64_t>(d_vocab) * d + static_cast<int64_t>(n_ctx) * d + n_layers * per_layer + 2 * d;
+std::string json_brief(const json& v) { return v.is_structured() ? std::string(v.type_name()) : v.dump(); }
+
+bool ConfigJson::has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
+
+void ConfigJson::refuse(const std::string& what) const { throw Error(source_ + ": " + what); }
+
+int ConfigJson::dim(const char* key) const {
+  if (!has(key)) refuse("missing \"" + std::string(key) + "\"; a " + std::string(family_name_) + " config.json gives it.");
+  return dim_or(key, 0);
+}
+
+int ConfigJson::dim_or(const char* key, int fallback) const {
+  if (!has(key)) return fallback;
+  const json& v = json_[key];
+  if (!v.is_number_integer())
+    refuse("\"" + std::string(key) + "\" must be a positive integer, found " + json_brief(v) + ".");
+  const int64_t x = v.get<int64_t>();
+  if (x <= 0 || x > kMaxConfigDim)
+    refuse("\"" + std::string(key) + "\" is " + std::to_string(x) + "; expected a positive integer up to " +
+           std::to_string(kMaxConfigDim) + ".");
+  return static_cast<int>(x);
+}
+
+bool ConfigJson::flag(const char* key, bool fallback) const {
+  if (!has(key)) return fallback;
+  if (!json_[key].is_boolean())
+    refuse("\"" + std::string(key) + "\" must be true or false, found " + json_brief(json_[key]) + ".");
+  return json_[key].get<bool>();
+}
+
+float ConfigJson::epsilon(const char* key, float fallback) const {
+  if (!has(key)) return fallback;
+  const json& e = json_[key];
+  // Positive after the conversion to float32 too: 1e-50 would become 0, and a norm would divide
+  // a constant row by sqrt(0) (found by tools/fuzz/fuzz_config).
+  if (!e.is_number() || !(e.get<double>() > 0.0) || !(e.get<double>() < 1.0) ||
+      !(static_cast<float>(e.get<double>()) > 0.0f))
+    refuse("\"" + std::string(key) + "\" must be a small positive number, found " + json_brief(e) + ".");
+  return static_cast<float>(e.get<double>());
+}
+
+std::pair<Activation, std::string> ConfigJson::activation(const char* key, const char* fallback) const {
+  std::string a = fallback;
+  if (has(key)) {
+    if (!json_[key].is_string()) refuse("\"" + std::string(key) + "\" must be a string.");
+    a = json_[key].get<std::string>();
+  }
+  if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast") return {Activation::GeluNew, a};
+  if (a == "gelu") return {Activation::GeluErf, a};
+  if (a == "relu") return {Activation::Relu, a};
+  if (a == "silu" || a == "swish") return {Activation::Silu, a};
+  refuse(std::string(key) + " \"" + a +
+         "\" is not supported; expected gelu_new (GPT-2), gelu_pytorch_tanh, gelu_fast, gelu, relu or silu.");
 }
 
 ModelConfig parse_config(std::string_view json_text, const std::string& source) {
@@ -70,65 +108,29 @@ ModelConfig parse_config(std::string_view json_text, const std::string& source) 
   } catch (const std::exception& e) {
     throw Error(source + ": not valid JSON (" + json_reason(e) + "). Restore the model's original config.json.");
   }
-  if (!j.is_object()) throw Error(source + ": expected a JSON object of settings, found " + brief(j) + ".");
+  if (!j.is_object()) throw Error(source + ": expected a JSON object of settings, found " + json_brief(j) + ".");
 
+  // The family: by model_type, else by the class in architectures[0], else the default.
   ModelConfig c;
+  const ArchitectureFamily* family = &default_family();
   if (j.contains("model_type")) {
     if (!j["model_type"].is_string()) throw Error(source + ": \"model_type\" must be a string.");
     c.model_type = j["model_type"].get<std::string>();
+    family = find_family_by_model_type(c.model_type);
   } else if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
              j["architectures"][0].is_string()) {
-    c.model_type = j["architectures"][0].get<std::string>() == "GPT2LMHeadModel" ? "gpt2" : j["architectures"][0].get<std::string>();
+    c.model_type = j["architectures"][0].get<std::string>();
+    family = find_family_by_class(c.model_type);
   }
-  if (c.model_type != "gpt2")
-    throw Error(source + ": model_type is \"" + c.model_type +
-                "\"; HeadScope reads GPT-2-family models (model_type \"gpt2\": gpt2, distilgpt2, gpt2-medium/large/xl).");
+  if (!family)
+    throw Error(source + ": model_type is \"" + c.model_type + "\"; HeadScope reads " + families_read() + ".");
+  if (c.model_type.empty() || !family->reads_model_type(c.model_type)) c.model_type = family->model_type();
+  c.architecture.family = family;
 
-  c.d_model = read_dim(j, "n_embd", source, true);
-  c.n_heads = read_dim(j, "n_head", source, true);
-  c.n_layers = read_dim(j, "n_layer", source, true);
-  c.n_ctx = read_dim(j, "n_positions", source, false, 0);
-  if (c.n_ctx == 0) c.n_ctx = read_dim(j, "n_ctx", source, true);
-  c.d_vocab = read_dim(j, "vocab_size", source, true);
-  c.d_mlp = read_dim(j, "n_inner", source, false, 0);
-  if (c.d_mlp == 0) {
-    if (4LL * c.d_model > kMaxConfigDim)
-      throw Error(source + ": n_embd " + std::to_string(c.d_model) + " makes the MLP (4 * n_embd) too large.");
-    c.d_mlp = 4 * c.d_model;
-  }
-  if (c.d_model % c.n_heads != 0)
-    throw Error(source + ": n_embd " + std::to_string(c.d_model) + " is not divisible by n_head " +
-                std::to_string(c.n_heads) + "; every head must have the same size.");
-  c.d_head = c.d_model / c.n_heads;
-  if (c.n_layers > 1024) throw Error(source + ": n_layer is " + std::to_string(c.n_layers) + "; at most 1024 are accepted.");
-
-  if (j.contains("layer_norm_epsilon") && !j["layer_norm_epsilon"].is_null()) {
-    const json& e = j["layer_norm_epsilon"];
-    // Positive after the conversion to float32 too: 1e-50 would become 0, and LayerNorm would
-    // divide a constant row by sqrt(0) (found by tools/fuzz/fuzz_config).
-    if (!e.is_number() || !(e.get<double>() > 0.0) || !(e.get<double>() < 1.0) ||
-        !(static_cast<float>(e.get<double>()) > 0.0f))
-      throw Error(source + ": \"layer_norm_epsilon\" must be a small positive number, found " + brief(e) + ".");
-    c.layer_norm_eps = static_cast<float>(e.get<double>());
-  }
-
-  if (j.contains("activation_function") && !j["activation_function"].is_null()) {
-    if (!j["activation_function"].is_string()) throw Error(source + ": \"activation_function\" must be a string.");
-    c.activation_name = j["activation_function"].get<std::string>();
-  }
-  const std::string& a = c.activation_name;
-  if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast") c.activation = Activation::GeluNew;
-  else if (a == "gelu") c.activation = Activation::GeluErf;
-  else if (a == "relu") c.activation = Activation::Relu;
-  else if (a == "silu" || a == "swish") c.activation = Activation::Silu;
-  else
-    throw Error(source + ": activation_function \"" + a +
-                "\" is not supported; expected gelu_new (GPT-2), gelu_pytorch_tanh, gelu_fast, gelu, relu or silu.");
-
-  c.scale_attn_weights = read_bool(j, "scale_attn_weights", true, source);
-  c.scale_attn_by_inverse_layer_idx = read_bool(j, "scale_attn_by_inverse_layer_idx", false, source);
-  if (read_bool(j, "add_cross_attention", false, source))
-    throw Error(source + ": add_cross_attention is true; HeadScope reads decoder-only GPT-2 models.");
+  family->read_config(ConfigJson(j, source, family->name()), c);
+  if (c.n_key_value_heads <= 0 || c.n_heads % c.n_key_value_heads != 0)
+    throw Error(source + ": " + std::to_string(c.n_heads) + " heads cannot share " +
+                std::to_string(c.n_key_value_heads) + " key/value heads evenly.");
   c.bos_token_id = read_token_id(j, "bos_token_id", source);
   c.eos_token_id = read_token_id(j, "eos_token_id", source);
   return c;

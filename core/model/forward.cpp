@@ -1,6 +1,8 @@
-// The GPT-2 forward pass. Read top to bottom, this file is the model: embeddings, then per block
+// The forward pass. Read top to bottom, this file is the model: embeddings, then per block
 // LayerNorm -> attention -> residual add -> LayerNorm -> MLP -> residual add, then the final
-// LayerNorm and the unembedding. Every intermediate lands in the ActivationCache.
+// LayerNorm and the unembedding. Every intermediate lands in the ActivationCache. The
+// architecture description (architecture.h) says which variant runs; options it does not
+// implement are refused before anything is computed (require_implemented).
 //
 // The pass computes positions [P, S) given a cache whose rows [0, P) are already filled (P = 0
 // for a fresh run, P > 0 when a typed prompt extends the previous one).
@@ -28,14 +30,13 @@ namespace {
 // glibc serves a large block with mmap and returns it on free, but after the first such free it
 // raises its mmap threshold to that block's size, and later blocks of the same size come from
 // the heap, which keeps freed memory resident. A forward pass at long context allocates and
-// frees several 4-13 MB temporaries per layer: fixing the threshold at 4 MB (which also turns
-// the adjustment off) brought GPT-2 small's peak RSS at 1024 tokens from 1461 to 1397 MiB with
-// no measurable change in time (hs_bench_row, 2 threads).
+// frees several multi-megabyte temporaries per layer: fixing the threshold at 4 MB (which also
+// turns the adjustment off) lowers the peak resident memory of a long run at no cost in time.
 //
 // Fixing it also fixes the trim threshold at its 128 KB default: each run's freed cache was
-// handed back to the kernel and the next run faulted it in again, zeroed (2,375 page faults per
-// 20-token GPT-2-small run, about 5% of its time in this VM). The heap now keeps up to 64 MB of
-// freed memory for the next run, as a tensor library's caching allocator would.
+// handed back to the kernel and the next run faulted it in again, zeroed. The heap now keeps up
+// to 64 MB of freed memory for the next run, as a tensor library's caching allocator would.
+// (docs/benchmarks.md has the figures of both.)
 [[maybe_unused]] const bool kMallocTuned = [] {
   return mallopt(M_MMAP_THRESHOLD, 4 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 64 << 20) == 1;
 }();
@@ -46,11 +47,10 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Grows `m` to `rows` rows, keeping the first `keep` rows of `from`.
 //
 // A block that receives a prefix gets huge pages (advise_huge_pages). A run's cache is fresh
-// memory: at 1024 tokens of GPT-2 small, 870 MB of it, faulted in 4 KB at a time. A typed key
-// that extends a 1000-token prompt spent about half its time in the kernel's page-fault path
-// (perf), more than in copying the prefix; with huge pages that key takes 160-200 ms instead of
-// 315-390. A full run is the other way round in this VM: 1024 tokens took 4.5-4.7 s with huge
-// pages against 3.9-4.0 s without (hs_bench_row, one thread), so runs without a prefix do not ask.
+// memory, faulted in 4 KB at a time: a typed key that extends a long prompt spent about half its
+// time in the kernel's page-fault path, more than in copying the prefix. A full run is the other
+// way round in this VM, slower with huge pages, so runs without a prefix do not ask (figures in
+// docs/benchmarks.md, "Long prompts while typing").
 void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eigen::Index rows, Eigen::Index cols) {
   m.resize(rows, cols);
   if (keep == 0) return;
@@ -59,25 +59,27 @@ void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eig
 }
 
 // Attention is the only layer that mixes information across positions. For each head and each
-// new query i in [P, S): scores = q_h[i] k_h^T * scale over keys 0..i, pattern = softmax(scores),
-// z_h[i] = pattern v_h.
+// new query i in [P, S): scores = q_h[i] k_kv^T * scale over keys 0..i, pattern = softmax(scores),
+// z_h[i] = pattern v_kv, where kv = c.kv_head(h) is the key/value head that h shares.
 // `scratch` holds one [new pos, pos] buffer per OpenMP thread, reused across heads and layers:
-// a fresh one per head was, at 1024 tokens, a 4 MB allocation that glibc served by mmap (its
-// threshold is 4 MB), so 144 of them per pass each faulted in and zeroed 1024 new pages.
-void attention_forward(LayerActivations& a, Eigen::Index P, int n_head, int d_head, float scale, bool store_scores,
+// a fresh one per head was, at long context, an allocation that glibc served by mmap, each
+// faulting in and zeroing new pages.
+void attention_forward(LayerActivations& a, Eigen::Index P, const ModelConfig& c, float scale, bool store_scores,
                        std::vector<RowMatrixXf>& scratch) {
   const Eigen::Index S = a.q.rows(), N = S - P;
+  const int n_heads = c.n_heads, d_head = c.d_head;
   const size_t tri = static_cast<size_t>(S * (S + 1) / 2), SS = static_cast<size_t>(S * S);
-  if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_head) * SS, kNegInf);
+  if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_heads) * SS, kNegInf);
 #pragma omp parallel for schedule(static) if (N * S >= 4096)
-  for (int h = 0; h < n_head; ++h) {
+  for (int h = 0; h < n_heads; ++h) {
+    const int kv = c.kv_head(h);
     const auto q_h = a.q.middleCols(h * d_head, d_head).bottomRows(N);
-    const auto k_h = a.k.middleCols(h * d_head, d_head);
-    const auto v_h = a.v.middleCols(h * d_head, d_head);
+    const auto k_h = a.k.middleCols(kv * d_head, d_head);
+    const auto v_h = a.v.middleCols(kv * d_head, d_head);
     RowMatrixXf& pattern = scratch[static_cast<size_t>(omp_get_thread_num())];
     pattern.resize(N, S);  // [new query_pos, key_pos]; no reallocation when the size is unchanged
     pattern.noalias() = q_h * k_h.transpose();
-    float* packed = a.pattern_packed.data() + h * tri;
+    float* tri_h = a.pattern_tri.data() + h * tri;
     for (Eigen::Index r = 0; r < N; ++r) {
       const Eigen::Index i = P + r;
       auto row = pattern.row(r).head(i + 1).array();
@@ -87,7 +89,7 @@ void attention_forward(LayerActivations& a, Eigen::Index P, int n_head, int d_he
       row = (row - m).exp();
       row /= row.sum();
       pattern.row(r).tail(S - i - 1).setZero();
-      std::copy_n(row.data(), i + 1, packed + i * (i + 1) / 2);
+      std::copy_n(row.data(), i + 1, tri_h + i * (i + 1) / 2);
     }
     a.z.middleCols(h * d_head, d_head).bottomRows(N).noalias() = pattern * v_h;
   }
@@ -131,15 +133,13 @@ class ThreadScope {
 }  // namespace
 
 int auto_threads(const ModelConfig& config, int n_tokens) {
-  // Multiply-adds of the run, roughly: parameters x tokens. Below ~2e8 (the built-in model at
-  // 40 tokens; a forward pass of a millisecond or two) one thread wins on a quiet machine and
-  // wins by far on a busy one.
+  // Multiply-adds of the run, roughly: parameters x tokens. Below ~2e8 (a forward pass of a
+  // millisecond or two) one thread wins on a quiet machine and wins by far on a busy one.
   const double params = static_cast<double>(config.parameter_count());
   const double work = params * n_tokens;
   // Unless the weights are too large for the caches: then even one new token (a typed key) is a
-  // stream of every weight from memory, and each core adds bandwidth. GPT-2 small extending a
-  // 28-token prompt by one: 21.2 ms on one thread, 14.0 on two (the built-in model's 17 MB of
-  // weights stay on one thread).
+  // stream of every weight from memory, and each core adds bandwidth (docs/benchmarks.md, "A
+  // typed key on GPT-2 small uses both cores").
   const bool streams_weights = params * sizeof(float) >= 64.0 * (1 << 20);
   return work < 2e8 && !streams_weights ? 1 : omp_get_num_procs();
 }
@@ -153,6 +153,7 @@ bool cache_covers(const ActivationCache& cache, const RunOptions& o) {
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
                                          const RunOptions& options, std::shared_ptr<const ActivationCache> previous) {
   const ModelConfig& c = weights->config();
+  require_implemented(c);
   check_tokens(c, tokens);
   const Eigen::Index P = reusable_prefix(previous.get(), weights.get(), tokens, options);
   const ThreadScope threads(options.threads > 0 ? options.threads
@@ -161,15 +162,19 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   auto cache = std::make_shared<ActivationCache>(weights, std::vector<int32_t>(tokens.begin(), tokens.end()));
   cache->reused_prefix = static_cast<int>(P);
   const Eigen::Index S = static_cast<Eigen::Index>(tokens.size()), N = S - P, D = c.d_model, H = c.n_heads;
+  const Eigen::Index q_width = H * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
 
-  // hook_embed, hook_pos_embed [pos, d_model]
+  // hook_embed [pos, d_model], and hook_pos_embed [pos, d_model] with learned positions
   with_prefix(cache->embed, prev ? &prev->embed : nullptr, P, S, D);
-  with_prefix(cache->pos_embed, prev ? &prev->pos_embed : nullptr, P, S, D);
-  for (Eigen::Index i = P; i < S; ++i) {
-    weights->embedding_row(tokens[static_cast<size_t>(i)], cache->embed.row(i).data());
-    cache->pos_embed.row(i) = ConstRowVectorRef(weights->wpe() + i * D, D);
+  for (Eigen::Index i = P; i < S; ++i) weights->embedding_row(tokens[static_cast<size_t>(i)], cache->embed.row(i).data());
+  RowMatrixXf resid;  // [new pos, d_model]
+  if (cache->has_pos_embed()) {
+    with_prefix(cache->pos_embed, prev ? &prev->pos_embed : nullptr, P, S, D);
+    for (Eigen::Index i = P; i < S; ++i) cache->pos_embed.row(i) = ConstRowVectorRef(weights->W_pos() + i * D, D);
+    resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);
+  } else {
+    resid = cache->embed.bottomRows(N);
   }
-  RowMatrixXf resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);  // [new pos, d_model]
 
   LayerActivations scratch;  // reused across layers when only logits are kept
   std::vector<RowMatrixXf> attention_scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
@@ -182,25 +187,25 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
     a.resid_pre.bottomRows(N) = resid;
 
-    layernorm_forward(normalized, nullptr, resid, W.ln1_w, W.ln1_b, c.layer_norm_eps);
-    linear_forward(qkv, normalized, WP.attn, W.attn_b);
-    with_prefix(a.q, pa ? &pa->q : nullptr, P, S, D);
-    with_prefix(a.k, pa ? &pa->k : nullptr, P, S, D);
-    with_prefix(a.v, pa ? &pa->v : nullptr, P, S, D);
-    a.q.bottomRows(N) = qkv.leftCols(D);
-    a.k.bottomRows(N) = qkv.middleCols(D, D);
-    a.v.bottomRows(N) = qkv.rightCols(D);
-    // Packed patterns of a shorter prompt are a prefix of each head's packed block.
+    layernorm_forward(normalized, nullptr, resid, W.norm1_w, W.norm1_b, c.norm_eps);
+    linear_forward(qkv, normalized, WP.W_qkv, W.b_qkv);  // [new pos, Q | K | V]
+    with_prefix(a.q, pa ? &pa->q : nullptr, P, S, q_width);
+    with_prefix(a.k, pa ? &pa->k : nullptr, P, S, kv_width);
+    with_prefix(a.v, pa ? &pa->v : nullptr, P, S, kv_width);
+    a.q.bottomRows(N) = qkv.leftCols(q_width);
+    a.k.bottomRows(N) = qkv.middleCols(q_width, kv_width);
+    a.v.bottomRows(N) = qkv.rightCols(kv_width);
+    // The triangles of a shorter prompt are a prefix of each head's triangle.
     const size_t tri = static_cast<size_t>(S * (S + 1) / 2), old_tri = static_cast<size_t>(P * (P + 1) / 2);
-    a.pattern_packed.reserve(static_cast<size_t>(H) * tri);
-    if (pa) advise_huge_pages(a.pattern_packed.data(), a.pattern_packed.capacity() * sizeof(float));
-    a.pattern_packed.resize(static_cast<size_t>(H) * tri);
+    a.pattern_tri.reserve(static_cast<size_t>(H) * tri);
+    if (pa) advise_huge_pages(a.pattern_tri.data(), a.pattern_tri.capacity() * sizeof(float));
+    a.pattern_tri.resize(static_cast<size_t>(H) * tri);
     if (pa)
       for (int h = 0; h < H; ++h)
-        std::copy_n(pa->pattern_packed.data() + h * (pa->pattern_packed.size() / static_cast<size_t>(H)), old_tri,
-                    a.pattern_packed.data() + h * tri);
-    with_prefix(a.z, pa ? &pa->z : nullptr, P, S, D);
-    attention_forward(a, P, c.n_heads, c.d_head, cache->attention_scale(l), options.store_scores, attention_scratch);
+        std::copy_n(pa->pattern_tri.data() + h * (pa->pattern_tri.size() / static_cast<size_t>(H)), old_tri,
+                    a.pattern_tri.data() + h * tri);
+    with_prefix(a.z, pa ? &pa->z : nullptr, P, S, q_width);
+    attention_forward(a, P, c, cache->attention_scale(l), options.store_scores, attention_scratch);
     if (pa && options.store_scores) {
       // The earlier run's scores are [head, S_prev, S_prev]; its first P query rows carry over.
       const size_t S_prev = static_cast<size_t>(prev->n_pos()), SS = static_cast<size_t>(S);
@@ -212,10 +217,10 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // attn_out: the concatenated heads through all of W_O at once. Each head's own result
     // (z_h @ W_O[h]) is computed here only when asked to be stored; otherwise the cache derives it
     // on request with the same kernel and bits, and concat_vs_sum (core/analysis) checks the
-    // identity for the view. Computing them every run, for a check nothing read, was 5% of a
-    // 20-token GPT-2-small pass.
+    // identity for the view. Computing them every run, for a check nothing read, was a noticeable
+    // share of a short pass.
     const RowMatrixXf z_new = a.z.bottomRows(N);
-    linear_forward(block_out, z_new, WP.proj, W.proj_b);
+    linear_forward(block_out, z_new, WP.W_O, W.b_O);
     with_prefix(a.attn_out, pa ? &pa->attn_out : nullptr, P, S, D);
     a.attn_out.bottomRows(N) = block_out;
     if (options.store_results) {
@@ -224,22 +229,22 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
       // Heads are independent: one per thread, each product on its own thread.
 #pragma omp parallel for schedule(static) if (N * D * D >= (int64_t{1} << 20))
       for (int h = 0; h < H; ++h)
-        head_result_forward(a.result_phd.data() + (P * H + h) * D, H * D, z_new, h, c.d_head, WP.proj);
+        head_result_forward(a.result_phd.data() + (P * H + h) * D, H * D, z_new, h, c.d_head, WP.W_O);
     }
 
     resid += block_out;  // resid_mid
-    layernorm_forward(normalized, nullptr, resid, W.ln2_w, W.ln2_b, c.layer_norm_eps);
-    linear_forward(block_out, normalized, WP.fc, W.fc_b);
+    layernorm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps);
+    linear_forward(block_out, normalized, WP.W_in, W.b_in);
     with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
     a.mlp_pre.bottomRows(N) = block_out;
     activation_forward(mlp_post, block_out, c.activation);
-    linear_forward(block_out, mlp_post, WP.mlp_proj, W.mlp_proj_b);
+    linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
     with_prefix(a.mlp_out, pa ? &pa->mlp_out : nullptr, P, S, D);
     a.mlp_out.bottomRows(N) = block_out;
     resid += block_out;  // resid_post
   }
-  // The layers' temporaries go before the logits are written: at 1024 tokens they are ~45 MB
-  // held at the run's peak of resident memory (the logits are 196 MB for GPT-2 small).
+  // The layers' temporaries go before the logits are written, so they are not held at the run's
+  // peak of resident memory.
   for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out}) m->resize(0, 0);
   scratch = LayerActivations();
   attention_scratch.clear();
@@ -248,15 +253,15 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // ln_final and logits for the new positions; the prefix's rows are copied.
   RowMatrixXf ln_new;
   VectorXf scale_new;
-  layernorm_forward(ln_new, &scale_new, resid, weights->ln_f_w(), weights->ln_f_b(), c.layer_norm_eps);
+  layernorm_forward(ln_new, &scale_new, resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps);
   with_prefix(cache->ln_final_normalized, prev ? &prev->ln_final_normalized : nullptr, P, S, D);
   cache->ln_final_normalized.bottomRows(N) = ln_new;
   cache->ln_final_scale.resize(S);
   if (prev) cache->ln_final_scale.head(P) = prev->ln_final_scale.head(P);
   cache->ln_final_scale.tail(N) = scale_new;
   // logits [pos, d_vocab] = ln_final [pos, d_model] @ W_U; W_U's rows are kept [d_vocab, d_model].
-  // Written straight into the cache's rows: a separate logits_new (196 MB for GPT-2 small at
-  // 1024 tokens) copied in afterwards had been the peak of the run's resident memory.
+  // Written straight into the cache's rows: a separate block of new logits, copied in afterwards,
+  // had been the peak of a long run's resident memory.
   with_prefix(cache->logits, prev ? &prev->logits : nullptr, P, S, c.d_vocab);
   unembed_forward(cache->logits.bottomRows(N), ln_new, weights->packed_unembed());
   cache->logits_finite = (!prev || prev->logits_finite) && cache->logits.bottomRows(N).allFinite();

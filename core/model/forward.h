@@ -1,4 +1,4 @@
-// The GPT-2 forward pass, filling an ActivationCache.
+// The forward pass, filling an ActivationCache.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,9 @@ bool cache_covers(const ActivationCache& cache, const RunOptions& options);
 // from memory and each core adds bandwidth.
 int auto_threads(const ModelConfig& config, int n_tokens);
 
-// Runs the model on `tokens` (used exactly as given). Throws hs::Error for an empty prompt, a
-// prompt longer than n_ctx, or an id outside [0, d_vocab).
+// Runs the model on `tokens` (used exactly as given). Throws hs::Error for an architecture option
+// the pass does not implement (require_implemented), an empty prompt, a prompt longer than n_ctx,
+// or an id outside [0, d_vocab).
 //
 // With `previous` (an earlier full-cache run of the same weights), the positions of the longest
 // common token prefix are copied from it instead of recomputed: causal attention means their
@@ -40,10 +41,5 @@ int auto_threads(const ModelConfig& config, int n_tokens);
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
                                          const RunOptions& options = {},
                                          std::shared_ptr<const ActivationCache> previous = nullptr);
-
-// The slow, obviously correct version (plain loops, double accumulators) that the fast one is
-// tested against. Only for tests: it is O(everything) and single-threaded.
-std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
-                                                   std::span<const int32_t> tokens);
 
 }  // namespace hs

@@ -10,6 +10,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/tensor/safetensors.h"
@@ -19,13 +20,6 @@ namespace {
 
 std::mutex g_override_mutex;
 std::optional<uint64_t> g_override;
-
-bool is_mask_buffer(const std::string& name) {
-  auto ends_with = [&](std::string_view s) {
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
-}
 
 // "1234", "512M", "3.5G" -> bytes; nullopt when it is not such a figure.
 std::optional<uint64_t> parse_size(const std::string& text) {
@@ -125,19 +119,33 @@ struct LoadBytes {
   uint64_t peak_as_f32() const { return packed; }
 };
 
-LoadBytes load_bytes(const SafetensorsFile& file) {
+LoadBytes load_bytes(const SafetensorsFile& file, const ModelConfig& config) {
+  const ArchitectureFamily* family = config.architecture.family;
+  // Each file tensor the description names, with whether the forward pass packs it.
+  std::unordered_map<std::string, bool> packed_by_name;
+  const TensorInfo* unembedding = nullptr;
+  const TensorInfo* token_embedding = nullptr;
+  if (family) {
+    for (const TensorSpec& spec : tensor_specs(config)) {
+      const TensorInfo* t = file.find(spec.name);
+      if (!t && spec.prefixable) t = file.find(std::string(family->base_prefix()) + spec.name);
+      if (!t) continue;
+      packed_by_name[t->name] = is_packed_matrix(spec.role);
+      if (spec.role == TensorRole::Unembedding) unembedding = t;
+      if (spec.role == TensorRole::TokenEmbedding) token_embedding = t;
+    }
+  }
+  // A tied unembedding is packed from the token embedding.
+  if (token_embedding && !unembedding) packed_by_name[token_embedding->name] = true;
   LoadBytes bytes;
-  const bool separate_lm_head = file.find("lm_head.weight") != nullptr;
   for (const TensorInfo& t : file.tensors()) {
-    if (is_mask_buffer(t.name)) continue;  // ignored by the loader
+    if (family && family->is_ignorable(t.name)) continue;  // ignored by the loader
     const uint64_t n = static_cast<uint64_t>(t.numel()) * sizeof(float);
     const bool converted = t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F64 ||
                            (t.dtype == DType::F32 && file.f32_in_place(t) == nullptr);
     if (converted) bytes.converted += n;
-    // Every matrix but the position embedding (and the token embedding when lm_head is separate)
-    // is packed: the layers' four products and the unembedding.
-    const bool is_wte = t.name.find("wte") != std::string::npos;
-    if (t.shape.size() == 2 && t.name.find("wpe") == std::string::npos && !(is_wte && separate_lm_head)) {
+    const auto it = packed_by_name.find(t.name);
+    if (it != packed_by_name.end() && it->second) {
       bytes.packed += n;
       if (converted) {
         bytes.packed_converted += n;
@@ -150,8 +158,8 @@ LoadBytes load_bytes(const SafetensorsFile& file) {
 
 }  // namespace
 
-uint64_t estimate_load_bytes(const SafetensorsFile& file) {
-  return load_bytes(file).peak();
+uint64_t estimate_load_bytes(const SafetensorsFile& file, const ModelConfig& config) {
+  return load_bytes(file, config).peak();
 }
 
 uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunOptions& options) {
@@ -159,20 +167,23 @@ uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunO
   // 64-bit products; the figure saturates instead of wrapping to something small.
   const double S = static_cast<double>(std::max<int64_t>(n_tokens, 0));
   const double D = c.d_model, M = c.d_mlp, H = c.n_heads, V = c.d_vocab, L = c.n_layers;
-  // Per layer (cache.h): resid_pre, q, k, v, z, attn_out, mlp_out [pos, d_model]; mlp_pre
-  // [pos, d_mlp]; the causal pattern's lower triangle [head, tri(pos)]; scores [head, pos, pos]
-  // and results [pos, head, d_model] only when stored.
-  double per_layer = 7 * S * D + S * M + H * S * (S + 1) / 2;
+  const double Q = H * c.d_head, KV = static_cast<double>(c.n_key_value_heads) * c.d_head;
+  const bool learned_positions = c.architecture.positions == PositionKind::LearnedAbsolute;
+  // Per layer (cache.h): resid_pre, attn_out, mlp_out [pos, d_model]; q, z [pos, n_heads*d_head];
+  // k, v [pos, n_kv*d_head]; mlp_pre [pos, d_mlp]; the causal pattern's lower triangle
+  // [head, tri(pos)]; scores [head, pos, pos] and results [pos, head, d_model] only when stored.
+  double per_layer = 3 * S * D + 2 * S * Q + 2 * S * KV + S * M + H * S * (S + 1) / 2;
   if (options.store_scores) per_layer += H * S * S;
   if (options.store_results) per_layer += S * H * D;
   const double layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
-  // embed, pos_embed, ln_final [pos, d_model]; ln_final scale [pos]; logits [pos, d_vocab].
-  const double global = 3 * S * D + S + S * V;
-  // Transient: the forward pass's working matrices (the residual, the LayerNorm output, qkv
-  // [pos, 3*d_model], two [pos, d_model] sums, the MLP activation [pos, d_mlp], the new logits
-  // [pos, d_vocab]) and the largest key an export or a view derives on request (hook_attn_scores
-  // [head, pos, pos] or hook_result [pos, head, d_model]).
-  const double transient = S * (3 * D + 4 * D + M + V) + std::max(H * S * S, S * H * D);
+  // embed, ln_final [pos, d_model], pos_embed too with learned positions; ln_final scale [pos];
+  // logits [pos, d_vocab].
+  const double global = (learned_positions ? 3 : 2) * S * D + S + S * V;
+  // Transient: the forward pass's working matrices (the fused QKV [pos, (n_heads + 2*n_kv)*d_head],
+  // the residual, the norm's output, two [pos, d_model] sums, the MLP activation [pos, d_mlp], the
+  // new logits [pos, d_vocab]) and the largest key an export or a view derives on request
+  // (hook_attn_scores [head, pos, pos] or hook_result [pos, head, d_model]).
+  const double transient = S * ((Q + 2 * KV) + 4 * D + M + V) + std::max(H * S * S, S * H * D);
   const double bytes = (layers_kept * per_layer + global + transient) * sizeof(float);
   return bytes >= 1.8e19 ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(bytes);
 }
@@ -202,8 +213,8 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
-void check_load_memory(const SafetensorsFile& file, const std::string& model_name) {
-  const LoadBytes b = load_bytes(file);
+void check_load_memory(const SafetensorsFile& file, const ModelConfig& config, const std::string& model_name) {
+  const LoadBytes b = load_bytes(file, config);
   if (b.peak() == 0) return;
   if (b.converted == 0) {
     refuse_if_short(b.peak(), "loading " + model_name, "for its weights laid out for the forward pass",

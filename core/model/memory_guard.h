@@ -18,11 +18,13 @@ namespace hs {
 
 class SafetensorsFile;
 
-// Bytes Model::load allocates for the weights of `file`: every F16, BF16 or F64 tensor (and any
-// F32 tensor that is not 4-byte aligned in the file) is converted into an owned float32 buffer;
-// aligned F32 tensors are read in place from the memory map and cost nothing here (the kernel
-// pages them in from the file and can drop them again).
-uint64_t estimate_load_bytes(const SafetensorsFile& file);
+// Bytes Model::load allocates for the weights of `file`, a model of `config`: every F16, BF16 or
+// F64 tensor (and any F32 tensor that is not 4-byte aligned in the file) is converted into an
+// owned float32 buffer; aligned F32 tensors are read in place from the memory map and cost
+// nothing here (the kernel pages them in from the file and can drop them again). The matrices the
+// forward pass multiplies by are also packed (Weights::packed); the architecture description
+// says which tensors those are, and which a checkpoint may carry that are not weights.
+uint64_t estimate_load_bytes(const SafetensorsFile& file, const ModelConfig& config);
 
 // Bytes one run of `n_tokens` tokens needs: the arrays the ActivationCache stores (see cache.h;
 // tests/core/test_memory_guard.cpp checks this against ActivationCache::stored_bytes()) plus the
@@ -42,7 +44,7 @@ std::string format_bytes(uint64_t bytes);
 
 // Throw hs::Error when the estimate exceeds what is available (and do nothing when the available
 // figure is unknown). `model_name` names the model in the message.
-void check_load_memory(const SafetensorsFile& file, const std::string& model_name);
+void check_load_memory(const SafetensorsFile& file, const ModelConfig& config, const std::string& model_name);
 void check_run_memory(const ModelConfig& config, int64_t n_tokens, const RunOptions& options,
                       const std::string& model_name);
 

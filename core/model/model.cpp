@@ -42,7 +42,7 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
   const ModelConfig config = load_config(dir / "config.json");
   report(0.05, "mapping model.safetensors");
   auto file = SafetensorsFile::open(weights_path);
-  check_load_memory(*file, m->name_);
+  check_load_memory(*file, config, m->name_);
   report(0.15, "checking and converting weights");
   m->weights_ = Weights::load(file, config);
   report(0.85, "reading the tokenizer");

@@ -24,7 +24,8 @@ using ProgressFn = std::function<void(double fraction, const std::string& stage)
 
 class Model {
  public:
-  // Loads a Hugging Face GPT-2 folder: config.json, model.safetensors, vocab.json, merges.txt.
+  // Loads a Hugging Face model folder of a family in the registry (architecture.h): config.json,
+  // model.safetensors, vocab.json and merges.txt (or tokenizer.json).
   // A folder with only a pickle checkpoint (pytorch_model.bin) is refused with a message that
   // says how to convert it. Throws hs::Error; nothing is left half-loaded.
   static std::shared_ptr<const Model> load(const std::filesystem::path& dir, const ProgressFn& progress = {});

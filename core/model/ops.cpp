@@ -9,14 +9,15 @@ void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf&
                        float eps) {
   const Eigen::Index S = x.rows(), D = x.cols();
   out.resize(S, D);
-  ConstRowVectorRef wv(w, D), bv(b, D);
+  ConstRowVectorRef wv(w, D);
   if (scale_out) scale_out->resize(S);
   for (Eigen::Index i = 0; i < S; ++i) {
     const float mean = x.row(i).mean();
     out.row(i) = x.row(i).array() - mean;  // centred, in place: no temporary per row
     const float var = out.row(i).squaredNorm() / static_cast<float>(D);
     const float scale = std::sqrt(var + eps);
-    out.row(i) = (out.row(i).array() / scale) * wv.array() + bv.array();
+    if (b) out.row(i) = (out.row(i).array() / scale) * wv.array() + ConstRowVectorRef(b, D).array();
+    else out.row(i) = (out.row(i).array() / scale) * wv.array();
     if (scale_out) (*scale_out)(i) = scale;
   }
 }
@@ -27,7 +28,7 @@ void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& 
 }
 
 void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const PackedMatrix& W_O) {
-  // The same kernel as c_proj on the concatenated heads, over this head's rows of W_O: each
+  // The same kernel as W_O on the concatenated heads, over this head's rows of it: each
   // output is its own chain in k order, so a row's result is the same bits whether it was
   // computed in a run of 20 tokens, a typed extension of 1, or on request for all of them.
   const int64_t k0 = static_cast<int64_t>(h) * d_head;

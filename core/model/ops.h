@@ -9,14 +9,15 @@
 
 namespace hs {
 
-// out[S, D] = (x - mean) / sqrt(var + eps) * w + b, row by row; scale_out[S] = sqrt(var + eps).
+// out[S, D] = (x - mean) / sqrt(var + eps) * w + b, row by row (b may be nullptr: no bias);
+// scale_out[S] = sqrt(var + eps).
 void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
                        float eps);
-// out[S, N] = x[S, K] @ W[K, N] + b[N]; W is a Conv1D weight stored [in, out], packed.
+// out[S, N] = x[S, K] @ W[K, N] + b[N] (b may be nullptr); W is [in, out], packed.
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& W, const float* b);
 // The result of head h: rows of out (stride ldo floats) = z[:, h*d_head : (h+1)*d_head] @ W_O[h],
-// W_O[h] being rows h*d_head .. (h+1)*d_head - 1 of the packed c_proj weight. No bias: b_O
-// belongs to no head.
+// W_O[h] being rows h*d_head .. (h+1)*d_head - 1 of the packed attention output weight. No bias:
+// b_O belongs to no head.
 void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const PackedMatrix& W_O);
 // out = act(pre), elementwise.
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act);

@@ -47,11 +47,12 @@ inline void store_n(float* p, Vec v, int n) {
 }
 
 // Register tiles: R rows x V panels of accumulators, plus V weight vectors and one broadcast.
-// AVX-512 has 32 vector registers. bench_kernels (2-core EPYC, weights from memory) chose:
+// AVX-512 has 32 vector registers. bench_kernels (weights from memory) chose, with the figures in
+// docs/benchmarks.md:
 // - up to 4 rows (typing adds one token at a time): 4 panels wide, enough independent chains;
-// - up to 127 rows: 2 panels x up to 12 rows: 10 x 2 tiles ran at 88-94 GFLOP/s at 20 rows,
-//   8 x 3 tiles at 83-86 (fewer passes over the panels matter while they come from memory);
-// - 128 rows and more: 3 panels x up to 8 rows, about 5% faster once the panels sit in cache.
+// - up to 127 rows: 2 panels x up to 12 rows, ahead of 8 x 3 tiles (fewer passes over the panels
+//   matter while they come from memory);
+// - 128 rows and more: 3 panels x up to 8 rows, faster once the panels sit in cache.
 // AVX2 and SSE have 16 registers: 2 panels x up to 6 rows, or 4 panels for up to 2 rows.
 #if defined(__AVX512F__)
 constexpr int kFewRows = 4;
@@ -67,7 +68,7 @@ constexpr int kTallRows = 6;
 constexpr int kWide = 4;
 constexpr int64_t kTallFrom = 128;
 // K is taken in blocks so that a pair of panels' block (2 x 768 x 64 B = 96 KB) stays in L2
-// while every row tile passes over it; GPT-2 small's K is 768 except in the MLP's c_proj (3072).
+// while every row tile passes over it; K is d_model in most products, d_mlp in the MLP's output.
 constexpr int64_t kKBlock = 768;
 
 struct TileArgs {
@@ -144,8 +145,8 @@ PackedMatrix PackedMatrix::allocate(int64_t K, int64_t N) {
   const int64_t panels = (N + kLanes - 1) / kLanes;
   const size_t want = static_cast<size_t>(std::max<int64_t>(1, panels * K * kLanes)) * sizeof(float);
   // Huge pages for large matrices: one TLB entry per 2 MB of a stream instead of one per 4 KB,
-  // and a fraction of the page faults when packing. Only the advice: the allocation itself is not
-  // rounded up to 2 MB, which for GPT-2 small's 49 matrices had held 46 MB more resident memory.
+  // and a fraction of the page faults when packing. Only the advice: rounding the allocation
+  // itself up to 2 MB held tens of MB more resident memory (docs/benchmarks.md).
   m.bytes_ = (want + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, m.bytes_);
   if (!p) throw std::bad_alloc();

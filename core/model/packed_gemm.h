@@ -2,13 +2,12 @@
 // once, when the model opens, into panels of one vector's width of columns, each panel K rows
 // deep and contiguous.
 //
-// Why pack: at 20 tokens a pass is a stream of 500 MB of weights, and the order the kernel reads
-// them in decides its speed. Read in place from a row-major [K, N] weight, each step down K jumps
-// a whole row (3-12 KB) to fetch 2-3 cache lines, which the hardware prefetchers do not follow:
-// 43-51 GFLOP/s on one core for GPT-2 small's layer products at 20 rows. From panels, the same
-// arithmetic streams memory in order: 86-94 GFLOP/s (tools/bench/bench_kernels, 2-core EPYC,
-// weights coming from memory; its single-core read bandwidth is 24 GB/s). Eigen's GEMM packs
-// too, but on every product, which was half of a 20-token pass before this kernel existed.
+// Why pack: at a few tokens a pass is a stream of every weight from memory, and the order the
+// kernel reads them in decides its speed. Read in place from a row-major [K, N] weight, each step
+// down K jumps a whole row to fetch 2-3 cache lines, which the hardware prefetchers do not
+// follow. From panels, the same arithmetic streams memory in order, about twice as fast
+// (tools/bench/bench_kernels; docs/benchmarks.md has the figures). Eigen's GEMM packs too, but on
+// every product, which was half of a short pass before this kernel existed.
 //
 // Every output is one chain of multiply-adds in k order, plus the bias at the end. So a row's
 // result does not depend on which rows come with it, how K is blocked, or how many threads run:
@@ -28,7 +27,7 @@ class PackedMatrix {
   static int64_t panel_width();
 
   PackedMatrix() = default;
-  // W [K, N], row-major with row stride ldw (a Conv1D weight stored [in, out]).
+  // W [K, N], row-major with row stride ldw (a weight stored [in, out]: y = x @ W).
   static PackedMatrix from_rows(const float* W, int64_t K, int64_t N, int64_t ldw);
   // The transpose of U [N, K] given by its rows (stride ldu): the unembedding [d_vocab, d_model].
   static PackedMatrix from_transposed_rows(const float* U, int64_t N, int64_t K, int64_t ldu);

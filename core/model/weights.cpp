@@ -13,35 +13,33 @@
 namespace hs {
 namespace {
 
-// Tensors a GPT-2 file may carry that are not weights: the causal-mask buffers older
-// transformers versions saved with every attention layer.
-bool is_mask_buffer(const std::string& name) {
-  auto ends_with = [&](const char* s) {
-    const std::string suffix(s);
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
-}
-
 class Binder {
  public:
-  Binder(const SafetensorsFile& file, std::vector<std::vector<float>>& owned) : file_(file), owned_(owned) {}
+  Binder(const SafetensorsFile& file, const ArchitectureFamily& family, std::vector<std::vector<float>>& owned)
+      : file_(file), family_(family), owned_(owned) {}
 
-  // The tensor `name` (with or without the "transformer." prefix) as float32 of the given shape.
-  const float* bind(const std::string& name, std::vector<int64_t> shape, bool prefixable = true) {
-    const TensorInfo* plain = file_.find(name);
-    const TensorInfo* prefixed = prefixable ? file_.find("transformer." + name) : nullptr;
+  // The file's tensor of `spec` (with or without the family's base prefix when prefixable).
+  const TensorInfo* find(const TensorSpec& spec) const {
+    const TensorInfo* plain = file_.find(spec.name);
+    const std::string prefixed_name = std::string(family_.base_prefix()) + spec.name;
+    const TensorInfo* prefixed = spec.prefixable ? file_.find(prefixed_name) : nullptr;
     if (plain && prefixed)
-      throw Error(file_.name() + ": holds both \"" + name + "\" and \"transformer." + name +
+      throw Error(file_.name() + ": holds both \"" + spec.name + "\" and \"" + prefixed_name +
                   "\"; keep one naming scheme.");
-    const TensorInfo* t = plain ? plain : prefixed;
+    return plain ? plain : prefixed;
+  }
+
+  // The tensor of `spec` as float32 of its shape.
+  const float* bind(const TensorSpec& spec) {
+    const TensorInfo* t = find(spec);
     if (!t)
-      throw Error(file_.name() + ": missing tensor \"" + name + "\" (expected shape " + shape_string(shape) +
-                  "). The file is incomplete or is not a GPT-2 checkpoint that matches config.json.");
+      throw Error(file_.name() + ": missing tensor \"" + spec.name + "\" (expected shape " + shape_string(spec.shape) +
+                  "). The file is incomplete or is not a " + std::string(family_.name()) +
+                  " checkpoint that matches config.json.");
     used_.insert(t->name);
-    if (t->shape != shape)
+    if (t->shape != spec.shape)
       throw Error(file_.name() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
-                  " but config.json implies " + shape_string(shape) +
+                  " but config.json implies " + shape_string(spec.shape) +
                   ". The config and the weights belong to different models.");
     if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16 && t->dtype != DType::F64)
       throw Error(file_.name() + ": tensor \"" + t->name + "\" has dtype " + t->dtype_text +
@@ -51,68 +49,91 @@ class Binder {
     return owned_.back().data();
   }
 
-  bool present(const std::string& name) const { return file_.find(name) || file_.find("transformer." + name); }
-
   void reject_unused() const {
     for (const auto& t : file_.tensors()) {
-      if (used_.count(t.name) || is_mask_buffer(t.name)) continue;
-      throw Error(file_.name() + ": unexpected tensor \"" + t.name + "\" " + shape_string(t.shape) +
-                  ". GPT-2 checkpoints hold only wte, wpe, h.{layer}.*, ln_f and lm_head; check that config.json "
-                  "(n_layer and sizes) matches the weights.");
+      if (used_.count(t.name) || family_.is_ignorable(t.name)) continue;
+      throw Error(file_.name() + ": unexpected tensor \"" + t.name + "\" " + shape_string(t.shape) + ". " +
+                  std::string(family_.unexpected_tensor_hint()));
     }
   }
 
  private:
   const SafetensorsFile& file_;
+  const ArchitectureFamily& family_;
   std::vector<std::vector<float>>& owned_;
   std::set<std::string> used_;
 };
 
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 }  // namespace
 
 std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFile> file, const ModelConfig& c) {
+  require_implemented(c);
+  const std::vector<TensorSpec> specs = tensor_specs(c);
   std::shared_ptr<Weights> w(new Weights());
   w->config_ = c;
   w->file_ = file;
-  Binder b(*file, w->owned_);
-  const int64_t D = c.d_model, M = c.d_mlp, V = c.d_vocab, C = c.n_ctx;
+  Binder b(*file, *c.architecture.family, w->owned_);
   auto matrix = [](const float* rows) {
     auto m = std::make_unique<Matrix>();
     m->rows = rows;
     return m;
   };
-  w->wte_ = matrix(b.bind("wte.weight", {V, D}));
-  w->wpe_ = b.bind("wpe.weight", {C, D});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    LayerWeights L{};
-    L.ln1_w = b.bind(p + "ln_1.weight", {D});
-    L.ln1_b = b.bind(p + "ln_1.bias", {D});
-    w->matrices_.push_back(matrix(b.bind(p + "attn.c_attn.weight", {D, 3 * D})));
-    L.attn_b = b.bind(p + "attn.c_attn.bias", {3 * D});
-    w->matrices_.push_back(matrix(b.bind(p + "attn.c_proj.weight", {D, D})));
-    L.proj_b = b.bind(p + "attn.c_proj.bias", {D});
-    L.ln2_w = b.bind(p + "ln_2.weight", {D});
-    L.ln2_b = b.bind(p + "ln_2.bias", {D});
-    w->matrices_.push_back(matrix(b.bind(p + "mlp.c_fc.weight", {D, M})));
-    L.fc_b = b.bind(p + "mlp.c_fc.bias", {M});
-    w->matrices_.push_back(matrix(b.bind(p + "mlp.c_proj.weight", {M, D})));
-    L.mlp_proj_b = b.bind(p + "mlp.c_proj.bias", {D});
-    w->layers_.push_back(L);
-  }
-  w->ln_f_w_ = b.bind("ln_f.weight", {D});
-  w->ln_f_b_ = b.bind("ln_f.bias", {D});
-  if (file->find("lm_head.weight")) {
-    w->lm_head_ = matrix(b.bind("lm_head.weight", {V, D}, /*prefixable=*/false));
-    w->tied_ = false;
+  w->layers_.resize(static_cast<size_t>(c.n_layers));
+  w->matrices_.resize(static_cast<size_t>(kLayerMatrices * c.n_layers));
+  w->tied_ = true;
+  // Each bound tensor with its canonical name, for the scan of non-finite values below.
+  struct Bound {
+    const TensorSpec* spec;
+    const float* data;
+  };
+  std::vector<Bound> bound;
+  bound.reserve(specs.size());
+  for (const TensorSpec& spec : specs) {
+    if (spec.optional && !b.find(spec)) continue;  // an unembedding the file leaves tied
+    const float* p = b.bind(spec);
+    bound.push_back({&spec, p});
+    const int l = spec.layer;
+    LayerWeights* L = l >= 0 ? &w->layers_[static_cast<size_t>(l)] : nullptr;
+    auto set_matrix = [&](LayerMatrix which) { w->matrices_[static_cast<size_t>(kLayerMatrices * l + which)] = matrix(p); };
+    switch (spec.role) {
+      case TensorRole::TokenEmbedding: w->W_E_ = matrix(p); break;
+      case TensorRole::PositionEmbedding: w->W_pos_ = p; break;
+      case TensorRole::Norm1Weight: L->norm1_w = p; break;
+      case TensorRole::Norm1Bias: L->norm1_b = p; break;
+      case TensorRole::QkvWeight: set_matrix(kQkv); break;
+      case TensorRole::QkvBias: L->b_qkv = p; break;
+      case TensorRole::AttnOutWeight: set_matrix(kAttnOut); break;
+      case TensorRole::AttnOutBias: L->b_O = p; break;
+      case TensorRole::Norm2Weight: L->norm2_w = p; break;
+      case TensorRole::Norm2Bias: L->norm2_b = p; break;
+      case TensorRole::MlpInWeight: set_matrix(kMlpIn); break;
+      case TensorRole::MlpInBias: L->b_in = p; break;
+      case TensorRole::MlpOutWeight: set_matrix(kMlpOut); break;
+      case TensorRole::MlpOutBias: L->b_out = p; break;
+      case TensorRole::FinalNormWeight: w->final_norm_w_ = p; break;
+      case TensorRole::FinalNormBias: w->final_norm_b_ = p; break;
+      case TensorRole::Unembedding:
+        w->W_U_ = matrix(p);
+        w->tied_ = false;
+        break;
+      default:  // roles require_implemented() refuses (separate Q/K/V, a gated MLP)
+        throw Error(file->name() + ": tensor \"" + spec.name + "\" has a role HeadScope does not hold yet.");
+    }
   }
   b.reject_unused();
+  if (!c.architecture.attn_out_bias) w->zeros_.assign(static_cast<size_t>(c.d_model), 0.0f);
 
   // Non-finite weights make every view meaningless; say so up front rather than crash or mislead.
   // A float is NaN or infinite when its exponent bits are all ones; testing the bits lets the
   // compiler vectorize the scan (std::isfinite did not). Small tensors are scanned on the calling
-  // thread: GPT-2 small has ~150 of them, and an OpenMP team started for each cost more than
-  // the scan itself whenever the other core was busy (the session-1 profile of model open).
+  // thread: an OpenMP team started for each of a model's many vectors cost more than the scan
+  // itself whenever the other core was busy.
   auto count_bad = [](const float* p, int64_t n) {
     int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad) schedule(static) if (n >= (int64_t{1} << 22))
@@ -123,40 +144,14 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
     }
     return bad;
   };
-  auto check = [&](const char* what, const float* p, int64_t n) {
-    if (int64_t bad = count_bad(p, n))
+  for (const Bound& t : bound)
+    if (int64_t bad = count_bad(t.data, numel(t.spec->shape)))
       w->warnings_.push_back(file->name() + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
-                             what + "; activations computed from them are not meaningful.");
-  };
-  check("wte.weight", w->wte_->rows, V * D);
-  check("wpe.weight", w->wpe_, C * D);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = w->layers_[static_cast<size_t>(l)];
-    const std::string p = "h." + std::to_string(l) + ".";
-    const std::pair<const char*, std::pair<const float*, int64_t>> parts[] = {
-        {"ln_1", {L.ln1_w, D}},
-        {"ln_1", {L.ln1_b, D}},
-        {"attn.c_attn", {w->layer_matrix(l, 0).rows, D * 3 * D}},
-        {"attn.c_attn", {L.attn_b, 3 * D}},
-        {"attn.c_proj", {w->layer_matrix(l, 1).rows, D * D}},
-        {"attn.c_proj", {L.proj_b, D}},
-        {"ln_2", {L.ln2_w, D}},
-        {"ln_2", {L.ln2_b, D}},
-        {"mlp.c_fc", {w->layer_matrix(l, 2).rows, D * M}},
-        {"mlp.c_fc", {L.fc_b, M}},
-        {"mlp.c_proj", {w->layer_matrix(l, 3).rows, M * D}},
-        {"mlp.c_proj", {L.mlp_proj_b, D}},
-    };
-    for (const auto& [name, span] : parts) check((p + name).c_str(), span.first, span.second);
-  }
-  check("ln_f", w->ln_f_w_, D);
-  check("ln_f", w->ln_f_b_, D);
-  if (!w->tied_) check("lm_head.weight", w->lm_head_->rows, V * D);
+                             t.spec->name + "; activations computed from them are not meaningful.");
 
   // The forward pass reads the products' weights from packed copies (packed_gemm.h: twice the
   // speed of reading them in place at 20 tokens). Once a tensor is packed, its other copy goes:
-  // keeping both would hold every weight twice (GPT-2 small at 1024 tokens: 1.4 GB of resident
-  // memory would become 1.9 GB; an F16 GPT-2 medium would hold 2.8 GB instead of 1.4).
+  // keeping both would hold every weight twice (docs/benchmarks.md has the resident figures).
   // - In place in the mapped file (F32): its pages are released, and the few reads in place that
   //   remain (embedding rows, a head's W_O for a view) map them again on demand.
   // - A float32 conversion (F16/BF16): it is freed, and rebuilt from the packed copy (the same
@@ -173,18 +168,22 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
       }
     file->release_resident(m.rows, static_cast<size_t>(elements) * sizeof(float));
   };
-  const int64_t sizes[4][2] = {{D, 3 * D}, {D, D}, {D, M}, {M, D}};
+  // The layer matrices' [in, out] shapes, in LayerMatrix order.
+  const std::vector<int64_t> shapes[kLayerMatrices] = {
+      logical_shape(c, TensorRole::QkvWeight), logical_shape(c, TensorRole::AttnOutWeight),
+      logical_shape(c, TensorRole::MlpInWeight), logical_shape(c, TensorRole::MlpOutWeight)};
   for (int l = 0; l < c.n_layers; ++l) {
     PackedLayer& P = w->packed_.emplace_back();
-    PackedMatrix* targets[4] = {&P.attn, &P.proj, &P.fc, &P.mlp_proj};
-    for (int which = 0; which < 4; ++which) {
-      Matrix& m = *w->matrices_[static_cast<size_t>(4 * l + which)];
-      const int64_t K = sizes[which][0], N = sizes[which][1];
+    PackedMatrix* targets[kLayerMatrices] = {&P.W_qkv, &P.W_O, &P.W_in, &P.W_out};
+    for (int which = 0; which < kLayerMatrices; ++which) {
+      Matrix& m = *w->matrices_[static_cast<size_t>(kLayerMatrices * l + which)];
+      const int64_t K = shapes[which][0], N = shapes[which][1];
       *targets[which] = PackedMatrix::from_rows(m.rows, K, N, N);
       release(m, *targets[which], false, K * N);
     }
   }
-  Matrix& unembed = w->tied_ ? *w->wte_ : *w->lm_head_;
+  const int64_t D = c.d_model, V = c.d_vocab;
+  Matrix& unembed = w->tied_ ? *w->W_E_ : *w->W_U_;
   w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed.rows, V, D, D);
   release(unembed, w->packed_unembed_, true, V * D);
   return w;
@@ -206,11 +205,16 @@ const float* Weights::rows_of(const Matrix& m) const {
   return m.rebuilt.data();
 }
 
-const float* Weights::attn_w(int l) const { return rows_of(layer_matrix(l, 0)); }
-const float* Weights::proj_w(int l) const { return rows_of(layer_matrix(l, 1)); }
-const float* Weights::fc_w(int l) const { return rows_of(layer_matrix(l, 2)); }
-const float* Weights::mlp_proj_w(int l) const { return rows_of(layer_matrix(l, 3)); }
-const float* Weights::wte() const { return rows_of(*wte_); }
+ConstMatrixRef Weights::layer_rows(int l, LayerMatrix which) const {
+  const PackedMatrix& p = *layer_matrix(l, which).packed;
+  return ConstMatrixRef(rows_of(layer_matrix(l, which)), p.rows(), p.cols());
+}
+
+ConstMatrixRef Weights::W_qkv(int l) const { return layer_rows(l, kQkv); }
+ConstMatrixRef Weights::W_O_all(int l) const { return layer_rows(l, kAttnOut); }
+ConstMatrixRef Weights::W_in(int l) const { return layer_rows(l, kMlpIn); }
+ConstMatrixRef Weights::W_out(int l) const { return layer_rows(l, kMlpOut); }
+const float* Weights::W_E() const { return rows_of(*W_E_); }
 const float* Weights::unembed_rows() const { return rows_of(unembed()); }
 
 void Weights::unembed_row(int32_t t, float* out) const {
@@ -221,39 +225,43 @@ void Weights::unembed_row(int32_t t, float* out) const {
 
 void Weights::embedding_row(int32_t t, float* out) const {
   // Reading the released rows in place would map them again, and the kernel maps a whole
-  // page-cache folio per fault: 1024 tokens of GPT-2 small brought back 160 MB of wte's 154 MB
-  // (resident memory 1545 MiB at 1024 tokens, against 1.4 GB with this). The packed copy gives
-  // the same floats.
+  // page-cache folio per fault, so a long prompt brought most of the table back (docs/benchmarks.md,
+  // "the weights are resident once"). The packed copy gives the same floats.
   if (tied_) return unembed_row(t, out);
   const int64_t D = config_.d_model;
-  std::copy_n(wte_->rows + t * D, D, out);  // an untied wte is not packed: never released
+  std::copy_n(W_E_->rows + t * D, D, out);  // an untied W_E is not packed: never released
 }
 
+// The fused QKV's columns are [Q | K | V]: n_heads query blocks, then n_kv key and n_kv value blocks.
 ConstStridedMatrixRef Weights::W_Q(int l, int h) const {
-  const int D = config_.d_model, dh = config_.d_head;
-  return ConstStridedMatrixRef(attn_w(l) + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
+  const ConstMatrixRef qkv = W_qkv(l);
+  const int dh = config_.d_head;
+  return ConstStridedMatrixRef(qkv.data() + h * dh, qkv.rows(), dh, Eigen::OuterStride<>(qkv.cols()));
 }
-ConstStridedMatrixRef Weights::W_K(int l, int h) const {
-  const int D = config_.d_model, dh = config_.d_head;
-  return ConstStridedMatrixRef(attn_w(l) + D + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
+ConstStridedMatrixRef Weights::W_K(int l, int kv) const {
+  const ConstMatrixRef qkv = W_qkv(l);
+  const int dh = config_.d_head;
+  return ConstStridedMatrixRef(qkv.data() + (config_.n_heads + kv) * dh, qkv.rows(), dh,
+                               Eigen::OuterStride<>(qkv.cols()));
 }
-ConstStridedMatrixRef Weights::W_V(int l, int h) const {
-  const int D = config_.d_model, dh = config_.d_head;
-  return ConstStridedMatrixRef(attn_w(l) + 2 * D + h * dh, D, dh, Eigen::OuterStride<>(3 * D));
+ConstStridedMatrixRef Weights::W_V(int l, int kv) const {
+  const ConstMatrixRef qkv = W_qkv(l);
+  const int dh = config_.d_head;
+  return ConstStridedMatrixRef(qkv.data() + (config_.n_heads + config_.n_key_value_heads + kv) * dh, qkv.rows(), dh,
+                               Eigen::OuterStride<>(qkv.cols()));
 }
 ConstMatrixRef Weights::W_O(int l, int h) const {
   const int D = config_.d_model, dh = config_.d_head;
-  return ConstMatrixRef(proj_w(l) + static_cast<int64_t>(h) * dh * D, dh, D);
+  return ConstMatrixRef(W_O_all(l).data() + static_cast<int64_t>(h) * dh * D, dh, D);
 }
-ConstMatrixRef Weights::W_O_all(int l) const {
-  const int D = config_.d_model;
-  return ConstMatrixRef(proj_w(l), D, D);
+ConstVectorRef Weights::b_O(int l) const {
+  const float* b = layer(l).b_O;
+  return ConstVectorRef(b ? b : zeros_.data(), config_.d_model);
 }
-ConstVectorRef Weights::b_O(int l) const { return ConstVectorRef(layer(l).proj_b, config_.d_model); }
 
 size_t Weights::packed_bytes() const {
   size_t n = packed_unembed_.bytes();
-  for (const PackedLayer& p : packed_) n += p.attn.bytes() + p.proj.bytes() + p.fc.bytes() + p.mlp_proj.bytes();
+  for (const PackedLayer& p : packed_) n += p.W_qkv.bytes() + p.W_O.bytes() + p.W_in.bytes() + p.W_out.bytes();
   return n;
 }
 
@@ -264,8 +272,8 @@ size_t Weights::owned_bytes() const {
     if (m.built.load(std::memory_order_acquire)) n += m.rebuilt.size() * sizeof(float);
   };
   for (const auto& m : matrices_) rebuilt(*m);
-  rebuilt(*wte_);
-  if (lm_head_) rebuilt(*lm_head_);
+  rebuilt(*W_E_);
+  if (W_U_) rebuilt(*W_U_);
   return n;
 }
 

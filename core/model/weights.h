@@ -1,4 +1,5 @@
-// GPT-2 weights, held per head in the TransformerLens layout, over the memory-mapped file.
+// A model's weights, bound by role through its architecture description (architecture.h) and held
+// per head in the TransformerLens layout, over the memory-mapped file.
 //
 // Float32 tensors are used in place from the mapping when aligned; F16/BF16 ones are converted
 // once into owned buffers. The matrices of the products are also packed for the forward pass
@@ -6,8 +7,9 @@
 // released (mapped again on demand), and a 16-bit file's float32 conversion of them is freed
 // and rebuilt from the packed copy only if something reads it in place. Either way each matrix
 // is resident about once. Per-head matrices are views, not copies:
-//   W_Q[h], W_K[h], W_V[h] [d_model, d_head] = column blocks of c_attn.weight [d_model, 3*d_model]
-//   W_O[h]                 [d_head, d_model] = rows h*d_head .. (h+1)*d_head-1 of c_proj.weight
+//   W_Q[h]  [d_model, d_head] = column block h of W_qkv's Q part
+//   W_K[kv], W_V[kv] [d_model, d_head] = column block kv of its K and V parts
+//   W_O[h]  [d_head, d_model] = rows h*d_head .. (h+1)*d_head-1 of W_O_all
 #pragma once
 
 #include <atomic>
@@ -25,47 +27,49 @@ namespace hs {
 
 class SafetensorsFile;
 
-// A layer's vectors. Its matrices are read through Weights::attn_w(l) and the like.
+// A layer's vectors; a bias the architecture does not have is nullptr. Its matrices are read
+// through Weights::W_qkv(l) and the like.
 struct LayerWeights {
-  const float* ln1_w;      // [d_model]
-  const float* ln1_b;      // [d_model]
-  const float* attn_b;     // [3*d_model]
-  const float* proj_b;     // [d_model]             b_O
-  const float* ln2_w;      // [d_model]
-  const float* ln2_b;      // [d_model]
-  const float* fc_b;       // [d_mlp]
-  const float* mlp_proj_b; // [d_model]
+  const float* norm1_w = nullptr;  // [d_model]
+  const float* norm1_b = nullptr;  // [d_model]
+  const float* b_qkv = nullptr;    // [(n_heads + 2*n_kv)*d_head]  b_Q | b_K | b_V
+  const float* b_O = nullptr;      // [d_model]
+  const float* norm2_w = nullptr;  // [d_model]
+  const float* norm2_b = nullptr;  // [d_model]
+  const float* b_in = nullptr;     // [d_mlp]
+  const float* b_out = nullptr;    // [d_model]
 };
 
 // A layer's four products packed for packed_gemm (see packed_gemm.h), built when the model opens.
 struct PackedLayer {
-  PackedMatrix attn;      // c_attn.weight [d_model, 3*d_model]
-  PackedMatrix proj;      // c_proj.weight [d_model, d_model]; head h is rows h*d_head ..
-  PackedMatrix fc;        // mlp.c_fc.weight [d_model, d_mlp]
-  PackedMatrix mlp_proj;  // mlp.c_proj.weight [d_mlp, d_model]
+  PackedMatrix W_qkv;  // [d_model, (n_heads + 2*n_kv)*d_head]: Q | K | V column blocks
+  PackedMatrix W_O;    // [n_heads*d_head, d_model]; head h is rows h*d_head ..
+  PackedMatrix W_in;   // [d_model, d_mlp]
+  PackedMatrix W_out;  // [d_mlp, d_model]
 };
 
 class Weights {
  public:
-  // Validates every tensor's presence, dtype and shape against the config; throws hs::Error
-  // naming the file, the tensor, the expected and the found shape.
+  // Binds every tensor the config's architecture describes, checking its presence, dtype and
+  // shape; throws hs::Error naming the file, the tensor, the expected and the found shape, or the
+  // option of the description that is not implemented (require_implemented).
   static std::shared_ptr<const Weights> load(std::shared_ptr<const SafetensorsFile> file, const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
   const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   // A layer's matrices as float32 rows, for reads in place (the forward pass uses packed(l)).
-  const float* attn_w(int l) const;      // [d_model, 3*d_model]  c_attn.weight: Q | K | V column blocks
-  const float* proj_w(int l) const;      // [d_model, d_model]    c_proj.weight = W_O stacked by head
-  const float* fc_w(int l) const;        // [d_model, d_mlp]
-  const float* mlp_proj_w(int l) const;  // [d_mlp, d_model]
-  const float* wte() const;   // [d_vocab, d_model]
-  // Token t's embedding, wte[t], copied into out[d_model]. Use this rather than wte() on a hot
-  // path: with a tied unembedding it reads the packed copy, as the mapped pages of wte have been
+  ConstMatrixRef W_qkv(int l) const;    // [d_model, (n_heads + 2*n_kv)*d_head]
+  ConstMatrixRef W_O_all(int l) const;  // [n_heads*d_head, d_model] = W_O stacked by head
+  ConstMatrixRef W_in(int l) const;     // [d_model, d_mlp]
+  ConstMatrixRef W_out(int l) const;    // [d_mlp, d_model]
+  const float* W_E() const;  // [d_vocab, d_model]
+  // Token t's embedding, W_E[t], copied into out[d_model]. Use this rather than W_E() on a hot
+  // path: with a tied unembedding it reads the packed copy, as the mapped pages of W_E have been
   // released (see load()).
   void embedding_row(int32_t t, float* out) const;
-  const float* wpe() const { return wpe_; }   // [n_ctx, d_model]
-  const float* ln_f_w() const { return ln_f_w_; }
-  const float* ln_f_b() const { return ln_f_b_; }
+  const float* W_pos() const { return W_pos_; }  // [n_ctx, d_model]; nullptr without learned positions
+  const float* final_norm_w() const { return final_norm_w_; }  // [d_model]
+  const float* final_norm_b() const { return final_norm_b_; }  // [d_model]; nullptr without a bias
   // W_U is [d_model, d_vocab] in TransformerLens; we keep the [d_vocab, d_model] rows (the
   // embedding when tied) and multiply by its transpose.
   const float* unembed_rows() const;  // [d_vocab, d_model]
@@ -80,17 +84,16 @@ class Weights {
   const PackedMatrix& packed_unembed() const { return packed_unembed_; }  // W_U [d_model, d_vocab]
 
   // Per-head views (see the file comment).
-  ConstStridedMatrixRef W_Q(int l, int h) const;
-  ConstStridedMatrixRef W_K(int l, int h) const;
-  ConstStridedMatrixRef W_V(int l, int h) const;
-  ConstMatrixRef W_O(int l, int h) const;           // [d_head, d_model]
-  ConstMatrixRef W_O_all(int l) const;              // [n_heads*d_head, d_model]
-  ConstVectorRef b_O(int l) const;                  // [d_model]
+  ConstStridedMatrixRef W_Q(int l, int h) const;     // [d_model, d_head]
+  ConstStridedMatrixRef W_K(int l, int kv) const;    // [d_model, d_head]; kv = config().kv_head(h)
+  ConstStridedMatrixRef W_V(int l, int kv) const;    // [d_model, d_head]
+  ConstMatrixRef W_O(int l, int h) const;            // [d_head, d_model]
+  ConstVectorRef b_O(int l) const;                   // [d_model]; zeros without an output bias
 
   // Warnings found while loading (e.g. non-finite values), one sentence each.
   const std::vector<std::string>& warnings() const { return warnings_; }
   // Bytes held in owned float32 buffers: the conversions of 16-bit tensors that are not packed
-  // (vectors, wpe, an untied wte), plus any packed matrix rebuilt for a read in place (0 for an
+  // (vectors, W_pos, an untied W_E), plus any packed matrix rebuilt for a read in place (0 for an
   // aligned F32 file).
   size_t owned_bytes() const;
   // Bytes of the packed copies (about the size of every matrix of the model).
@@ -107,22 +110,28 @@ class Weights {
     mutable std::vector<float> rebuilt;
     mutable std::atomic<bool> built{false};  // rebuilt is complete (read by owned_bytes)
   };
+  // The layer matrices, in this order in matrices_ (kLayerMatrices per layer) and in PackedLayer.
+  enum LayerMatrix { kQkv, kAttnOut, kMlpIn, kMlpOut, kLayerMatrices };
   const float* rows_of(const Matrix& m) const;
-  const Matrix& layer_matrix(int l, int which) const { return *matrices_[static_cast<size_t>(4 * l + which)]; }
+  const Matrix& layer_matrix(int l, LayerMatrix which) const {
+    return *matrices_[static_cast<size_t>(kLayerMatrices * l + which)];
+  }
+  ConstMatrixRef layer_rows(int l, LayerMatrix which) const;
 
   Weights() = default;
   ModelConfig config_;
   std::shared_ptr<const SafetensorsFile> file_;
   std::vector<std::vector<float>> owned_;
   std::vector<LayerWeights> layers_;
-  std::vector<std::unique_ptr<Matrix>> matrices_;  // per layer: c_attn, c_proj, c_fc, mlp c_proj
-  std::unique_ptr<Matrix> wte_, lm_head_;  // lm_head_ only when not tied
-  const Matrix& unembed() const { return tied_ ? *wte_ : *lm_head_; }
+  std::vector<std::unique_ptr<Matrix>> matrices_;  // per layer: W_qkv, W_O, W_in, W_out
+  std::unique_ptr<Matrix> W_E_, W_U_;  // W_U_ only when not tied
+  const Matrix& unembed() const { return tied_ ? *W_E_ : *W_U_; }
   std::vector<PackedLayer> packed_;
   PackedMatrix packed_unembed_;
-  const float* wpe_ = nullptr;
-  const float* ln_f_w_ = nullptr;
-  const float* ln_f_b_ = nullptr;
+  const float* W_pos_ = nullptr;
+  const float* final_norm_w_ = nullptr;
+  const float* final_norm_b_ = nullptr;
+  std::vector<float> zeros_;  // [d_model]: b_O of a layer without an output bias
   bool tied_ = true;
   std::vector<std::string> warnings_;
 };

@@ -15,7 +15,7 @@ using VectorRef = Eigen::Map<VectorXf>;
 using ConstVectorRef = Eigen::Map<const VectorXf>;
 using RowVectorRef = Eigen::Map<RowVectorXf>;
 using ConstRowVectorRef = Eigen::Map<const RowVectorXf>;
-// A column block of a wider row-major matrix (e.g. one head's columns of c_attn.weight).
+// A column block of a wider row-major matrix (e.g. one head's columns of the fused QKV weight).
 using ConstStridedMatrixRef = Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>>;
 using StridedMatrixRef = Eigen::Map<RowMatrixXf, 0, Eigen::OuterStride<>>;
 

@@ -9,6 +9,7 @@
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "core/tensor/safetensors.h"
+#include "forward_reference.h"
 #include "test_support.h"
 
 using namespace hs;
@@ -58,7 +59,7 @@ TEST_CASE("the fast forward pass equals the slow reference loops", "[forward]") 
   const auto model = Model::load(test::fixture_model("bf16_prefixed"));
   const std::vector<int32_t> tokens = {290, 5, 77, 260, 13, 99, 281, 0, 1, 2};
   const auto fast = model->run(tokens);
-  const auto slow = forward_reference(model->weights(), tokens);
+  const auto slow = test::forward_reference(model->weights(), tokens);
   for (const std::string& key : fast->keys()) {
     INFO(key);
     const test::Comparison c = test::compare(slow->get(key).data, fast->get(key).data);
@@ -268,6 +269,7 @@ TEST_CASE("forward: the automatic thread count follows the work and the weights'
     ModelConfig c;
     c.n_layers = n_layer;
     c.n_heads = 8;
+    c.n_key_value_heads = 8;
     c.d_model = d_model;
     c.d_head = d_model / 8;
     c.d_mlp = 4 * d_model;

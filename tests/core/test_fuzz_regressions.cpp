@@ -55,5 +55,5 @@ TEST_CASE("fuzz finding: a layer_norm_epsilon that float32 rounds to zero is ref
   // The smallest values float32 still holds (subnormal) remain accepted.
   const std::string tiny = R"({"model_type": "gpt2", "n_embd": 36, "n_head": 3, "n_layer": 2, "n_positions": 16,
                                 "vocab_size": 291, "layer_norm_epsilon": 1e-40})";
-  CHECK(hs::parse_config(tiny, "config.json").layer_norm_eps > 0.0f);
+  CHECK(hs::parse_config(tiny, "config.json").norm_eps > 0.0f);
 }

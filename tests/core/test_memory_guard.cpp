@@ -71,9 +71,9 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
   const auto f32 = hs::SafetensorsFile::open(hs::test::fixture_model("f32_prefixed") / "model.safetensors");
   const auto f32_model = hs::Model::load(hs::test::fixture_model("f32_prefixed"));
   CHECK(f32_model->weights()->owned_bytes() == 0);
-  CHECK(hs::estimate_load_bytes(*f32) == 4 * packed_elements(f32_model->config()));
+  CHECK(hs::estimate_load_bytes(*f32, f32_model->config()) == 4 * packed_elements(f32_model->config()));
   // The packed copies hold at least the matrices' bytes (their last panel is padded).
-  CHECK(f32_model->weights()->packed_bytes() >= hs::estimate_load_bytes(*f32));
+  CHECK(f32_model->weights()->packed_bytes() >= hs::estimate_load_bytes(*f32, f32_model->config()));
   // F16 and BF16 weights become float32 copies: 4 bytes per element (mask buffers are ignored).
   // Loading converts them all, then packs the matrices one at a time and frees each conversion
   // once it is packed: the peak is every conversion plus the largest packed matrix, and what
@@ -91,7 +91,7 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
     const auto model = hs::Model::load(hs::test::fixture_model(fixture));
     const hs::ModelConfig& c = model->config();
     CHECK(model->weights()->owned_bytes() == 4 * (elements - packed_elements(c)));
-    CHECK(hs::estimate_load_bytes(*f) == 4 * elements + 4 * largest_packed(c));
+    CHECK(hs::estimate_load_bytes(*f, c) == 4 * elements + 4 * largest_packed(c));
   }
 }
 
@@ -108,12 +108,12 @@ TEST_CASE("memory guard: a 16-bit model's matrices are kept once, and read in pl
       return t ? t : f->find("transformer." + name);
     };
     const std::vector<float> proj = f->to_f32(*find("h.1.attn.c_proj.weight"));
-    const float* rows = w.proj_w(1);
+    const float* rows = w.W_O_all(1).data();
     CHECK(std::equal(proj.begin(), proj.end(), rows));
     CHECK(w.W_O(1, 0)(0, 0) == proj[0]);
     // ...which then costs its bytes, once, and only for that matrix.
     CHECK(w.owned_bytes() == before + proj.size() * sizeof(float));
-    CHECK(w.proj_w(1) == rows);
+    CHECK(w.W_O_all(1).data() == rows);
     CHECK(w.owned_bytes() == before + proj.size() * sizeof(float));
     // The unembedding's rows (lm_head, or the embedding when tied) read back the same way, one
     // row without the rest.
@@ -127,7 +127,7 @@ TEST_CASE("memory guard: a 16-bit model's matrices are kept once, and read in pl
     CHECK(std::equal(unembed.begin(), unembed.end(), w.unembed_rows()));
     // So does the embedding (kept converted when lm_head is separate).
     const std::vector<float> wte = f->to_f32(*find("wte.weight"));
-    CHECK(std::equal(wte.begin(), wte.end(), w.wte()));
+    CHECK(std::equal(wte.begin(), wte.end(), w.W_E()));
   }
 }
 

@@ -127,11 +127,7 @@ void check_refused(const Cli& r, const std::string& message, const Scratch& s, i
 
 // ---------------------------------------------------------------- safetensors files by hand
 
-struct Entry {
-  std::string name, dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
+using hs::test::Entry;
 
 std::vector<Entry> read_entries(const fs::path& p) {
   const auto f = hs::SafetensorsFile::open(p);
@@ -143,20 +139,7 @@ std::vector<Entry> read_entries(const fs::path& p) {
   return out;
 }
 
-// A well-formed file: tensors laid out one after another, header padded to 8 bytes.
-std::string build_safetensors(const std::vector<Entry>& entries) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const Entry& e : entries) {
-    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
-    data += e.bytes;
-  }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((uint64_t{h.size()} >> (8 * i)) & 0xff);
-  return out + h + data;
-}
+using hs::test::build_safetensors;
 
 // Any header text and data, with the header length as given (or the true one).
 std::string raw_safetensors(const std::string& header, const std::string& data, std::optional<uint64_t> length = {}) {

@@ -10,8 +10,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/tensor/tensor.h"
 
@@ -60,6 +62,28 @@ inline CliRun run_cli(const std::string& args, const std::string& prefix = "", c
   r.err = read_text(err_file);
   std::filesystem::remove(err_file);
   return r;
+}
+
+// One tensor of a safetensors file to write: its dtype as the header spells it, and its raw bytes.
+struct Entry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+// A well-formed safetensors file: tensors laid out one after another, header padded to 8 bytes.
+inline std::string build_safetensors(const std::vector<Entry>& entries) {
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const Entry& e : entries) {
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
+    data += e.bytes;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((uint64_t{h.size()} >> (8 * i)) & 0xff);
+  return out + h + data;
 }
 
 struct Comparison {

@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool ok = c.model_type == "gpt2" && c.n_layers > 0 && c.n_heads > 0 && c.d_model > 0 && c.d_head > 0 &&
                     c.d_mlp > 0 && c.n_ctx > 0 && c.d_vocab > 0 && c.d_head * c.n_heads == c.d_model &&
                     c.d_model <= hs::kMaxConfigDim && c.d_mlp <= hs::kMaxConfigDim && c.n_ctx <= hs::kMaxConfigDim &&
-                    c.d_vocab <= hs::kMaxConfigDim && c.layer_norm_eps > 0.0f && c.parameter_count() > 0;
+                    c.d_vocab <= hs::kMaxConfigDim && c.norm_eps > 0.0f && c.parameter_count() > 0;
     if (!ok) __builtin_trap();
   } catch (const hs::Error&) {
   }

@@ -37,10 +37,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto w = hs::Weights::load(file, hs::fuzz::tiny_config());
     const hs::ModelConfig& c = w->config();
     // Touch every bound weight through the typed accessors the forward pass uses.
-    for (int64_t i = 0; i < int64_t{c.d_vocab} * c.d_model; ++i) sink += w->wte()[i] + w->unembed_rows()[i];
-    for (int64_t i = 0; i < int64_t{c.n_ctx} * c.d_model; ++i) sink += w->wpe()[i];
+    for (int64_t i = 0; i < int64_t{c.d_vocab} * c.d_model; ++i) sink += w->W_E()[i] + w->unembed_rows()[i];
+    for (int64_t i = 0; i < int64_t{c.n_ctx} * c.d_model; ++i) sink += w->W_pos()[i];
     for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_heads; ++h) sink += w->W_Q(l, h).sum() + w->W_K(l, h).sum() + w->W_V(l, h).sum() + w->W_O(l, h).sum();
+      for (int h = 0; h < c.n_heads; ++h) sink += w->W_Q(l, h).sum() + w->W_K(l, c.kv_head(h)).sum() + w->W_V(l, c.kv_head(h)).sum() + w->W_O(l, h).sum();
   } catch (const hs::Error&) {
   }
   volatile float keep = sink;

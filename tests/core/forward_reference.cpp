@@ -1,17 +1,32 @@
 // The slow, obviously correct forward pass: plain loops, double accumulators, no Eigen products.
 // It exists so the fast path has something independent inside the project to be tested against.
+#include "forward_reference.h"
+
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "core/model/forward.h"
 
-namespace hs {
+namespace hs::test {
 namespace {
 
 using Rows = std::vector<std::vector<double>>;  // [rows][cols]
 
+// The options of the description this reference implements; anything else is refused by name.
+void require_reference_implements(const Architecture& a) {
+  auto refuse = [](const std::string& option) {
+    throw Error("forward_reference: the architecture asks for " + option + ", which the reference does not implement.");
+  };
+  if (a.norm != NormKind::LayerNorm) refuse(std::string(to_string(a.norm)));
+  if (a.positions == PositionKind::Rotary) refuse("rotary position embeddings");
+  if (a.mlp != MlpKind::Plain) refuse("a gated MLP");
+  if (a.parallel_blocks) refuse("parallel blocks");
+  if (a.qkv != QkvLayout::FusedBlocks) refuse("a QKV layout other than fused column blocks");
+}
+
+// LayerNorm, with a bias when b is not null.
 Rows layernorm(const Rows& x, const float* w, const float* b, double eps, std::vector<double>* scales = nullptr) {
   Rows out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
@@ -24,12 +39,12 @@ Rows layernorm(const Rows& x, const float* w, const float* b, double eps, std::v
     const double scale = std::sqrt(var + eps);
     if (scales) scales->push_back(scale);
     out[i].resize(D);
-    for (size_t d = 0; d < D; ++d) out[i][d] = (x[i][d] - mean) / scale * w[d] + b[d];
+    for (size_t d = 0; d < D; ++d) out[i][d] = (x[i][d] - mean) / scale * w[d] + (b ? b[d] : 0.0);
   }
   return out;
 }
 
-// y = x @ W + b with W stored [in, out].
+// y = x @ W + b with W stored [in, out] (row stride n_out); b may be null.
 Rows linear(const Rows& x, const float* W, const float* b, size_t n_out) {
   Rows out(x.size(), std::vector<double>(n_out, 0.0));
   for (size_t i = 0; i < x.size(); ++i)
@@ -65,50 +80,63 @@ Rows add(const Rows& a, const Rows& b) {
   return out;
 }
 
+// Columns [begin, begin + n) of every row.
+Rows columns(const Rows& x, size_t begin, size_t n) {
+  Rows out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i].assign(x[i].begin() + static_cast<long>(begin), x[i].begin() + static_cast<long>(begin + n));
+  return out;
+}
+
 }  // namespace
 
 std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
                                                    std::span<const int32_t> tokens) {
   const ModelConfig& c = weights->config();
+  const Architecture& arch = c.architecture;
+  require_reference_implements(arch);
   if (tokens.empty() || tokens.size() > static_cast<size_t>(c.n_ctx)) throw Error("forward_reference: bad prompt length");
   for (int32_t t : tokens)
     if (t < 0 || t >= c.d_vocab) throw Error("forward_reference: token outside the vocabulary");
   auto cache = std::make_shared<ActivationCache>(weights, std::vector<int32_t>(tokens.begin(), tokens.end()));
   const size_t S = tokens.size(), D = static_cast<size_t>(c.d_model), H = static_cast<size_t>(c.n_heads),
-               dh = static_cast<size_t>(c.d_head);
-  Rows embed(S, std::vector<double>(D)), pos(S, std::vector<double>(D));
+               KV = static_cast<size_t>(c.n_key_value_heads), dh = static_cast<size_t>(c.d_head);
+  const size_t group = H / KV;  // query heads per key/value head
+  Rows embed(S, std::vector<double>(D)), resid;
   for (size_t i = 0; i < S; ++i)
-    for (size_t d = 0; d < D; ++d) {
-      embed[i][d] = weights->wte()[static_cast<size_t>(tokens[i]) * D + d];
-      pos[i][d] = weights->wpe()[i * D + d];
-    }
+    for (size_t d = 0; d < D; ++d) embed[i][d] = weights->W_E()[static_cast<size_t>(tokens[i]) * D + d];
   cache->embed = to_matrix(embed);
-  cache->pos_embed = to_matrix(pos);
-  Rows resid = add(embed, pos);
+  resid = embed;
+  if (arch.positions == PositionKind::LearnedAbsolute) {
+    Rows pos(S, std::vector<double>(D));
+    for (size_t i = 0; i < S; ++i)
+      for (size_t d = 0; d < D; ++d) pos[i][d] = weights->W_pos()[i * D + d];
+    cache->pos_embed = to_matrix(pos);
+    resid = add(embed, pos);
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& W = weights->layer(l);
     LayerActivations& a = cache->layer(l);
     a.resid_pre = to_matrix(resid);
-    const Rows qkv = linear(layernorm(resid, W.ln1_w, W.ln1_b, c.layer_norm_eps), weights->attn_w(l), W.attn_b, 3 * D);
-    Rows q(S), k(S), v(S), z(S, std::vector<double>(D, 0.0));
-    for (size_t i = 0; i < S; ++i) {
-      q[i].assign(qkv[i].begin(), qkv[i].begin() + static_cast<long>(D));
-      k[i].assign(qkv[i].begin() + static_cast<long>(D), qkv[i].begin() + static_cast<long>(2 * D));
-      v[i].assign(qkv[i].begin() + static_cast<long>(2 * D), qkv[i].end());
-    }
+    const size_t qkv_width = (H + 2 * KV) * dh;
+    const Rows qkv = linear(layernorm(resid, W.norm1_w, W.norm1_b, c.norm_eps), weights->W_qkv(l).data(), W.b_qkv,
+                            qkv_width);
+    const Rows q = columns(qkv, 0, H * dh), k = columns(qkv, H * dh, KV * dh), v = columns(qkv, (H + KV) * dh, KV * dh);
+    Rows z(S, std::vector<double>(H * dh, 0.0));
     a.q = to_matrix(q);
     a.k = to_matrix(k);
     a.v = to_matrix(v);
     const double scale = cache->attention_scale(l);
-    a.pattern_packed.assign(H * S * (S + 1) / 2, 0.0f);
+    a.pattern_tri.assign(H * S * (S + 1) / 2, 0.0f);
     a.scores_hqk.assign(H * S * S, -std::numeric_limits<float>::infinity());
-    for (size_t h = 0; h < H; ++h)
+    for (size_t h = 0; h < H; ++h) {
+      const size_t kv = h / group;
       for (size_t i = 0; i < S; ++i) {
         std::vector<double> s(i + 1);
         double m = -1e300;
         for (size_t j = 0; j <= i; ++j) {
           double dot = 0;
-          for (size_t e = 0; e < dh; ++e) dot += q[i][h * dh + e] * k[j][h * dh + e];
+          for (size_t e = 0; e < dh; ++e) dot += q[i][h * dh + e] * k[j][kv * dh + e];
           s[j] = dot * scale;
           a.scores_hqk[(h * S + i) * S + j] = static_cast<float>(s[j]);
           m = std::max(m, s[j]);
@@ -117,25 +145,26 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
         for (double& x : s) total += (x = std::exp(x - m));
         for (size_t j = 0; j <= i; ++j) {
           const double p = s[j] / total;
-          a.pattern_packed[h * S * (S + 1) / 2 + i * (i + 1) / 2 + j] = static_cast<float>(p);
-          for (size_t e = 0; e < dh; ++e) z[i][h * dh + e] += p * v[j][h * dh + e];
+          a.pattern_tri[h * S * (S + 1) / 2 + i * (i + 1) / 2 + j] = static_cast<float>(p);
+          for (size_t e = 0; e < dh; ++e) z[i][h * dh + e] += p * v[j][kv * dh + e];
         }
       }
+    }
     a.z = to_matrix(z);
-    const Rows attn_out = linear(z, weights->proj_w(l), W.proj_b, D);
+    const Rows attn_out = linear(z, weights->W_O_all(l).data(), W.b_O, D);
     a.attn_out = to_matrix(attn_out);
     resid = add(resid, attn_out);
     const size_t M = static_cast<size_t>(c.d_mlp);
-    Rows pre = linear(layernorm(resid, W.ln2_w, W.ln2_b, c.layer_norm_eps), weights->fc_w(l), W.fc_b, M);
+    Rows pre = linear(layernorm(resid, W.norm2_w, W.norm2_b, c.norm_eps), weights->W_in(l).data(), W.b_in, M);
     a.mlp_pre = to_matrix(pre);
     for (auto& row : pre)
       for (double& x : row) x = activation(x, c.activation);
-    const Rows mlp_out = linear(pre, weights->mlp_proj_w(l), W.mlp_proj_b, D);
+    const Rows mlp_out = linear(pre, weights->W_out(l).data(), W.b_out, D);
     a.mlp_out = to_matrix(mlp_out);
     resid = add(resid, mlp_out);
   }
   std::vector<double> scales;
-  const Rows lnf = layernorm(resid, weights->ln_f_w(), weights->ln_f_b(), c.layer_norm_eps, &scales);
+  const Rows lnf = layernorm(resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps, &scales);
   cache->ln_final_normalized = to_matrix(lnf);
   cache->ln_final_scale.resize(static_cast<Eigen::Index>(S));
   for (size_t i = 0; i < S; ++i) cache->ln_final_scale(static_cast<Eigen::Index>(i)) = static_cast<float>(scales[i]);
@@ -151,4 +180,4 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
   return cache;
 }
 
-}  // namespace hs
+}  // namespace hs::test

@@ -1,0 +1,10 @@
+// The registry's entries (architecture.cpp lists them), one file per family.
+#pragma once
+
+#include "core/model/architecture.h"
+
+namespace hs::arch {
+
+const ArchitectureFamily& gpt2();  // gpt2.cpp
+
+}  // namespace hs::arch

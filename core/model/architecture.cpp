@@ -1,0 +1,239 @@
+#include "core/model/architecture.h"
+
+#include "core/error.h"
+#include "core/model/arch/families.h"
+#include "core/model/config.h"
+
+namespace hs {
+namespace {
+
+constexpr TensorRole kModelRolesBefore[] = {TensorRole::TokenEmbedding, TensorRole::PositionEmbedding};
+constexpr TensorRole kLayerRoles[] = {
+    TensorRole::Norm1Weight, TensorRole::Norm1Bias,     TensorRole::QkvWeight,     TensorRole::QkvBias,
+    TensorRole::QWeight,     TensorRole::QBias,         TensorRole::KWeight,       TensorRole::KBias,
+    TensorRole::VWeight,     TensorRole::VBias,         TensorRole::AttnOutWeight, TensorRole::AttnOutBias,
+    TensorRole::Norm2Weight, TensorRole::Norm2Bias,     TensorRole::MlpInWeight,   TensorRole::MlpInBias,
+    TensorRole::MlpGateWeight, TensorRole::MlpGateBias, TensorRole::MlpOutWeight,  TensorRole::MlpOutBias,
+};
+constexpr TensorRole kModelRolesAfter[] = {TensorRole::FinalNormWeight, TensorRole::FinalNormBias,
+                                           TensorRole::Unembedding};
+
+bool is_matrix(TensorRole r) {
+  switch (r) {
+    case TensorRole::QkvWeight:
+    case TensorRole::QWeight:
+    case TensorRole::KWeight:
+    case TensorRole::VWeight:
+    case TensorRole::AttnOutWeight:
+    case TensorRole::MlpInWeight:
+    case TensorRole::MlpGateWeight:
+    case TensorRole::MlpOutWeight:
+    case TensorRole::Unembedding:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+[[noreturn]] void not_implemented(const ModelConfig& c, const std::string& option) {
+  const std::string family = c.architecture.family ? std::string(c.architecture.family->name()) + " " : "";
+  throw Error("this " + family + "model's architecture asks for " + option +
+              ", which HeadScope's forward pass does not implement yet.");
+}
+
+}  // namespace
+
+bool is_per_layer(TensorRole r) {
+  switch (r) {
+    case TensorRole::TokenEmbedding:
+    case TensorRole::PositionEmbedding:
+    case TensorRole::FinalNormWeight:
+    case TensorRole::FinalNormBias:
+    case TensorRole::Unembedding:
+      return false;
+    default:
+      return true;
+  }
+}
+
+bool is_packed_matrix(TensorRole r) { return is_matrix(r); }
+
+bool has_role(const ModelConfig& c, TensorRole r) {
+  const Architecture& a = c.architecture;
+  const bool fused = a.qkv != QkvLayout::Separate;
+  switch (r) {
+    case TensorRole::TokenEmbedding:
+    case TensorRole::Norm1Weight:
+    case TensorRole::AttnOutWeight:
+    case TensorRole::Norm2Weight:
+    case TensorRole::MlpInWeight:
+    case TensorRole::MlpOutWeight:
+    case TensorRole::FinalNormWeight:
+      return true;
+    case TensorRole::PositionEmbedding:
+      return a.positions == PositionKind::LearnedAbsolute;
+    case TensorRole::Norm1Bias:
+    case TensorRole::Norm2Bias:
+    case TensorRole::FinalNormBias:
+      return a.norm_bias;
+    case TensorRole::QkvWeight:
+      return fused;
+    case TensorRole::QkvBias:
+      return fused && a.qkv_bias;
+    case TensorRole::QWeight:
+    case TensorRole::KWeight:
+    case TensorRole::VWeight:
+      return !fused;
+    case TensorRole::QBias:
+    case TensorRole::KBias:
+    case TensorRole::VBias:
+      return !fused && a.qkv_bias;
+    case TensorRole::AttnOutBias:
+      return a.attn_out_bias;
+    case TensorRole::MlpInBias:
+    case TensorRole::MlpOutBias:
+      return a.mlp_bias;
+    case TensorRole::MlpGateWeight:
+      return a.mlp == MlpKind::Gated;
+    case TensorRole::MlpGateBias:
+      return a.mlp == MlpKind::Gated && a.mlp_bias;
+    case TensorRole::Unembedding:
+      return a.unembedding != UnembeddingTie::Tied;
+  }
+  return false;
+}
+
+std::vector<int64_t> logical_shape(const ModelConfig& c, TensorRole r) {
+  const int64_t D = c.d_model, M = c.d_mlp, V = c.d_vocab, C = c.n_ctx;
+  const int64_t q = int64_t{c.n_heads} * c.d_head, kv = int64_t{c.n_key_value_heads} * c.d_head;
+  switch (r) {
+    case TensorRole::TokenEmbedding: return {V, D};
+    case TensorRole::PositionEmbedding: return {C, D};
+    case TensorRole::Norm1Weight:
+    case TensorRole::Norm1Bias:
+    case TensorRole::Norm2Weight:
+    case TensorRole::Norm2Bias:
+    case TensorRole::FinalNormWeight:
+    case TensorRole::FinalNormBias:
+    case TensorRole::AttnOutBias:
+    case TensorRole::MlpOutBias:
+      return {D};
+    case TensorRole::QkvWeight: return {D, q + 2 * kv};
+    case TensorRole::QkvBias: return {q + 2 * kv};
+    case TensorRole::QWeight: return {D, q};
+    case TensorRole::QBias: return {q};
+    case TensorRole::KWeight:
+    case TensorRole::VWeight:
+      return {D, kv};
+    case TensorRole::KBias:
+    case TensorRole::VBias:
+      return {kv};
+    case TensorRole::AttnOutWeight: return {q, D};
+    case TensorRole::MlpInWeight:
+    case TensorRole::MlpGateWeight:
+      return {D, M};
+    case TensorRole::MlpInBias:
+    case TensorRole::MlpGateBias:
+      return {M};
+    case TensorRole::MlpOutWeight: return {M, D};
+    case TensorRole::Unembedding: return {D, V};
+  }
+  return {};
+}
+
+std::vector<TensorSpec> tensor_specs(const ModelConfig& c) {
+  if (!c.architecture.family) throw Error("the model's config names no architecture family; parse it with parse_config.");
+  const ArchitectureFamily& f = *c.architecture.family;
+  std::vector<TensorSpec> specs;
+  auto add = [&](TensorRole r, int layer) {
+    if (!has_role(c, r)) return;
+    TensorSpec s{r, layer, f.tensor_name(r, layer), logical_shape(c, r)};
+    if (is_matrix(r) && f.layout(r) == Layout::OutIn) std::swap(s.shape[0], s.shape[1]);
+    s.prefixable = r != TensorRole::Unembedding;
+    s.optional = r == TensorRole::Unembedding && c.architecture.unembedding == UnembeddingTie::TiedUnlessPresent;
+    specs.push_back(std::move(s));
+  };
+  for (TensorRole r : kModelRolesBefore) add(r, -1);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (TensorRole r : kLayerRoles) add(r, l);
+  for (TensorRole r : kModelRolesAfter) add(r, -1);
+  return specs;
+}
+
+int64_t parameter_count(const ModelConfig& c) {
+  int64_t model = 0, layer = 0;
+  for (TensorRole r : kModelRolesBefore)
+    if (has_role(c, r)) model += numel(logical_shape(c, r));
+  for (TensorRole r : kLayerRoles)
+    if (has_role(c, r)) layer += numel(logical_shape(c, r));
+  for (TensorRole r : kModelRolesAfter)
+    if (has_role(c, r) && !(r == TensorRole::Unembedding && c.architecture.unembedding != UnembeddingTie::Untied))
+      model += numel(logical_shape(c, r));
+  return model + c.n_layers * layer;
+}
+
+void require_implemented(const ModelConfig& c) {
+  const Architecture& a = c.architecture;
+  if (a.norm != NormKind::LayerNorm) not_implemented(c, std::string(to_string(a.norm)));
+  if (a.positions == PositionKind::Rotary) not_implemented(c, "rotary position embeddings");
+  if (a.mlp != MlpKind::Plain) not_implemented(c, "a gated MLP");
+  if (a.parallel_blocks) not_implemented(c, "parallel attention and MLP blocks");
+  if (a.qkv == QkvLayout::FusedPerHead) not_implemented(c, "a fused QKV projection grouped per head");
+  if (a.qkv == QkvLayout::Separate) not_implemented(c, "separate Q, K and V projections");
+  if (a.family) {
+    for (TensorRole r : {TensorRole::QkvWeight, TensorRole::AttnOutWeight, TensorRole::MlpInWeight,
+                         TensorRole::MlpOutWeight})
+      if (a.family->layout(r) != Layout::InOut) not_implemented(c, "layer matrices stored [out, in] (nn.Linear)");
+    if (a.family->layout(TensorRole::Unembedding) != Layout::OutIn)
+      not_implemented(c, "an unembedding stored [d_model, d_vocab]");
+  }
+}
+
+const std::vector<const ArchitectureFamily*>& architecture_families() {
+  static const std::vector<const ArchitectureFamily*> all = {&arch::gpt2()};
+  return all;
+}
+
+const ArchitectureFamily* find_family_by_model_type(std::string_view model_type) {
+  for (const ArchitectureFamily* f : architecture_families())
+    if (f->reads_model_type(model_type)) return f;
+  return nullptr;
+}
+
+const ArchitectureFamily* find_family_by_class(std::string_view hf_architecture) {
+  for (const ArchitectureFamily* f : architecture_families())
+    if (f->reads_class(hf_architecture)) return f;
+  return nullptr;
+}
+
+const ArchitectureFamily& default_family() { return arch::gpt2(); }
+
+std::string_view to_string(NormKind k) { return k == NormKind::LayerNorm ? "LayerNorm" : "RMSNorm"; }
+
+std::string_view to_string(PositionKind k) {
+  switch (k) {
+    case PositionKind::LearnedAbsolute: return "learned absolute";
+    case PositionKind::Rotary: return "rotary";
+    case PositionKind::None: return "none";
+  }
+  return "";
+}
+
+std::string_view to_string(MlpKind k) { return k == MlpKind::Plain ? "plain" : "gated"; }
+
+std::string_view to_string(QkvLayout k) {
+  switch (k) {
+    case QkvLayout::FusedBlocks: return "fused [Q|K|V]";
+    case QkvLayout::FusedPerHead: return "fused per head";
+    case QkvLayout::Separate: return "separate";
+  }
+  return "";
+}
+
+}  // namespace hs

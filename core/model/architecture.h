@@ -1,0 +1,179 @@
+// The architecture description: what a model computes beyond its sizes, and how its file names
+// and lays out its tensors. Config parsing, weights binding, the memory guard, the forward pass,
+// the reference forward (tests/core) and the analyses read it, so none of them names a family's
+// tensors or shapes.
+//
+// Two parts:
+// - Architecture (one per model, inside ModelConfig): typed options (norm, positions, MLP, QKV
+//   layout, biases, block order, unembedding tie) that the family's entry fills from config.json.
+// - ArchitectureFamily (one per family, in core/model/arch/): the config.json keys, the map from
+//   tensor roles to file names, the layouts, and the buffers a checkpoint may carry. GPT-2 is
+//   the first entry. Shapes and the parameter count are generic over roles (architecture.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hs {
+
+struct ModelConfig;
+class ConfigJson;
+class ArchitectureFamily;
+
+enum class NormKind : uint8_t {
+  LayerNorm,  // (x - mean) / sqrt(var + eps) * w (+ b)
+  RMSNorm,    // x / sqrt(mean(x^2) + eps) * w (+ b)
+};
+enum class PositionKind : uint8_t {
+  LearnedAbsolute,  // a position embedding table added to the token embedding
+  Rotary,           // queries and keys rotated by position (Architecture::rotary)
+  None,             // no position information besides the causal mask
+};
+enum class MlpKind : uint8_t {
+  Plain,  // W_out act(W_in x + b_in) + b_out
+  Gated,  // W_out (act(W_gate x) * W_in x)
+};
+enum class Activation : uint8_t { GeluNew, GeluErf, Relu, Silu };
+// How the file holds the query, key and value projections.
+enum class QkvLayout : uint8_t {
+  FusedBlocks,   // one [d_model, (n_heads + 2 n_kv) d_head] matrix: Q | K | V column blocks
+  FusedPerHead,  // one matrix whose columns are grouped per head: q_h, k_h, v_h (GPT-NeoX)
+  Separate,      // three matrices
+};
+enum class UnembeddingTie : uint8_t {
+  Tied,               // the unembedding is the token embedding
+  Untied,             // the file holds its own unembedding
+  TiedUnlessPresent,  // the file decides: its own unembedding when it has one
+};
+// How a matrix of logical shape [in, out] (y = x @ W) is stored in the file.
+enum class Layout : uint8_t {
+  InOut,  // [in, out], as GPT-2's Conv1D
+  OutIn,  // [out, in], as torch.nn.Linear
+};
+
+struct RotaryParams {
+  int dim = 0;            // leading dimensions of each head that are rotated (partial rotary < d_head)
+  float base = 10000.0f;  // theta
+};
+
+// Defaults are the original GPT-2 block, the one HeadScope's forward pass implemented first.
+struct Architecture {
+  const ArchitectureFamily* family = nullptr;  // names and layouts; set by parse_config
+  NormKind norm = NormKind::LayerNorm;
+  bool norm_bias = true;  // every norm (the two of each block and the final one) has a bias
+  PositionKind positions = PositionKind::LearnedAbsolute;
+  RotaryParams rotary;    // when positions == Rotary
+  MlpKind mlp = MlpKind::Plain;
+  QkvLayout qkv = QkvLayout::FusedBlocks;
+  bool qkv_bias = true;       // b_Q, b_K, b_V
+  bool attn_out_bias = true;  // b_O
+  bool mlp_bias = true;       // b_in (and b_gate), b_out
+  bool parallel_blocks = false;  // attention and MLP both read resid_pre (GPT-J, GPT-NeoX)
+  UnembeddingTie unembedding = UnembeddingTie::TiedUnlessPresent;
+};
+
+// What a tensor is for, whatever its family calls it. Per-layer roles exist once per layer.
+enum class TensorRole : uint8_t {
+  TokenEmbedding,     // W_E   [d_vocab, d_model] (a table: one row per token)
+  PositionEmbedding,  // W_pos [n_ctx, d_model] (learned absolute positions only)
+  Norm1Weight,        // [d_model]
+  Norm1Bias,          // [d_model]
+  QkvWeight,          // [d_model, (n_heads + 2 n_kv) d_head]
+  QkvBias,            // [(n_heads + 2 n_kv) d_head]
+  QWeight,            // [d_model, n_heads d_head]   (QkvLayout::Separate)
+  QBias,              // [n_heads d_head]
+  KWeight,            // [d_model, n_kv d_head]
+  KBias,              // [n_kv d_head]
+  VWeight,            // [d_model, n_kv d_head]
+  VBias,              // [n_kv d_head]
+  AttnOutWeight,      // W_O   [n_heads d_head, d_model]
+  AttnOutBias,        // b_O   [d_model]
+  Norm2Weight,        // [d_model]
+  Norm2Bias,          // [d_model]
+  MlpInWeight,        // W_in  [d_model, d_mlp]
+  MlpInBias,          // b_in  [d_mlp]
+  MlpGateWeight,      // W_gate [d_model, d_mlp] (MlpKind::Gated)
+  MlpGateBias,        // b_gate [d_mlp]
+  MlpOutWeight,       // W_out [d_mlp, d_model]
+  MlpOutBias,         // b_out [d_model]
+  FinalNormWeight,    // [d_model]
+  FinalNormBias,      // [d_model]
+  Unembedding,        // W_U   [d_model, d_vocab] (logical; nn.Linear stores [d_vocab, d_model])
+};
+
+bool is_per_layer(TensorRole role);
+// Whether the forward pass multiplies by this tensor, so that Weights packs it (packed_gemm.h).
+// The unembedding is packed too; when tied, that is the token embedding's copy.
+bool is_packed_matrix(TensorRole role);
+
+// One tensor a model's file holds (or, when optional, may hold), as the binder looks it up.
+struct TensorSpec {
+  TensorRole role;
+  int layer = -1;                // -1 for model-wide roles
+  std::string name;              // the file's name without the family's base prefix
+  std::vector<int64_t> shape;    // as stored in the file (the family's layout applied)
+  bool prefixable = true;        // may carry the family's base prefix ("transformer.")
+  bool optional = false;         // absent means tied (the unembedding under TiedUnlessPresent)
+};
+
+// Whether the model has tensors of this role (per-layer roles: in every layer).
+bool has_role(const ModelConfig& c, TensorRole role);
+// The role's shape as [in, out] for matrices ([rows, d_model] for the embedding tables).
+std::vector<int64_t> logical_shape(const ModelConfig& c, TensorRole role);
+// Every tensor of the model, in the order a forward pass uses them: embeddings, then each layer's
+// tensors, then the final norm and the unembedding.
+std::vector<TensorSpec> tensor_specs(const ModelConfig& c);
+// Floats of every role the model has, a tied unembedding counted once (as the token embedding).
+int64_t parameter_count(const ModelConfig& c);
+
+// Throws hs::Error naming the first option of the description that HeadScope's weights binding
+// or forward pass does not implement yet (RMSNorm, rotary positions, a gated MLP, parallel blocks,
+// QKV other than fused column blocks, [out, in] layer matrices). Weights::load and forward() call
+// it, so a description is refused before anything is computed with it.
+void require_implemented(const ModelConfig& c);
+
+// The registry. A family is found by config.json's model_type ("gpt2") or, when a config has
+// none, by its architectures[0] ("GPT2LMHeadModel").
+const std::vector<const ArchitectureFamily*>& architecture_families();
+const ArchitectureFamily* find_family_by_model_type(std::string_view model_type);
+const ArchitectureFamily* find_family_by_class(std::string_view hf_architecture);
+// The family of a config.json that names neither (configs written before transformers added
+// model_type were all GPT-2's).
+const ArchitectureFamily& default_family();
+
+// Names for `headscope-cli info` and messages: "LayerNorm", "learned absolute", ...
+std::string_view to_string(NormKind k);
+std::string_view to_string(PositionKind k);
+std::string_view to_string(MlpKind k);
+std::string_view to_string(QkvLayout k);
+
+// One family's entry. Everything family-specific lives in its implementation (core/model/arch/).
+class ArchitectureFamily {
+ public:
+  virtual ~ArchitectureFamily() = default;
+  // In messages: "a GPT-2 config.json gives it", "not a GPT-2 checkpoint".
+  virtual std::string_view name() const = 0;
+  // The canonical model_type ("gpt2"), given to configs that name the family another way.
+  virtual std::string_view model_type() const = 0;
+  virtual bool reads_model_type(std::string_view model_type) const = 0;
+  virtual bool reads_class(std::string_view hf_architecture) const = 0;
+  // What HeadScope reads of this family, for the message that refuses an unknown model_type.
+  virtual std::string_view description() const = 0;
+  // Reads the family's config.json keys into `c`: sizes, norm epsilon, activation, attention
+  // scaling and c.architecture's options (whose family is already set).
+  virtual void read_config(const ConfigJson& json, ModelConfig& c) const = 0;
+  // The file's name of `role` (of `layer` for per-layer roles), without base_prefix().
+  virtual std::string tensor_name(TensorRole role, int layer) const = 0;
+  // Hugging Face saves the base model's tensors with or without this prefix ("transformer.");
+  // the unembedding head lies outside the base model and never carries it.
+  virtual std::string_view base_prefix() const = 0;
+  virtual Layout layout(TensorRole role) const = 0;
+  // Tensors a checkpoint may carry that are not weights (saved buffers); binding ignores them.
+  virtual bool is_ignorable(std::string_view tensor_name) const = 0;
+  // The end of the message that refuses an unexpected tensor: what the checkpoint should hold.
+  virtual std::string_view unexpected_tensor_hint() const = 0;
+};
+
+}  // namespace hs

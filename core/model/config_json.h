@@ -1,0 +1,43 @@
+// config.json as a family's entry reads it (ArchitectureFamily::read_config): typed reads that
+// refuse a bad value with a message naming the file and the key.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "core/model/architecture.h"
+
+namespace hs {
+
+class ConfigJson {
+ public:
+  ConfigJson(const nlohmann::json& json, std::string source, std::string_view family_name)
+      : json_(json), source_(std::move(source)), family_name_(family_name) {}
+
+  const std::string& source() const { return source_; }
+  // Present and not null.
+  bool has(const char* key) const;
+  // A positive integer up to kMaxConfigDim; refused when absent or null.
+  int dim(const char* key) const;
+  // The same, or `fallback` when absent or null.
+  int dim_or(const char* key, int fallback) const;
+  bool flag(const char* key, bool fallback) const;
+  // A small positive number that stays positive as a float (a norm's epsilon).
+  float epsilon(const char* key, float fallback) const;
+  // An activation function by its Hugging Face name, and that name.
+  std::pair<Activation, std::string> activation(const char* key, const char* fallback) const;
+  // Throws hs::Error "<source>: <what>".
+  [[noreturn]] void refuse(const std::string& what) const;
+
+ private:
+  const nlohmann::json& json_;
+  std::string source_;
+  std::string_view family_name_;
+};
+
+// nlohmann's value as a message shows it: the text of a scalar, the type of an object or array.
+std::string json_brief(const nlohmann::json& v);
+
+}  // namespace hs

@@ -1,0 +1,269 @@
+// The architecture description's seams (core/model/architecture.h): the registry, the GPT-2
+// entry's names, shapes and parameter count against the fixtures' files, the refusal of options
+// nothing implements, and a model whose description differs from GPT-2's (grouped key/value
+// heads, no position embedding, no biases) through the forward pass, the reference loops, the
+// cache, the memory guard and the analyses.
+#include <catch2/catch.hpp>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/analysis/analysis.h"
+#include "core/error.h"
+#include "core/model/forward.h"
+#include "core/model/memory_guard.h"
+#include "core/model/model.h"
+#include "core/tensor/safetensors.h"
+#include "forward_reference.h"
+#include "test_support.h"
+
+using namespace hs;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kSmallGpt2 =
+    R"({"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 2, "n_positions": 16, "vocab_size": 50})";
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The file's tensor of a spec, with or without the family's base prefix.
+const TensorInfo* find(const SafetensorsFile& f, const ModelConfig& c, const TensorSpec& spec) {
+  if (const TensorInfo* t = f.find(spec.name)) return t;
+  return spec.prefixable ? f.find(std::string(c.architecture.family->base_prefix()) + spec.name) : nullptr;
+}
+
+// A file for `c` written from its description's own tensor list (F32, small random values;
+// norm weights near 1), bound by Weights::load.
+std::shared_ptr<const Weights> synthetic_weights(const ModelConfig& c, const fs::path& file, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 0.3f);
+  std::vector<test::Entry> entries;
+  for (const TensorSpec& spec : tensor_specs(c)) {
+    if (spec.optional) continue;  // the unembedding stays tied
+    const bool norm_weight = spec.role == TensorRole::Norm1Weight || spec.role == TensorRole::Norm2Weight ||
+                             spec.role == TensorRole::FinalNormWeight;
+    std::vector<float> v(static_cast<size_t>(numel(spec.shape)));
+    for (float& x : v) x = norm_weight ? 1.0f + noise(rng) / 3 : noise(rng);
+    entries.push_back({spec.name, "F32", spec.shape, std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4)});
+  }
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << test::build_safetensors(entries);
+  }
+  return Weights::load(SafetensorsFile::open(file), c);
+}
+
+struct ScratchDir {
+  fs::path dir = fs::temp_directory_path() / ("hs_arch_test_" + std::to_string(::getpid()));
+  ScratchDir() { fs::create_directories(dir); }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("architecture: config.json finds its family in the registry", "[architecture]") {
+  const ModelConfig c = parse_config(kSmallGpt2, "config.json");
+  REQUIRE(c.architecture.family != nullptr);
+  CHECK(c.architecture.family->name() == "GPT-2");
+  CHECK(c.model_type == "gpt2");
+  CHECK(c.n_key_value_heads == c.n_heads);
+  const Architecture& a = c.architecture;
+  CHECK(a.norm == NormKind::LayerNorm);
+  CHECK(a.norm_bias);
+  CHECK(a.positions == PositionKind::LearnedAbsolute);
+  CHECK(a.mlp == MlpKind::Plain);
+  CHECK(a.qkv == QkvLayout::FusedBlocks);
+  CHECK((a.qkv_bias && a.attn_out_bias && a.mlp_bias));
+  CHECK_FALSE(a.parallel_blocks);
+  CHECK(a.unembedding == UnembeddingTie::TiedUnlessPresent);
+  CHECK_NOTHROW(require_implemented(c));
+
+  // Without model_type, the class in architectures[0] names the family; with neither, GPT-2.
+  auto without_type = [](nlohmann::json j) {
+    j.erase("model_type");
+    return j;
+  };
+  nlohmann::json j = without_type(nlohmann::json::parse(kSmallGpt2));
+  const ModelConfig none = parse_config(j.dump(), "config.json");
+  CHECK(none.architecture.family == c.architecture.family);
+  j["architectures"] = {"GPT2LMHeadModel"};
+  const ModelConfig by_class = parse_config(j.dump(), "config.json");
+  CHECK(by_class.architecture.family == c.architecture.family);
+  CHECK(by_class.model_type == "gpt2");
+
+  // Anything else is refused, naming what the config asked for.
+  nlohmann::json mamba = nlohmann::json::parse(kSmallGpt2);
+  mamba["model_type"] = "mamba";
+  CHECK_THROWS_WITH(parse_config(mamba.dump(), "m/config.json"),
+                    "m/config.json: model_type is \"mamba\"; HeadScope reads GPT-2-family models (model_type \"gpt2\": "
+                    "gpt2, distilgpt2, gpt2-medium/large/xl).");
+  j["architectures"] = {"LlamaForCausalLM"};
+  CHECK_THROWS_WITH(parse_config(j.dump(), "m/config.json"), Catch::Contains("model_type is \"LlamaForCausalLM\""));
+}
+
+TEST_CASE("architecture: the GPT-2 entry names each fixture tensor with its shape, and counts them", "[architecture]") {
+  for (const char* name : {"f32_prefixed", "f16_plain", "bf16_prefixed", "full_context"}) {
+    INFO(name);
+    const fs::path dir = test::fixture_model(name);
+    const auto model = Model::load(dir);
+    const ModelConfig& c = model->config();
+    const auto file = SafetensorsFile::open(dir / "model.safetensors");
+    // Every weight of the file is one the description names, with the shape it gives.
+    size_t named = 0;
+    for (const TensorSpec& spec : tensor_specs(c)) {
+      const TensorInfo* t = find(*file, c, spec);
+      if (!t && spec.optional) continue;
+      INFO(spec.name);
+      REQUIRE(t != nullptr);
+      CHECK(t->shape == spec.shape);
+      ++named;
+    }
+    size_t weights = 0;
+    int64_t floats = 0;
+    for (const TensorInfo& t : file->tensors()) {
+      if (c.architecture.family->is_ignorable(t.name)) continue;
+      ++weights;
+      floats += t.numel();
+    }
+    CHECK(named == weights);
+    // The parameter-count formula counts a tied unembedding once, as the token embedding.
+    const int64_t own_unembedding = model->weights()->tied_unembedding() ? 0 : int64_t{c.d_vocab} * c.d_model;
+    CHECK(c.parameter_count() + own_unembedding == floats);
+  }
+}
+
+TEST_CASE("architecture: options nothing implements yet are refused by name", "[architecture]") {
+  const fs::path dir = test::fixture_model("f32_prefixed");
+  const ModelConfig gpt2 = load_config(dir / "config.json");
+  const auto file = SafetensorsFile::open(dir / "model.safetensors");
+  const std::pair<const char*, std::function<void(Architecture&)>> cases[] = {
+      {"RMSNorm", [](Architecture& a) { a.norm = NormKind::RMSNorm; }},
+      {"rotary position embeddings", [](Architecture& a) { a.positions = PositionKind::Rotary; }},
+      {"a gated MLP", [](Architecture& a) { a.mlp = MlpKind::Gated; }},
+      {"parallel attention and MLP blocks", [](Architecture& a) { a.parallel_blocks = true; }},
+      {"separate Q, K and V projections", [](Architecture& a) { a.qkv = QkvLayout::Separate; }},
+      {"a fused QKV projection grouped per head", [](Architecture& a) { a.qkv = QkvLayout::FusedPerHead; }},
+  };
+  for (const auto& [option, edit] : cases) {
+    INFO(option);
+    ModelConfig c = gpt2;
+    edit(c.architecture);
+    const std::string message =
+        std::string("this GPT-2 model's architecture asks for ") + option + ", which HeadScope's forward pass does not "
+        "implement yet.";
+    CHECK_THROWS_WITH(require_implemented(c), message);
+    // Binding the weights refuses it before reading a tensor, so no model with it ever runs.
+    CHECK_THROWS_WITH(Weights::load(file, c), message);
+  }
+}
+
+TEST_CASE("architecture: DLA's frozen final norm centres for LayerNorm and not for RMSNorm", "[architecture][analysis]") {
+  RowVectorXf x(3), direction(3);
+  x << 1.0f, 2.0f, 3.0f;
+  direction << 1.0f, 1.0f, 1.0f;
+  CHECK(frozen_final_norm_dot(x, direction, 2.0f, NormKind::LayerNorm) == 0.0f);  // a constant direction reads no centred part
+  CHECK(frozen_final_norm_dot(x, direction, 2.0f, NormKind::RMSNorm) == 3.0f);
+}
+
+TEST_CASE("architecture: grouped key/value heads, no position embedding and no biases, end to end", "[architecture]") {
+  ModelConfig c = parse_config(kSmallGpt2, "config.json");
+  c.n_key_value_heads = 2;  // heads 0, 1 read key/value head 0; heads 2, 3 read 1
+  Architecture& a = c.architecture;
+  a.positions = PositionKind::None;
+  a.norm_bias = a.qkv_bias = a.attn_out_bias = a.mlp_bias = false;
+  const int S = 9, L = c.n_layers, H = c.n_heads, dh = c.d_head;
+  ScratchDir scratch;
+  const auto weights = synthetic_weights(c, scratch.dir / "model.safetensors", 7);
+  CHECK(weights->W_pos() == nullptr);
+  CHECK(weights->final_norm_b() == nullptr);
+  CHECK(weights->layer(0).b_qkv == nullptr);
+  CHECK(weights->b_O(1).isZero());
+  CHECK(weights->W_qkv(0).cols() == (H + 2 * 2) * dh);
+  CHECK(weights->W_V(0, 1).data() == weights->W_qkv(0).data() + (H + 2 + 1) * dh);
+  CHECK(c.parameter_count() == int64_t{50} * 32 + L * (2 * 32 + 32 * 64 + 32 * 32 + 2 * 32 * 128) + 32);
+
+  const std::vector<int32_t> tokens = {1, 5, 9, 3, 44, 7, 0, 12, 5};
+  RunOptions stored;
+  stored.store_scores = stored.store_results = true;
+  const auto cache = forward(weights, tokens, stored);
+
+  // The cache's keys and shapes follow the description.
+  CHECK_FALSE(cache->has("hook_pos_embed"));
+  CHECK(cache->keys().size() == 1 + 14 * static_cast<size_t>(L) + 2);
+  CHECK_THROWS_WITH(cache->get("hook_pos_embed"), Catch::Contains("unknown activation"));
+  CHECK(cache->get("blocks.1.attn.hook_q").shape == std::vector<int64_t>{S, H, dh});
+  CHECK(cache->get("blocks.1.attn.hook_k").shape == std::vector<int64_t>{S, 2, dh});
+  CHECK(cache->get("blocks.1.attn.hook_v").shape == std::vector<int64_t>{S, 2, dh});
+  CHECK(cache->get("blocks.1.attn.hook_z").shape == std::vector<int64_t>{S, H, dh});
+
+  // The fast pass equals the reference loops, which index the shared heads on their own.
+  const auto slow = test::forward_reference(weights, tokens);
+  for (const std::string& key : cache->keys()) {
+    INFO(key);
+    const test::Comparison cmp = test::compare(slow->get(key).data, cache->get(key).data);
+    CHECK(cmp.masks_agree);
+    CHECK(cmp.relative <= 1e-5);
+  }
+  // A run that reuses a prefix equals the full run.
+  const std::vector<int32_t> first(tokens.begin(), tokens.begin() + 5);
+  const auto incremental = forward(weights, tokens, stored, forward(weights, first, stored));
+  CHECK(incremental->reused_prefix == 5);
+  for (const std::string& key : cache->keys()) {
+    INFO(key);
+    CHECK(test::compare(cache->get(key).data, incremental->get(key).data).relative <= 1e-5);
+  }
+
+  // The memory guard's estimates follow the same description.
+  CHECK(estimate_cache_bytes(c, S, stored) >= cache->stored_bytes());
+  CHECK(estimate_cache_bytes(c, S, stored) <= 2 * cache->stored_bytes());
+  uint64_t packed = 0;
+  for (const TensorSpec& spec : tensor_specs(c))
+    if (is_packed_matrix(spec.role) && !spec.optional) packed += static_cast<uint64_t>(numel(spec.shape));
+  packed += static_cast<uint64_t>(c.d_vocab) * c.d_model;  // the tied unembedding, packed from W_E
+  CHECK(estimate_load_bytes(*SafetensorsFile::open(scratch.dir / "model.safetensors"), c) == 4 * packed);
+
+  // The residual's parts are those the model has: no pos_embed, no b_O.
+  for (int pos = 0; pos < S; ++pos) {
+    const ResidualDecomposition d = decompose_residual(*cache, pos);
+    REQUIRE(d.labels.size() == static_cast<size_t>(1 + L * (H + 1)));
+    CHECK(d.labels[1] == "L0H0");
+    CHECK(d.labels[static_cast<size_t>(H + 1)] == "L0 MLP");
+    for (ComponentKind k : d.kinds) CHECK((k != ComponentKind::PosEmbed && k != ComponentKind::AttnBias));
+    CHECK(d.max_abs_error <= 1e-5f * d.residual.cwiseAbs().maxCoeff());
+    // Direct logit attribution still adds up to the logit, with no final-norm bias term.
+    for (const Prediction& p : top_predictions(*cache, pos, 2)) {
+      const LogitAttribution attribution = direct_logit_attribution(*cache, d, p.id);
+      CHECK(attribution.bias_term == 0.0f);
+      CHECK(attribution.max_abs_error <= 1e-4f * std::max(1.0f, std::abs(attribution.logit)));
+    }
+  }
+  for (int l = 0; l < L; ++l) {
+    const ConcatVsSum cs = concat_vs_sum(*cache, l);
+    CHECK(cs.max_abs_vs_cache == 0.0f);
+    CHECK(cs.max_abs_diff <= 1e-5f);
+  }
+}
+
+TEST_CASE("architecture: headscope-cli info reports the architecture", "[architecture][cli]") {
+  const test::CliRun r = test::run_cli("info --model " + test::quote(test::fixture_model("f16_plain").string()));
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["n_key_value_heads"] == 4);
+  const auto& a = j["architecture"];
+  CHECK(a["family"] == "GPT-2");
+  CHECK(a["norm"] == "LayerNorm");
+  CHECK(a["norm_bias"] == true);
+  CHECK(a["positions"] == "learned absolute");
+  CHECK(a["mlp"] == "plain");
+  CHECK(a["qkv"] == "fused [Q|K|V]");
+  CHECK(a["parallel_blocks"] == false);
+  CHECK(a["tied_unembedding"] == false);
+}
