@@ -14,15 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-// nlohmann's "[json.exception.parse_error.101] parse error at ..." without the bracketed id.
-std::string json_reason(const std::exception& e) {
-  std::string what = e.what();
-  if (what.rfind("[json.exception.", 0) == 0)
-    if (const size_t close = what.find("] "); close != std::string::npos) what.erase(0, close + 2);
-  if (what.size() > 300) what = what.substr(0, 300) + "...";
-  return what;
-}
-
 std::optional<int32_t> read_token_id(const json& j, const char* key, const std::string& who) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
   const json& v = j[key];
@@ -106,7 +97,7 @@ ModelConfig parse_config(std::string_view json_text, const std::string& source) 
   try {
     j = json::parse(json_text.begin(), json_text.end());
   } catch (const std::exception& e) {
-    throw Error(source + ": not valid JSON (" + json_reason(e) + "). Restore the model's original config.json.");
+    throw Error(source + ": not valid JSON (" + json_error_reason(e) + "). Restore the model's original config.json.");
   }
   if (!j.is_object()) throw Error(source + ": expected a JSON object of settings, found " + json_brief(j) + ".");
 
