@@ -58,7 +58,7 @@ void add_activation_warnings(TextRun& r) {
 
 // True when `previous` already holds this run: same weights, same tokens, the same extras
 // stored. The GUI then shows it again instead of recomputing its last position — which at long
-// context meant copying the whole cache (about 0.9 GB for GPT-2 small at 1024 tokens) per key.
+// context meant copying the whole cache per key (e.g. typing past the context limit).
 bool same_run(const ActivationCache* previous, const Model& model, const std::vector<int32_t>& tokens,
               const RunOptions& o) {
   return previous && previous->weights() == model.weights() && previous->tokens() == tokens &&
