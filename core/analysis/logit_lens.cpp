@@ -6,6 +6,7 @@
 
 #include "core/analysis/top_k.h"
 #include "core/error.h"
+#include "core/model/memory_guard.h"
 #include "core/model/ops.h"
 
 namespace hs {
@@ -65,6 +66,13 @@ LogitLens logit_lens(const ActivationCache& cache) {
   lens.n_streams = cache.n_layer() + 1;
   lens.n_pos = cache.n_pos();
   lens.d_vocab = cache.config().d_vocab;
+  // GPT-2 small at its full context would be 2.7 GB: refuse before allocating, as runs do.
+  const uint64_t bytes = uint64_t{sizeof(float)} * static_cast<uint64_t>(lens.n_streams) *
+                         static_cast<uint64_t>(lens.n_pos) * static_cast<uint64_t>(lens.d_vocab);
+  if (const auto available = available_memory(); available && bytes > *available)
+    throw Error("the logit lens of " + std::to_string(lens.n_pos) + " tokens needs about " + format_bytes(bytes) +
+                " for its [n_layers + 1, pos, d_vocab] log-probabilities but only " + format_bytes(*available) +
+                " is available; use fewer tokens or close other programs.");
   lens.logprobs.resize(static_cast<Eigen::Index>(lens.n_streams) * lens.n_pos, lens.d_vocab);
   RowVectorXf scratch;
   for (int i = 0; i < lens.n_streams; ++i) {
