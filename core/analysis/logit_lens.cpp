@@ -27,14 +27,22 @@ RowMatrixXf stream_rows(const ActivationCache& cache, int stream, int first) {
   return cache.resid_post(L - 1).bottomRows(rows);
 }
 
-// logits [rows, d_vocab] = final_norm(resid) @ W_U: the norm of the architecture's kind with its
-// weight and bias, then the forward pass's own unembedding kernel.
-void lens_logits(Eigen::Ref<RowMatrixXf> logits, const ActivationCache& cache, const RowMatrixXf& resid) {
+// Rows of logits the summary computes and scans at once (see logit_lens_summary).
+constexpr int kBlockRows = 16;
+
+// out [rows, d_model] = the final norm of resid, of the architecture's kind, with its weight and
+// bias (when it has one).
+void final_norm(RowMatrixXf& out, const ActivationCache& cache, const RowMatrixXf& resid) {
   const Weights& w = *cache.weights();
   const ModelConfig& c = cache.config();
+  norm_forward(out, nullptr, resid, w.final_norm_w(), w.final_norm_b(), c.norm_eps, c.architecture.norm);
+}
+
+// logits [rows, d_vocab] = final_norm(resid) @ W_U, through the forward pass's own unembedding kernel.
+void lens_logits(Eigen::Ref<RowMatrixXf> logits, const ActivationCache& cache, const RowMatrixXf& resid) {
   RowMatrixXf normalized;  // [rows, d_model]
-  norm_forward(normalized, nullptr, resid, w.final_norm_w(), w.final_norm_b(), c.norm_eps, c.architecture.norm);
-  unembed_forward(logits, normalized, w.packed_unembed());
+  final_norm(normalized, cache, resid);
+  unembed_forward(logits, normalized, cache.weights()->packed_unembed());
 }
 
 // log(sum(exp(row))), shifted by the row's maximum. NaN when the row holds a NaN or an infinity.
@@ -131,15 +139,30 @@ LogitLensSummary logit_lens_summary(const ActivationCache& cache, std::optional<
   }
   if (reused == S) return s;
 
-  RowMatrixXf logits(S - reused, V);  // [new pos, d_vocab], one stream at a time
+  // Every stream's new rows through the final norm, stacked [stream * new pos, d_model]; then the
+  // unembedding over blocks of 16 of those rows, so that the packed W_U (154 MB for GPT-2 small)
+  // streams from memory once per block rather than once per stream. Typing at the end of a
+  // GPT-2-small prompt (13 rows, one thread): 87 ms stream by stream, 15 ms in one block. Larger
+  // blocks were slower (the built-in model's 155 rows of a 31-token prompt: 3 ms in blocks of
+  // 16, 6 ms in blocks of 64, 14 ms in one).
+  const int N = S - reused, rows = s.n_streams * N;
+  RowMatrixXf normalized(rows, c.d_model), one;
+  for (int i = 0; i < s.n_streams; ++i) {
+    final_norm(one, cache, stream_rows(cache, i, reused));
+    normalized.middleRows(static_cast<Eigen::Index>(i) * N, N) = one;
+  }
+  const int block = std::min(kBlockRows, rows);
+  RowMatrixXf x, logits(block, V);  // [block rows, d_model], [block rows, d_vocab]
   std::vector<std::pair<float, int32_t>> best;  // the row's top_k, largest first
   RowVectorXf scratch;
-  for (int i = 0; i < s.n_streams; ++i) {
-    lens_logits(logits, cache, stream_rows(cache, i, reused));
-    for (int r = 0; r < S - reused; ++r) {
+  for (int first = 0; first < rows; first += block) {
+    const int n = std::min(block, rows - first);
+    x = normalized.middleRows(first, n);
+    unembed_forward(logits.topRows(n), x, cache.weights()->packed_unembed());
+    for (int r = 0; r < n; ++r) {
       const auto row = logits.row(r);
       const float lse = log_sum_exp(row, scratch);
-      const size_t cell = s.cell(i, reused + r);
+      const size_t cell = s.cell((first + r) / N, reused + (first + r) % N);
       top_k_entries(row, top_k, best);
       // A row with a NaN has a NaN lse, so every probability of it is NaN (drawn as masked).
       for (int k = 0; k < top_k; ++k) {
