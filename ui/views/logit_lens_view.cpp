@@ -88,7 +88,7 @@ LogitLensView::LogitLensView(Selection* selection, QWidget* parent) : AnalysisVi
   title_ = new QLabel(this);
   title_->setObjectName(QStringLiteral("viewTitle"));
   title_->setWordWrap(true);  // a long title must not set the view's minimum width
-  controls->addWidget(title_);
+  controls->addWidget(title_, 1);  // takes the width the target's controls leave
   controls->addSpacing(12);
   auto* target_label = new QLabel(QStringLiteral("Colour by:"), this);
   controls->addWidget(target_label);
@@ -107,7 +107,6 @@ LogitLensView::LogitLensView(Selection* selection, QWidget* parent) : AnalysisVi
   target_error_->setObjectName(QStringLiteral("targetError"));
   target_error_->setStyleSheet(QStringLiteral("color: #b3261e;"));
   controls->addWidget(target_error_);
-  controls->addStretch(1);
   layout->addLayout(controls);
 
   grid_ = new HeatmapView(this);
