@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/circuits.h"
 #include "core/analysis/head_scores.h"
+#include "core/analysis/logit_lens.h"
 #include "core/error.h"
 #include "core/io/export.h"
 #include "core/session/session.h"
@@ -34,6 +36,8 @@ Usage:
   headscope-cli run      [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.json|OUT.npz
   headscope-cli heads    [--model DIR]
   headscope-cli generate [--model DIR] --text TEXT -n N [--temperature T] [--seed S]
+  headscope-cli lens     [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.npz|OUT.json
+  headscope-cli circuits [--model DIR] --head L.H [--text TEXT | --tokens 1,2,3] -o OUT.json
   headscope-cli --version | --help
 
 Without --model, the built-in model is used. Run `headscope-cli COMMAND --help` for details.
@@ -72,11 +76,34 @@ score as JSON (TransformerLens definitions; see docs/head-scores.md for the exac
 Continues TEXT by N tokens: greedy by default, sampled at temperature T > 0 with a fixed seed.
 Prints the continuation on stdout.
 )"},
+    {"lens", R"(Usage: headscope-cli lens [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT
+
+The logit lens: each layer's resid_pre and the final resid_post through the final norm (its own
+statistics per vector, its weight and bias), the unembedding and a log-softmax. Writes
+"lens.logprobs", float32 [n_layers + 1, pos, d_vocab]: index i < n_layers is layer i's
+resid_pre, index n_layers the final resid_post (the run's log-softmaxed logits), and "tokens".
+OUT ending in .npz: arrays for numpy.load; .json: one object of nested arrays, with "streams"
+naming each index. --text prepends BOS unless --no-bos. Written atomically.
+  --threads N   threads (default: all cores)
+)"},
+    {"circuits", R"(Usage: headscope-cli circuits [--model DIR] --head L.H [--text TEXT | --tokens 1,2,3] [--top-k K] -o OUT.json
+
+Head L.H's QK and OV circuits (W_QK = W_Q W_K^T, W_OV = W_V W_O, factored at rank d_head;
+docs/circuits.md). Folded: the layer's first norm weight into W_Q, W_K, W_V; the final norm's
+weight into W_U. Ignored: every bias, the norms' centring and scaling, positions. Writes JSON:
+"qk_singular_values", "ov_singular_values" (d_head each, descending), "ov_eigenvalues_real",
+"ov_eigenvalues_imag" (the full OV circuit W_E W_OV W_U's d_head nonzero eigenvalues, by
+descending real part) and "copying_score" (sum(lambda) / sum(|lambda|)). With --text or
+--tokens also "tokens", "qk_scores" ([query token][key token] of E W_QK E^T) and, for each
+token, the --top-k (default 10) tokens its OV circuit promotes ("ov_top_ids", "ov_top_logits")
+and its own entry ("ov_self_logits", "ov_self_ranks").
+)"},
 };
 
 struct Args {
   std::string command;
-  std::optional<std::string> model, text, tokens, out;
+  std::optional<std::string> model, text, tokens, out, head;
+  int top_k = 10;
   bool no_bos = false;
   int n = -1;
   int threads = 0;
@@ -109,6 +136,8 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--text") a.text = value(i, f);
     else if (f == "--tokens") a.tokens = value(i, f);
     else if (f == "-o" || f == "--output") a.out = value(i, f);
+    else if (f == "--head") a.head = value(i, f);
+    else if (f == "--top-k") a.top_k = parse_int(f, value(i, f), 1, 1000);
     else if (f == "--no-bos") a.no_bos = true;
     else if (f == "-n") a.n = parse_int(f, value(i, f), 0, 1 << 20);
     else if (f == "--threads") a.threads = parse_int(f, value(i, f), 1, 1024);
@@ -247,6 +276,157 @@ int cmd_run(const Args& a) {
   return 0;
 }
 
+// Runs --text (BOS unless --no-bos) or --tokens (exactly as given) and prints the run's warnings
+// (as cmd_run does).
+hs::TextRun run_input(const Args& a, const std::shared_ptr<const hs::Model>& m) {
+  hs::TextRun r;
+  if (a.text) {
+    hs::TextRunOptions o;
+    o.prepend_bos = !a.no_bos;
+    o.run.threads = g_threads;
+    r = hs::run_text(m, *a.text, o);
+  } else {
+    hs::RunOptions o;
+    o.threads = g_threads;
+    r = hs::run_tokens(m, parse_tokens(*a.tokens), o);
+  }
+  // The model's own warnings were printed when it loaded; these are the run's.
+  for (const auto& w : r.warnings)
+    if (std::find(m->warnings().begin(), m->warnings().end(), w) == m->warnings().end())
+      std::cerr << "headscope-cli: warning: " << w << "\n";
+  return r;
+}
+
+// The output path's extension, refused unless it is one of `allowed` (".json", ".npz").
+std::string output_extension(const Args& a, const std::vector<std::string>& allowed) {
+  const std::string ext = std::filesystem::path(*a.out).extension().string();
+  if (std::find(allowed.begin(), allowed.end(), ext) == allowed.end())
+    throw UsageError("-o " + *a.out + ": the output must end in " +
+                     (allowed.size() == 1 ? allowed[0] : allowed[0] + " or " + allowed[1]) + ".");
+  return ext;
+}
+
+// A float for JSON: the shortest text that reads back as the same float; null when not finite.
+void write_json_float(std::ostream& out, float v) {
+  if (!std::isfinite(v)) {
+    out << "null";
+    return;
+  }
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.write(buf, end - buf);
+}
+
+int cmd_lens(const Args& a) {
+  if (a.text.has_value() == a.tokens.has_value()) throw UsageError("lens needs exactly one of --text TEXT or --tokens 1,2,3.");
+  if (!a.out) throw UsageError("lens needs -o OUT.npz or -o OUT.json.");
+  const std::string ext = output_extension(a, {".npz", ".json"});
+  const auto m = load_model(a);
+  const hs::TextRun r = run_input(a, m);
+  const hs::LogitLens lens = hs::logit_lens(*r.cache);
+  const std::vector<float> tokens(r.tokens.begin(), r.tokens.end());
+  hs::write_atomically(*a.out, [&](std::ostream& out) {
+    if (ext == ".npz") {
+      hs::write_npz(out, {{"lens.logprobs", {lens.n_streams, lens.n_pos, lens.d_vocab}, lens.logprobs.data()},
+                          {"tokens", {static_cast<int64_t>(tokens.size())}, tokens.data()}});
+      return;
+    }
+    json streams = json::array();
+    for (int i = 0; i < lens.n_streams; ++i) streams.push_back(hs::lens_stream_name(m->config(), i));
+    out << "{\"tokens\":" << json(r.tokens).dump() << ",\n\"streams\":" << streams.dump() << ",\n\"lens.logprobs\":[";
+    for (int i = 0; i < lens.n_streams; ++i) {
+      out << (i ? ",\n[" : "[");
+      const hs::ConstMatrixRef block = lens.stream(i);
+      for (int p = 0; p < lens.n_pos; ++p) {
+        out << (p ? ",[" : "[");
+        for (int v = 0; v < lens.d_vocab; ++v) {
+          if (v) out << ',';
+          write_json_float(out, block(p, v));
+        }
+        out << ']';
+      }
+      out << ']';
+    }
+    out << "]}\n";
+  });
+  return 0;
+}
+
+// "3.2" (or "L3H2") -> layer 3, head 2, checked against the model.
+std::pair<int, int> parse_head(const std::string& text, const hs::ModelConfig& c) {
+  const std::string usage = "--head expects LAYER.HEAD like 0.3 (layers 0.." + std::to_string(c.n_layers - 1) +
+                            ", heads 0.." + std::to_string(c.n_heads - 1) + "), got \"" + text + "\".";
+  std::string s = text;
+  if (s.size() > 1 && (s[0] == 'L' || s[0] == 'l')) {
+    const size_t h = s.find_first_of("Hh");
+    if (h == std::string::npos) throw UsageError(usage);
+    s = s.substr(1, h - 1) + "." + s.substr(h + 1);
+  }
+  const size_t dot = s.find('.');
+  if (dot == std::string::npos) throw UsageError(usage);
+  int layer = 0, head = 0;
+  const std::string ls = s.substr(0, dot), hs_ = s.substr(dot + 1);
+  const auto [pl, el] = std::from_chars(ls.data(), ls.data() + ls.size(), layer);
+  const auto [ph, eh] = std::from_chars(hs_.data(), hs_.data() + hs_.size(), head);
+  if (ls.empty() || hs_.empty() || el != std::errc() || eh != std::errc() || pl != ls.data() + ls.size() ||
+      ph != hs_.data() + hs_.size())
+    throw UsageError(usage);
+  if (layer < 0 || layer >= c.n_layers)
+    throw UsageError("--head " + text + ": layer " + std::to_string(layer) + " does not exist; the model has " +
+                     std::to_string(c.n_layers) + " layers (0.." + std::to_string(c.n_layers - 1) + ").");
+  if (head < 0 || head >= c.n_heads)
+    throw UsageError("--head " + text + ": head " + std::to_string(head) + " does not exist; the model has " +
+                     std::to_string(c.n_heads) + " heads per layer (0.." + std::to_string(c.n_heads - 1) + ").");
+  return {layer, head};
+}
+
+int cmd_circuits(const Args& a) {
+  if (!a.head) throw UsageError("circuits needs --head LAYER.HEAD (e.g. --head 0.3).");
+  if (a.text && a.tokens) throw UsageError("circuits takes at most one of --text TEXT or --tokens 1,2,3.");
+  if (!a.out) throw UsageError("circuits needs -o OUT.json.");
+  output_extension(a, {".json"});
+  const auto m = load_model(a);
+  const auto [layer, head] = parse_head(*a.head, m->config());
+  const hs::CircuitSpectrum s = hs::circuit_spectrum(*m->weights(), layer, head);
+  json j = {{"layer", layer},
+            {"head", head},
+            {"d_head", m->config().d_head},
+            {"d_model", m->config().d_model},
+            {"folded", "the layer's first norm weight into W_Q, W_K, W_V; the final norm's weight into W_U"},
+            {"ignored", "every bias (b_Q, b_K, b_V, b_O, the norms' biases), the norms' centring and scaling, "
+                        "positions, the attention scale"},
+            {"qk_singular_values", s.qk_singular_values},
+            {"ov_singular_values", s.ov_singular_values},
+            {"copying_score", s.copying_score}};
+  json re = json::array(), im = json::array();
+  for (const auto& z : s.ov_eigenvalues) {
+    re.push_back(z.real());
+    im.push_back(z.imag());
+  }
+  j["ov_eigenvalues_real"] = re;
+  j["ov_eigenvalues_imag"] = im;
+  if (a.text || a.tokens) {
+    // Token identities only (no positions): tokenized, not run.
+    const std::vector<int32_t> tokens = a.text ? m->encode(*a.text, !a.no_bos) : parse_tokens(*a.tokens);
+    const hs::PromptCircuits p = hs::prompt_circuits(*m->weights(), layer, head, tokens, a.top_k);
+    const int n = static_cast<int>(p.tokens.size()), k = p.top_k;
+    json qk = json::array(), ids = json::array(), logits = json::array();
+    for (int i = 0; i < n; ++i) {
+      qk.push_back(std::vector<float>(p.qk_scores.row(i).data(), p.qk_scores.row(i).data() + n));
+      ids.push_back(std::vector<int32_t>(p.ov_top_ids.begin() + i * k, p.ov_top_ids.begin() + (i + 1) * k));
+      logits.push_back(std::vector<float>(p.ov_top_logits.begin() + i * k, p.ov_top_logits.begin() + (i + 1) * k));
+    }
+    j["tokens"] = p.tokens;
+    j["qk_scores"] = qk;
+    j["ov_top_ids"] = ids;
+    j["ov_top_logits"] = logits;
+    j["ov_self_logits"] = p.ov_self_logits;
+    j["ov_self_ranks"] = p.ov_self_ranks;
+  }
+  hs::write_file_atomically(*a.out, j.dump(1) + "\n");
+  return 0;
+}
+
 int cmd_heads(const Args& a) {
   const auto m = load_model(a);
   hs::HeadScoreOptions o;
@@ -310,7 +490,7 @@ int main(int argc, char** argv) {
     const Args a = parse_args(argc, argv);
     const auto help = kCommandHelp.find(a.command);
     if (help == kCommandHelp.end())
-      throw UsageError("unknown command \"" + a.command + "\"; commands are info, tokenize, run, heads, generate.");
+      throw UsageError("unknown command \"" + a.command + "\"; commands are info, tokenize, run, heads, generate, lens, circuits.");
     if (a.help) {
       std::cout << help->second;
       return 0;
@@ -320,6 +500,8 @@ int main(int argc, char** argv) {
     if (a.command == "tokenize") return cmd_tokenize(a);
     if (a.command == "run") return cmd_run(a);
     if (a.command == "heads") return cmd_heads(a);
+    if (a.command == "lens") return cmd_lens(a);
+    if (a.command == "circuits") return cmd_circuits(a);
     return cmd_generate(a);
   } catch (const UsageError& e) {
     std::cerr << "headscope-cli: " << one_line(e.what()) << "\n";

@@ -280,6 +280,13 @@ void write_cache_npz(const ActivationCache& cache, std::ostream& out) {
   zip.finish();
 }
 
+void write_npz(std::ostream& out, const std::vector<NpzArrayView>& arrays) {
+  ZipWriter zip(out);
+  for (const NpzArrayView& a : arrays)
+    zip.add(a.name + ".npy", npy_header(a.shape), a.data, static_cast<size_t>(Tensor::count(a.shape)));
+  zip.finish();
+}
+
 std::string cache_to_npz(const ActivationCache& cache) {
   std::ostringstream ss;
   write_cache_npz(cache, ss);

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/model/cache.h"
 
@@ -25,6 +26,16 @@ void write_cache_json(const ActivationCache& cache, std::ostream& out);
 // float32 values) plus every cache key. Uses ZIP64 records when the archive passes 4 GiB.
 void write_cache_npz(const ActivationCache& cache, std::ostream& out);
 std::string cache_to_json(const ActivationCache& cache);
+
+// One float32 array of an NPZ archive: the key numpy.load gives it, its shape, and its
+// Tensor::count(shape) floats, row-major (read in place, not copied).
+struct NpzArrayView {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+};
+// An NPZ archive of these arrays, in the same format as write_cache_npz (analyses' exports).
+void write_npz(std::ostream& out, const std::vector<NpzArrayView>& arrays);
 std::string cache_to_npz(const ActivationCache& cache);
 
 // Picks the format from the extension (.json or .npz) and writes atomically. Throws hs::Error for

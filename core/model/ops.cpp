@@ -22,6 +22,28 @@ void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf&
   }
 }
 
+void rmsnorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
+                     float eps) {
+  const Eigen::Index S = x.rows(), D = x.cols();
+  out.resize(S, D);
+  ConstRowVectorRef wv(w, D);
+  if (scale_out) scale_out->resize(S);
+  for (Eigen::Index i = 0; i < S; ++i) {
+    const float scale = std::sqrt(x.row(i).squaredNorm() / static_cast<float>(D) + eps);
+    if (b) out.row(i) = (x.row(i).array() / scale) * wv.array() + ConstRowVectorRef(b, D).array();
+    else out.row(i) = (x.row(i).array() / scale) * wv.array();
+    if (scale_out) (*scale_out)(i) = scale;
+  }
+}
+
+void norm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
+                  float eps, NormKind kind) {
+  switch (kind) {
+    case NormKind::LayerNorm: return layernorm_forward(out, scale_out, x, w, b, eps);
+    case NormKind::RMSNorm: return rmsnorm_forward(out, scale_out, x, w, b, eps);
+  }
+}
+
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& W, const float* b) {
   out.resize(x.rows(), W.cols());
   packed_gemm(x.rows(), x.data(), x.cols(), W, 0, W.rows(), b, out.data(), W.cols());

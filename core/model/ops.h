@@ -13,6 +13,15 @@ namespace hs {
 // scale_out[S] = sqrt(var + eps).
 void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
                        float eps);
+// out[S, D] = x / sqrt(mean(x^2) + eps) * w + b, row by row (b may be nullptr: no bias);
+// scale_out[S] = sqrt(mean(x^2) + eps). No centring.
+void rmsnorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
+                     float eps);
+// The architecture's norm: layernorm_forward or rmsnorm_forward by `kind`. Analyses that apply a
+// model's norm (the logit lens) call this, so they follow the description rather than assume
+// LayerNorm.
+void norm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
+                  float eps, NormKind kind);
 // out[S, N] = x[S, K] @ W[K, N] + b[N] (b may be nullptr); W is [in, out], packed.
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& W, const float* b);
 // The result of head h: rows of out (stride ldo floats) = z[:, h*d_head : (h+1)*d_head] @ W_O[h],

@@ -2,9 +2,11 @@
 // no output file.
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "core/io/npz_reader.h"
 #include "core/model/model.h"
 #include "core/tensor/safetensors.h"
 #include "test_support.h"
@@ -116,4 +118,143 @@ TEST_CASE("cli generate continues the text", "[cli]") {
   REQUIRE(r.code == 0);
   CHECK(r.out.rfind("The cat", 0) == 0);
   CHECK(r.out.size() > std::string("The cat\n").size());
+}
+
+TEST_CASE("cli lens writes [n_layers + 1, pos, d_vocab] log-probs to NPZ and JSON", "[cli][lens]") {
+  const fs::path npz_out = scratch("lens.npz"), json_out = scratch("lens.json");
+  const std::string tokens = "290,51,257,273,270,267,270,220,262,258,280,270,0";  // the fixture's own
+  Result r = cli("lens --model " + fixture("f32_prefixed") + " --tokens " + tokens + " -o " + quote(npz_out.string()));
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());
+  const auto arrays = hs::read_npz_file(npz_out);
+  REQUIRE(arrays.size() == 2);
+  CHECK(arrays[0].name == "lens.logprobs");
+  CHECK(arrays[0].tensor.shape == std::vector<int64_t>{3, 13, 291});
+  CHECK(arrays[1].name == "tokens");
+  // The float64 reference of the same tokens (tests/fixtures/analyses), to 1e-4 relative.
+  const auto ref = hs::SafetensorsFile::open(hs::test::source_dir() / "tests/fixtures/analyses/f32_prefixed/lens.safetensors");
+  const hs::test::Comparison c = hs::test::compare(ref->to_f32(*ref->find("lens.logprobs")), arrays[0].tensor.data);
+  CHECK(c.relative <= 1e-4);
+
+  r = cli("lens --model " + fixture("f32_prefixed") + " --text 'The cat' -o " + quote(json_out.string()));
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(hs::test::read_text(json_out));
+  CHECK(j["tokens"][0] == 290);  // BOS prepended
+  const size_t S = j["tokens"].size();
+  CHECK(j["streams"] == nlohmann::json({"blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"}));
+  REQUIRE(j["lens.logprobs"].size() == 3);
+  CHECK(j["lens.logprobs"][2].size() == S);
+  CHECK(j["lens.logprobs"][2][0].size() == 291);
+  double total = 0.0;  // a distribution over the vocabulary
+  for (const auto& v : j["lens.logprobs"][1][S - 1]) total += std::exp(v.get<double>());
+  CHECK(total == Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("cli circuits writes a head's spectra and copying score", "[cli][circuits]") {
+  const fs::path out = scratch("circuits.json");
+  Result r = cli("circuits --model " + fixture("f16_plain") + " --head 1.3 -o " + quote(out.string()));
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(hs::test::read_text(out));
+  const auto ref = nlohmann::json::parse(
+      hs::test::read_text(hs::test::source_dir() / "tests/fixtures/analyses/f16_plain/circuits.json"));
+  const nlohmann::json* head = nullptr;
+  for (const auto& h : ref["heads"])
+    if (h["layer"] == 1 && h["head"] == 3) head = &h;
+  REQUIRE(head != nullptr);
+  for (const char* key : {"qk_singular_values", "ov_singular_values", "ov_eigenvalues_real", "ov_eigenvalues_imag"}) {
+    INFO(key);
+    REQUIRE(j[key].size() == 8);  // d_head
+    double scale = 0.0, diff = 0.0;
+    for (size_t i = 0; i < 8; ++i) {
+      scale = std::max(scale, std::abs((*head)[key][i].get<double>()));
+      diff = std::max(diff, std::abs((*head)[key][i].get<double>() - j[key][i].get<double>()));
+    }
+    CHECK(diff <= 1e-4 * std::max(scale, 1.0));
+  }
+  for (size_t i = 1; i < 8; ++i) {
+    CHECK(j["qk_singular_values"][i] <= j["qk_singular_values"][i - 1]);
+    CHECK(j["ov_eigenvalues_real"][i] <= j["ov_eigenvalues_real"][i - 1]);
+  }
+  CHECK(std::abs(j["copying_score"].get<double>() - (*head)["copying_score"].get<double>()) <= 1e-4);
+  CHECK(!j.contains("qk_scores"));
+
+  r = cli("circuits --model " + fixture("f32_prefixed") + " --head L0H1 --tokens 290,51,257,51 --top-k 3 -o " +
+          quote(out.string()));
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(hs::test::read_text(out));
+  CHECK(j["tokens"] == nlohmann::json({290, 51, 257, 51}));
+  CHECK(j["qk_scores"].size() == 4);
+  CHECK(j["qk_scores"][0].size() == 4);
+  CHECK(j["qk_scores"][1] == j["qk_scores"][3]);  // the same token, the same row: no positions
+  CHECK(j["ov_top_ids"][0].size() == 3);
+  CHECK(j["ov_self_ranks"].size() == 4);
+}
+
+TEST_CASE("cli lens and circuits refuse bad input with one clear line", "[cli][errors]") {
+  const fs::path out = scratch("never_analysis.json");
+  fs::remove(out);
+  const std::string m = " --model " + fixture("f32_prefixed"), o = " -o " + quote(out.string());
+  const struct {
+    std::string args;
+    std::string message;
+    int code;
+  } cases[] = {
+      {"circuits" + m + o, "headscope-cli: circuits needs --head LAYER.HEAD (e.g. --head 0.3).\n", 2},
+      {"circuits" + m + " --head 1.2", "headscope-cli: circuits needs -o OUT.json.\n", 2},
+      {"circuits" + m + " --head x" + o,
+       "headscope-cli: --head expects LAYER.HEAD like 0.3 (layers 0..1, heads 0..3), got \"x\".\n", 2},
+      {"circuits" + m + " --head 1" + o,
+       "headscope-cli: --head expects LAYER.HEAD like 0.3 (layers 0..1, heads 0..3), got \"1\".\n", 2},
+      {"circuits" + m + " --head 1." + o,
+       "headscope-cli: --head expects LAYER.HEAD like 0.3 (layers 0..1, heads 0..3), got \"1.\".\n", 2},
+      {"circuits" + m + " --head -1.0" + o,
+       "headscope-cli: --head -1.0: layer -1 does not exist; the model has 2 layers (0..1).\n", 2},
+      {"circuits" + m + " --head 2.0" + o,
+       "headscope-cli: --head 2.0: layer 2 does not exist; the model has 2 layers (0..1).\n", 2},
+      {"circuits" + m + " --head 1.4" + o,
+       "headscope-cli: --head 1.4: head 4 does not exist; the model has 4 heads per layer (0..3).\n", 2},
+      {"circuits" + m + " --head 1.2 -o " + quote(out.string() + ".npz"),
+       "headscope-cli: -o " + out.string() + ".npz: the output must end in .json.\n", 2},
+      {"circuits" + m + " --head 1.2 --text hi --tokens 1" + o,
+       "headscope-cli: circuits takes at most one of --text TEXT or --tokens 1,2,3.\n", 2},
+      {"circuits" + m + " --head 1.2 --tokens 290,291" + o,
+       "headscope-cli: error: token id 291 is outside the vocabulary (0..290).\n", 1},
+      {"circuits" + m + " --head 1.2 -o /nonexistent-dir/out.json",
+       "headscope-cli: error: /nonexistent-dir/out.json: cannot write: the folder /nonexistent-dir does not exist.\n", 1},
+      {"lens" + m + o, "headscope-cli: lens needs exactly one of --text TEXT or --tokens 1,2,3.\n", 2},
+      {"lens" + m + " --text hi", "headscope-cli: lens needs -o OUT.npz or -o OUT.json.\n", 2},
+      {"lens" + m + " --text hi -o " + quote(out.string() + ".csv"),
+       "headscope-cli: -o " + out.string() + ".csv: the output must end in .npz or .json.\n", 2},
+      {"lens" + m + " --text hi -o /nonexistent-dir/out.npz",
+       "headscope-cli: error: /nonexistent-dir/out.npz: cannot write: the folder /nonexistent-dir does not exist.\n", 1},
+      {"lens" + m + " --tokens 290,999" + o, "outside the vocabulary", 1},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    const Result r = cli(c.args);
+    CHECK(r.code == c.code);
+    if (c.message.back() == '\n') CHECK(r.err == c.message);
+    else CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(r.out.empty());
+    CHECK(!fs::exists(out));
+  }
+  // A folder that cannot be written to: the same refusal as every export (R48).
+  if (::geteuid() != 0) {
+    const fs::path locked = scratch("locked_analysis");
+    fs::create_directories(locked);
+    fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+    const Result r = cli("lens" + m + " --text hi -o " + quote((locked / "out.npz").string()));
+    CHECK(r.code == 1);
+    CHECK(r.err.find("Permission denied") != std::string::npos);
+    fs::permissions(locked, fs::perms::owner_all);
+  }
+  for (const char* cmd : {"lens --help", "circuits --help"}) {
+    INFO(cmd);
+    const Result r = cli(cmd);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("Usage: headscope-cli " + std::string(cmd).substr(0, std::string(cmd).find(' '))) == 0);
+  }
+  const Result help = cli("--help");
+  CHECK(help.out.find("headscope-cli lens ") != std::string::npos);
+  CHECK(help.out.find("headscope-cli circuits ") != std::string::npos);
 }

@@ -94,13 +94,17 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   REQUIRE(out.ok);
   const int L = run->n_layer(), H = run->n_head();
   const QStringList files = QDir(options.out_dir).entryList({QStringLiteral("*.png")}, QDir::Files, QDir::Name);
-  CHECK(files.size() == L * H + 1 + 2 + L);
+  // attention: every head + the overview; contributions: 2; concat: every layer; lens: 1;
+  // QK / OV: the selected head.
+  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1);
   CHECK(files.contains(QStringLiteral("attention_L1H3.png")));
   CHECK(files.contains(QStringLiteral("concat_vs_sum_L0.png")));
   CHECK(files.contains(QStringLiteral("heads_overview.png")));
   const int last = run->n_pos() - 1;
   CHECK(files.contains(QStringLiteral("contributions_norm_pos%1.png").arg(last)));
   CHECK(files.contains(QStringLiteral("contributions_dla_pos%1.png").arg(last)));
+  CHECK(files.contains(QStringLiteral("logit_lens.png")));
+  CHECK(files.contains(QStringLiteral("circuits_L0H0.png")));
   for (const QString& f : files) {
     QImage image(QDir(options.out_dir).filePath(f));
     INFO(f.toStdString());
@@ -113,7 +117,7 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   const QSize pattern_size = AttentionView::kPatternFigureSize;
   CHECK(pattern.size() == QSize(pattern_size.width(), pattern_size.height() + figureTitleHeight()));
   CHECK(!pattern.hasAlphaChannel());
-  CHECK(progress.count() == L * H + 1 + 2 + L);
+  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
 }
 
@@ -144,7 +148,7 @@ TEST_CASE("headscope --export writes every view without a window and failures ex
   REQUIRE(p.waitForFinished(120000));
   INFO(p.readAllStandardError().toStdString());
   CHECK(p.exitCode() == 0);
-  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2);
+  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1);
 
   p.start(exe, {QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"), QStringLiteral("x"),
                 QStringLiteral("--export"), QStringLiteral("/proc/no-such-place")});

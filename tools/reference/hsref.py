@@ -18,7 +18,16 @@ prints the largest absolute difference and the relative difference
 i.e. relative to the key's largest magnitude (details in `compare_arrays`); masked -inf scores
 must be -inf in both. It exits 1 when any key fails (or is missing), 2 on unreadable input.
 
-Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward`, `compare_caches`.
+    /usr/bin/python3 tools/reference/hsref.py lens --model DIR --tokens 1,2,3 -o OUT.npz
+    /usr/bin/python3 tools/reference/hsref.py circuits --model DIR --head 1.3 [--tokens 1,2,3] [-o OUT.json]
+
+`lens` writes "lens.logprobs" [n_layer + 1, pos, d_vocab] (the logit lens of every resid_pre and
+the final resid_post) and "tokens"; `circuits` prints a head's QK / OV singular values, the full
+OV circuit's eigenvalues and copying score (and, with --tokens, the token-to-token QK scores and
+the tokens each prompt token's OV circuit promotes), all computed by materializing the matrices.
+
+Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward`, `compare_caches`,
+`logit_lens`, `circuits`, `copying_scores`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
 """
 
@@ -440,6 +449,110 @@ def cache_to_float32(cache, tokens: Sequence[int]) -> Dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------
+# analyses: the logit lens and a head's QK / OV circuits (float64, materialized the slow way)
+# ---------------------------------------------------------------------------------------------
+
+def logit_lens(model: GPT2Model, tokens: Sequence[int], cache=None):
+    """The logit lens, [n_layer + 1, pos, d_vocab] log-probabilities (torch float64): stream
+    i < n_layer is blocks.{i}.hook_resid_pre, stream n_layer the final hook_resid_post; each goes
+    through ln_f (its own mean and variance per vector, its weight and bias), lm_head and a
+    log-softmax over the vocabulary. Stream n_layer equals log_softmax(logits)."""
+    torch = _torch()
+    c = model.config
+    cache = cache if cache is not None else forward(model, tokens)
+
+    def W(name):
+        return torch.from_numpy(np.asarray(model.weights[name], dtype=np.float64))
+
+    streams = [cache[f"blocks.{l}.hook_resid_pre"] for l in range(c.n_layer)]
+    streams.append(cache[f"blocks.{c.n_layer - 1}.hook_resid_post"])
+    out = []
+    for resid in streams:                                                    # [pos, d_model]
+        normalized = layer_norm(resid, W("ln_f.weight"), W("ln_f.bias"), c.layer_norm_eps)
+        out.append(torch.log_softmax(normalized @ W("lm_head.weight").T, dim=-1))  # [pos, d_vocab]
+    return torch.stack(out)                                                  # [stream, pos, d_vocab]
+
+
+def head_matrices(model: GPT2Model, layer: int, head: int):
+    """Head (layer, head)'s W_Q, W_K, W_V [d_model, d_head] with ln_1's weight folded in
+    (diag(w) W), and W_O [d_head, d_model]; TransformerLens's [in, out] convention, float64.
+    Biases are ignored."""
+    torch = _torch()
+    c = model.config
+    if not (0 <= layer < c.n_layer and 0 <= head < c.n_head):
+        raise ValueError(f"head {layer}.{head} does not exist ({c.n_layer} layers of {c.n_head} heads)")
+    D, dh = c.d_model, c.d_head
+    p = f"h.{layer}."
+    c_attn = torch.from_numpy(np.asarray(model.weights[p + "attn.c_attn.weight"], dtype=np.float64))
+    ln_1 = torch.from_numpy(np.asarray(model.weights[p + "ln_1.weight"], dtype=np.float64))
+    cols = slice(head * dh, (head + 1) * dh)
+    W_Q = ln_1[:, None] * c_attn[:, 0 * D:1 * D][:, cols]
+    W_K = ln_1[:, None] * c_attn[:, 1 * D:2 * D][:, cols]
+    W_V = ln_1[:, None] * c_attn[:, 2 * D:3 * D][:, cols]
+    W_O = torch.from_numpy(np.asarray(model.weights[p + "attn.c_proj.weight"], dtype=np.float64))[cols, :]
+    return W_Q, W_K, W_V, W_O
+
+
+def embed_unembed(model: GPT2Model):
+    """W_E [d_vocab, d_model] and W_U [d_model, d_vocab] with ln_f's weight folded into W_U."""
+    torch = _torch()
+    W_E = torch.from_numpy(np.asarray(model.weights["wte.weight"], dtype=np.float64))
+    ln_f = torch.from_numpy(np.asarray(model.weights["ln_f.weight"], dtype=np.float64))
+    W_U = ln_f[:, None] * torch.from_numpy(np.asarray(model.weights["lm_head.weight"], dtype=np.float64)).T
+    return W_E, W_U
+
+
+def circuits(model: GPT2Model, layer: int, head: int, tokens: Sequence[int] = (), top_k: int = 10) -> dict:
+    """A head's QK and OV circuits, computed by materializing everything (the obvious way, which
+    the C++ avoids): W_QK = W_Q W_K^T and W_OV = W_V W_O as d_model x d_model matrices, their
+    singular values by a full SVD (the d_head largest); the full OV circuit W_E W_OV W_U as a
+    d_vocab x d_vocab matrix, its eigenvalues by a full eigendecomposition (the d_head largest in
+    magnitude: the rest are zero up to rounding), sorted by descending real part, then descending
+    imaginary part; copying score sum(lambda) / sum(|lambda|) over all d_vocab eigenvalues. ln_1's
+    weight folded into W_Q, W_K, W_V and ln_f's into W_U; biases, centring, the norms' division,
+    positions and the 1/sqrt(d_head) scale ignored. With `tokens`: qk_scores [pos, pos] =
+    E W_QK E^T over the tokens' embedding rows, and for each token the top_k entries of its row of
+    E W_OV W_U and its own entry (value and rank)."""
+    torch = _torch()
+    dh = model.config.d_head
+    W_Q, W_K, W_V, W_O = head_matrices(model, layer, head)
+    W_E, W_U = embed_unembed(model)
+    W_QK = W_Q @ W_K.T                                                       # [d_model, d_model]
+    W_OV = W_V @ W_O                                                         # [d_model, d_model]
+    full_ov = W_E @ W_OV @ W_U                                               # [d_vocab, d_vocab]
+    eig = torch.linalg.eigvals(full_ov)                                      # [d_vocab] complex
+    top = eig[torch.argsort(eig.abs(), descending=True)[:dh]].tolist()
+    top.sort(key=lambda z: (-z.real, -z.imag))
+    out = {
+        "layer": layer, "head": head,
+        "qk_singular_values": torch.linalg.svdvals(W_QK)[:dh].tolist(),
+        "ov_singular_values": torch.linalg.svdvals(W_OV)[:dh].tolist(),
+        "ov_eigenvalues_real": [z.real for z in top],
+        "ov_eigenvalues_imag": [z.imag for z in top],
+        "copying_score": float(eig.sum().real / eig.abs().sum()),
+    }
+    if len(tokens):
+        ids = torch.tensor([int(t) for t in tokens], dtype=torch.long)
+        E = W_E[ids]                                                         # [pos, d_model]
+        out["tokens"] = [int(t) for t in tokens]
+        out["qk_scores"] = (E @ W_QK @ E.T).tolist()                         # [query pos, key pos]
+        rows = full_ov[ids]                                                  # [pos, d_vocab]
+        values, indices = torch.sort(rows, dim=-1, descending=True, stable=True)
+        out["ov_top_ids"] = indices[:, :top_k].tolist()
+        out["ov_top_logits"] = values[:, :top_k].tolist()
+        self_values = rows[torch.arange(len(ids)), ids]
+        out["ov_self_logits"] = self_values.tolist()
+        out["ov_self_ranks"] = (rows > self_values[:, None]).sum(dim=-1).tolist()
+    return out
+
+
+def copying_scores(model: GPT2Model) -> List[List[float]]:
+    """[layer][head] copying scores (see `circuits`)."""
+    c = model.config
+    return [[circuits(model, l, h)["copying_score"] for h in range(c.n_head)] for l in range(c.n_layer)]
+
+
+# ---------------------------------------------------------------------------------------------
 # cache files and comparison
 # ---------------------------------------------------------------------------------------------
 
@@ -540,6 +653,38 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_lens(args) -> int:
+    model = load_gpt2(args.model)
+    tokens = _parse_tokens(args.tokens)
+    lens = logit_lens(model, tokens)
+    save_cache(args.output, {"lens.logprobs": lens.numpy().astype(np.float32),
+                             "tokens": np.asarray(tokens, dtype=np.float32)})
+    print(f"wrote lens.logprobs {list(lens.shape)} to {args.output}")
+    return 0
+
+
+def _parse_head(text: str) -> Tuple[int, int]:
+    try:
+        layer, head = (int(x) for x in text.split("."))
+        return layer, head
+    except ValueError:
+        raise SystemExit(f"--head: expected LAYER.HEAD like 0.3, got '{text}'")
+
+
+def _cmd_circuits(args) -> int:
+    model = load_gpt2(args.model)
+    layer, head = _parse_head(args.head)
+    tokens = _parse_tokens(args.tokens) if args.tokens else []
+    out = circuits(model, layer, head, tokens, args.top_k)
+    text = json.dumps(out, indent=1)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
 def _cmd_compare(args) -> int:
     ref = load_cache(args.reference)
     cand = load_cache(args.candidate)
@@ -573,6 +718,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
     run.add_argument("-o", "--output", required=True, help="OUT.npz or OUT.safetensors (float32)")
     run.set_defaults(func=_cmd_run)
+    lens = sub.add_parser("lens", help="float64 logit lens: [n_layer + 1, pos, d_vocab] log-probs")
+    lens.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
+    lens.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
+    lens.add_argument("-o", "--output", required=True, help="OUT.npz or OUT.safetensors (float32)")
+    lens.set_defaults(func=_cmd_lens)
+    circ = sub.add_parser("circuits", help="a head's QK / OV circuits, materialized in float64, as JSON")
+    circ.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
+    circ.add_argument("--head", required=True, help="LAYER.HEAD, e.g. 1.3")
+    circ.add_argument("--tokens", help="comma-separated token ids: adds qk_scores and the OV top tokens")
+    circ.add_argument("--top-k", type=int, default=10, help="top tokens kept per OV row (default 10)")
+    circ.add_argument("-o", "--output", help="OUT.json (default: stdout)")
+    circ.set_defaults(func=_cmd_circuits)
     cmp_ = sub.add_parser("compare", help="compare two caches key by key",
                           description=compare_arrays.__doc__)
     cmp_.add_argument("--reference", required=True, help=".npz or .safetensors")

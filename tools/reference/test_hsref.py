@@ -153,5 +153,48 @@ class FixturesUpToDateTest(unittest.TestCase):
                             self.assertEqual(a.read(), b.read())
 
 
+class AnalysesTest(unittest.TestCase):
+    """The logit lens and circuits of the reference, against the identities they rest on."""
+
+    def test_lens_last_stream_is_the_runs_log_softmax(self):
+        model = hsref.load_gpt2(os.path.join(FIXTURES, "f16_plain"))
+        tokens = [54, 257, 264, 220, 266]
+        lens = hsref.logit_lens(model, tokens)
+        self.assertEqual(tuple(lens.shape), (3, 5, 291))
+        logits = hsref.forward(model, tokens)["logits"]
+        torch.testing.assert_close(lens[-1], torch.log_softmax(logits, -1), rtol=0, atol=1e-12)
+        torch.testing.assert_close(lens.exp().sum(-1), torch.ones(3, 5, dtype=torch.float64))
+
+    def test_circuits_identities(self):
+        model = hsref.load_gpt2(os.path.join(FIXTURES, "full_context"))  # d_head 12, d_model 36
+        c = model.config
+        out = hsref.circuits(model, 1, 2, [290, 46, 69, 46], top_k=4)
+        W_Q, W_K, W_V, W_O = hsref.head_matrices(model, 1, 2)
+        W_E, W_U = hsref.embed_unembed(model)
+        # rank <= d_head: the singular values past d_head vanish
+        sv = torch.linalg.svdvals(W_Q @ W_K.T)
+        self.assertLess(float(sv[c.d_head:].max()), 1e-12 * float(sv[0]))
+        # the nonzero eigenvalues of (W_E W_V)(W_O W_U) are those of (W_O W_U)(W_E W_V)
+        small = sorted(torch.linalg.eigvals(W_O @ W_U @ W_E @ W_V).tolist(), key=lambda z: (-z.real, -z.imag))
+        np.testing.assert_allclose([z.real for z in small], out["ov_eigenvalues_real"], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose([z.imag for z in small], out["ov_eigenvalues_imag"], rtol=1e-9, atol=1e-9)
+        self.assertLessEqual(abs(out["copying_score"]), 1.0)
+        # no positions: the same token, the same QK row
+        self.assertEqual(out["qk_scores"][1], out["qk_scores"][3])
+        self.assertEqual(out["ov_top_ids"][1], out["ov_top_ids"][3])
+
+    def test_analyses_fixtures_are_up_to_date(self):
+        analyses = os.path.join(REPO, "tests", "fixtures", "analyses")
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(analyses, "make_lens_circuits.py"), "--out", d],
+                           check=True, stdout=subprocess.DEVNULL)
+            for name in sorted(os.listdir(d)):
+                for file in sorted(os.listdir(os.path.join(d, name))):
+                    with self.subTest(f"{name}/{file}"):
+                        with open(os.path.join(analyses, name, file), "rb") as a, \
+                                open(os.path.join(d, name, file), "rb") as b:
+                            self.assertEqual(a.read(), b.read())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,8 +1,10 @@
 #include "ui/views/registry.h"
 
 #include "ui/views/attention_view.h"
+#include "ui/views/circuits_view.h"
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
+#include "ui/views/logit_lens_view.h"
 
 namespace hs::ui {
 
@@ -11,6 +13,8 @@ const std::vector<ViewDescriptor>& viewRegistry() {
       AttentionView::descriptor(),
       ContributionsView::descriptor(),
       ConcatSumView::descriptor(),
+      LogitLensView::descriptor(),
+      CircuitsView::descriptor(),
   };
   return views;
 }

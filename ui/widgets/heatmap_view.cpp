@@ -40,6 +40,22 @@ QBrush maskedBrush() {
   return QBrush(tile);
 }
 
+// Draws the cells' texts above the colour map and below the highlights, clipped to the cells,
+// through the plot's own painter (so exports get them too).
+class CellTextLayer : public QCPLayerable {
+ public:
+  CellTextLayer(QCustomPlot* plot, std::function<void(QCPPainter*)> draw)
+      : QCPLayerable(plot, QStringLiteral("celltext")), draw_(std::move(draw)) {}
+
+ protected:
+  void applyDefaultAntialiasingHint(QCPPainter* painter) const override { painter->setAntialiasing(true); }
+  QRect clipRect() const override { return mParentPlot->axisRect()->rect(); }
+  void draw(QCPPainter* painter) override { draw_(painter); }
+
+ private:
+  std::function<void(QCPPainter*)> draw_;
+};
+
 QCPItemRect* makeRect(QCustomPlot* plot, const QPen& pen) {
   auto* rect = new QCPItemRect(plot);
   rect->setPen(pen);
@@ -73,6 +89,8 @@ HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   // window there and then, once per plot; update() lets a keystroke's replots share one paint.
   plot_->setPlottingHint(QCP::phImmediateRefresh, false);
   plot_->addLayer(QStringLiteral("highlights"), plot_->layer(QStringLiteral("main")), QCustomPlot::limAbove);
+  plot_->addLayer(QStringLiteral("celltext"), plot_->layer(QStringLiteral("main")), QCustomPlot::limAbove);
+  cell_text_layer_ = new CellTextLayer(plot_, [this](QCPPainter* painter) { drawCellTexts(painter); });
 
   QCPAxisRect* rect = plot_->axisRect();
   rect->setBackground(maskedBrush());
@@ -350,6 +368,44 @@ void HeatmapView::setHoverRow(int row) {
 
 void HeatmapView::setTooltipFormatter(std::function<QString(int, int, float)> formatter) {
   tooltip_ = std::move(formatter);
+}
+
+void HeatmapView::setCellTexts(QStringList texts) {
+  cell_texts_ = std::move(texts);
+  scheduleReplot();
+}
+
+void HeatmapView::drawCellTexts(QCPPainter* painter) const {
+  if (cell_texts_.size() != rows_ * cols_ || rows_ == 0 || cols_ == 0) return;
+  const double cell_w = std::abs(plot_->xAxis->coordToPixel(1.0) - plot_->xAxis->coordToPixel(0.0));
+  const double cell_h = std::abs(plot_->yAxis->coordToPixel(1.0) - plot_->yAxis->coordToPixel(0.0));
+  QFont f = plot_->xAxis->tickLabelFont();
+  // As large as the cell allows, up to the tick labels' size; no text below a readable size.
+  f.setPointSizeF(std::min(f.pointSizeF(), cell_h * 0.42));
+  if (f.pointSizeF() < 6.0 || cell_w < 18.0) return;
+  const QFontMetrics metrics(f);
+  painter->setFont(f);
+  const QCPRange range = map_->dataRange();
+  const double span = range.size() > 0 ? range.size() : 1.0;
+  for (int r = 0; r < rows_; ++r) {
+    for (int c = 0; c < cols_; ++c) {
+      const QString& text = cell_texts_[r * cols_ + c];
+      if (text.isEmpty()) continue;
+      const float v = values_[static_cast<size_t>(r) * cols_ + c];
+      // Dark cells get white text (the masked hatch is light).
+      bool dark = false;
+      if (std::isfinite(v)) {
+        const QColor bg = QColor::fromRgb(colorAt(color_map_, (v - range.lower) / span));
+        dark = 0.299 * bg.red() + 0.587 * bg.green() + 0.114 * bg.blue() < 140.0;
+      }
+      painter->setPen(dark ? Qt::white : QColor(0x10, 0x10, 0x10));
+      const QRectF cell = QRectF(QPointF(plot_->xAxis->coordToPixel(c - 0.5), plot_->yAxis->coordToPixel(r - 0.5)),
+                                 QPointF(plot_->xAxis->coordToPixel(c + 0.5), plot_->yAxis->coordToPixel(r + 0.5)))
+                              .normalized();
+      painter->drawText(cell.adjusted(2, 0, -2, 0), Qt::AlignCenter,
+                        metrics.elidedText(text, Qt::ElideRight, static_cast<int>(cell_w) - 4));
+    }
+  }
 }
 
 void HeatmapView::setFigureText(const FigureText& text, const QString& file_stem) {

@@ -20,6 +20,8 @@ class QCustomPlot;
 class QCPColorMap;
 class QCPColorScale;
 class QCPItemRect;
+class QCPLayerable;
+class QCPPainter;
 class QCPTextElement;
 class QMouseEvent;
 
@@ -79,6 +81,12 @@ class HeatmapView : public QWidget, public FigureSource {
 
   void setTooltipFormatter(std::function<QString(int row, int col, float value)> formatter);
 
+  // Text inside each cell, row-major like the matrix (empty: none): elided to the cell's width,
+  // in black or white, whichever reads on the cell's colour. Cells too small for a line of text
+  // show none (the tooltip can still say it).
+  void setCellTexts(QStringList texts);
+  const QStringList& cellTexts() const { return cell_texts_; }
+
   // Figure export.
   void setFigureText(const FigureText& text, const QString& file_stem);
   FigureText figureText() const override { return figure_text_; }
@@ -111,6 +119,7 @@ class HeatmapView : public QWidget, public FigureSource {
   void updateTicks();
   void updateOverlays();
   void scheduleReplot();
+  void drawCellTexts(QCPPainter* painter) const;
 
   QCustomPlot* plot_ = nullptr;
   QCPColorMap* map_ = nullptr;
@@ -122,6 +131,8 @@ class HeatmapView : public QWidget, public FigureSource {
   QCPItemRect* row_band_highlight_ = nullptr;
   QCPItemRect* col_band_highlight_ = nullptr;
   std::vector<QPointer<QObject>> band_lines_;
+  QCPLayerable* cell_text_layer_ = nullptr;  // owned by the plot
+  QStringList cell_texts_;
 
   bool color_scale_wanted_ = true;
   int rows_ = 0, cols_ = 0;

@@ -1,0 +1,187 @@
+#include "core/analysis/logit_lens.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/analysis/top_k.h"
+#include "core/error.h"
+#include "core/model/memory_guard.h"
+#include "core/model/ops.h"
+
+namespace hs {
+namespace {
+
+void check_full_cache(const ActivationCache& cache) {
+  if (cache.n_layer() == 0)
+    throw Error("this run kept only the logits; the logit lens reads every layer's residual stream: run again "
+                "with the full cache.");
+}
+
+// Stream i's residual stream at positions first .. n_pos-1: [n_pos - first, d_model].
+RowMatrixXf stream_rows(const ActivationCache& cache, int stream, int first) {
+  const int L = cache.n_layer(), rows = cache.n_pos() - first;
+  if (stream < L) return cache.layer(stream).resid_pre.bottomRows(rows);
+  // The final resid_post is derived the way the forward pass built it (resid_pre + attn_out +
+  // mlp_out, in that order), so its lens is the run's own logits bit for bit.
+  return cache.resid_post(L - 1).bottomRows(rows);
+}
+
+// Rows of logits the summary computes and scans at once (see logit_lens_summary).
+constexpr int kBlockRows = 16;
+
+// out [rows, d_model] = the final norm of resid, of the architecture's kind, with its weight and
+// bias (when it has one).
+void final_norm(RowMatrixXf& out, const ActivationCache& cache, const RowMatrixXf& resid) {
+  const Weights& w = *cache.weights();
+  const ModelConfig& c = cache.config();
+  norm_forward(out, nullptr, resid, w.final_norm_w(), w.final_norm_b(), c.norm_eps, c.architecture.norm);
+}
+
+// logits [rows, d_vocab] = final_norm(resid) @ W_U, through the forward pass's own unembedding kernel.
+void lens_logits(Eigen::Ref<RowMatrixXf> logits, const ActivationCache& cache, const RowMatrixXf& resid) {
+  RowMatrixXf normalized;  // [rows, d_model]
+  final_norm(normalized, cache, resid);
+  unembed_forward(logits, normalized, cache.weights()->packed_unembed());
+}
+
+// log(sum(exp(row))), shifted by the row's maximum. NaN when the row holds a NaN or an infinity.
+// The exponentials go through `scratch` (an aligned buffer) so that the vectorized sum adds in
+// the same order wherever the row starts in memory: a column reused from an earlier run then has
+// the same bits as one computed afresh.
+float log_sum_exp(const Eigen::Ref<const RowVectorXf>& row, RowVectorXf& scratch) {
+  if (!row.allFinite()) return std::numeric_limits<float>::quiet_NaN();
+  const float mx = row.maxCoeff();
+  scratch = (row.array() - mx).exp();
+  return mx + std::log(scratch.sum());
+}
+
+}  // namespace
+
+std::string lens_stream_name(const ModelConfig& config, int stream) {
+  if (stream < config.n_layers) return "blocks." + std::to_string(stream) + ".hook_resid_pre";
+  return "blocks." + std::to_string(config.n_layers - 1) + ".hook_resid_post";
+}
+
+std::string lens_stream_label(const ModelConfig& config, int stream) {
+  if (stream < config.n_layers) return "L" + std::to_string(stream) + " pre";
+  return "L" + std::to_string(config.n_layers - 1) + " post";
+}
+
+LogitLens logit_lens(const ActivationCache& cache) {
+  check_full_cache(cache);
+  LogitLens lens;
+  lens.n_streams = cache.n_layer() + 1;
+  lens.n_pos = cache.n_pos();
+  lens.d_vocab = cache.config().d_vocab;
+  // GPT-2 small at its full context would be 2.7 GB: refuse before allocating, as runs do.
+  const uint64_t bytes = uint64_t{sizeof(float)} * static_cast<uint64_t>(lens.n_streams) *
+                         static_cast<uint64_t>(lens.n_pos) * static_cast<uint64_t>(lens.d_vocab);
+  if (const auto available = available_memory(); available && bytes > *available)
+    throw Error("the logit lens of " + std::to_string(lens.n_pos) + " tokens needs about " + format_bytes(bytes) +
+                " for its [n_layers + 1, pos, d_vocab] log-probabilities but only " + format_bytes(*available) +
+                " is available; use fewer tokens or close other programs.");
+  lens.logprobs.resize(static_cast<Eigen::Index>(lens.n_streams) * lens.n_pos, lens.d_vocab);
+  RowVectorXf scratch;
+  for (int i = 0; i < lens.n_streams; ++i) {
+    auto block = lens.logprobs.middleRows(static_cast<Eigen::Index>(i) * lens.n_pos, lens.n_pos);
+    lens_logits(block, cache, stream_rows(cache, i, 0));
+    for (Eigen::Index r = 0; r < block.rows(); ++r) block.row(r).array() -= log_sum_exp(block.row(r), scratch);
+  }
+  return lens;
+}
+
+LogitLensSummary logit_lens_summary(const ActivationCache& cache, std::optional<int32_t> target, int top_k,
+                                    const LogitLensSummary* previous) {
+  check_full_cache(cache);
+  const ModelConfig& c = cache.config();
+  const int V = c.d_vocab, S = cache.n_pos();
+  if (target && (*target < 0 || *target >= V))
+    throw Error("target token " + std::to_string(*target) + " is outside the vocabulary (0.." + std::to_string(V - 1) +
+                ").");
+  top_k = std::clamp(top_k, 1, V);
+
+  LogitLensSummary s;
+  s.n_streams = c.n_layers + 1;
+  s.n_pos = S;
+  s.top_k = top_k;
+  s.target = target;
+  s.weights = cache.weights();
+  s.tokens = cache.tokens();
+  for (int i = 0; i < s.n_streams; ++i) s.stream_labels.push_back(lens_stream_label(c, i));
+  const size_t cells = static_cast<size_t>(s.n_streams) * S;
+  s.top_ids.assign(cells * top_k, 0);
+  s.top_probs.assign(cells * top_k, 0.0f);
+  s.colour_values.assign(cells, 0.0f);
+  if (target) {
+    s.target_probs.assign(cells, 0.0f);
+    s.target_ranks.assign(cells, 0);
+  }
+
+  // Columns shared with the previous summary: the common token prefix, when everything else the
+  // cells depend on is the same.
+  int reused = 0;
+  if (previous && previous->weights.lock() == cache.weights() && previous->target == target &&
+      previous->top_k == top_k && previous->n_streams == s.n_streams) {
+    const auto& old = previous->tokens;
+    while (reused < S && reused < static_cast<int>(old.size()) && old[static_cast<size_t>(reused)] == s.tokens[static_cast<size_t>(reused)])
+      ++reused;
+    for (int i = 0; i < s.n_streams; ++i) {
+      const size_t from = previous->cell(i, 0), to = s.cell(i, 0);
+      std::copy_n(previous->top_ids.begin() + static_cast<long>(from * top_k), reused * top_k, s.top_ids.begin() + static_cast<long>(to * top_k));
+      std::copy_n(previous->top_probs.begin() + static_cast<long>(from * top_k), reused * top_k, s.top_probs.begin() + static_cast<long>(to * top_k));
+      std::copy_n(previous->colour_values.begin() + static_cast<long>(from), reused, s.colour_values.begin() + static_cast<long>(to));
+      if (target) {
+        std::copy_n(previous->target_probs.begin() + static_cast<long>(from), reused, s.target_probs.begin() + static_cast<long>(to));
+        std::copy_n(previous->target_ranks.begin() + static_cast<long>(from), reused, s.target_ranks.begin() + static_cast<long>(to));
+      }
+    }
+  }
+  if (reused == S) return s;
+
+  // Every stream's new rows through the final norm, stacked [stream * new pos, d_model]; then the
+  // unembedding over blocks of 16 of those rows, so that the packed W_U (154 MB for GPT-2 small)
+  // streams from memory once per block rather than once per stream. Typing at the end of a
+  // GPT-2-small prompt (13 rows, one thread): 87 ms stream by stream, 15 ms in one block. Larger
+  // blocks were slower (the built-in model's 155 rows of a 31-token prompt: 3 ms in blocks of
+  // 16, 6 ms in blocks of 64, 14 ms in one).
+  const int N = S - reused, rows = s.n_streams * N;
+  RowMatrixXf normalized(rows, c.d_model), one;
+  for (int i = 0; i < s.n_streams; ++i) {
+    final_norm(one, cache, stream_rows(cache, i, reused));
+    normalized.middleRows(static_cast<Eigen::Index>(i) * N, N) = one;
+  }
+  const int block = std::min(kBlockRows, rows);
+  RowMatrixXf x, logits(block, V);  // [block rows, d_model], [block rows, d_vocab]
+  std::vector<std::pair<float, int32_t>> best;  // the row's top_k, largest first
+  RowVectorXf scratch;
+  for (int first = 0; first < rows; first += block) {
+    const int n = std::min(block, rows - first);
+    x = normalized.middleRows(first, n);
+    unembed_forward(logits.topRows(n), x, cache.weights()->packed_unembed());
+    for (int r = 0; r < n; ++r) {
+      const auto row = logits.row(r);
+      const float lse = log_sum_exp(row, scratch);
+      const size_t cell = s.cell((first + r) / N, reused + (first + r) % N);
+      top_k_entries(row, top_k, best);
+      // A row with a NaN has a NaN lse, so every probability of it is NaN (drawn as masked).
+      for (int k = 0; k < top_k; ++k) {
+        const bool have = k < static_cast<int>(best.size());
+        s.top_ids[cell * top_k + k] = have ? best[static_cast<size_t>(k)].second : 0;
+        s.top_probs[cell * top_k + k] =
+            have ? std::exp(best[static_cast<size_t>(k)].first - lse) : std::numeric_limits<float>::quiet_NaN();
+      }
+      if (target) {
+        const float tv = row(*target);
+        s.target_probs[cell] = std::exp(tv - lse);
+        s.target_ranks[cell] = static_cast<int32_t>((row.array() > tv).count());
+        s.colour_values[cell] = s.target_probs[cell];
+      } else {
+        s.colour_values[cell] = s.top_probs[cell * top_k];
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace hs

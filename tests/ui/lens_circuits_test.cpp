@@ -1,0 +1,184 @@
+// The logit lens and QK / OV views in the window: they draw the core's numbers, clicking selects,
+// and their figures export.
+#include <catch2/catch.hpp>
+
+#include <QComboBox>
+#include <QLabel>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QTest>
+
+#include "core/analysis/circuits.h"
+#include "core/analysis/logit_lens.h"
+#include "core/model/model.h"
+#include "ui/base/figure.h"
+#include "ui/controller/selection.h"
+#include "ui/views/circuits_view.h"
+#include "ui/views/logit_lens_view.h"
+#include "ui/views/registry.h"
+#include "ui/views/view_text.h"
+#include "ui/widgets/bar_chart_view.h"
+#include "ui/widgets/heatmap_view.h"
+#include "ui/window/main_window.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using hs::ui::test::waitFor;
+
+namespace {
+
+struct Window {
+  MainWindow window;
+  explicit Window(const QString& text = QStringLiteral("The cat sat on the mat"))
+      : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {
+    window.resize(1400, 900);
+    window.show();
+    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }));
+  }
+  std::shared_ptr<const RunResult> run() const { return window.controller()->currentRun(); }
+  Selection* selection() const { return window.selection(); }
+  LogitLensView* lens() const { return window.viewAs<LogitLensView>(QStringLiteral("lens")); }
+  CircuitsView* circuits() const { return window.viewAs<CircuitsView>(QStringLiteral("circuits")); }
+};
+
+std::shared_ptr<const LensResult> lensResult(const Window& w) {
+  return std::dynamic_pointer_cast<const LensResult>(w.lens()->result());
+}
+std::shared_ptr<const CircuitsResult> circuitsResult(const Window& w) {
+  return std::dynamic_pointer_cast<const CircuitsResult>(w.circuits()->result());
+}
+
+void clickCell(HeatmapView* heatmap, int row, int col) {
+  heatmap->replotNow();
+  QTest::mouseClick(heatmap->findChild<QWidget*>(QStringLiteral("heatmapPlot")), Qt::LeftButton, Qt::NoModifier,
+                    heatmap->cellCenter(row, col));
+}
+
+}  // namespace
+
+TEST_CASE("The logit lens grid shows the core's top tokens and probabilities", "[window][lens]") {
+  Window w;
+  w.window.tabs()->setCurrentWidget(w.lens());
+  REQUIRE(waitFor([&] { return lensResult(w) && lensResult(w)->run_job == w.run()->job; }));
+  const auto run = w.run();
+  const hs::LogitLensSummary expected = hs::logit_lens_summary(*run->run.cache, std::nullopt, LogitLensView::kTopK);
+  HeatmapView* grid = w.lens()->grid();
+  const int L = run->n_layer(), S = run->n_pos();
+  REQUIRE(grid->rowCount() == L + 1);
+  REQUIRE(grid->columnCount() == S);
+  REQUIRE(grid->cellTexts().size() == (L + 1) * S);
+  for (int i = 0; i <= L; ++i) {
+    for (int p = 0; p < S; ++p) {
+      INFO("stream " << i << " pos " << p);
+      CHECK(grid->plottedValue(i, p) == static_cast<double>(expected.top_prob(i, p, 0)));
+      CHECK(grid->cellTexts()[i * S + p] == tokenText(*run, expected.top_id(i, p, 0)));
+    }
+  }
+  // The last row is the model's own prediction: its top token after the last position is the
+  // run's next token.
+  CHECK(expected.top_id(L, S - 1, 0) == run->next.front().id);
+  CHECK(grid->rangeLower() == 0.0);
+  CHECK(grid->rangeUpper() == 1.0);
+  const QString tip = w.lens()->cellTooltip(L, S - 1);
+  for (int k = 0; k < LogitLensView::kTopK; ++k)
+    CHECK(tip.contains(tokenText(*run, expected.top_id(L, S - 1, k)).toHtmlEscaped()));
+
+  // Clicking a cell selects its position and layer (the last row: the last layer).
+  clickCell(grid, 2, 1);
+  CHECK(w.selection()->position() == 1);
+  CHECK(w.selection()->layer() == 1);
+  clickCell(grid, 0, 3);
+  CHECK(w.selection()->position() == 3);
+  CHECK(w.selection()->layer() == 0);
+
+  // A target: the cells are coloured by its probability.
+  const int32_t target = run->next[1].id;
+  w.selection()->setTarget(target);
+  REQUIRE(waitFor([&] { return lensResult(w) && lensResult(w)->lens->target == target; }));
+  const hs::LogitLensSummary with_target = hs::logit_lens_summary(*run->run.cache, target, LogitLensView::kTopK);
+  for (int i = 0; i <= L; ++i)
+    for (int p = 0; p < S; ++p) CHECK(grid->plottedValue(i, p) == static_cast<double>(with_target.target_probs[with_target.cell(i, p)]));
+  CHECK(w.lens()->targetCombo()->currentData().toInt() == target);
+  CHECK(w.lens()->cellTooltip(0, 0).contains(QStringLiteral("target")));
+  // Back to the top token's probability from the view's own control.
+  Q_EMIT w.lens()->targetCombo()->activated(0);
+  CHECK(!w.selection()->target().has_value());
+}
+
+TEST_CASE("The QK / OV view shows the core's spectra and prompt circuits for the selected head", "[window][circuits]") {
+  Window w;
+  w.window.tabs()->setCurrentWidget(w.circuits());
+  w.selection()->setHead(1, 2);
+  REQUIRE(waitFor([&] {
+    const auto r = circuitsResult(w);
+    return r && r->run_job == w.run()->job && r->spectrum->layer == 1 && r->spectrum->head == 2;
+  }));
+  const auto run = w.run();
+  const auto model = run->run.model;
+  const hs::ModelConfig& c = model->config();
+  const hs::CircuitSpectrum s = hs::circuit_spectrum(*model->weights(), 1, 2);
+  const hs::PromptCircuits p = hs::prompt_circuits(*model->weights(), 1, 2, run->run.tokens, CircuitsView::kTopK);
+
+  // d_head singular values, then one zero bar for the other d_model - d_head: rank <= d_head.
+  for (BarChartView* chart : {w.circuits()->qkSingularValues(), w.circuits()->ovSingularValues()}) {
+    REQUIRE(chart->barCount() == c.d_head + 1);
+    CHECK(chart->plottedValue(c.d_head) == 0.0);
+    CHECK(chart->bar(c.d_head).label == QStringLiteral("σ%1–σ%2").arg(c.d_head + 1).arg(c.d_model));
+  }
+  for (int i = 0; i < c.d_head; ++i) {
+    CHECK(w.circuits()->qkSingularValues()->plottedValue(i) == s.qk_singular_values[static_cast<size_t>(i)]);
+    CHECK(w.circuits()->ovSingularValues()->plottedValue(i) == s.ov_singular_values[static_cast<size_t>(i)]);
+    CHECK(w.circuits()->eigenvalues()->plottedValue(i) == s.ov_eigenvalues[static_cast<size_t>(i)].real());
+  }
+  CHECK(w.circuits()->copyingText().contains(QString::number(s.copying_score, 'f', 3)));
+
+  HeatmapView* qk = w.circuits()->qkScores();
+  const int n = run->n_pos();
+  REQUIRE(qk->rowCount() == n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) CHECK(qk->plottedValue(i, j) == static_cast<double>(p.qk_scores(i, j)));
+  CHECK(qk->rangeLower() == -qk->rangeUpper());  // signed: diverging, symmetric around 0
+
+  QTableWidget* table = w.circuits()->ovTable();
+  REQUIRE(table->rowCount() == n);
+  CHECK(table->item(2, 1)->text().startsWith(tokenText(*run, p.ov_top_ids[2 * CircuitsView::kTopK])));
+
+  // The caption says what is folded and what is ignored.
+  const auto* folding = w.circuits()->findChild<QLabel*>(QStringLiteral("circuitsFolding"));
+  REQUIRE(folding);
+  CHECK(folding->text().contains(QStringLiteral("Folded")));
+  CHECK(folding->text().contains(QStringLiteral("Ignored: every bias")));
+
+  // Clicking a QK row or an OV row selects that position.
+  clickCell(qk, 3, 0);
+  CHECK(w.selection()->position() == 3);
+  table->cellClicked(1, 0);
+  CHECK(w.selection()->position() == 1);
+  CHECK(table->currentRow() == 1);
+
+  // Another head: another spectrum.
+  w.selection()->setHead(0, 1);
+  REQUIRE(waitFor([&] { return circuitsResult(w) && circuitsResult(w)->spectrum->head == 1; }));
+  CHECK(w.circuits()->qkSingularValues()->plottedValue(0) == hs::circuit_spectrum(*model->weights(), 0, 1).qk_singular_values[0]);
+}
+
+TEST_CASE("The lens and QK / OV views export their figures", "[export][lens][circuits]") {
+  Window w;
+  for (const char* id : {"lens", "circuits"}) {
+    INFO(id);
+    AnalysisView* view = w.window.viewAs<AnalysisView>(QString::fromLatin1(id));
+    w.window.tabs()->setCurrentWidget(view);
+    REQUIRE(waitFor([&] { return view->result() && view->result()->run_job == w.run()->job; }));
+    const auto figures = view->exportFigures(*w.run());
+    REQUIRE(figures.size() == 1);
+    CHECK(figures[0].analysis.has_value());
+    const ExportFigure::Target target = figures[0].prepare();
+    REQUIRE(target.source);
+    const QImage image = renderFigureImage(*target.source, target.size, 1.0);
+    CHECK(!image.isNull());
+    CHECK(image.height() == target.size.height() + figureTitleHeight());
+    CHECK(!target.source->figureText().subtitle.isEmpty());
+  }
+  CHECK(w.lens()->figureFileStem() == QStringLiteral("logit_lens"));
+  CHECK(w.circuits()->figureFileStem() == QStringLiteral("circuits_L%1H%2").arg(w.selection()->layer()).arg(w.selection()->head()));
+}
