@@ -175,7 +175,7 @@ int ImageGridView::heightForWidth(int width) const {
 
 QSize ImageGridView::minimumSizeHint() const { return QSize(120, 80); }
 
-void ImageGridView::paintGrid(QPainter& p, QSize size) const {
+void ImageGridView::paintGrid(QPainter& p, QSize size, bool on_screen) const {
   p.fillRect(QRect(QPoint(0, 0), size), palette().color(QPalette::Base));
   if (items_.empty()) return;
   const Geometry g = geometryFor(size);
@@ -203,19 +203,30 @@ void ImageGridView::paintGrid(QPainter& p, QSize size) const {
     p.setPen(QPen(QColor(0xb0, 0xb0, 0xb0), 1));
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(r).adjusted(-0.5, -0.5, 0.5, 0.5));
-    if (!item.badge.isEmpty()) {
-      paintBadge(p, r, item);
-      p.setFont(header_font);
-    }
     if (g.label_h > 0 && !item.label.isEmpty()) {
-      p.setPen(i == selected_ ? accentColor().darker(130) : text.lighter(130));
-      QFont f = header_font;
-      f.setBold(i == selected_);
-      p.setFont(f);
+      // One font for every label but the selected one's: switching fonts per item is most of the
+      // cost of painting 144 labels.
+      const bool selected = i == selected_;
+      p.setPen(selected ? accentColor().darker(130) : text.lighter(130));
+      if (selected) {
+        QFont bold = header_font;
+        bold.setBold(true);
+        p.setFont(bold);
+      }
       p.drawText(QRect(r.x() - 4, r.bottom() + 4, r.width() + 8, g.label_h), Qt::AlignHCenter | Qt::AlignTop,
                  item.label);
-      p.setFont(header_font);
+      if (selected) p.setFont(header_font);
     }
+  }
+  // The badges after every image, in one font.
+  QFont badge_font = font();
+  badge_font.setPointSizeF(badge_font.pointSizeF() * 0.78);
+  p.setFont(badge_font);
+  const QFontMetrics badge_metrics(badge_font);
+  for (int s = 0; s < cellCount(); ++s) {
+    const int i = itemAt(s);
+    if (i >= 0 && !items_[static_cast<size_t>(i)].badge.isEmpty())
+      paintBadge(p, badge_metrics, imageRect(g, s), items_[static_cast<size_t>(i)], on_screen);
   }
   auto outline = [&](int index, const QPen& pen) {
     const int slot = slotOf(index);
@@ -229,37 +240,60 @@ void ImageGridView::paintGrid(QPainter& p, QSize size) const {
   outline(selected_, QPen(accentColor(), 3.0));
 }
 
-void ImageGridView::paintBadge(QPainter& p, const QRect& r, const Item& item) const {
-  QFont f = font();
-  f.setPointSizeF(f.pointSizeF() * 0.78);
-  const QFontMetrics fm(f);
+void ImageGridView::paintBadge(QPainter& p, const QFontMetrics& fm, const QRect& r, const Item& item,
+                               bool on_screen) const {
   const int text_w = fm.horizontalAdvance(item.badge) + 3, text_h = fm.height();
   // Text when it fits in the top-right corner, the masked triangle but for a sliver near the
   // first rows; a chip of the colour otherwise (GPT-2 small's 144 heads are about 32 px each at
   // 1600 x 1000, where text still fits, and 16 px at 1280 x 800, where it does not).
   const bool with_text = text_w <= r.width() * 80 / 100 && text_h <= r.height() * 42 / 100;
   const int side = std::max(6, r.width() * 3 / 10);
-  const QRect box = with_text ? QRect(r.right() - text_w + 1, r.top(), text_w, text_h)
-                              : QRect(r.right() - side + 1, r.top(), side, side);
-  p.fillRect(box, item.badge_color);
-  p.setPen(QPen(item.badge_color.darker(135), 1));
-  p.setBrush(Qt::NoBrush);
-  p.drawRect(QRectF(box).adjusted(0.5, 0.5, -0.5, -0.5));
-  if (!with_text) return;
-  // Dark text on light fills, white on dark (the score map runs from near-white to deep purple).
-  const QColor c = item.badge_color;
-  const bool dark = 0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue() < 140;
-  p.setPen(dark ? QColor(Qt::white) : QColor(0x22, 0x22, 0x22));
-  p.setFont(f);
-  p.drawText(box, Qt::AlignCenter, item.badge);
+  const QSize size = with_text ? QSize(text_w, text_h) : QSize(side, side);
+  const QPoint at(r.right() - size.width() + 1, r.top());
+  auto draw = [&](QPainter& q, const QRect& box) {
+    q.fillRect(box, item.badge_color);
+    q.setPen(QPen(item.badge_color.darker(135), 1));
+    q.setBrush(Qt::NoBrush);
+    q.drawRect(QRectF(box).adjusted(0.5, 0.5, -0.5, -0.5));
+    if (!with_text) return;
+    // Dark text on light fills, white on dark (the score map runs from near-white to deep purple).
+    const QColor c = item.badge_color;
+    const bool dark = 0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue() < 140;
+    q.setPen(dark ? QColor(Qt::white) : QColor(0x22, 0x22, 0x22));
+    q.drawText(box, Qt::AlignCenter, item.badge);
+  };
+  if (!on_screen) {
+    draw(p, QRect(at, size));
+    return;
+  }
+  const BadgeKey key{with_text ? item.badge : QString(), item.badge_color.rgb(), size};
+  auto it = badge_cache_.constFind(key);
+  if (it == badge_cache_.constEnd()) {
+    if (badge_cache_.size() > 1024) badge_cache_.clear();  // a bound, not an eviction policy
+    const qreal dpr = devicePixelRatioF();
+    QPixmap pixmap(size * dpr);
+    pixmap.setDevicePixelRatio(dpr);
+    pixmap.fill(Qt::transparent);
+    QPainter q(&pixmap);
+    q.setFont(p.font());
+    draw(q, QRect(QPoint(0, 0), size));
+    q.end();
+    it = badge_cache_.insert(key, pixmap);
+  }
+  p.drawPixmap(at, *it);
 }
 
 void ImageGridView::paintEvent(QPaintEvent*) {
   QPainter p(this);
-  paintGrid(p, size());
+  paintGrid(p, size(), true);
 }
 
-void ImageGridView::paintFigure(QPainter& painter, QSize size) { paintGrid(painter, size); }
+void ImageGridView::paintFigure(QPainter& painter, QSize size) { paintGrid(painter, size, false); }
+
+void ImageGridView::changeEvent(QEvent* event) {
+  QWidget::changeEvent(event);
+  if (event->type() == QEvent::FontChange || event->type() == QEvent::PaletteChange) badge_cache_.clear();
+}
 
 void ImageGridView::setFigureText(const FigureText& text, const QString& file_stem) {
   figure_text_ = text;

@@ -7,7 +7,9 @@
 // the heads by a score), and clicks, the selection and itemRect always speak of item indices.
 #pragma once
 
+#include <QHash>
 #include <QImage>
+#include <QPixmap>
 #include <QStringList>
 #include <QWidget>
 
@@ -90,6 +92,7 @@ class ImageGridView : public QWidget, public FigureSource {
   void mouseMoveEvent(QMouseEvent* event) override;
   void leaveEvent(QEvent* event) override;
   void contextMenuEvent(QContextMenuEvent* event) override;
+  void changeEvent(QEvent* event) override;
 
  private:
   struct Geometry {
@@ -97,12 +100,25 @@ class ImageGridView : public QWidget, public FigureSource {
   };
   Geometry geometryFor(QSize size) const;
   QRect imageRect(const Geometry& g, int slot) const;
-  void paintGrid(QPainter& painter, QSize size) const;
-  void paintBadge(QPainter& painter, const QRect& image, const Item& item) const;
+  // `on_screen`: badges come from badge_cache_ (exported figures draw them afresh, at any scale).
+  void paintGrid(QPainter& painter, QSize size, bool on_screen) const;
+  void paintBadge(QPainter& painter, const QFontMetrics& metrics, const QRect& image, const Item& item,
+                  bool on_screen) const;
   int rows() const;
   int cellCount() const;
   int itemAt(int slot) const;  // -1: empty
 
+  // Badges as drawn on screen, by text, colour and size: a score shown with two decimals has at most
+  // 101 looks, and a pixmap is several times cheaper to paint than a filled, outlined text box
+  // (144 badges: 0.65 ms more per paint drawn, about 0.1 ms from the cache).
+  struct BadgeKey {
+    QString text;
+    QRgb color;
+    QSize size;
+    bool operator==(const BadgeKey&) const = default;
+  };
+  friend size_t qHash(const BadgeKey& key, size_t seed) { return qHashMulti(seed, key.text, key.color, key.size.width(), key.size.height()); }
+  mutable QHash<BadgeKey, QPixmap> badge_cache_;
   std::vector<Item> items_;
   std::vector<int> order_;
   bool has_order_ = false;
