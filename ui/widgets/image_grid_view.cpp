@@ -204,8 +204,7 @@ void ImageGridView::paintGrid(QPainter& p, QSize size, bool on_screen) const {
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(r).adjusted(-0.5, -0.5, 0.5, 0.5));
     if (g.label_h > 0 && !item.label.isEmpty()) {
-      // One font for every label but the selected one's: switching fonts per item is most of the
-      // cost of painting 144 labels.
+      // The labels' font stays set; only the selected label switches to bold and back.
       const bool selected = i == selected_;
       p.setPen(selected ? accentColor().darker(130) : text.lighter(130));
       if (selected) {
