@@ -47,12 +47,17 @@ void showHeadOverview(ImageGridView& grid, const RunResult& run, bool tooltips, 
       }
       items.push_back(std::move(item));
     }
-  grid.setItems(std::move(items), n_head);
   const bool ordered = badges.metric && badges.sorted;
   std::optional<std::vector<int>> order;
   if (badges.metric)
     order = headOrder(values ? values->values : hs::RowMatrixXf::Constant(n_layer, n_head, NAN), badges.sorted,
                       badges.threshold);
+  // Sorted, the rows are ranks, so the columns are free: about as many as rows, up to a layer's
+  // worth. A filter that keeps a few heads then shows them large enough for their labels.
+  int columns = n_head;
+  if (ordered && order)
+    columns = std::clamp(static_cast<int>(std::ceil(std::sqrt(static_cast<double>(order->size())))), 1, n_head);
+  grid.setItems(std::move(items), columns);
   if (order)
     grid.setDisplayOrder(std::move(*order));
   else
