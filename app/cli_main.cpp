@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/analysis/circuits.h"
+#include "core/analysis/head_detectors.h"
 #include "core/analysis/head_scores.h"
 #include "core/analysis/logit_lens.h"
 #include "core/error.h"
@@ -34,7 +35,7 @@ Usage:
   headscope-cli info     [--model DIR]
   headscope-cli tokenize [--model DIR] --text TEXT
   headscope-cli run      [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.json|OUT.npz
-  headscope-cli heads    [--model DIR]
+  headscope-cli heads    [--model DIR] [--text TEXT [--no-bos]]
   headscope-cli generate [--model DIR] --text TEXT -n N [--temperature T] [--seed S]
   headscope-cli lens     [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.npz|OUT.json
   headscope-cli circuits [--model DIR] --head L.H [--text TEXT | --tokens 1,2,3] -o OUT.json
@@ -67,9 +68,14 @@ refused. The file is written atomically: on any error, no file is left.
   --threads N   threads for the forward pass (default: all cores)
 )"},
     {"heads", R"(Usage: headscope-cli heads [--model DIR] [--seed S]
+       headscope-cli heads [--model DIR] --text TEXT [--no-bos]
 
 Prints, for every head, the previous-token score, the duplicate-token score and the induction
 score as JSON (TransformerLens definitions; see docs/head-scores.md for the exact sequences).
+
+With --text, scores that prompt instead (BOS prepended unless --no-bos): each score is averaged
+over the query positions where it applies ("query_positions" says how many), and is null when
+there is none (duplicate-token and induction need a token that occurs twice).
 )"},
     {"generate", R"(Usage: headscope-cli generate [--model DIR] --text TEXT -n N [--temperature T] [--seed S]
 
@@ -109,6 +115,7 @@ struct Args {
   int threads = 0;
   double temperature = 0.0;
   uint64_t seed = 0;
+  bool seed_given = false;
   bool help = false;
 };
 
@@ -141,7 +148,10 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--no-bos") a.no_bos = true;
     else if (f == "-n") a.n = parse_int(f, value(i, f), 0, 1 << 20);
     else if (f == "--threads") a.threads = parse_int(f, value(i, f), 1, 1024);
-    else if (f == "--seed") a.seed = static_cast<uint64_t>(parse_int(f, value(i, f), 0, 1 << 30));
+    else if (f == "--seed") {
+      a.seed = static_cast<uint64_t>(parse_int(f, value(i, f), 0, 1 << 30));
+      a.seed_given = true;
+    }
     else if (f == "--temperature") {
       const std::string v = value(i, f);
       char* end = nullptr;
@@ -428,6 +438,20 @@ int cmd_circuits(const Args& a) {
 }
 
 int cmd_heads(const Args& a) {
+  if (a.text) {
+    if (a.seed_given) throw UsageError("--seed chooses the random sequences of the fixed scores; it does not apply with --text.");
+    const auto m = load_model(a);
+    hs::TextRunOptions o;
+    o.prepend_bos = !a.no_bos;
+    o.run.threads = g_threads;
+    const hs::TextRun r = hs::run_text(m, *a.text, o);
+    for (const auto& w : r.warnings)
+      if (std::find(m->warnings().begin(), m->warnings().end(), w) == m->warnings().end())
+        std::cerr << "headscope-cli: warning: " << w << "\n";
+    const hs::PromptHeadScores s = hs::score_heads_on_prompt(*r.cache, r.bos_prepended);
+    std::cout << hs::prompt_head_scores_to_json(*m, r.text, r.tokens, r.bos_prepended, s) << "\n";
+    return 0;
+  }
   const auto m = load_model(a);
   hs::HeadScoreOptions o;
   o.seed = a.seed;

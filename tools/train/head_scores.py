@@ -2,6 +2,7 @@
 """Head scores for every attention head (independent PyTorch implementation, float64).
 
     /usr/bin/python3 tools/train/head_scores.py --model resources/models/headscope-tiny [--json OUT]
+    /usr/bin/python3 tools/train/head_scores.py --model DIR --text "a prompt" [--no-bos]
 
 The model is loaded from the folder as stored (F16 weights converted exactly to float64), and the
 forward pass runs in float64. Attention pattern A[q, k] = softmax over k <= q of the scaled scores.
@@ -22,6 +23,18 @@ Definitions (all means are plain arithmetic means; BOS = <|endoftext|> = vocab_s
     induction score  = mean over the B sequences and those n queries of A[q, q - n + 1]
                        (the token right after the previous occurrence),
     duplicate score  = mean over the same of A[q, q - n] (the previous occurrence itself).
+
+On any prompt (`--text`, and `prompt_scores` for a pattern already computed), the same three scores
+are read off one sequence of tokens t[0..T-1], the way TransformerLens's head detector builds
+detection patterns, but averaged over the rows where the behaviour can show:
+
+* previous-token: mean over q = 2 .. T-1 of A[q, q-1] (as above).
+* duplicate-token: D[q, k] = 1 when k < q and t[k] == t[q] (k = 0 left out when it is a prepended
+  BOS); mean over the rows q with any D[q, :] = 1 of sum_k A[q, k] D[q, k].
+* induction: I[q, k] = D[q, k - 1] for 1 <= k < q (the position after an earlier occurrence, other
+  than q itself); mean over the rows with any I[q, :] = 1 of sum_k A[q, k] I[q, k].
+A score with no such row is None ("no score"), not 0. On BOS + R + R with the ids of R distinct the
+rows are exactly the second copy's and these are the scores above for one sequence.
 """
 import argparse
 import json
@@ -112,6 +125,54 @@ def compute(model_dir):
     }
 
 
+def detection_masks(tokens, bos_prepended=True):
+    """[T, T] float64 0/1 masks (query row, key column) of the previous-token, duplicate-token and
+    induction detectors on `tokens`, written as TransformerLens's head detector writes them."""
+    t = torch.tensor(list(tokens), dtype=torch.long)
+    T = t.shape[0]
+    lower = torch.ones(T, T, dtype=torch.float64).tril(-1)          # k < q
+    prev = torch.zeros(T, T, dtype=torch.float64)
+    for q in range(2, T):
+        prev[q, q - 1] = 1.0
+    dup = (t[:, None] == t[None, :]).to(torch.float64) * lower
+    if bos_prepended and T > 0:
+        dup[:, 0] = 0.0                                             # BOS is no occurrence
+    ind = torch.zeros(T, T, dtype=torch.float64)
+    ind[:, 1:] = dup[:, :-1]                                        # one position to the right
+    ind = ind * lower                                               # k < q: not the query itself
+    return {"previous_token": prev, "duplicate_token": dup, "induction": ind}
+
+
+def prompt_scores(patterns, tokens, bos_prepended=True):
+    """patterns: [layer, head, query_pos, key_pos] float64 attention. Returns, per detector,
+    {"scores": [layer][head] of float or None, "query_positions": int}."""
+    out = {}
+    for name, mask in detection_masks(tokens, bos_prepended).items():
+        rows = mask.sum(dim=1) > 0                                  # the rows the score averages
+        per_row = (patterns * mask).sum(dim=-1)                     # [layer, head, query_pos]
+        n = int(rows.sum().item())
+        L, H = patterns.shape[0], patterns.shape[1]
+        if n == 0:
+            scores = [[None] * H for _ in range(L)]
+        else:
+            scores = per_row[:, :, rows].mean(dim=-1).tolist()
+        out[name] = {"scores": scores, "query_positions": n}
+    return out
+
+
+@torch.no_grad()
+def compute_prompt(model_dir, text, bos_prepended=True):
+    """The scores on one prompt, tokenized with the model's tokenizer (BOS first unless told)."""
+    model, cfg = load_model_dir(model_dir, torch.float64)
+    tok = bpe.Tokenizer(model_dir)
+    ids = ([cfg.eos_token_id] if bos_prepended else []) + tok.encode(text)
+    _, pats = model(torch.tensor([ids]), want_patterns=True)
+    patterns = torch.stack([p[0] for p in pats])                    # [layer, head, q, k]
+    res = prompt_scores(patterns, ids, bos_prepended)
+    res["tokens"] = ids
+    return res
+
+
 def table(res):
     L = len(res["induction"])
     H = len(res["induction"][0])
@@ -129,7 +190,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--json")
+    ap.add_argument("--text", help="score this prompt instead of the fixed sequences")
+    ap.add_argument("--no-bos", action="store_true", help="with --text: do not prepend BOS")
     args = ap.parse_args()
+    if args.text is not None:
+        res = compute_prompt(args.model, args.text, not args.no_bos)
+        print(json.dumps(res, indent=1))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     res = compute(args.model)
     print(table(res))
     print(json.dumps(res["best"], indent=1))

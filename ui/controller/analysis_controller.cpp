@@ -19,6 +19,7 @@
 #include "core/analysis/view_data.h"
 #include "ui/base/deliver.h"
 #include "ui/controller/grid_images.h"
+#include "ui/controller/head_metrics.h"
 
 namespace hs::ui {
 namespace {
@@ -125,6 +126,7 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
   result->next = std::move(overview.next);
   result->thumbnails.reserve(overview.thumbnails.size());
   for (const hs::PooledGrid& grid : overview.thumbnails) result->thumbnails.push_back(patternImage(grid));
+  result->head_metrics = computeHeadMetrics(*result);
   result->worker_ms = msSince(t0);
   return result;
 }

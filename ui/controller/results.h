@@ -21,6 +21,13 @@
 
 namespace hs::ui {
 
+// One per-head number for every head (a head metric's values, ui/controller/head_metrics.h).
+struct HeadMetricValues {
+  QString id;              // the metric's id ("induction")
+  hs::RowMatrixXf values;  // [layer, head]; NaN: no score for that head
+  QString note;            // one line on what the values averaged, or why there are none
+};
+
 // One forward pass over the prompt, plus what every view needs regardless of the selection.
 struct RunResult {
   quint64 job = 0;
@@ -30,13 +37,22 @@ struct RunResult {
   // [layer * n_head + head]: each head's pattern as a small image (max-pooled when long), with
   // masked cells in the masked colour. Painted scaled without smoothing by the head grid.
   std::vector<QImage> thumbnails;
-  double worker_ms = 0.0;                // tokenize + forward + thumbnails, on the worker
+  // Every head metric computed with the run (headMetrics() with a per-run or per-model source),
+  // in registry order.
+  std::vector<HeadMetricValues> head_metrics;
+  double worker_ms = 0.0;                // tokenize + forward + thumbnails + head metrics, on the worker
   double latency_ms = 0.0;               // request -> result on the GUI thread (set on arrival)
 
   int n_pos() const { return static_cast<int>(run.tokens.size()); }
   int n_layer() const { return run.cache->n_layer(); }
   int n_head() const { return run.cache->config().n_heads; }
   const hs::Model& model() const { return *run.model; }
+  // The values of head metric `id` computed with this run, or null.
+  const HeadMetricValues* headMetric(const QString& id) const {
+    for (const HeadMetricValues& m : head_metrics)
+      if (m.id == id) return &m;
+    return nullptr;
+  }
 };
 
 // The parts of the selection an analysis reads (bits of AnalysisSpec::reads).

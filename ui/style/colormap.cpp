@@ -37,18 +37,28 @@ const QVector<QColor>& colorMapStops(ColorMap map) {
   static const QVector<QColor> diverging = stopsFromHex({"#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0",
                                                          "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d", "#b2182b",
                                                          "#67001f"});
-  return map == ColorMap::Sequential ? sequential : diverging;
+  static const QVector<QColor> score = stopsFromHex(
+      {"#fcfbfd", "#efedf5", "#dadaeb", "#bcbddc", "#9e9ac8", "#807dba", "#6a51a3", "#54278f", "#3f007d"});
+  switch (map) {
+    case ColorMap::Sequential: return sequential;
+    case ColorMap::Diverging: return diverging;
+    case ColorMap::Score: break;
+  }
+  return score;
 }
 
 QRgb colorAt(ColorMap map, double t) {
   static const std::array<QRgb, 256> sequential = buildTable(colorMapStops(ColorMap::Sequential));
   static const std::array<QRgb, 256> diverging = buildTable(colorMapStops(ColorMap::Diverging));
+  static const std::array<QRgb, 256> score = buildTable(colorMapStops(ColorMap::Score));
   if (!std::isfinite(t)) return maskedColor().rgb();
   // Rounds half up like std::lround on the clamped, non-negative value, without its library call:
   // this runs per pixel of every thumbnail and r_h image (docs/benchmarks.md, "Measurements
   // behind the code").
   const int i = static_cast<int>(std::clamp(t, 0.0, 1.0) * 255.0 + 0.5);
-  return (map == ColorMap::Sequential ? sequential : diverging)[static_cast<size_t>(i)];
+  const std::array<QRgb, 256>& table =
+      map == ColorMap::Sequential ? sequential : map == ColorMap::Diverging ? diverging : score;
+  return table[static_cast<size_t>(i)];
 }
 
 QColor maskedColor() { return QColor(0xd9, 0xd9, 0xd9); }

@@ -4,6 +4,9 @@
 //   people.
 //   Diverging (attributions, signed activations, differences): ColorBrewer RdBu reversed, blue
 //   for negative, white at 0, red for positive; symmetric around 0 by construction.
+//   Score (per-head scores drawn on top of the thumbnails, e.g. induction): ColorBrewer Purples,
+//   near-white at 0 to dark purple at 1; sequential and single-hue like the first, but a hue
+//   neither the patterns (blue-green) nor the selection outline (orange) use.
 #pragma once
 
 #include <QColor>
@@ -11,7 +14,7 @@
 
 namespace hs::ui {
 
-enum class ColorMap { Sequential, Diverging };
+enum class ColorMap { Sequential, Diverging, Score };
 
 // Control points of the map, evenly spaced over [0, 1].
 const QVector<QColor>& colorMapStops(ColorMap map);

@@ -36,6 +36,44 @@ void ImageGridView::setItems(std::vector<Item> items, int columns) {
 
 void ImageGridView::clear() { setItems({}, columns_); }
 
+void ImageGridView::setDisplayOrder(std::vector<int> order) {
+  if (has_order_ && order == order_) return;
+  order_ = std::move(order);
+  has_order_ = true;
+  updateGeometry();
+  update();
+}
+
+void ImageGridView::clearDisplayOrder() {
+  if (!has_order_) return;
+  order_.clear();
+  has_order_ = false;
+  updateGeometry();
+  update();
+}
+
+int ImageGridView::cellCount() const { return has_order_ ? static_cast<int>(order_.size()) : itemCount(); }
+
+int ImageGridView::itemAt(int slot) const {
+  const int index = has_order_ ? order_[static_cast<size_t>(slot)] : slot;
+  return index >= 0 && index < itemCount() ? index : -1;
+}
+
+int ImageGridView::slotOf(int index) const {
+  if (index < 0 || index >= itemCount()) return -1;
+  if (!has_order_) return index;
+  const auto it = std::find(order_.begin(), order_.end(), index);
+  return it == order_.end() ? -1 : static_cast<int>(it - order_.begin());
+}
+
+void ImageGridView::setTooltipProvider(std::function<QString(int)> provider) { tooltip_provider_ = std::move(provider); }
+
+QString ImageGridView::tooltipFor(int index) const {
+  if (index < 0 || index >= itemCount()) return {};
+  const QString& own = items_[static_cast<size_t>(index)].tooltip;
+  return own.isEmpty() && tooltip_provider_ ? tooltip_provider_(index) : own;
+}
+
 void ImageGridView::setRowHeaders(const QStringList& headers) {
   row_headers_ = headers;
   update();
@@ -68,7 +106,7 @@ void ImageGridView::setMarkedIndex(int index) {
   update();
 }
 
-int ImageGridView::rows() const { return (itemCount() + columns_ - 1) / columns_; }
+int ImageGridView::rows() const { return (cellCount() + columns_ - 1) / columns_; }
 
 ImageGridView::Geometry ImageGridView::geometryFor(QSize size) const {
   Geometry g;
@@ -102,24 +140,25 @@ ImageGridView::Geometry ImageGridView::geometryFor(QSize size) const {
   return g;
 }
 
-QRect ImageGridView::imageRect(const Geometry& g, int index) const {
-  const int r = index / columns_, c = index % columns_;
+QRect ImageGridView::imageRect(const Geometry& g, int slot) const {
+  const int r = slot / columns_, c = slot % columns_;
   const int x = g.x0 + g.header_w + g.gap + c * (g.cell_w + g.gap);
   const int y = g.y0 + g.header_h + g.gap + r * (g.cell_h + g.gap);
   return QRect(x, y, g.cell_w, g.cell_h - g.label_h);
 }
 
 QRect ImageGridView::itemRect(int index) const {
-  if (index < 0 || index >= itemCount()) return {};
-  return imageRect(geometryFor(size()), index);
+  const int slot = slotOf(index);
+  if (slot < 0) return {};
+  return imageRect(geometryFor(size()), slot);
 }
 
 int ImageGridView::indexAt(const QPoint& pos) const {
   const Geometry g = geometryFor(size());
-  for (int i = 0; i < itemCount(); ++i) {
-    QRect r = imageRect(g, i);
+  for (int s = 0; s < cellCount(); ++s) {
+    QRect r = imageRect(g, s);
     r.setHeight(g.cell_h);
-    if (r.adjusted(-g.gap / 2, -g.gap / 2, g.gap / 2, g.gap / 2).contains(pos)) return i;
+    if (r.adjusted(-g.gap / 2, -g.gap / 2, g.gap / 2, g.gap / 2).contains(pos)) return itemAt(s);
   }
   return -1;
 }
@@ -136,7 +175,7 @@ int ImageGridView::heightForWidth(int width) const {
 
 QSize ImageGridView::minimumSizeHint() const { return QSize(120, 80); }
 
-void ImageGridView::paintGrid(QPainter& p, QSize size) const {
+void ImageGridView::paintGrid(QPainter& p, QSize size, bool on_screen) const {
   p.fillRect(QRect(QPoint(0, 0), size), palette().color(QPalette::Base));
   if (items_.empty()) return;
   const Geometry g = geometryFor(size);
@@ -155,40 +194,105 @@ void ImageGridView::paintGrid(QPainter& p, QSize size) const {
     p.drawText(QRect(g.x0, cell.y(), g.header_w - 4, cell.height()), Qt::AlignRight | Qt::AlignVCenter,
                row_headers_[r]);
   }
-  for (int i = 0; i < itemCount(); ++i) {
-    const QRect r = imageRect(g, i);
+  for (int s = 0; s < cellCount(); ++s) {
+    const int i = itemAt(s);
+    if (i < 0) continue;
+    const QRect r = imageRect(g, s);
     const Item& item = items_[static_cast<size_t>(i)];
     if (!item.image.isNull()) p.drawImage(r, item.image);
     p.setPen(QPen(QColor(0xb0, 0xb0, 0xb0), 1));
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(r).adjusted(-0.5, -0.5, 0.5, 0.5));
     if (g.label_h > 0 && !item.label.isEmpty()) {
-      p.setPen(i == selected_ ? accentColor().darker(130) : text.lighter(130));
-      QFont f = header_font;
-      f.setBold(i == selected_);
-      p.setFont(f);
+      // The labels' font stays set; only the selected label switches to bold and back.
+      const bool selected = i == selected_;
+      p.setPen(selected ? accentColor().darker(130) : text.lighter(130));
+      if (selected) {
+        QFont bold = header_font;
+        bold.setBold(true);
+        p.setFont(bold);
+      }
       p.drawText(QRect(r.x() - 4, r.bottom() + 4, r.width() + 8, g.label_h), Qt::AlignHCenter | Qt::AlignTop,
                  item.label);
-      p.setFont(header_font);
+      if (selected) p.setFont(header_font);
     }
   }
+  // The badges after every image, in one font.
+  QFont badge_font = font();
+  badge_font.setPointSizeF(badge_font.pointSizeF() * 0.78);
+  p.setFont(badge_font);
+  const QFontMetrics badge_metrics(badge_font);
+  for (int s = 0; s < cellCount(); ++s) {
+    const int i = itemAt(s);
+    if (i >= 0 && !items_[static_cast<size_t>(i)].badge.isEmpty())
+      paintBadge(p, badge_metrics, imageRect(g, s), items_[static_cast<size_t>(i)], on_screen);
+  }
   auto outline = [&](int index, const QPen& pen) {
-    if (index < 0 || index >= itemCount()) return;
+    const int slot = slotOf(index);
+    if (slot < 0) return;
     p.setPen(pen);
     p.setBrush(Qt::NoBrush);
-    p.drawRect(QRectF(imageRect(g, index)).adjusted(-2, -2, 2, 2));
+    p.drawRect(QRectF(imageRect(g, slot)).adjusted(-2, -2, 2, 2));
   };
   if (hovered_ != selected_) outline(hovered_, QPen(QColor(0x50, 0x50, 0x50), 1.0, Qt::DashLine));
   if (marked_ != selected_) outline(marked_, QPen(accentColor().lighter(130), 1.5, Qt::DotLine));
   outline(selected_, QPen(accentColor(), 3.0));
 }
 
-void ImageGridView::paintEvent(QPaintEvent*) {
-  QPainter p(this);
-  paintGrid(p, size());
+void ImageGridView::paintBadge(QPainter& p, const QFontMetrics& fm, const QRect& r, const Item& item,
+                               bool on_screen) const {
+  const int text_w = fm.horizontalAdvance(item.badge) + 3, text_h = fm.height();
+  // Text when it fits in the top-right corner, the masked triangle but for a sliver near the
+  // first rows; a chip of the colour otherwise (GPT-2 small's 144 heads are about 32 px each at
+  // 1600 x 1000, where text still fits, and 16 px at 1280 x 800, where it does not).
+  const bool with_text = text_w <= r.width() * 80 / 100 && text_h <= r.height() * 42 / 100;
+  const int side = std::max(6, r.width() * 3 / 10);
+  const QSize size = with_text ? QSize(text_w, text_h) : QSize(side, side);
+  const QPoint at(r.right() - size.width() + 1, r.top());
+  auto draw = [&](QPainter& q, const QRect& box) {
+    q.fillRect(box, item.badge_color);
+    q.setPen(QPen(item.badge_color.darker(135), 1));
+    q.setBrush(Qt::NoBrush);
+    q.drawRect(QRectF(box).adjusted(0.5, 0.5, -0.5, -0.5));
+    if (!with_text) return;
+    // Dark text on light fills, white on dark (the score map runs from near-white to deep purple).
+    const QColor c = item.badge_color;
+    const bool dark = 0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue() < 140;
+    q.setPen(dark ? QColor(Qt::white) : QColor(0x22, 0x22, 0x22));
+    q.drawText(box, Qt::AlignCenter, item.badge);
+  };
+  if (!on_screen) {
+    draw(p, QRect(at, size));
+    return;
+  }
+  const BadgeKey key{with_text ? item.badge : QString(), item.badge_color.rgb(), size};
+  auto it = badge_cache_.constFind(key);
+  if (it == badge_cache_.constEnd()) {
+    if (badge_cache_.size() > 1024) badge_cache_.clear();  // a bound, not an eviction policy
+    const qreal dpr = devicePixelRatioF();
+    QPixmap pixmap(size * dpr);
+    pixmap.setDevicePixelRatio(dpr);
+    pixmap.fill(Qt::transparent);
+    QPainter q(&pixmap);
+    q.setFont(p.font());
+    draw(q, QRect(QPoint(0, 0), size));
+    q.end();
+    it = badge_cache_.insert(key, pixmap);
+  }
+  p.drawPixmap(at, *it);
 }
 
-void ImageGridView::paintFigure(QPainter& painter, QSize size) { paintGrid(painter, size); }
+void ImageGridView::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  paintGrid(p, size(), true);
+}
+
+void ImageGridView::paintFigure(QPainter& painter, QSize size) { paintGrid(painter, size, false); }
+
+void ImageGridView::changeEvent(QEvent* event) {
+  QWidget::changeEvent(event);
+  if (event->type() == QEvent::FontChange || event->type() == QEvent::PaletteChange) badge_cache_.clear();
+}
 
 void ImageGridView::setFigureText(const FigureText& text, const QString& file_stem) {
   figure_text_ = text;
@@ -205,8 +309,9 @@ void ImageGridView::mouseMoveEvent(QMouseEvent* event) {
   const int index = indexAt(event->pos());
   if (index == hovered_) return;
   hovered_ = index;
-  if (index >= 0 && !items_[static_cast<size_t>(index)].tooltip.isEmpty())
-    QToolTip::showText(event->globalPosition().toPoint(), items_[static_cast<size_t>(index)].tooltip, this);
+  const QString tip = tooltipFor(index);
+  if (!tip.isEmpty())
+    QToolTip::showText(event->globalPosition().toPoint(), tip, this);
   else
     QToolTip::hideText();
   update();

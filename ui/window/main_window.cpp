@@ -33,7 +33,7 @@
 #include "ui/controller/selection.h"
 #include "ui/window/export_all.h"
 #include "ui/base/figure.h"
-#include "ui/views/head_overview.h"
+#include "ui/views/head_metrics_bar.h"
 #include "ui/views/registry.h"
 #include "ui/views/view_text.h"
 #include "ui/widgets/color_legend.h"
@@ -88,6 +88,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   if (restore_settings_) {
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
     splitter_->restoreState(settings.value(QStringLiteral("window/splitter")).toByteArray());
+    head_metrics_->restoreSettings();
   }
   if (!restore_settings_ || settings.value(QStringLiteral("window/geometry")).isNull()) {
     // 1600 x 1000 where the screen allows, else most of the screen (1280 x 800 laptops).
@@ -202,8 +203,10 @@ void MainWindow::buildCentral() {
   head_grid_ = new ImageGridView(heads_panel);
   head_grid_->setObjectName(QStringLiteral("headGrid"));
   head_grid_->setMaxCellWidth(110);
+  head_metrics_ = new HeadMetricsBar(head_grid_, heads_panel);
   heads_layout->addWidget(heads_title);
   heads_layout->addWidget(heads_caption_);
+  heads_layout->addWidget(head_metrics_);
   heads_layout->addWidget(head_grid_);
   auto* legend = new ColorLegend(heads_panel);
   legend->setObjectName(QStringLiteral("headsLegend"));
@@ -448,7 +451,7 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
   tokens_->setSelectedPosition(selection_->position());
   tokens_->setHoverPosition(selection_->hoverPosition());
 
-  showHeadOverview(*head_grid_, *run, true);
+  head_metrics_->setRun(run);  // the thumbnails, with the chosen score's badges, order and filter
   if (shape_changed) {
     // Room for thumbnails big enough to read (about 44 px and their L3H7 labels), up to 30% of
     // the window; a model with many heads gets smaller ones.
@@ -676,6 +679,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   if (restore_settings_) {
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
     settings.setValue(QStringLiteral("window/splitter"), splitter_->saveState());
+    head_metrics_->saveSettings();
   }
   QMainWindow::closeEvent(event);
 }

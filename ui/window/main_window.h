@@ -27,6 +27,7 @@ namespace hs::ui {
 class AnalysisController;
 class AnalysisView;
 class ExportAllJob;
+class HeadMetricsBar;
 class ImageGridView;
 class PromptEdit;
 class Selection;
@@ -52,6 +53,8 @@ class MainWindow : public QMainWindow {
   PromptEdit* promptEdit() const { return prompt_; }
   TokenStrip* tokenStrip() const { return tokens_; }
   ImageGridView* headGrid() const { return head_grid_; }
+  // The heads panel's "Scores:" control (badges, sorting and filtering of the head grid).
+  HeadMetricsBar* headMetricsBar() const { return head_metrics_; }
   // The tab of the view with this id (ui/views/registry.cpp), or null.
   AnalysisView* view(const QString& id) const;
   template <class View>
@@ -102,6 +105,7 @@ class MainWindow : public QMainWindow {
   QLabel* banner_ = nullptr;
   QSplitter* splitter_ = nullptr;
   ImageGridView* head_grid_ = nullptr;
+  HeadMetricsBar* head_metrics_ = nullptr;
   QLabel* heads_caption_ = nullptr;
   QTabWidget* tabs_ = nullptr;
   std::vector<AnalysisView*> views_;  // the tabs, in registry order

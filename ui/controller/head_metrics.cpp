@@ -1,0 +1,114 @@
+#include "ui/controller/head_metrics.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <mutex>
+
+#include "core/analysis/head_detectors.h"
+#include "core/error.h"
+
+namespace hs::ui {
+namespace {
+
+// A detector of core/analysis/head_detectors.h on the run's own prompt.
+HeadMetric detectorMetric(hs::HeadDetector detector, const QString& name, const QString& definition) {
+  HeadMetric m;
+  m.id = QString::fromLatin1(hs::detector_key(detector));
+  m.name = name;
+  m.definition = definition;
+  m.compute = [detector, id = m.id](const RunResult& run) {
+    const hs::DetectorScores s = hs::detect_heads(*run.run.cache, detector, run.run.bos_prepended);
+    HeadMetricValues v{id, s.scores, {}};
+    if (s.queries > 0)
+      v.note = QStringLiteral("mean over %1 query position%2 of this prompt").arg(s.queries).arg(s.queries == 1 ? "" : "s");
+    else if (detector == hs::HeadDetector::PreviousToken)
+      v.note = QStringLiteral("no score: the prompt needs 3 tokens");
+    else if (detector == hs::HeadDetector::DuplicateToken)
+      v.note = QStringLiteral("no score: no token occurs twice in this prompt");
+    else
+      v.note = QStringLiteral("no score: no token occurs twice (other than twice in a row)");
+    return v;
+  };
+  return m;
+}
+
+}  // namespace
+
+const std::vector<HeadMetric>& headMetrics() {
+  static const std::vector<HeadMetric> metrics = {
+      detectorMetric(hs::HeadDetector::PreviousToken, QStringLiteral("previous-token"),
+                     QStringLiteral("Attention from each position to the one before it, averaged over positions "
+                                    "2 and later of this prompt.")),
+      detectorMetric(hs::HeadDetector::DuplicateToken, QStringLiteral("duplicate-token"),
+                     QStringLiteral("Attention to earlier occurrences of the same token, summed over them and "
+                                    "averaged over the positions whose token occurred before.")),
+      detectorMetric(hs::HeadDetector::Induction, QStringLiteral("induction"),
+                     QStringLiteral("Attention to the tokens right after earlier occurrences of the current token, "
+                                    "summed and averaged over the positions that have one (A B … A → B).")),
+  };
+  return metrics;
+}
+
+const HeadMetric* findHeadMetric(const QString& id) {
+  for (const HeadMetric& m : headMetrics())
+    if (m.id == id) return &m;
+  return nullptr;
+}
+
+std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run) {
+  // Model metrics, once per loaded weights: the last values of each, with the weights they were
+  // computed from (a weak pointer, so a closed model is not kept alive by its scores).
+  struct Memo {
+    QString id;
+    std::weak_ptr<const hs::Weights> weights;
+    HeadMetricValues values;
+  };
+  static std::mutex memo_mutex;
+  static std::vector<Memo> memo;
+
+  std::vector<HeadMetricValues> out;
+  const auto& weights = run.run.cache->weights();
+  for (const HeadMetric& m : headMetrics()) {
+    if (m.source == HeadMetric::Source::External || !m.compute) continue;
+    if (m.source == HeadMetric::Source::Model) {
+      std::lock_guard<std::mutex> lock(memo_mutex);
+      bool found = false;
+      for (const Memo& e : memo)
+        if (e.id == m.id && e.weights.lock() == weights) {
+          out.push_back(e.values);
+          found = true;
+        }
+      if (found) continue;
+    }
+    HeadMetricValues v;
+    try {
+      v = m.compute(run);
+      v.id = m.id;
+    } catch (const std::exception& e) {
+      v = {m.id,
+           hs::RowMatrixXf::Constant(run.n_layer(), run.n_head(), std::numeric_limits<float>::quiet_NaN()),
+           QStringLiteral("could not compute %1: %2").arg(m.name, QString::fromStdString(e.what()))};
+    }
+    if (m.source == HeadMetric::Source::Model) {
+      std::lock_guard<std::mutex> lock(memo_mutex);
+      std::erase_if(memo, [&](const Memo& e) { return e.id == m.id; });
+      memo.push_back({m.id, weights, v});
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+QString headMetricText(const HeadMetric& metric, float value) {
+  return std::isnan(value) ? QStringLiteral("—") : QString::number(value, 'f', metric.decimals);
+}
+
+QColor headMetricColor(const HeadMetric& metric, float value) {
+  if (std::isnan(value)) return QColor(0xf2, 0xf2, 0xf2);
+  const float span = metric.high - metric.low;
+  const double t = span > 0.0f ? (value - metric.low) / span : 0.5;
+  return QColor(colorAt(metric.colors, t));
+}
+
+}  // namespace hs::ui
