@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/analysis/circuits.h"
 #include "core/analysis/head_detectors.h"
 #include "core/error.h"
 
@@ -33,6 +34,25 @@ HeadMetric detectorMetric(hs::HeadDetector detector, const QString& name, const 
   return m;
 }
 
+// The copying score of each head's full OV circuit (core/analysis/circuits.h): weights only.
+HeadMetric copyingMetric() {
+  HeadMetric m;
+  m.id = QStringLiteral("copying");
+  m.name = QStringLiteral("OV copying");
+  m.definition = QStringLiteral("Copying score of the head's full OV circuit W_E W_OV W_U: sum(λ) / sum(|λ|) over "
+                                "its eigenvalues; near 1 for a head that raises the logit of the token it "
+                                "attends to. From the weights alone (norm weights folded, biases ignored).");
+  m.source = HeadMetric::Source::Model;
+  m.compute = [id = m.id](const RunResult& run) {
+    return HeadMetricValues{id, hs::copying_scores(*run.model().weights()),
+                            QStringLiteral("from the weights: the same for every prompt")};
+  };
+  m.low = -1.0f;
+  m.high = 1.0f;
+  m.colors = ColorMap::Diverging;
+  return m;
+}
+
 }  // namespace
 
 const std::vector<HeadMetric>& headMetrics() {
@@ -46,6 +66,7 @@ const std::vector<HeadMetric>& headMetrics() {
       detectorMetric(hs::HeadDetector::Induction, QStringLiteral("induction"),
                      QStringLiteral("Attention to the tokens right after earlier occurrences of the current token, "
                                     "summed and averaged over the positions that have one (A B … A → B).")),
+      copyingMetric(),
   };
   return metrics;
 }
