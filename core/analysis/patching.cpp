@@ -102,22 +102,30 @@ void by_row_blocks(Eigen::Index rows, F&& f) {
   for (Eigen::Index b = 0; b < blocks; ++b) f(b * kBlock, std::min(kBlock, rows - b * kBlock));
 }
 
-void layernorm_rows(RowMatrixXf& out, const RowMatrixXf& x, const float* w, const float* b, float eps) {
-  out.resize(x.rows(), x.cols());
-  by_row_blocks(x.rows(), [&](Eigen::Index r0, Eigen::Index n) {
+
+// out = norm(x), rows [0, rows) of two [*, d_model] buffers, with forward()'s kernel.
+void layernorm_rows(RowMatrixXf& out, const RowMatrixXf& x, Eigen::Index rows, const float* w, const float* b,
+                    float eps) {
+  by_row_blocks(rows, [&](Eigen::Index r0, Eigen::Index n) {
     RowMatrixXf in = x.middleRows(r0, n), o;
     layernorm_forward(o, nullptr, in, w, b, eps);
     out.middleRows(r0, n) = o;
   });
 }
 
-void activation_rows(RowMatrixXf& out, const RowMatrixXf& pre, Activation act) {
-  out.resize(pre.rows(), pre.cols());
-  by_row_blocks(pre.rows(), [&](Eigen::Index r0, Eigen::Index n) {
-    RowMatrixXf in = pre.middleRows(r0, n), o;
-    activation_forward(o, in, act);
-    out.middleRows(r0, n) = o;
+// x = act(x) in place, rows [0, rows).
+void activation_rows(RowMatrixXf& x, Eigen::Index rows, Activation act) {
+  by_row_blocks(rows, [&](Eigen::Index r0, Eigen::Index n) {
+    float* p = x.data() + r0 * x.cols();
+    activation_forward(p, p, n * x.cols(), act);
   });
+}
+
+// out rows [0, rows) = x rows [0, rows) @ W + b: linear_forward's product, into kept buffers.
+// The buffers live for a whole group: sized anew per layer, the large ones were fresh pages from
+// the kernel every time (glibc maps blocks over 4 MB; forward.cpp fixes that threshold).
+void gemm_rows(RowMatrixXf& out, const RowMatrixXf& x, Eigen::Index rows, const PackedMatrix& W, const float* b) {
+  packed_gemm(rows, x.data(), x.cols(), W, 0, W.rows(), b, out.data(), out.cols());
 }
 
 struct Cell {
@@ -251,14 +259,21 @@ class Sweep {
   void run_group(const std::vector<Cell>& cells) {
     const int L = c_.n_layers;
     const Eigen::Index S = S_, D = c_.d_model, HD = Eigen::Index{c_.n_heads} * c_.d_head;
-    std::vector<Member> members;  // continuing A members, in row order
-    RowMatrixXf resid;            // [their rows, d_model], entering the current layer
-    std::vector<Cell> seeds;      // attn_out cells whose patched row went through the last MLP
-    RowMatrixXf seed_rows;        // [seeds, d_model] their resid_post rows
+    // The most rows the group stacks: every cell's rows, and an attn_out cell's extra row.
+    Eigen::Index max_rows = 0;
     int first_layer = L;
-    for (const Cell& cell : cells) first_layer = std::min(first_layer, cell.layer);
+    for (const Cell& cell : cells) {
+      max_rows += (what_ == HookPoint::Z ? S : S - cell.index) + (what_ == HookPoint::AttnOut ? 1 : 0);
+      first_layer = std::min(first_layer, cell.layer);
+    }
+    RowMatrixXf resid(max_rows, D), ln(max_rows, D), qkv(max_rows, W_.packed(0).W_qkv.cols()), z(max_rows, HD),
+        attn(max_rows, D), hidden(max_rows, c_.d_mlp), out(max_rows, D);
+    RowMatrixXf last_resid;            // the last layer's rows: one per member, then the extra rows
+    std::vector<Member> members;       // continuing members, in row order
+    Eigen::Index n_cont = 0;           // their rows, at the top of resid
+    std::vector<Cell> seeds;           // attn_out cells whose patched row went through the last MLP
+    RowMatrixXf seed_rows;             // [seeds, d_model] their resid_post rows
     std::vector<RowMatrixXf> scratch(static_cast<size_t>(3 * std::max(1, omp_get_max_threads())));
-    RowMatrixXf x, ln, qkv, z, attn, h, post, out;
 
     for (int l = first_layer; l < L; ++l) {
       check_cancel();
@@ -281,8 +296,8 @@ class Sweep {
           entering.push_back({{cell.layer, cell.index, cell.index, 0}, r});
         }
       }
-      for (size_t s = 0; s < seeds.size(); ++s)
-        entering.push_back({{seeds[s].layer, seeds[s].index, seeds[s].index, 0}, seed_rows.row(static_cast<Eigen::Index>(s))});
+      for (size_t i = 0; i < seeds.size(); ++i)
+        entering.push_back({{seeds[i].layer, seeds[i].index, seeds[i].index, 0}, seed_rows.row(static_cast<Eigen::Index>(i))});
       seeds.clear();
       // New members after hook_z of layer l: a z patch (one head, every position).
       std::vector<Cell> z_cells;
@@ -305,46 +320,36 @@ class Sweep {
         }
       }
 
-      // Stack: continuing members, entering members (A), z members (Z), extra rows.
-      Eigen::Index rows_a = resid.rows();
+      // Stack below the continuing rows: entering members (A), z members (Z), extra rows.
+      Eigen::Index rows_a = n_cont;
       for (auto& [m, first_row] : entering) {
+        const Eigen::Index n = S - m.first;
         m.row0 = rows_a;
-        rows_a += S - m.first;
-      }
-      const Eigen::Index rows_z = static_cast<Eigen::Index>(z_cells.size()) * S;
-      const Eigen::Index rows_e = static_cast<Eigen::Index>(extra_cells.size());
-      if (rows_a + rows_z + rows_e == 0) continue;
-      {
-        RowMatrixXf stacked(rows_a + rows_z + rows_e, D);
-        stacked.topRows(resid.rows()) = resid;
-        for (auto& [m, first_row] : entering) {
-          const Eigen::Index n = S - m.first;
-          stacked.middleRows(m.row0, n) = Cl.resid_pre.middleRows(m.first, n);
-          stacked.row(m.row0) = first_row;
-          members.push_back(m);
-        }
-        for (size_t i = 0; i < z_cells.size(); ++i)
-          stacked.middleRows(rows_a + static_cast<Eigen::Index>(i) * S, S) = Cl.resid_pre;
-        for (size_t i = 0; i < extra_cells.size(); ++i) {
-          const int p = extra_cells[i].index;
-          RowVectorXf r = Cl.resid_pre.row(p) + Kl.attn_out.row(p);  // the patched resid_mid
-          stacked.row(rows_a + rows_z + static_cast<Eigen::Index>(i)) = r;
-        }
-        resid.swap(stacked);
+        resid.middleRows(rows_a, n) = Cl.resid_pre.middleRows(m.first, n);
+        resid.row(rows_a) = first_row;
+        members.push_back(m);
+        rows_a += n;
       }
       const size_t n_a = members.size();
-      for (size_t i = 0; i < z_cells.size(); ++i)
-        members.push_back({z_cells[i].layer, z_cells[i].index, 0, rows_a + static_cast<Eigen::Index>(i) * S});
+      const Eigen::Index rows_z = static_cast<Eigen::Index>(z_cells.size()) * S;
+      for (size_t i = 0; i < z_cells.size(); ++i) {
+        const Eigen::Index r0 = rows_a + static_cast<Eigen::Index>(i) * S;
+        resid.middleRows(r0, S) = Cl.resid_pre;
+        members.push_back({z_cells[i].layer, z_cells[i].index, 0, r0});
+      }
+      const Eigen::Index rows_e = static_cast<Eigen::Index>(extra_cells.size());
+      for (size_t i = 0; i < extra_cells.size(); ++i) {
+        const int p = extra_cells[i].index;
+        resid.row(rows_a + rows_z + static_cast<Eigen::Index>(i)) = Cl.resid_pre.row(p) + Kl.attn_out.row(p);
+      }
       const size_t n_members = members.size();
+      if (n_members == 0 && rows_e == 0) continue;
 
       // z of every member: attention for the A rows, the patched z for the Z rows. In the last
       // layer only each member's last row, packed one row per member.
-      const Eigen::Index z_rows = last ? static_cast<Eigen::Index>(n_members) : rows_a + rows_z;
-      z.resize(z_rows, HD);
       if (rows_a > 0) {
-        x = resid.topRows(rows_a);
-        layernorm_rows(ln, x, Wl.norm1_w, Wl.norm1_b, c_.norm_eps);
-        linear_forward(qkv, ln, WP.W_qkv, Wl.b_qkv);  // [A rows, Q | K | V]
+        layernorm_rows(ln, resid, rows_a, Wl.norm1_w, Wl.norm1_b, c_.norm_eps);
+        gemm_rows(qkv, ln, rows_a, WP.W_qkv, Wl.b_qkv);  // [A rows, Q | K | V]
         check_cancel();
 #pragma omp parallel for schedule(dynamic)
         for (size_t i = 0; i < n_a; ++i) {
@@ -365,37 +370,43 @@ class Sweep {
         }
       }
 
-      // In the last layer only the last rows go on: gather them (and the extra rows) compactly.
+      // The rows that go on through W_O and the MLP: all of them, or in the last layer each
+      // member's last row and the extra rows, gathered compactly.
+      RowMatrixXf* work = &resid;
+      Eigen::Index rows_z_out = rows_a + rows_z, rows_all = rows_a + rows_z + rows_e;
       if (last) {
-        RowMatrixXf last_rows(static_cast<Eigen::Index>(n_members) + rows_e, D);
+        last_resid.resize(static_cast<Eigen::Index>(n_members) + rows_e, D);
         for (size_t i = 0; i < n_members; ++i) {
           const Member& m = members[i];
-          last_rows.row(static_cast<Eigen::Index>(i)) = resid.row(m.row0 + (S - m.first) - 1);
+          last_resid.row(static_cast<Eigen::Index>(i)) = resid.row(m.row0 + (S - m.first) - 1);
         }
-        last_rows.bottomRows(rows_e) = resid.bottomRows(rows_e);
-        resid.swap(last_rows);
+        last_resid.bottomRows(rows_e) = resid.middleRows(rows_a + rows_z, rows_e);
+        work = &last_resid;
+        rows_z_out = static_cast<Eigen::Index>(n_members);
+        rows_all = last_resid.rows();
       }
-      const Eigen::Index rows_with_z = z.rows();
-      linear_forward(attn, z, WP.W_O, Wl.b_O);
-      resid.topRows(rows_with_z) += attn;  // resid_mid
+      RowMatrixXf& w = *work;
+      gemm_rows(attn, z, rows_z_out, WP.W_O, Wl.b_O);
+      w.topRows(rows_z_out) += attn.topRows(rows_z_out);  // resid_mid
       check_cancel();
 
-      layernorm_rows(ln, resid, Wl.norm2_w, Wl.norm2_b, c_.norm_eps);
-      linear_forward(h, ln, WP.W_in, Wl.b_in);
-      activation_rows(post, h, c_.activation);
-      linear_forward(out, post, WP.W_out, Wl.b_out);
-      resid += out;  // resid_post
+      layernorm_rows(ln, w, rows_all, Wl.norm2_w, Wl.norm2_b, c_.norm_eps);
+      gemm_rows(hidden, ln, rows_all, WP.W_in, Wl.b_in);
+      activation_rows(hidden, rows_all, c_.activation);
+      gemm_rows(out, hidden, rows_all, WP.W_out, Wl.b_out);
+      w.topRows(rows_all) += out.topRows(rows_all);  // resid_post
 
       if (last) {
         std::vector<Cell> scored;
         for (const Member& m : members) scored.push_back({m.layer, m.index});
         for (const Cell& e : extra_cells) scored.push_back(e);
-        score(resid, scored);
+        score(last_resid, scored);
       } else {
+        // Every member continues at hook_resid_pre of the next layer, in the same row order;
+        // the extra rows' patched resid_post enters there as new members.
+        n_cont = rows_a + rows_z;
         seeds = extra_cells;
-        seed_rows = resid.bottomRows(rows_e);
-        resid.conservativeResize(rows_a + rows_z, D);
-        // Every member continues at hook_resid_pre of the next layer, in the same row order.
+        seed_rows = resid.middleRows(n_cont, rows_e);
       }
       report(static_cast<double>(rows_a + rows_z + rows_e));
     }
