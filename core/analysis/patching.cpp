@@ -66,9 +66,8 @@ void check_metrics(float m_clean, float m_corrupt) {
   if (!std::isfinite(m_clean) || !std::isfinite(m_corrupt))
     throw Error("the metric is not a finite number on one of the prompts (the model's logits overflowed).");
   if (m_clean == m_corrupt)
-    throw Error("logit(answer) - logit(wrong) is " + std::to_string(m_clean) +
-                " on both prompts, so there is no difference for patching to restore; choose prompts or answers that "
-                "the model tells apart.");
+    throw Error("logit(answer) - logit(wrong) is the same on both prompts, so there is no difference for patching to "
+                "restore; choose prompts or answers that the model tells apart.");
 }
 
 // The activation at `hook` of layer l.

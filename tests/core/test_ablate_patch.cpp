@@ -402,3 +402,66 @@ TEST_CASE("a sweep reports progress and can be cancelled", "[patching]") {
   checks = 0;
   CHECK_THROWS_AS(patching_sweep_full_runs(clean, corrupt, 0, 13, HookPoint::Z, control), Cancelled);
 }
+
+TEST_CASE("cli run --ablate writes the ablated run's cache, with the keys of an ordinary run", "[ablation][cli]") {
+  const auto& a = fixture()["ablations"][0];
+  const fs::path out = fs::temp_directory_path() / ("hs_ablate_" + std::to_string(::getpid()) + ".json");
+  std::string ids;
+  for (const auto& t : a["tokens"]) ids += (ids.empty() ? "" : ",") + std::to_string(t.get<int>());
+  const test::CliRun r = test::run_cli("run --model " + test::quote(test::fixture_model(a["model"]).string()) +
+                                       " --tokens " + ids + " --ablate " + a["ablate"].get<std::string>() + " -o " +
+                                       test::quote(out.string()));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(test::read_text(out));
+  fs::remove(out);
+  const auto ref = SafetensorsFile::open(fixture_dir() / a["file"].get<std::string>());
+  const auto model = Model::load(test::fixture_model(a["model"]));
+  for (const std::string& key : model->run(a["tokens"].get<std::vector<int32_t>>())->keys()) {
+    INFO(key);
+    REQUIRE(j.contains(key));
+    std::vector<float> ours;
+    std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& v) {
+      if (v.is_array())
+        for (const auto& x : v) walk(x);
+      else ours.push_back(v.is_null() ? -std::numeric_limits<float>::infinity() : v.get<float>());
+    };
+    walk(j[key]);
+    const test::Comparison c = test::compare(ref->to_f32(*ref->find(key)), ours);
+    CHECK(c.masks_agree);
+    CHECK(c.relative <= kRelTol);
+  }
+}
+
+TEST_CASE("cli patch writes metric_clean, metric_corrupt, raw and normalized", "[patching][cli]") {
+  const auto& c = fixture()["patching"][1];
+  const fs::path out = fs::temp_directory_path() / ("hs_patch_" + std::to_string(::getpid()) + ".json");
+  for (HookPoint what : kSites) {
+    const std::string site(hook_short_name(what));
+    INFO(site);
+    const test::CliRun r = test::run_cli(
+        "patch --model " + test::quote(test::fixture_model(c["model"]).string()) + " --clean " +
+        test::quote(c["clean_text"]) + " --corrupt " + test::quote(c["corrupt_text"]) + " --answer " +
+        test::quote(c["answer_text"]) + " --wrong " + test::quote(c["wrong_text"]) + " --what " + site + " -o " +
+        test::quote(out.string()));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.empty());
+    const auto j = nlohmann::json::parse(test::read_text(out));
+    const auto& ref = c["sweeps"][site];
+    CHECK(j["what"] == site);
+    CHECK(j["metric_clean"].get<double>() == Approx(ref["metric_clean"].get<double>()).epsilon(kRelTol));
+    CHECK(j["metric_corrupt"].get<double>() == Approx(ref["metric_corrupt"].get<double>()).epsilon(kRelTol));
+    CHECK(j["raw"].size() == ref["raw"].size());
+    CHECK(j["raw"][0].size() == ref["raw"][0].size());
+    CHECK(test::compare(flat(ref["raw"]), flat(j["raw"])).relative <= kRelTol);
+    CHECK(test::compare(flat(ref["normalized"]), flat(j["normalized"])).relative <= kRelTol);
+    CHECK(j["clean_tokens"] == c["clean_tokens"]);
+    CHECK(j["answer_id"] == c["answer"]);
+    CHECK(j["labels"].size() == c["clean_tokens"].size());
+  }
+  fs::remove(out);
+  const test::CliRun help = test::run_cli("patch --help");
+  CHECK(help.code == 0);
+  CHECK(help.out.find("--what resid_pre|attn_out|mlp_out|z") != std::string::npos);
+}
