@@ -3,6 +3,7 @@
 #include "ui/views/attention_view.h"
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
+#include "ui/views/patching_view.h"
 
 namespace hs::ui {
 
@@ -11,6 +12,7 @@ const std::vector<ViewDescriptor>& viewRegistry() {
       AttentionView::descriptor(),
       ContributionsView::descriptor(),
       ConcatSumView::descriptor(),
+      PatchingView::descriptor(),
   };
   return views;
 }

@@ -68,6 +68,12 @@ void ImageGridView::setMarkedIndex(int index) {
   update();
 }
 
+void ImageGridView::setPickedIndices(const QList<int>& indices) {
+  if (indices == picked_) return;
+  picked_ = indices;
+  update();
+}
+
 int ImageGridView::rows() const { return (itemCount() + columns_ - 1) / columns_; }
 
 ImageGridView::Geometry ImageGridView::geometryFor(QSize size) const {
@@ -162,6 +168,19 @@ void ImageGridView::paintGrid(QPainter& p, QSize size) const {
     p.setPen(QPen(QColor(0xb0, 0xb0, 0xb0), 1));
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(r).adjusted(-0.5, -0.5, 0.5, 0.5));
+    if (!item.tag.isEmpty() && r.width() >= 14) {
+      // A dark chip in the top-right corner, legible on any pattern.
+      QFont f = header_font;
+      f.setBold(true);
+      p.setFont(f);
+      const QFontMetrics fm(f);
+      const QRect chip(r.right() - fm.horizontalAdvance(item.tag) - 6, r.top(), fm.horizontalAdvance(item.tag) + 6,
+                       fm.height());
+      p.fillRect(chip, QColor(0x30, 0x30, 0x30, 220));
+      p.setPen(Qt::white);
+      p.drawText(chip, Qt::AlignCenter, item.tag);
+      p.setFont(header_font);
+    }
     if (g.label_h > 0 && !item.label.isEmpty()) {
       p.setPen(i == selected_ ? accentColor().darker(130) : text.lighter(130));
       QFont f = header_font;
@@ -178,6 +197,7 @@ void ImageGridView::paintGrid(QPainter& p, QSize size) const {
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(imageRect(g, index)).adjusted(-2, -2, 2, 2));
   };
+  for (int i : picked_) outline(i, QPen(accentColor().darker(120), 2.0, Qt::DashLine));
   if (hovered_ != selected_) outline(hovered_, QPen(QColor(0x50, 0x50, 0x50), 1.0, Qt::DashLine));
   if (marked_ != selected_) outline(marked_, QPen(accentColor().lighter(130), 1.5, Qt::DotLine));
   outline(selected_, QPen(accentColor(), 3.0));
@@ -198,7 +218,9 @@ void ImageGridView::setFigureText(const FigureText& text, const QString& file_st
 void ImageGridView::mousePressEvent(QMouseEvent* event) {
   if (event->button() != Qt::LeftButton) return;
   const int index = indexAt(event->pos());
-  if (index >= 0) Q_EMIT itemClicked(index);
+  if (index < 0) return;
+  if (event->modifiers() & Qt::ControlModifier) Q_EMIT itemCtrlClicked(index);
+  else Q_EMIT itemClicked(index);
 }
 
 void ImageGridView::mouseMoveEvent(QMouseEvent* event) {
@@ -224,6 +246,10 @@ void ImageGridView::leaveEvent(QEvent* event) {
 
 void ImageGridView::contextMenuEvent(QContextMenuEvent* event) {
   QMenu menu(this);
+  if (const int index = indexAt(event->pos()); index >= 0) {
+    Q_EMIT itemContextMenu(index, &menu);
+    if (!menu.isEmpty()) menu.addSeparator();
+  }
   addFigureExportActions(menu, this, *this);
   menu.exec(event->globalPos());
 }

@@ -11,6 +11,8 @@
 
 #include "ui/base/figure.h"
 
+class QMenu;
+
 namespace hs::ui {
 
 class ImageGridView : public QWidget, public FigureSource {
@@ -21,6 +23,7 @@ class ImageGridView : public QWidget, public FigureSource {
     QImage image;
     QString label;    // drawn under the image when there is room ("L3H7")
     QString tooltip;
+    QString tag;      // a short mark drawn on the image's corner ("0": the head is zero-ablated)
   };
 
   explicit ImageGridView(QWidget* parent = nullptr);
@@ -38,6 +41,9 @@ class ImageGridView : public QWidget, public FigureSource {
   int selectedIndex() const { return selected_; }
   // An index whose cell gets a light outline (e.g. the head under the mouse elsewhere); -1: none.
   void setMarkedIndex(int index);
+  // Items picked for an action on several at once (Ctrl+click), outlined with dashes.
+  void setPickedIndices(const QList<int>& indices);
+  const QList<int>& pickedIndices() const { return picked_; }
 
   // The rectangle of an item's image in widget coordinates (tests click there).
   QRect itemRect(int index) const;
@@ -57,7 +63,10 @@ class ImageGridView : public QWidget, public FigureSource {
 
  Q_SIGNALS:
   void itemClicked(int index);
+  void itemCtrlClicked(int index);  // a click with Ctrl held: pick or unpick it
   void itemHovered(int index);  // -1 when leaving
+  // Right-click on an item: receivers add their actions to `menu` (the export actions follow).
+  void itemContextMenu(int index, QMenu* menu);
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -82,6 +91,7 @@ class ImageGridView : public QWidget, public FigureSource {
   int max_cell_w_ = 120;
   int selected_ = -1;
   int marked_ = -1;
+  QList<int> picked_;
   int hovered_ = -1;
   FigureText figure_text_;
   QString file_stem_ = QStringLiteral("grid");
