@@ -735,11 +735,14 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("OMP_NUM_THREADS=2 build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
     L.append("env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
     L.append("build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --mode open --runs 5 [--cold]")
+    L.append("OMP_NUM_THREADS=2 build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --tokens 16 --threads 2 --mode patch --what resid_pre")
+    L.append("env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 16 --threads 2 --mode patch --what resid_pre --warmup 0 --runs 1")
     L.append("build-bench/tools/bench/hs_bench_keys          # GUI keystroke latency, headless")
     L.append("```")
     L.append("")
     L.append("Options of `run.sh` (passed to `suite.py`): `--quick`; `--tokens 20,128` (only these rows); "
-             "`--no-gui`; `--no-profile`; `--max-process-seconds S` (a process starts no new pass after S seconds; "
+             "`--no-gui`; `--no-profile`; `--sections rows,patch,open,gui,profile` (only these parts; write the page "
+             "elsewhere with `--out` then); `--max-process-seconds S` (a process starts no new pass after S seconds; "
              "default 300, which a quiet machine never reaches); `--json FILE` (every measurement). "
              "`HEADSCOPE_BENCH_BUILD` and `HEADSCOPE_BENCH_MODEL` choose other build and model folders. "
              "The Google Benchmark microbenchmarks of the same calls: "
