@@ -311,3 +311,18 @@ TEST_CASE("Export All writes the Patching view's four maps when it has inputs", 
   }
   CHECK_FALSE(files.contains(QStringLiteral("patching.png")));
 }
+
+TEST_CASE("A head of the Contributions heatmap can be ablated from its right-click menu too", "[window][ablation]") {
+  Window w(QStringLiteral("The cat sat"));
+  auto* view = w.window.viewAs<ContributionsView>(QStringLiteral("contributions"));
+  QMenu menu;
+  Q_EMIT view->headHeatmap()->cellContextMenu(1, 3, &menu);
+  QAction* mean = nullptr;
+  for (QAction* a : menu.actions())
+    if (a->objectName() == QStringLiteral("actionMeanAblate")) mean = a;
+  REQUIRE(mean);
+  CHECK(mean->text() == QStringLiteral("Mean-ablate L1H3"));
+  mean->trigger();
+  REQUIRE(waitFor([&] { return ablationsOf(w.run()) == 1; }));
+  CHECK(w.run()->ablations().front() == hs::mean_ablation(1, 3));
+}

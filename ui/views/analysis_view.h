@@ -17,6 +17,8 @@
 #include "ui/base/figure.h"
 #include "ui/controller/results.h"
 
+class QMenu;
+
 namespace hs::ui {
 
 class Selection;
@@ -65,6 +67,9 @@ class AnalysisView : public QWidget, public FigureSource {
   // view's id), or for the one in flight to stop.
   void analysisRequested(const hs::ui::AnalysisKey& key);
   void cancelRequested();
+  // Right-click on a head somewhere in the view: the window adds what can be done to a head
+  // (ablate it) to `menu`.
+  void headContextMenu(int layer, int head, QMenu* menu);
 
  protected:
   // Right-click outside its plots: save the whole view (each plot offers its own figure).

@@ -3,6 +3,7 @@
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QMenu>
 #include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
@@ -175,6 +176,9 @@ PatchingView::PatchingView(Selection* selection, QWidget* parent) : AnalysisView
     map->setCompact(true);
     maps_[i] = map;
     grid->addWidget(map, static_cast<int>(i / 2), static_cast<int>(i % 2));
+    if (site == hs::HookPoint::Z)
+      connect(map, &HeatmapView::cellContextMenu, this,
+              [this](int layer, int head, QMenu* menu) { Q_EMIT headContextMenu(layer, head, menu); });
     connect(map, &HeatmapView::cellClicked, this, [this, site](int layer, int col) {
       if (site == hs::HookPoint::Z) selection_->setHead(layer, col);
       else {

@@ -21,6 +21,7 @@ class QCPColorMap;
 class QCPColorScale;
 class QCPItemRect;
 class QCPTextElement;
+class QMenu;
 class QMouseEvent;
 
 namespace hs::ui {
@@ -98,6 +99,8 @@ class HeatmapView : public QWidget, public FigureSource {
  Q_SIGNALS:
   void cellClicked(int row, int col);
   void cellHovered(int row, int col);  // (-1, -1) when the mouse leaves the cells
+  // Right-click on a cell: receivers add their actions to `menu` (the export actions follow).
+  void cellContextMenu(int row, int col, QMenu* menu);
 
  protected:
   void resizeEvent(QResizeEvent* event) override;

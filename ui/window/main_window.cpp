@@ -437,6 +437,10 @@ void MainWindow::connectEverything() {
     connect(views_[i], &AnalysisView::analysisRequested, this,
             [this, id](const AnalysisKey& key) { controller_->request(id, key); });
     connect(views_[i], &AnalysisView::cancelRequested, this, [this, id] { controller_->cancel(id); });
+    connect(views_[i], &AnalysisView::headContextMenu, this, [this](int layer, int head, QMenu* menu) {
+      if (layer >= 0 && layer < selection_->layerCount() && head >= 0 && head < selection_->headCount())
+        addHeadActions(layer * selection_->headCount() + head, menu);
+    });
   }
   connect(controller_, &AnalysisController::analysisProgress, this,
           [this](const QString& id, double fraction, const QString& what) {
