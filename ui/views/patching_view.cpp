@@ -251,8 +251,9 @@ void PatchingView::setRun(std::shared_ptr<const RunResult> run) {
     setRunning(false);
     status_->setText(QStringLiteral("A new run (the prompt or the ablations changed) stopped the sweep; Run again."));
   }
-  validate();
-  updateSummary();  // the maps stay: they change only with a new result
+  // Checking the inputs tokenizes both prompts: done when the tab is shown, not per keystroke
+  // behind a hidden tab. The maps stay: they change only with a new result.
+  refresher_->request();
 }
 
 bool PatchingView::validate() {
@@ -344,13 +345,20 @@ void PatchingView::setResult(std::shared_ptr<const ViewResult> result) {
   size_t cells = 0;
   for (const auto& s : result_->sweeps) cells += static_cast<size_t>(s.raw.size());
   status_->setText(QStringLiteral("%1 patched runs in %2.").arg(cells).arg(formatDuration(result_->elapsed_ms)));
+  maps_dirty_ = true;
   refresher_->request();
 }
 
 void PatchingView::refresh() {
+  if (!running_) validate();
+  if (maps_dirty_) drawMaps();
+  updateSummary();
+}
+
+void PatchingView::drawMaps() {
+  maps_dirty_ = false;
   if (!result_) {
     for (HeatmapView* m : maps_) m->clear();
-    summary_->clear();
     return;
   }
   const RunResult& run = *result_->run;
@@ -382,7 +390,6 @@ void PatchingView::refresh() {
     map->setFigureText({QStringLiteral("Activation patching: %1 (normalized effect)").arg(siteName(kSites[i])), subtitle},
                        QStringLiteral("patching_%1").arg(siteName(kSites[i])));
   }
-  updateSummary();
 }
 
 void PatchingView::updateSummary() {
@@ -422,7 +429,7 @@ std::vector<ExportFigure> PatchingView::exportFigures(const RunResult& run) {
   }
   for (size_t i = 0; i < kSites.size(); ++i)
     figures.push_back({key(), [this, i]() -> ExportFigure::Target {
-                         refresh();
+                         if (maps_dirty_) drawMaps();
                          maps_[i]->replotNow();
                          return {maps_[i], kHeatmapFigureSize};
                        }});

@@ -79,12 +79,14 @@ class PatchingView : public AnalysisView {
   // Checks the inputs against the run on screen; enables Run and says what is wrong or ready.
   bool validate();
   void setRunning(bool running);
-  void refresh();
+  void refresh();  // when shown: the inputs checked against the run, the maps if new, the summary
+  void drawMaps();
   void updateSummary();
 
   std::shared_ptr<const RunResult> run_;
   std::shared_ptr<const PatchingViewResult> result_;
   bool running_ = false;
+  bool maps_dirty_ = false;  // a result the maps do not show yet
   QLabel* title_ = nullptr;
   QLabel* caption_ = nullptr;
   QLineEdit* corrupt_ = nullptr;
