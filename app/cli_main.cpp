@@ -15,6 +15,7 @@
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/head_scores.h"
 #include "core/analysis/logit_lens.h"
+#include "core/analysis/patching.h"
 #include "core/error.h"
 #include "core/io/export.h"
 #include "core/session/session.h"
@@ -34,7 +35,10 @@ const char* kMainHelp = R"(headscope-cli - look inside GPT-2-family transformers
 Usage:
   headscope-cli info     [--model DIR]
   headscope-cli tokenize [--model DIR] --text TEXT
-  headscope-cli run      [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.json|OUT.npz
+  headscope-cli run      [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] [--ablate 3.2,1.0:mean]
+                         -o OUT.json|OUT.npz
+  headscope-cli patch    [--model DIR] --clean TEXT --corrupt TEXT --answer TEXT --wrong TEXT
+                         --what resid_pre|attn_out|mlp_out|z -o OUT.json
   headscope-cli heads    [--model DIR] [--text TEXT [--no-bos]]
   headscope-cli generate [--model DIR] --text TEXT -n N [--temperature T] [--seed S]
   headscope-cli lens     [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.npz|OUT.json
@@ -58,14 +62,33 @@ Prints {"ids": [...], "tokens": [...], "labels": [...]} as JSON. "tokens" holds 
 (or its display label when the token is only part of a UTF-8 character); "labels" shows spaces
 as '␣' and newlines as '↵'. Never adds BOS.
 )"},
-    {"run", R"(Usage: headscope-cli run [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT
+    {"run", R"(Usage: headscope-cli run [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] [--ablate HEADS] -o OUT
 
 Runs the model and writes every activation of the cache (TransformerLens names, no batch
 dimension) plus "tokens" to OUT. OUT ending in .json: one object of nested arrays, masked
 attention scores as null. OUT ending in .npz: float32 arrays for numpy.load. --text prepends BOS
 unless --no-bos; --tokens is used exactly as given. A text longer than the model's context is
 refused. The file is written atomically: on any error, no file is left.
-  --threads N   threads for the forward pass (default: all cores)
+  --ablate HEADS  run with these heads ablated and write that run (the same keys): LAYER.HEAD
+                  items separated by commas, each :zero (the default: hook_z set to 0) or :mean
+                  (hook_z set to its mean over the prompt's positions), e.g. 3.2,1.0:mean
+  --threads N     threads for the forward pass (default: all cores)
+)"},
+    {"patch", R"(Usage: headscope-cli patch [--model DIR] --clean TEXT --corrupt TEXT --answer TEXT --wrong TEXT
+                           --what resid_pre|attn_out|mlp_out|z [--no-bos] -o OUT.json
+
+Activation patching: runs both prompts, then, for every layer and position (every layer and head
+for z), the corrupted prompt with that one activation copied from the clean run: the residual
+stream entering the layer (resid_pre), the attention or MLP block's output (attn_out, mlp_out)
+at one position, or one head's z at every position. Each patched run is scored by
+m = logit(answer) - logit(wrong) at the last position. Writes one JSON object: "metric_clean",
+"metric_corrupt", "raw" ([n_layers][pos], or [n_layers][n_heads] for z: m of each patched run)
+and "normalized" ((m - metric_corrupt) / (metric_clean - metric_corrupt): 1 where the patch
+restores the clean answer, 0 where it changes nothing), plus "what", "clean_tokens",
+"corrupt_tokens", "answer_id", "wrong_id" and "labels" (the clean prompt's tokens).
+The prompts must have the same number of tokens (BOS is prepended to both unless --no-bos);
+--answer and --wrong must each be exactly one token (often with a leading space: " Paris").
+  --threads N   threads (default: all cores)
 )"},
     {"heads", R"(Usage: headscope-cli heads [--model DIR] [--seed S]
        headscope-cli heads [--model DIR] --text TEXT [--no-bos]
@@ -109,6 +132,7 @@ and its own entry ("ov_self_logits", "ov_self_ranks").
 struct Args {
   std::string command;
   std::optional<std::string> model, text, tokens, out, head;
+  std::optional<std::string> ablate, clean, corrupt, answer, wrong, what;
   int top_k = 10;
   bool no_bos = false;
   int n = -1;
@@ -146,6 +170,12 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--head") a.head = value(i, f);
     else if (f == "--top-k") a.top_k = parse_int(f, value(i, f), 1, 1000);
     else if (f == "--no-bos") a.no_bos = true;
+    else if (f == "--ablate" && a.command == "run") a.ablate = value(i, f);
+    else if (f == "--clean" && a.command == "patch") a.clean = value(i, f);
+    else if (f == "--corrupt" && a.command == "patch") a.corrupt = value(i, f);
+    else if (f == "--answer" && a.command == "patch") a.answer = value(i, f);
+    else if (f == "--wrong" && a.command == "patch") a.wrong = value(i, f);
+    else if (f == "--what" && a.command == "patch") a.what = value(i, f);
     else if (f == "-n") a.n = parse_int(f, value(i, f), 0, 1 << 20);
     else if (f == "--threads") a.threads = parse_int(f, value(i, f), 1, 1024);
     else if (f == "--seed") {
@@ -266,16 +296,26 @@ int cmd_run(const Args& a) {
   const std::string ext = std::filesystem::path(*a.out).extension().string();
   if (ext != ".json" && ext != ".npz")
     throw UsageError("-o " + *a.out + ": the output must end in .json or .npz.");
+  hs::Interventions ablations;
+  if (a.ablate) {
+    try {
+      ablations = hs::parse_head_ablations(*a.ablate);
+    } catch (const hs::Error& e) {
+      throw UsageError(e.what());
+    }
+  }
   const auto m = load_model(a);
   hs::TextRun r;
   if (a.text) {
     hs::TextRunOptions o;
     o.prepend_bos = !a.no_bos;
     o.run.threads = g_threads;
+    o.run.interventions = ablations;
     r = hs::run_text(m, *a.text, o);
   } else {
     hs::RunOptions o;
     o.threads = g_threads;
+    o.interventions = ablations;
     r = hs::run_tokens(m, parse_tokens(*a.tokens), o);
   }
   // The model's own warnings were printed when it loaded; these are the run's.
@@ -434,6 +474,52 @@ int cmd_circuits(const Args& a) {
     j["ov_self_ranks"] = p.ov_self_ranks;
   }
   hs::write_file_atomically(*a.out, j.dump(1) + "\n");
+int cmd_patch(const Args& a) {
+  if (!a.clean || !a.corrupt || !a.answer || !a.wrong || !a.what)
+    throw UsageError("patch needs --clean TEXT, --corrupt TEXT, --answer TEXT, --wrong TEXT and "
+                     "--what resid_pre|attn_out|mlp_out|z.");
+  if (!a.out) throw UsageError("patch needs -o OUT.json.");
+  if (std::filesystem::path(*a.out).extension() != ".json")
+    throw UsageError("-o " + *a.out + ": the output of patch must end in .json.");
+  hs::HookPoint what{};
+  try {
+    what = hs::parse_hook_point(*a.what);
+  } catch (const hs::Error& e) {
+    throw UsageError(std::string("--what: ") + e.what());
+  }
+  const auto m = load_model(a);
+  const hs::PatchingInputs in = hs::patching_inputs(*m, *a.clean, *a.corrupt, *a.answer, *a.wrong, !a.no_bos);
+  hs::RunOptions o;
+  o.threads = g_threads;
+  const hs::TextRun clean = hs::run_tokens(m, in.clean, o);
+  const hs::TextRun corrupt = hs::run_tokens(m, in.corrupt, o);
+  for (const hs::TextRun* r : {&clean, &corrupt})
+    for (const auto& w : r->warnings)
+      if (std::find(m->warnings().begin(), m->warnings().end(), w) == m->warnings().end())
+        std::cerr << "headscope-cli: warning: " << w << "\n";
+  hs::SweepControl control;
+  control.threads = g_threads;
+  const hs::PatchingResult p = hs::patching_sweep(*clean.cache, *corrupt.cache, in.answer, in.wrong, what, control);
+  auto rows = [](const hs::RowMatrixXf& x) {
+    json out = json::array();
+    for (Eigen::Index r = 0; r < x.rows(); ++r) {
+      json row = json::array();
+      for (Eigen::Index c = 0; c < x.cols(); ++c) row.push_back(x(r, c));
+      out.push_back(std::move(row));
+    }
+    return out;
+  };
+  const json j = {{"what", std::string(hs::hook_short_name(what))},
+                  {"metric_clean", p.metric_clean},
+                  {"metric_corrupt", p.metric_corrupt},
+                  {"raw", rows(p.raw)},
+                  {"normalized", rows(p.normalized)},
+                  {"clean_tokens", in.clean},
+                  {"corrupt_tokens", in.corrupt},
+                  {"answer_id", in.answer},
+                  {"wrong_id", in.wrong},
+                  {"labels", clean.token_labels}};
+  hs::write_file_atomically(*a.out, j.dump() + "\n");
   return 0;
 }
 
@@ -514,7 +600,7 @@ int main(int argc, char** argv) {
     const Args a = parse_args(argc, argv);
     const auto help = kCommandHelp.find(a.command);
     if (help == kCommandHelp.end())
-      throw UsageError("unknown command \"" + a.command + "\"; commands are info, tokenize, run, heads, generate, lens, circuits.");
+      throw UsageError("unknown command \"" + a.command + "\"; commands are info, tokenize, run, patch, heads, generate, lens, circuits.");
     if (a.help) {
       std::cout << help->second;
       return 0;
@@ -524,6 +610,7 @@ int main(int argc, char** argv) {
     if (a.command == "tokenize") return cmd_tokenize(a);
     if (a.command == "run") return cmd_run(a);
     if (a.command == "heads") return cmd_heads(a);
+    if (a.command == "patch") return cmd_patch(a);
     if (a.command == "lens") return cmd_lens(a);
     if (a.command == "circuits") return cmd_circuits(a);
     return cmd_generate(a);

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/model/intervention.h"
 #include "core/model/weights.h"
 #include "core/tensor/eigen.h"
 #include "core/tensor/tensor.h"
@@ -113,6 +114,9 @@ class ActivationCache {
   RowVectorXf final_residual(int pos) const;
   // How many tokens at the start were reused from an earlier run instead of recomputed.
   int reused_prefix = 0;
+  // The ablations and patches this run was made with (RunOptions::interventions); empty for a
+  // plain run. The stored activations are the edited ones.
+  Interventions interventions;
   // Whether every logit is a finite number (set by the forward pass; a run that reuses a prefix
   // checks only its new rows and carries the prefix's answer over).
   bool logits_finite = true;

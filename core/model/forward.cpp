@@ -110,11 +110,70 @@ void check_tokens(const ModelConfig& c, std::span<const int32_t> tokens) {
 Eigen::Index reusable_prefix(const ActivationCache* previous, const Weights* weights, std::span<const int32_t> tokens,
                              const RunOptions& o) {
   if (!previous || previous->weights().get() != weights || !cache_covers(*previous, o)) return 0;
+  if (!prefix_stable(o.interventions)) return 0;
   const auto& old = previous->tokens();
   size_t p = 0;
   while (p < old.size() && p < tokens.size() && old[p] == tokens[p]) ++p;
   // Always recompute the last position, so a run of the very same tokens still runs.
   return static_cast<Eigen::Index>(std::min(p, tokens.size() - 1));
+}
+
+// A layer's interventions, by hook (intervention.h). Built once per run; a plain run has none
+// and its layers never look further than the empty test.
+struct LayerHooks {
+  std::vector<const Intervention*> at[4];  // indexed by HookPoint
+  const std::vector<const Intervention*>& operator[](HookPoint h) const { return at[static_cast<int>(h)]; }
+};
+
+std::vector<LayerHooks> hooks_by_layer(const Interventions& interventions, int n_layers) {
+  std::vector<LayerHooks> out;
+  if (interventions.empty()) return out;
+  out.resize(static_cast<size_t>(n_layers));
+  for (const Intervention& i : interventions) out[static_cast<size_t>(i.layer)].at[static_cast<int>(i.hook)].push_back(&i);
+  return out;
+}
+
+// The stored activation a patch copies from: `hook` of layer l of `source`.
+const RowMatrixXf& hooked(const ActivationCache& source, HookPoint hook, int l) {
+  const LayerActivations& a = source.layer(l);
+  switch (hook) {
+    case HookPoint::ResidPre: return a.resid_pre;
+    case HookPoint::Z: return a.z;
+    case HookPoint::AttnOut: return a.attn_out;
+    case HookPoint::MlpOut: return a.mlp_out;
+  }
+  return a.resid_pre;
+}
+
+// Edits the new rows [P, S) of an activation (`rows`: [S - P, width]) as `hooks` say: for hook_z
+// the head's d_head columns, for the others the whole row; at one position or all of them.
+// A mean is over every position, so it runs only with P = 0 (reusable_prefix sees to that).
+void apply_hooks(const std::vector<const Intervention*>& hooks, Eigen::Ref<RowMatrixXf> rows, Eigen::Index P,
+                 int d_head) {
+  for (const Intervention* i : hooks) {
+    const Eigen::Index c0 = i->hook == HookPoint::Z ? Eigen::Index{i->head} * d_head : 0;
+    const Eigen::Index width = i->hook == HookPoint::Z ? d_head : rows.cols();
+    Eigen::Index r0 = 0, n = rows.rows();
+    if (i->pos >= 0) {
+      if (i->pos < P) continue;  // in the reused prefix, which was made with the same edit
+      r0 = i->pos - P;
+      n = 1;
+    }
+    auto block = rows.block(r0, c0, n, width);
+    switch (i->kind) {
+      case InterventionKind::Zero:
+        block.setZero();
+        break;
+      case InterventionKind::Mean: {
+        const RowVectorXf mean = block.colwise().mean();
+        block.rowwise() = mean;
+        break;
+      }
+      case InterventionKind::Patch:
+        block = hooked(*i->source, i->hook, i->layer).block(P + r0, c0, n, width);
+        break;
+    }
+  }
 }
 
 // Sets the calling thread's OpenMP team size for one run and restores it afterwards. Eigen's
@@ -147,7 +206,8 @@ int auto_threads(const ModelConfig& config, int n_tokens) {
 bool cache_covers(const ActivationCache& cache, const RunOptions& o) {
   if (o.logits_only || cache.n_layer() == 0) return false;
   const LayerActivations& l0 = cache.layer(0);
-  return (!o.store_scores || !l0.scores_hqk.empty()) && (!o.store_results || !l0.result_phd.empty());
+  return (!o.store_scores || !l0.scores_hqk.empty()) && (!o.store_results || !l0.result_phd.empty()) &&
+         cache.interventions == o.interventions;
 }
 
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
@@ -155,12 +215,15 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   const ModelConfig& c = weights->config();
   require_implemented(c);
   check_tokens(c, tokens);
+  if (!options.interventions.empty()) check_interventions(options.interventions, *weights, static_cast<int>(tokens.size()));
+  const std::vector<LayerHooks> hooks = hooks_by_layer(options.interventions, c.n_layers);
   const Eigen::Index P = reusable_prefix(previous.get(), weights.get(), tokens, options);
   const ThreadScope threads(options.threads > 0 ? options.threads
                                                 : auto_threads(c, static_cast<int>(tokens.size() - static_cast<size_t>(P))));
   const ActivationCache* prev = P > 0 ? previous.get() : nullptr;
   auto cache = std::make_shared<ActivationCache>(weights, std::vector<int32_t>(tokens.begin(), tokens.end()));
   cache->reused_prefix = static_cast<int>(P);
+  cache->interventions = options.interventions;
   const Eigen::Index S = static_cast<Eigen::Index>(tokens.size()), N = S - P, D = c.d_model, H = c.n_heads;
   const Eigen::Index q_width = H * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
 
@@ -184,6 +247,8 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     const PackedLayer& WP = weights->packed(l);
     LayerActivations& a = options.logits_only ? scratch : cache->layer(l);
     const LayerActivations* pa = prev ? &prev->layer(l) : nullptr;
+    const LayerHooks* hook = hooks.empty() ? nullptr : &hooks[static_cast<size_t>(l)];
+    if (hook) apply_hooks((*hook)[HookPoint::ResidPre], resid, P, c.d_head);
     with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
     a.resid_pre.bottomRows(N) = resid;
 
@@ -206,6 +271,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
                     a.pattern_tri.data() + h * tri);
     with_prefix(a.z, pa ? &pa->z : nullptr, P, S, q_width);
     attention_forward(a, P, c, cache->attention_scale(l), options.store_scores, attention_scratch);
+    if (hook) apply_hooks((*hook)[HookPoint::Z], a.z.bottomRows(N), P, c.d_head);
     if (pa && options.store_scores) {
       // The earlier run's scores are [head, S_prev, S_prev]; its first P query rows carry over.
       const size_t S_prev = static_cast<size_t>(prev->n_pos()), SS = static_cast<size_t>(S);
@@ -221,6 +287,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // share of a short pass.
     const RowMatrixXf z_new = a.z.bottomRows(N);
     linear_forward(block_out, z_new, WP.W_O, W.b_O);
+    if (hook) apply_hooks((*hook)[HookPoint::AttnOut], block_out, P, c.d_head);
     with_prefix(a.attn_out, pa ? &pa->attn_out : nullptr, P, S, D);
     a.attn_out.bottomRows(N) = block_out;
     if (options.store_results) {
@@ -239,6 +306,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     a.mlp_pre.bottomRows(N) = block_out;
     activation_forward(mlp_post, block_out, c.activation);
     linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
+    if (hook) apply_hooks((*hook)[HookPoint::MlpOut], block_out, P, c.d_head);
     with_prefix(a.mlp_out, pa ? &pa->mlp_out : nullptr, P, S, D);
     a.mlp_out.bottomRows(N) = block_out;
     resid += block_out;  // resid_post

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/model/cache.h"
+#include "core/model/intervention.h"
 #include "core/model/weights.h"
 
 namespace hs {
@@ -17,11 +18,14 @@ struct RunOptions {
   // Threads for this run (0: choose from the size of the work). Applies to the calling thread
   // only, so concurrent runs (the GUI's worker, a benchmark) do not disturb each other.
   int threads = 0;
+  // Edits of activations during the run (ablations, patches; intervention.h), applied in order
+  // at their hook. Empty: a plain run, bit for bit.
+  Interventions interventions;
 };
 
 // Whether an earlier run's cache holds everything a run with `options` keeps: its layers (it was
-// not a logits-only run), and the extras the options store (scores, per-head results). Only such
-// a cache may lend its prefix to a new run, or stand in for it.
+// not a logits-only run), the extras the options store (scores, per-head results), and the same
+// interventions. Only such a cache may lend its prefix to a new run, or stand in for it.
 bool cache_covers(const ActivationCache& cache, const RunOptions& options);
 
 // The automatic choice: one thread when the run is small enough that forking costs more than it
@@ -37,7 +41,12 @@ int auto_threads(const ModelConfig& config, int n_tokens);
 // With `previous` (an earlier full-cache run of the same weights), the positions of the longest
 // common token prefix are copied from it instead of recomputed: causal attention means their
 // activations cannot depend on what follows. Only the new positions are computed; the result is
-// identical to a full run (tested). At least the last position is always recomputed.
+// identical to a full run (tested). At least the last position is always recomputed. A run with
+// interventions reuses only a run with the same ones, and only when they keep positions
+// independent of later ones (zero ablations): a mean ablation changes every position when the
+// prompt grows, and a patch depends on its source run.
+//
+// Interventions are checked first (check_interventions); a bad one throws hs::Error.
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
                                          const RunOptions& options = {},
                                          std::shared_ptr<const ActivationCache> previous = nullptr);

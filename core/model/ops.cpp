@@ -59,22 +59,27 @@ void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, i
 
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act) {
   out.resize(pre.rows(), pre.cols());
-  auto x = pre.array();
+  activation_forward(out.data(), pre.data(), pre.size(), act);
+}
+
+void activation_forward(float* out_p, const float* pre_p, int64_t n, Activation act) {
+  Eigen::Map<const Eigen::ArrayXf> x(pre_p, n);
+  Eigen::Map<Eigen::ArrayXf> out(out_p, n);
   switch (act) {
     case Activation::GeluNew: {
       // gelu_new: the tanh approximation GPT-2 was trained with.
       constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
-      out.array() = 0.5f * x * (1.0f + (k * (x + 0.044715f * x * x * x)).tanh());
+      out = 0.5f * x * (1.0f + (k * (x + 0.044715f * x * x * x)).tanh());
       break;
     }
     case Activation::GeluErf:
-      out = pre.unaryExpr([](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); });
+      out = x.unaryExpr([](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); });
       break;
     case Activation::Relu:
-      out.array() = x.max(0.0f);
+      out = x.max(0.0f);
       break;
     case Activation::Silu:
-      out.array() = x / (1.0f + (-x).exp());
+      out = x / (1.0f + (-x).exp());
       break;
   }
 }

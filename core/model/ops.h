@@ -30,6 +30,9 @@ void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& 
 void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const PackedMatrix& W_O);
 // out = act(pre), elementwise.
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act);
+// The same over n floats of any buffers (out may be pre): for callers that keep their own
+// storage, such as the patching sweep's row blocks. The same bits as the matrix form.
+void activation_forward(float* out, const float* pre, int64_t n, Activation act);
 // out[S, V] = x[S, D] @ W_U[D, V] (packed), split over vocabulary panels on all threads.
 // out must already be [S, V] (a block of the cache's logits, written in place).
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U);

@@ -169,7 +169,7 @@ const std::set<std::string> kTested = {
     "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
-    "R57",
+    "R57", "R70", "R71", "R72", "R73", "R74", "R75", "R76",
 };
 
 const char* kText = "The cat sat on the mat.";
@@ -557,6 +557,39 @@ TEST_CASE("refused input: text and token ids (R40-R44)", "[refused]") {
   SECTION("R42 a token id outside the vocabulary") { check_refused(cli(run + "--tokens 290,999"), expected("R42", {}), s); }
   SECTION("R43 token ids that are not numbers") { check_refused(cli(run + "--tokens 290,x"), expected("R43", {}), s, 2); }
   SECTION("R44 an empty prompt") { check_refused(cli(run + "--text '' --no-bos"), expected("R44", {}), s); }
+  CHECK(!fs::exists(out));
+}
+
+TEST_CASE("refused input: ablation and patching (R70-R76)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const fs::path out = s.dir / "out.json";
+  const std::string run = "run --model " + quote(m.string()) + " -o " + quote(out.string()) + " --text " + quote(kText) + " ";
+  const std::string patch = "patch --model " + quote(m.string()) + " -o " + quote(out.string()) + " --what z ";
+  auto prompts = [](const std::string& clean, const std::string& corrupt, const std::string& answer,
+                    const std::string& wrong) {
+    return "--clean " + quote(clean) + " --corrupt " + quote(corrupt) + " --answer " + quote(answer) + " --wrong " +
+           quote(wrong);
+  };
+  SECTION("R70 --ablate that is not a list of heads") { check_refused(cli(run + "--ablate 3-2"), expected("R70", {}), s, 2); }
+  SECTION("R71 a head the model does not have") { check_refused(cli(run + "--ablate 1.7"), expected("R71", {}), s); }
+  SECTION("R72 prompts of different lengths") {
+    check_refused(cli(patch + prompts("The cat sat", "The cat sat on", "!", ".")), expected("R72", {}), s);
+  }
+  SECTION("R73 an answer that is not one token") {
+    check_refused(cli(patch + prompts("The cat", "The hat", " mat", ".")), expected("R73", {}), s);
+  }
+  SECTION("R74 the same answer twice") {
+    check_refused(cli(patch + prompts("The cat", "The hat", "!", "!")), expected("R74", {}), s);
+  }
+  SECTION("R75 prompts the metric does not tell apart") {
+    check_refused(cli(patch + prompts("The cat", "The cat", "!", ".")), expected("R75", {}), s);
+  }
+  SECTION("R76 an activation patching does not know") {
+    check_refused(cli("patch --model " + quote(m.string()) + " -o " + quote(out.string()) + " --what resid_post " +
+                      prompts("The cat", "The hat", "!", ".")),
+                  expected("R76", {}), s, 2);
+  }
   CHECK(!fs::exists(out));
 }
 

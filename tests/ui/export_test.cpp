@@ -94,9 +94,11 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   REQUIRE(out.ok);
   const int L = run->n_layer(), H = run->n_head();
   const QStringList files = QDir(options.out_dir).entryList({QStringLiteral("*.png")}, QDir::Files, QDir::Name);
-  // attention: every head + the overview; contributions: 2; concat: every layer; lens: 1;
-  // QK / OV: the selected head.
-  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1);
+  // Attention: overview + every head; Contributions: 2; Concat vs Sum: one per layer; Logit Lens: 1;
+  // QK / OV: the selected head; Patching: the view as shown (no corrupted prompt was given:
+  // ablate_patch_test.cpp exports its maps).
+  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1 + 1);
+  CHECK(files.contains(QStringLiteral("patching.png")));
   CHECK(files.contains(QStringLiteral("attention_L1H3.png")));
   CHECK(files.contains(QStringLiteral("concat_vs_sum_L0.png")));
   CHECK(files.contains(QStringLiteral("heads_overview.png")));
@@ -117,7 +119,7 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   const QSize pattern_size = AttentionView::kPatternFigureSize;
   CHECK(pattern.size() == QSize(pattern_size.width(), pattern_size.height() + figureTitleHeight()));
   CHECK(!pattern.hasAlphaChannel());
-  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1);
+  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1 + 1);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
 }
 
@@ -148,7 +150,7 @@ TEST_CASE("headscope --export writes every view without a window and failures ex
   REQUIRE(p.waitForFinished(120000));
   INFO(p.readAllStandardError().toStdString());
   CHECK(p.exitCode() == 0);
-  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1);
+  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1 + 1);
 
   p.start(exe, {QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"), QStringLiteral("x"),
                 QStringLiteral("--export"), QStringLiteral("/proc/no-such-place")});

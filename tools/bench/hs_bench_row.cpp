@@ -2,6 +2,8 @@
 //
 //   hs_bench_row --model DIR --tokens N --threads T --mode cache|logits --warmup W --runs R [--max-seconds S]
 //   hs_bench_row --model DIR --mode open --runs R [--cold]
+//   hs_bench_row --model DIR --mode patch --tokens N --threads T --what resid_pre|attn_out|mlp_out|z
+//                [--answer ID --wrong ID]
 //
 // Prints one JSON object with the fields of torch_bench.py (median_ms, min_ms, runs, peak_rss_mb)
 // so tools/bench/suite.py reads both sides the same way.
@@ -9,6 +11,11 @@
 // - `cache`: hs::Model::run with default hs::RunOptions, i.e. the ActivationCache the GUI keeps
 //   (every view available; keys not stored are derived on request, see core/model/cache.h).
 // - `logits`: RunOptions::logits_only.
+// - `patch`: an activation-patching sweep from prompts, as `headscope-cli patch` does it: the
+//   clean and the corrupted run (the clean ids with position 1 changed to the next id, as
+//   torch_bench.py --mode patch does), then hs::patching_sweep of --what; "sweep_runs" times the
+//   sweep alone. Every patched cell is computed (SweepControl::skip_unchanged off), so the count
+//   of patched runs is that of TransformerLens's loop.
 // - `open`: hs::Model::load of the folder (memory-mapped safetensors, weights checked, tokenizer
 //   read). With --cold, the file's pages are evicted from the page cache before each load
 //   (posix_fadvise DONTNEED: needs no root and touches no other file); "resident_before_pct"
@@ -46,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/patching.h"
 #include "core/model/model.h"
 
 namespace {
@@ -56,6 +64,8 @@ struct Args {
   std::string model;
   std::string mode = "cache";
   std::string token_ids;
+  std::string what = "resid_pre";
+  int answer = 11, wrong = 13;
   int tokens = 20;
   int threads = 1;
   int warmup = 3;
@@ -66,8 +76,9 @@ struct Args {
 
 [[noreturn]] void usage(const char* why) {
   std::cerr << "hs_bench_row: " << why << "\n"
-            << "usage: hs_bench_row --model DIR [--mode cache|logits|open] [--tokens N | --token-ids 1,2,3]\n"
-            << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n";
+            << "usage: hs_bench_row --model DIR [--mode cache|logits|patch|open] [--tokens N | --token-ids 1,2,3]\n"
+            << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n"
+            << "                    [--what resid_pre|attn_out|mlp_out|z] [--answer ID] [--wrong ID]\n";
   std::exit(2);
 }
 
@@ -96,11 +107,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--runs") a.runs = number();
     else if (k == "--max-seconds") a.max_seconds = number();
     else if (k == "--cold") a.cold = true;
+    else if (k == "--what") a.what = value();
+    else if (k == "--answer") a.answer = number();
+    else if (k == "--wrong") a.wrong = number();
     else if (k == "--help" || k == "-h") usage("help");
     else usage(("unknown argument " + k).c_str());
   }
   if (a.model.empty()) usage("--model is required");
-  if (a.mode != "cache" && a.mode != "logits" && a.mode != "open") usage("--mode is cache, logits or open");
+  if (a.mode != "cache" && a.mode != "logits" && a.mode != "open" && a.mode != "patch")
+    usage("--mode is cache, logits, patch or open");
   if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
   return a;
 }
@@ -314,11 +329,71 @@ int run_forward(const Args& a) {
   return 0;
 }
 
+int run_patch(const Args& a) {
+  omp_set_num_threads(a.threads);
+  const auto model = hs::Model::load(a.model);
+  const std::vector<int32_t> clean =
+      a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
+  std::vector<int32_t> corrupt = clean;
+  if (corrupt.size() > 1) corrupt[1] = (corrupt[1] + 1) % model->config().d_vocab;
+  const hs::HookPoint what = hs::parse_hook_point(a.what);
+  hs::RunOptions options;
+  options.threads = a.threads;
+  hs::SweepControl control;
+  control.threads = a.threads;
+  control.skip_unchanged = false;
+  const bool reset_ok = reset_peak_rss();
+  std::vector<double> times, sweep_times, cpu_times;
+  int cells = 0;
+  float checksum = 0;
+  bool stopped_early = false;
+  const auto t_passes = Clock::now();
+  for (int i = 0; i < a.warmup + a.runs; ++i) {
+    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
+      if (!times.empty()) {
+        stopped_early = true;
+        break;
+      }
+      if (i < a.warmup) i = a.warmup;
+    }
+    if (i == a.warmup) perf_control("enable");
+    const double c0 = process_cpu_ms();
+    const auto t0 = Clock::now();
+    const auto k = model->run(clean, options);
+    const auto c = model->run(corrupt, options);
+    const auto t1 = Clock::now();
+    const hs::PatchingResult r = hs::patching_sweep(*k, *c, a.answer, a.wrong, what, control);
+    const double dt = ms_since(t0), sweep = ms_since(t1);
+    const double cpu = process_cpu_ms() - c0;
+    checksum += r.raw.sum();
+    cells = static_cast<int>(r.raw.size());
+    if (i >= a.warmup) {
+      times.push_back(dt);
+      sweep_times.push_back(sweep);
+      cpu_times.push_back(cpu);
+    }
+  }
+  perf_control("disable");
+  const Stats s = stats(times), sw = stats(sweep_times), cpu_s = stats(cpu_times);
+  char run_peak[32] = "null";
+  if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));
+  std::printf(
+      "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"sweep_median_ms\": %.3f, \"sweep_runs\": %s, "
+      "\"cpu_median_ms\": %.3f, \"cpu_runs\": %s, \"peak_rss_mb\": %.1f, \"run_peak_rss_mb\": %s, \"mode\": \"patch\", "
+      "\"what\": \"%s\", \"patched_runs\": %d, \"tokens\": %zu, \"threads\": %d, \"stopped_early\": %s, "
+      "\"checksum\": %g}\n",
+      s.median, s.min, json_list(times).c_str(), sw.median, json_list(sweep_times).c_str(), cpu_s.median,
+      json_list(cpu_times).c_str(), peak_rss_mb(), run_peak, a.what.c_str(), cells, clean.size(), a.threads,
+      stopped_early ? "true" : "false", static_cast<double>(checksum));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
+    if (a.mode == "patch") return run_patch(a);
     return a.mode == "open" ? run_open(a) : run_forward(a);
   } catch (const std::exception& e) {
     std::cerr << "hs_bench_row: " << e.what() << "\n";

@@ -13,7 +13,11 @@ passes in the row, its memory the largest peak RSS of its processes. Both sides 
 token ids. PyTorch runs with OPENBLAS_CORETYPE unset (for that command alone) and its threads set
 explicitly; both sides get OMP_NUM_THREADS.
 
-Then: the time to open the model (hs::Model::load, memory-mapped; warm and cold page cache), the
+Then: the activation-patching sweep (issue 12) on the same model at 16 tokens: HeadScope's
+batched `hs::patching_sweep` (hs_bench_row --mode patch) against TransformerLens's conventions in
+PyTorch, one full forward pass per patched cell (torch_bench.py --mode patch, i.e.
+tools/reference/hsref.py's patching_sweep in float32), both timed from the two prompts. Then: the
+time to open the model (hs::Model::load, memory-mapped; warm and cold page cache), the
 GUI's keystroke latency and longest stall on the built-in model (hs_bench_keys, headless), and,
 when `perf` works, where the forward pass spends its time. The markdown page keeps the text
 between the `notes:begin` / `notes:end` markers of the previous page, so hand-written analysis
@@ -43,6 +47,9 @@ TOKENS = (20, 128, 1024)
 THREADS = (1, 2)
 MODES = ("cache", "logits")
 NOTES_BEGIN, NOTES_END = "<!-- notes:begin -->", "<!-- notes:end -->"
+PATCH_TOKENS = 16
+PATCH_WHAT = ("resid_pre", "z")  # 192 and 144 patched runs on GPT-2 small at 16 tokens
+SECTIONS = ("rows", "patch", "open", "gui", "profile")
 
 
 def plan(tokens: int, quick: bool):
@@ -258,6 +265,94 @@ def run_row(args, hs_row, mode, tokens, threads, ids_arg):
     return row
 
 
+def run_patch_row(args, hs_row, what, threads, ids_arg):
+    """One patching row: HeadScope and PyTorch alternating, each timing whole sweeps from prompts."""
+    rounds = 1 if args.quick else 2
+    hs_plan = ("0", "2") if args.quick else ("1", "5")   # (warm-up, timed) sweeps per process
+    pt_plan = ("0", "1")                                  # a PyTorch sweep takes seconds: one per process
+    common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", "patch",
+              "--what", what, "--answer", "11", "--wrong", "13"]
+    got = {k: {"runs": [], "cpu": [], "sweep": [], "rss": [], "cells": None, "stopped": None} for k in ("hs", "pt")}
+    for _ in range(rounds):
+        for k, cmd, env, (warmup, runs) in (
+                ("hs", [hs_row], hs_env(threads), hs_plan),
+                ("pt", [PYTHON, os.path.join(HERE, "torch_bench.py")], torch_env(threads), pt_plan)):
+            g = got[k]
+            if g["stopped"]:
+                continue
+            j = run_side(args, cmd + common + ["--warmup", warmup, "--runs", runs], env)
+            if "stopped" in j:
+                g["stopped"] = j["stopped"]
+                continue
+            g["runs"] += j["runs"]
+            g["cpu"] += j.get("cpu_runs", [])
+            g["sweep"] += j.get("sweep_runs", [])
+            g["rss"].append(j["peak_rss_mb"])
+            g["cells"] = j.get("patched_runs")
+    row = {"what": what, "tokens": PATCH_TOKENS, "threads": threads, "rounds": rounds,
+           "hs_plan": hs_plan, "pt_plan": pt_plan, "cells": got["hs"]["cells"] or got["pt"]["cells"]}
+    for k, g in got.items():
+        row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
+        row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
+        row[f"{k}_runs"] = g["runs"]
+        row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
+        row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
+        row[f"{k}_stopped_s"] = g["stopped"]
+        row[f"{k}_early"] = False
+    row["hs_sweep_ms"] = statistics.median(got["hs"]["sweep"]) if got["hs"]["sweep"] else None
+    ok = row["hs_ms"] and row["pt_ms"]
+    row["speedup"] = row["pt_ms"] / row["hs_ms"] if ok else None
+    return row
+
+
+def patch_targets(patch_rows):
+    """[(target, measured, met or None, note)] of issue 12's patching sweep."""
+    r = next((r for r in patch_rows if r["what"] == "resid_pre" and r["threads"] == 2), None)
+    if not r:
+        return [("Patching sweep (resid_pre, 192 runs, 16 tokens, 2 threads): at most 2 s", "not measured", None, "")]
+    note = f"the sweep alone {fmt_ms(r['hs_sweep_ms'])} ms, after the two runs of the prompts" if r["hs_sweep_ms"] else ""
+    return [
+        (f"Patching sweep on GPT-2 small, {r['tokens']} tokens, resid_pre ({r['cells']} patched runs), 2 threads: "
+         f"at most 2 s", f"{side_ms(r, 'hs')} ms", r["hs_ms"] is not None and r["hs_ms"] <= 2000, note),
+        ("The same sweep: at least 5x faster than TransformerLens's conventions in PyTorch",
+         f"{fx(r['speedup'], '.1f', 'x')} ({side_ms(r, 'pt')} ms vs {side_ms(r, 'hs')} ms)",
+         r["speedup"] is not None and r["speedup"] >= 5.0, ""),
+    ]
+
+
+def patch_markdown(patch_rows):
+    L = ["## Activation patching sweep", ""]
+    if not patch_rows:
+        return L + ["Not measured.", ""]
+    L.append("| target | measured | |")
+    L.append("| --- | --- | --- |")
+    for t, measured, ok, note in patch_targets(patch_rows):
+        L.append(f"| {t} | {measured}{' — ' + note if note else ''} | {'not measured' if ok is None else verdict(ok)} |")
+    L.append("")
+    L.append(f"The GPT-2-small-shaped model above, a {PATCH_TOKENS}-token prompt (the forward rows' ids) and a "
+             "corrupted one with position 1 changed; the metric logit(11) - logit(13) at the last position. Each side "
+             "is timed from the two prompts to the finished sweep: the clean and the corrupted run, then every patched "
+             "run. *HeadScope*: `hs::patching_sweep` (hs_bench_row --mode patch; every cell computed, none skipped as "
+             "unchanged): the corrupted run's cache up to the patched layer and position is reused, all patched runs "
+             "go through each layer together, and only the last position's metric is computed. *PyTorch*: "
+             "TransformerLens's conventions (torch_bench.py --mode patch: `hsref.patching_sweep` in float32 on weights "
+             "converted once, under `torch.inference_mode()`): one full forward pass of the corrupted prompt per cell "
+             "with a hook that copies the clean activation in, the metric read from the full logits. Medians in "
+             "milliseconds; *CPU ms* as above.")
+    L.append("")
+    L.append("| activation | patched runs | threads | HeadScope ms | of which the sweep | PyTorch ms | speedup | "
+             "CPU ms HS / PT | HeadScope RSS MiB | PyTorch RSS MiB | sweeps per side |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in patch_rows:
+        cpu = f"{fmt_ms(r.get('hs_cpu_ms'))} / {fmt_ms(r.get('pt_cpu_ms'))}"
+        L.append(f"| {r['what']} | {r['cells']} | {r['threads']} | {side_ms(r, 'hs')} | {fmt_ms(r['hs_sweep_ms'])} | "
+                 f"{side_ms(r, 'pt')} | {fx(r['speedup'], '.1f', 'x')} | {cpu} | {fx(r['hs_rss_mb'], '.0f')} | "
+                 f"{fx(r['pt_rss_mb'], '.0f')} | HS {r['rounds']} x ({r['hs_plan'][0]} + {r['hs_plan'][1]}), "
+                 f"PT {r['rounds']} x ({r['pt_plan'][0]} + {r['pt_plan'][1]}) |")
+    L.append("")
+    return L
+
+
 # ----------------------------------------------------------------------------------------------
 # Profile (perf, software clock: hardware counters are often missing in virtual machines)
 
@@ -414,7 +509,8 @@ def console_table(rows):
     return "\n".join(lines)
 
 
-def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes):
+def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes,
+             patch_rows=()):
     now = datetime.datetime.now().astimezone()
     cores = m["cores"] or 1
     # Other work's share of the CPU during the run: the machine's busy time minus the suite's own
@@ -508,6 +604,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     if mins:
         L.append("Fastest single pass at 20 tokens (HeadScope vs PyTorch, ms): " + "; ".join(mins) + ".")
         L.append("")
+    L += patch_markdown(list(patch_rows))
     L.append("## Opening the model")
     L.append("")
     if open_warm:
@@ -638,11 +735,14 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("OMP_NUM_THREADS=2 build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
     L.append("env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
     L.append("build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --mode open --runs 5 [--cold]")
+    L.append("OMP_NUM_THREADS=2 build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --tokens 16 --threads 2 --mode patch --what resid_pre")
+    L.append("env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 16 --threads 2 --mode patch --what resid_pre --warmup 0 --runs 1")
     L.append("build-bench/tools/bench/hs_bench_keys          # GUI keystroke latency, headless")
     L.append("```")
     L.append("")
     L.append("Options of `run.sh` (passed to `suite.py`): `--quick`; `--tokens 20,128` (only these rows); "
-             "`--no-gui`; `--no-profile`; `--max-process-seconds S` (a process starts no new pass after S seconds; "
+             "`--no-gui`; `--no-profile`; `--sections rows,patch,open,gui,profile` (only these parts; write the page "
+             "elsewhere with `--out` then); `--max-process-seconds S` (a process starts no new pass after S seconds; "
              "default 300, which a quiet machine never reaches); `--json FILE` (every measurement). "
              "`HEADSCOPE_BENCH_BUILD` and `HEADSCOPE_BENCH_MODEL` choose other build and model folders. "
              "The Google Benchmark microbenchmarks of the same calls: "
@@ -679,8 +779,14 @@ def main() -> int:
                     help="start no new round of a row after this long (0: always run every round)")
     ap.add_argument("--command", default="tools/bench/run.sh", help="the command to quote on the page")
     ap.add_argument("--json", help="also write every measurement to this JSON file")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"what to run, comma-separated from {','.join(SECTIONS)} (default: all); with fewer, "
+                         "write the page elsewhere (--out) so docs/benchmarks.md keeps a whole run")
     args = ap.parse_args()
     args.model = os.path.abspath(args.model)
+    sections = {x for x in args.sections.split(",") if x}
+    if sections - set(SECTIONS):
+        ap.error(f"--sections: unknown {sorted(sections - set(SECTIONS))}; choose from {','.join(SECTIONS)}")
     # The command quoted on the page: without where the raw JSON went.
     args.command = re.sub(r"\s--json\s+\S+", "", args.command)
     t_start = time.time()
@@ -700,7 +806,7 @@ def main() -> int:
         log("suite: WARNING: torch does not load OpenMP OpenBLAS (libopenblas0-openmp); PyTorch is not at its best")
 
     rows = []
-    for mode in MODES:
+    for mode in (MODES if "rows" in sections else ()):
         for n in [int(x) for x in args.tokens.split(",") if x]:
             ids_arg = ",".join(str(i) for i in bench_tokens(n, d_vocab))
             for t in THREADS:
@@ -713,19 +819,32 @@ def main() -> int:
                     f"HS/PT {fx(r['ratio'])} ({fx(r['speedup'], '.2f', 'x')}); RSS {fx(r['hs_rss_mb'], '.0f')} / "
                     f"{fx(r['pt_rss_mb'], '.0f')} MiB")
 
-    log("suite: opening the model (warm, then cold) ...")
-    open_warm = run_json([hs_row, "--model", args.model, "--mode", "open", "--warmup", "1",
-                          "--runs", "3" if args.quick else "7"], hs_env(2))
-    try:
-        open_cold = run_json([hs_row, "--model", args.model, "--mode", "open", "--cold", "--warmup", "0",
-                              "--runs", "1" if args.quick else "3"], hs_env(2))
-    except RuntimeError as e:
-        log(f"suite: cold open failed: {e}")
-        open_cold = None
-    log(f"suite:        warm {fmt_ms(open_warm['median_ms'])} ms, cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
+    patch_rows = []
+    if "patch" in sections:
+        ids_arg = ",".join(str(i) for i in bench_tokens(PATCH_TOKENS, d_vocab))
+        for what in PATCH_WHAT[:1] if args.quick else PATCH_WHAT:
+            for t in (2,) if args.quick or what != "resid_pre" else (1, 2):
+                log(f"suite: patching sweep, {what}, {PATCH_TOKENS} tokens, {t} thread(s) ...")
+                r = run_patch_row(args, hs_row, what, t, ids_arg)
+                patch_rows.append(r)
+                log(f"suite:        HeadScope {side_ms(r, 'hs')} ms (sweep {fmt_ms(r['hs_sweep_ms'])} ms), "
+                    f"PyTorch {side_ms(r, 'pt')} ms ({fx(r['speedup'], '.1f', 'x')}); {r['cells']} patched runs")
+
+    open_warm = open_cold = None
+    if "open" in sections:
+        log("suite: opening the model (warm, then cold) ...")
+        open_warm = run_json([hs_row, "--model", args.model, "--mode", "open", "--warmup", "1",
+                              "--runs", "3" if args.quick else "7"], hs_env(2))
+        try:
+            open_cold = run_json([hs_row, "--model", args.model, "--mode", "open", "--cold", "--warmup", "0",
+                                  "--runs", "1" if args.quick else "3"], hs_env(2))
+        except RuntimeError as e:
+            log(f"suite: cold open failed: {e}")
+            open_cold = None
+        log(f"suite:        warm {fmt_ms(open_warm['median_ms'])} ms, cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
 
     keys = None
-    if os.access(hs_keys, os.X_OK) and not args.no_gui:
+    if os.access(hs_keys, os.X_OK) and not args.no_gui and "gui" in sections:
         log("suite: typing into the GUI (hs_bench_keys, offscreen) ...")
         env = dict(os.environ)
         env.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -749,7 +868,7 @@ def main() -> int:
                 keys["load"] = {"error": str(e).splitlines()[0]}
 
     profiles = []
-    if not args.no_profile and perf_works():
+    if not args.no_profile and "profile" in sections and perf_works():
         log("suite: profiling with perf (timed passes only) ...")
         jobs = [("cache", 20, 1, 2, 10 if args.quick else 30, "forward pass, 20 tokens, full cache, 1 thread", True),
                 ("cache", 20, 2, 2, 10 if args.quick else 30,
@@ -773,18 +892,20 @@ def main() -> int:
     if keys and "views_ms" in keys:
         print(f"keystroke -> views' data: median {keys['views_ms']['median']:.2f} ms (after {keys['debounce_setting_ms']} ms "
               f"debounce); longest GUI stall {keys['stall_max_ms']:.1f} ms [{keys['model_kind']}]")
-    print(f"open model: warm {fmt_ms(open_warm['median_ms'])} ms; cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
-    for t, measured, ok, note in targets(rows, open_warm, open_cold, keys):
+    if open_warm:
+        print(f"open model: warm {fmt_ms(open_warm['median_ms'])} ms; cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
+    for t, measured, ok, note in targets(rows, open_warm, open_cold, keys) + (patch_targets(patch_rows) if patch_rows else []):
         print(f"[{'MET' if ok else ('--' if ok is None else 'NOT MET')}] {t}: {measured}")
 
     text = markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed,
-                    old_notes_of(args.out))
+                    old_notes_of(args.out), patch_rows)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": m, "rows": rows, "open_warm": open_warm, "open_cold": open_cold, "keys": keys,
+            json.dump({"machine": m, "rows": rows, "patch_rows": patch_rows, "open_warm": open_warm,
+                       "open_cold": open_cold, "keys": keys,
                        "profiles": profiles, "load": [load_start, load_end]}, f, indent=1)
     log(f"suite: wrote {os.path.relpath(args.out, REPO)} ({elapsed / 60:.1f} min)")
     return 0

@@ -9,7 +9,13 @@ tensors and runs one forward pass per timed run under torch.inference_mode():
 
 - `--mode cache`: keeps every activation of DESIGN.md's cache contract, like TransformerLens's
   run_with_cache (per-head results are computed, hook_attn_out is their sum plus b_O);
-- `--mode logits`: the plain forward pass (concatenated heads, one projection), logits only.
+- `--mode logits`: the plain forward pass (concatenated heads, one projection), logits only;
+- `--mode patch`: an activation-patching sweep with TransformerLens's conventions, timed from
+  the prompts: tools/reference/hsref.py's patching_sweep in float32 on weights converted once —
+  the clean and the corrupted run, then one full forward pass per cell with a hook that copies
+  the clean activation in, the metric read from the logits. The corrupted prompt is the clean one
+  with position 1 changed to the next id (as hs_bench_row --mode patch); `--what` picks the
+  activation, `--answer` and `--wrong` the metric's tokens.
 
 Prints one JSON object: {"median_ms", "min_ms", "runs": [...], "peak_rss_mb", ...}; peak_rss_mb is
 the whole process (ru_maxrss), run_peak_rss_mb the peak after loading (VmHWM reset through
@@ -154,13 +160,60 @@ def bench_tokens(n: int, d_vocab: int):
     return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
 
 
+def patch_main(args, model, weights, tokens, load_ms) -> int:
+    """--mode patch: the sweep as a TransformerLens notebook runs it (hsref.patching_sweep)."""
+    corrupt = list(tokens)
+    if len(corrupt) > 1:
+        corrupt[1] = (corrupt[1] + 1) % model.config.d_vocab
+    reset_ok = _reset_peak_rss()
+    times, cpu_times = [], []
+    cells = 0
+    stopped_early = False
+    with torch.inference_mode():
+        t_passes = time.perf_counter()
+        i = 0
+        while i < args.warmup + args.runs:
+            if args.max_seconds and time.perf_counter() - t_passes > args.max_seconds:
+                if times:
+                    stopped_early = True
+                    break
+                i = max(i, args.warmup)
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            r = hsref.patching_sweep(model, tokens, corrupt, args.answer, args.wrong, args.what,
+                                     dtype=torch.float32, weights=weights)
+            dt = (time.perf_counter() - t0) * 1e3
+            cpu = (time.process_time() - c0) * 1e3
+            cells = int(r["raw"].size)
+            if i >= args.warmup:
+                times.append(dt)
+                cpu_times.append(cpu)
+            i += 1
+    print(json.dumps({
+        "median_ms": round(statistics.median(times), 3) if times else None,
+        "min_ms": round(min(times), 3) if times else None,
+        "runs": [round(t, 3) for t in times],
+        "cpu_median_ms": round(statistics.median(cpu_times), 3) if cpu_times else None,
+        "cpu_runs": [round(t, 3) for t in cpu_times],
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "run_peak_rss_mb": round(_status_mb("VmHWM"), 1) if reset_ok else None,
+        "mode": "patch", "what": args.what, "patched_runs": cells, "tokens": len(tokens),
+        "threads": args.threads, "stopped_early": stopped_early, "load_ms": round(load_ms, 1),
+        "torch": torch.__version__,
+    }))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--tokens", type=int, default=20, help="prompt length (deterministic ids)")
     parser.add_argument("--token-ids", help="comma-separated ids to use instead of --tokens")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--mode", choices=("cache", "logits"), default="cache")
+    parser.add_argument("--mode", choices=("cache", "logits", "patch"), default="cache")
+    parser.add_argument("--what", choices=sorted(hsref.PATCH_SITES), default="resid_pre")
+    parser.add_argument("--answer", type=int, default=11)
+    parser.add_argument("--wrong", type=int, default=13)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--max-seconds", type=float, default=0,
@@ -170,6 +223,13 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     t_load = time.perf_counter()
+    if args.mode == "patch":
+        ref = hsref.load_gpt2(args.model)
+        weights = hsref.torch_weights(ref, torch.float32)
+        load_ms = (time.perf_counter() - t_load) * 1e3
+        tokens = ([int(t) for t in args.token_ids.split(",") if t.strip()] if args.token_ids
+                  else bench_tokens(args.tokens, ref.config.d_vocab))
+        return patch_main(args, ref, weights, tokens, load_ms)
     model = TorchGPT2(args.model)
     load_ms = (time.perf_counter() - t_load) * 1e3
     if args.token_ids:

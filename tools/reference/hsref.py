@@ -8,7 +8,9 @@ TransformerLens name (no batch dimension).
 
 Run it with the Debian interpreter (the one that has torch):
 
-    /usr/bin/python3 tools/reference/hsref.py run --model DIR --tokens 1,2,3 -o OUT.npz
+    /usr/bin/python3 tools/reference/hsref.py run --model DIR --tokens 1,2,3 [--ablate 3.2,1.0:mean] -o OUT.npz
+    /usr/bin/python3 tools/reference/hsref.py patch --model DIR --clean 1,2,3 --corrupt 1,4,3 \
+        --answer 5 --wrong 6 --what resid_pre|attn_out|mlp_out|z -o OUT.json
     /usr/bin/python3 tools/reference/hsref.py compare --reference A.npz --candidate B.npz [--rtol 1e-4]
 
 `run` writes the cache as float32 arrays (masked attention scores as -inf) plus "tokens", to .npz
@@ -26,8 +28,11 @@ the final resid_post) and "tokens"; `circuits` prints a head's QK / OV singular 
 OV circuit's eigenvalues and copying score (and, with --tokens, the token-to-token QK scores and
 the tokens each prompt token's OV circuit promotes), all computed by materializing the matrices.
 
-Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward`, `compare_caches`,
-`logit_lens`, `circuits`, `copying_scores`.
+`patch` writes metric_clean, metric_corrupt, raw and normalized as JSON (TransformerLens's
+conventions: one full run per patched cell; see patching_sweep).
+
+Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward` (with hooks),
+`ablation_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
 """
 
@@ -358,15 +363,44 @@ def layer_norm(x, weight, bias, eps: float):
     return (x - mean) / (var + eps).sqrt() * weight + bias
 
 
+def torch_weights(model: GPT2Model, dtype=None) -> Dict[str, object]:
+    """Every weight as a torch tensor of `dtype` (default float64), converted once: pass the result
+    to forward(weights=...) when running the same model many times (a patching sweep)."""
+    torch = _torch()
+    dtype = dtype or torch.float64
+    return {name: torch.from_numpy(np.asarray(w, dtype=np.float64)).to(dtype) for name, w in model.weights.items()}
+
+
+# Hook points an intervention may edit, TransformerLens's names (DESIGN.md, "Interventions").
+HOOK_POINTS = ("hook_resid_pre", "attn.hook_z", "hook_attn_out", "hook_mlp_out")
+
+
 def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config] = None,
-            dtype=None):
+            dtype=None, hooks: Optional[Mapping[str, Sequence]] = None, weights=None,
+            attn_result: bool = True):
     """Runs the model in float64 and returns {cache key: torch tensor} (DESIGN.md's activation
     cache contract, no batch dimension). `config` overrides model.config (used to show that a
     fixture detects a wrong setting); `dtype` (default torch.float64) is there to measure how far
-    a float32 computation lands from the float64 one."""
+    a float32 computation lands from the float64 one.
+
+    `hooks` are TransformerLens-style forward hooks: {"blocks.{l}.hook_resid_pre" (or attn.hook_z,
+    hook_attn_out, hook_mlp_out): [fn, ...]}, each fn(activation) -> the activation the model goes
+    on with, applied in order where the hook sits; the cache records the edited value, as a
+    caching hook added after the editing ones does in TransformerLens. `weights`: a
+    torch_weights(model, dtype) dict, so repeated runs skip the conversion. `attn_result=False`
+    leaves out hook_result (TransformerLens computes it only with use_attn_result)."""
     torch = _torch()
     dtype = dtype or torch.float64
     c = config or model.config
+    hooks = hooks or {}
+    unknown = [k for k in hooks if not any(k.endswith("." + h) for h in HOOK_POINTS)]
+    if unknown:
+        raise ValueError(f"hooks {unknown} are not at one of {HOOK_POINTS}")
+
+    def hooked(key, value):
+        for fn in hooks.get(key, ()):
+            value = fn(value)
+        return value
     tokens = [int(t) for t in tokens]
     if not 1 <= len(tokens) <= c.n_ctx:
         raise ValueError(f"need 1..{c.n_ctx} tokens (n_positions), got {len(tokens)}")
@@ -375,6 +409,8 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
         raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {c.d_vocab})")
 
     def W(name):
+        if weights is not None:
+            return weights[name]
         return torch.from_numpy(np.asarray(model.weights[name], dtype=np.float64)).to(dtype)
 
     n_pos, H, dh, D = len(tokens), c.n_head, c.d_head, c.d_model
@@ -388,6 +424,7 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
 
     for l in range(c.n_layer):
         p, k_ = f"h.{l}.", f"blocks.{l}."  # Hugging Face weight prefix, TransformerLens key prefix
+        resid = hooked(k_ + "hook_resid_pre", resid)
         cache[k_ + "hook_resid_pre"] = resid
         x = layer_norm(resid, W(p + "ln_1.weight"), W(p + "ln_1.bias"), c.layer_norm_eps)
         qkv = x @ W(p + "attn.c_attn.weight") + W(p + "attn.c_attn.bias")   # [pos, 3*d_model]
@@ -404,12 +441,15 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
         pattern = torch.softmax(scores, dim=-1)                              # [head, query_pos, key_pos]
         cache[k_ + "attn.hook_pattern"] = pattern
         z = torch.einsum("hqk,khd->qhd", pattern, v)                         # [pos, head, d_head]
+        z = hooked(k_ + "attn.hook_z", z)
         cache[k_ + "attn.hook_z"] = z
         w_o = W(p + "attn.c_proj.weight")                                    # [d_model(in), d_model]
-        cache[k_ + "attn.hook_result"] = torch.einsum(                        # [pos, head, d_model]
-            "qhd,hdm->qhm", z, w_o.reshape(H, dh, D))
+        if attn_result:
+            cache[k_ + "attn.hook_result"] = torch.einsum(                    # [pos, head, d_model]
+                "qhd,hdm->qhm", z, w_o.reshape(H, dh, D))
         # Hugging Face's way (concatenate heads, then project), independent of hook_result
         attn_out = z.reshape(n_pos, D) @ w_o + W(p + "attn.c_proj.bias")     # [pos, d_model]
+        attn_out = hooked(k_ + "hook_attn_out", attn_out)
         cache[k_ + "hook_attn_out"] = attn_out
         resid = resid + attn_out
         cache[k_ + "hook_resid_mid"] = resid
@@ -418,6 +458,7 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
         post = act(pre)                                                      # [pos, d_mlp]
         cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_post"] = pre, post
         mlp_out = post @ W(p + "mlp.c_proj.weight") + W(p + "mlp.c_proj.bias")  # [pos, d_model]
+        mlp_out = hooked(k_ + "hook_mlp_out", mlp_out)
         cache[k_ + "hook_mlp_out"] = mlp_out
         resid = resid + mlp_out
         cache[k_ + "hook_resid_post"] = resid
@@ -426,6 +467,91 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
     cache["ln_final.hook_normalized"] = final                                # [pos, d_model]
     cache["logits"] = final @ W("lm_head.weight").T                          # [pos, d_vocab]
     return cache
+
+
+# ---------------------------------------------------------------------------------------------
+# ablation and activation patching, with TransformerLens's conventions
+# ---------------------------------------------------------------------------------------------
+# Written the way a TransformerLens notebook does them: one hook function per edit, one full
+# forward pass per patched run, the metric read from the full logits. Slow on purpose: it is the
+# definition HeadScope's batched sweep is measured against.
+
+def ablation_hooks(ablations: Iterable[Tuple[int, int, str]]) -> Dict[str, List]:
+    """Hooks on hook_z for [(layer, head, "zero" | "mean")]: the head's z replaced by zeros, or by
+    its mean over this prompt's positions (of this run: earlier ablations included)."""
+    hooks: Dict[str, List] = {}
+    for layer, head, kind in ablations:
+        if kind not in ("zero", "mean"):
+            raise ValueError(f"ablation kind '{kind}' is not zero or mean")
+
+        def fn(z, head=head, kind=kind):                                     # z: [pos, head, d_head]
+            z = z.clone()
+            z[:, head, :] = 0.0 if kind == "zero" else z[:, head, :].mean(dim=0, keepdim=True)
+            return z
+        hooks.setdefault(f"blocks.{layer}.attn.hook_z", []).append(fn)
+    return hooks
+
+
+def parse_ablations(text: str) -> List[Tuple[int, int, str]]:
+    """"3.2,1.0:mean" -> [(3, 2, "zero"), (1, 0, "mean")], as headscope-cli run --ablate."""
+    out = []
+    for item in text.split(","):
+        head, _, kind = item.partition(":")
+        layer, _, h = head.partition(".")
+        out.append((int(layer), int(h), kind or "zero"))
+    return out
+
+
+PATCH_SITES = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
+               "z": "attn.hook_z"}
+
+
+def logit_difference(logits, answer: int, wrong: int) -> float:
+    """The patching metric: logit(answer) - logit(wrong) at the last position."""
+    return float(logits[-1, answer] - logits[-1, wrong])
+
+
+def patch_hook(site: str, layer: int, index: int, clean_cache) -> Dict[str, List]:
+    """The hook of one patched run: position `index` of resid_pre / attn_out / mlp_out, or head
+    `index` of z at every position, copied from the clean run into the running (corrupted) one."""
+    key = f"blocks.{layer}.{PATCH_SITES[site]}"
+    source = clean_cache[key]
+
+    def fn(act):
+        act = act.clone()
+        if site == "z":
+            act[:, index, :] = source[:, index, :]
+        else:
+            act[index] = source[index]
+        return act
+    return {key: [fn]}
+
+
+def patching_sweep(model: GPT2Model, clean_tokens: Sequence[int], corrupt_tokens: Sequence[int], answer: int,
+                   wrong: int, site: str, dtype=None, weights=None) -> Dict[str, object]:
+    """Activation patching from the clean run into the corrupted one, one full run per cell:
+    raw [n_layer, pos] (or [n_layer, n_head] for z) holds the metric of each patched run and
+    normalized = (raw - metric_corrupt) / (metric_clean - metric_corrupt)."""
+    if site not in PATCH_SITES:
+        raise ValueError(f"site '{site}' is not one of {sorted(PATCH_SITES)}")
+    if len(clean_tokens) != len(corrupt_tokens):
+        raise ValueError(f"clean ({len(clean_tokens)}) and corrupted ({len(corrupt_tokens)}) token counts differ")
+    torch = _torch()
+    weights = weights if weights is not None else torch_weights(model, dtype)
+    c = model.config
+    clean = forward(model, clean_tokens, dtype=dtype, weights=weights, attn_result=False)
+    corrupt = forward(model, corrupt_tokens, dtype=dtype, weights=weights, attn_result=False)
+    m_clean = logit_difference(clean["logits"], answer, wrong)
+    m_corrupt = logit_difference(corrupt["logits"], answer, wrong)
+    cols = c.n_head if site == "z" else len(corrupt_tokens)
+    raw = np.zeros((c.n_layer, cols))
+    for layer in range(c.n_layer):
+        for index in range(cols):
+            logits = forward(model, corrupt_tokens, dtype=dtype, weights=weights, attn_result=False,
+                             hooks=patch_hook(site, layer, index, clean))["logits"]
+            raw[layer, index] = logit_difference(logits, answer, wrong)
+    return {"metric_clean": m_clean, "metric_corrupt": m_corrupt, "raw": raw,
+            "normalized": (raw - m_corrupt) / (m_clean - m_corrupt)}
 
 
 def cache_keys(n_layer: int) -> List[str]:
@@ -647,7 +773,8 @@ def _parse_tokens(text: str) -> List[int]:
 def _cmd_run(args) -> int:
     model = load_gpt2(args.model)
     tokens = _parse_tokens(args.tokens)
-    cache = forward(model, tokens)
+    hooks = ablation_hooks(parse_ablations(args.ablate)) if args.ablate else None
+    cache = forward(model, tokens, hooks=hooks)
     save_cache(args.output, cache_to_float32(cache, tokens))
     print(f"wrote {len(cache) + 1} arrays for {len(tokens)} tokens to {args.output}")
     return 0
@@ -682,6 +809,17 @@ def _cmd_circuits(args) -> int:
             f.write(text + "\n")
     else:
         print(text)
+
+
+def _cmd_patch(args) -> int:
+    model = load_gpt2(args.model)
+    r = patching_sweep(model, _parse_tokens(args.clean), _parse_tokens(args.corrupt), args.answer, args.wrong,
+                       args.what)
+    out = {"what": args.what, "metric_clean": r["metric_clean"], "metric_corrupt": r["metric_corrupt"],
+           "raw": r["raw"].tolist(), "normalized": r["normalized"].tolist()}
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    print(f"wrote the {args.what} sweep ({r['raw'].size} patched runs) to {args.output}")
     return 0
 
 
@@ -717,6 +855,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
     run.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
     run.add_argument("-o", "--output", required=True, help="OUT.npz or OUT.safetensors (float32)")
+    run.add_argument("--ablate", help="heads to ablate, as headscope-cli run --ablate: 3.2,1.0:mean")
     run.set_defaults(func=_cmd_run)
     lens = sub.add_parser("lens", help="float64 logit lens: [n_layer + 1, pos, d_vocab] log-probs")
     lens.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
@@ -730,6 +869,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     circ.add_argument("--top-k", type=int, default=10, help="top tokens kept per OV row (default 10)")
     circ.add_argument("-o", "--output", help="OUT.json (default: stdout)")
     circ.set_defaults(func=_cmd_circuits)
+
+
+    patch = sub.add_parser("patch", help="activation patching sweep, one full run per patched cell")
+    patch.add_argument("--model", required=True)
+    patch.add_argument("--clean", required=True, help="clean token ids, comma-separated")
+    patch.add_argument("--corrupt", required=True, help="corrupted token ids (as many as --clean)")
+    patch.add_argument("--answer", required=True, type=int, help="token id of the answer")
+    patch.add_argument("--wrong", required=True, type=int, help="token id of the wrong answer")
+    patch.add_argument("--what", required=True, choices=sorted(PATCH_SITES))
+    patch.add_argument("-o", "--output", required=True, help="OUT.json")
+    patch.set_defaults(func=_cmd_patch)
     cmp_ = sub.add_parser("compare", help="compare two caches key by key",
                           description=compare_arrays.__doc__)
     cmp_.add_argument("--reference", required=True, help=".npz or .safetensors")

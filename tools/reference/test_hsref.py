@@ -196,5 +196,55 @@ class AnalysesTest(unittest.TestCase):
                             self.assertEqual(a.read(), b.read())
 
 
+class InterventionTest(unittest.TestCase):
+    """The ablation and patching definitions against identities that must hold whatever the weights."""
+
+    def setUp(self):
+        self.model = hsref.load_gpt2(os.path.join(FIXTURES, "f32_prefixed"))
+        with open(os.path.join(FIXTURES, "f32_prefixed", "fixture.json"), encoding="utf-8") as f:
+            self.tokens = json.load(f)["tokens"]
+
+    def test_ablation_hooks(self):
+        plain = hsref.forward(self.model, self.tokens)
+        ablated = hsref.forward(self.model, self.tokens, hooks=hsref.ablation_hooks(hsref.parse_ablations("1.2,0.1:mean")))
+        self.assertTrue(torch.all(ablated["blocks.1.attn.hook_z"][:, 2] == 0))
+        z01 = ablated["blocks.0.attn.hook_z"][:, 1]
+        self.assertTrue(torch.allclose(z01, plain["blocks.0.attn.hook_z"][:, 1].mean(0).expand_as(z01)))
+        # Layer 0 before its z, and the other heads' z of layer 0, are untouched.
+        self.assertTrue(torch.equal(ablated["blocks.0.attn.hook_pattern"], plain["blocks.0.attn.hook_pattern"]))
+        self.assertTrue(torch.equal(ablated["blocks.0.attn.hook_z"][:, 0], plain["blocks.0.attn.hook_z"][:, 0]))
+        self.assertFalse(torch.equal(ablated["logits"], plain["logits"]))
+        with self.assertRaises(ValueError):
+            hsref.forward(self.model, self.tokens, hooks={"blocks.0.hook_resid_post": [lambda x: x]})
+
+    def test_patching_identities(self):
+        corrupt = list(self.tokens)
+        corrupt[5] = 100
+        clean_cache = hsref.forward(self.model, self.tokens)
+        # Every position of resid_pre at layer 0 patched: the clean run.
+        hooks = {"blocks.0.hook_resid_pre": [lambda x: clean_cache["blocks.0.hook_resid_pre"]]}
+        patched = hsref.forward(self.model, corrupt, hooks=hooks)
+        self.assertTrue(torch.allclose(patched["logits"], clean_cache["logits"]))
+        r = hsref.patching_sweep(self.model, self.tokens, corrupt, 0, 11, "resid_pre")
+        # Positions before the corruption change nothing; the corrupted position at layer 0 restores
+        # the clean run.
+        self.assertTrue(np.allclose(r["normalized"][:, :5], 0.0, atol=1e-9))
+        self.assertAlmostEqual(r["normalized"][0, 5], 1.0, places=9)
+        z = hsref.patching_sweep(self.model, self.tokens, corrupt, 0, 11, "z")
+        self.assertEqual(z["raw"].shape, (self.model.config.n_layer, self.model.config.n_head))
+
+
+class AblatePatchFixturesUpToDateTest(unittest.TestCase):
+    def test_regeneration_is_byte_identical(self):
+        out = os.path.join(REPO, "tests", "fixtures", "analyses", "ablate_patch")
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "analyses", "make_ablate_patch.py"),
+                            "--out", d], check=True, capture_output=True)
+            for file in sorted(os.listdir(out)):
+                with self.subTest(file):
+                    with open(os.path.join(out, file), "rb") as a, open(os.path.join(d, file), "rb") as b:
+                        self.assertEqual(a.read(), b.read())
+
+
 if __name__ == "__main__":
     unittest.main()

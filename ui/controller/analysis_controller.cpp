@@ -114,13 +114,27 @@ AnalysisController::Slot* AnalysisController::slotOf(const QString& id) const {
 
 std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
                                                          std::shared_ptr<const hs::ActivationCache> previous) {
+  return computeRun(std::move(model), text, std::move(previous), {}, nullptr);
+}
+
+std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
+                                                         std::shared_ptr<const hs::ActivationCache> previous,
+                                                         const hs::Interventions& ablations,
+                                                         std::shared_ptr<const hs::ActivationCache> previous_plain) {
   if (!model) throw hs::Error("No model is loaded. Open a model folder (File > Open Model Folder).");
   const auto t0 = std::chrono::steady_clock::now();
   auto result = std::make_shared<RunResult>();
   hs::TextRunOptions options;
   options.overlong = hs::OverlongPolicy::TruncateWithWarning;
   options.previous = std::move(previous);
-  result->run = hs::run_text(std::move(model), text.toStdString(), options);
+  options.run.interventions = ablations;
+  result->run = hs::run_text(model, text.toStdString(), options);
+  if (!ablations.empty()) {
+    // The plain run of the same tokens, for the before/after panel. Toggling an ablation on an
+    // unchanged prompt finds it in previous_plain whole (run_tokens shows it again).
+    result->baseline = hs::run_tokens(model, result->run.tokens, hs::RunOptions{}, std::move(previous_plain)).cache;
+    result->ablation = hs::compare_runs(*result->baseline, *result->run.cache, kTopK);
+  }
   for (const std::string& label : result->run.token_labels) result->labels << QString::fromStdString(label);
   hs::RunOverview overview = hs::overview_of_run(*result->run.cache, kTopK);
   result->next = std::move(overview.next);
@@ -133,8 +147,8 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
 
 std::shared_ptr<const ViewResult> AnalysisController::computeAnalysis(const AnalysisSpec& spec,
                                                                       std::shared_ptr<const RunResult> run,
-                                                                      const AnalysisKey& key) {
-  std::shared_ptr<ViewResult> result = spec.compute(*run, key);
+                                                                      const AnalysisKey& key, const AnalysisJob& job) {
+  std::shared_ptr<ViewResult> result = spec.compute_long ? spec.compute_long(*run, key, job) : spec.compute(*run, key);
   result->run_job = run->job;
   result->key = key;
   result->run = std::move(run);
@@ -186,8 +200,11 @@ void AnalysisController::requestRun(const QString& text) {
   Q_EMIT runStarted(job);
   const qint64 requested_at = clock_.nsecsElapsed();
   // Typing at the end of the prompt extends the previous tokens: the core reuses that prefix.
-  std::shared_ptr<const hs::ActivationCache> previous;
-  if (run_ && run_->run.model == model_) previous = run_->run.cache;
+  std::shared_ptr<const hs::ActivationCache> previous, previous_plain;
+  if (run_ && run_->run.model == model_) {
+    previous = run_->run.cache;
+    previous_plain = run_->plainCache();
+  }
   // The analyses the views will ask for once this run lands, computed right after it on the same
   // worker (one hop instead of one per view: a keystroke's views are ready with the run).
   struct Ahead {
@@ -199,10 +216,10 @@ void AnalysisController::requestRun(const QString& text) {
   auto ahead = std::make_shared<std::vector<Ahead>>();
   for (const auto& slot : slots_)
     if (slot->spec.with_every_run) ahead->push_back({slot->spec, slot->wanted, slot->wanted_pos_is_last, nullptr});
-  auto ran = QtConcurrent::run([model = model_, text, job, latest, previous, ahead] {
+  auto ran = QtConcurrent::run([model = model_, text, job, latest, previous, previous_plain, ablations = ablations_, ahead] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
       if (latest->load() != job) return nullptr;  // superseded before it started
-      auto result = computeRun(model, text, previous);
+      auto result = computeRun(model, text, previous, ablations, previous_plain);
       result->job = job;
       for (Ahead& a : *ahead) {
         if (latest->load() != job) break;
@@ -249,23 +266,52 @@ void AnalysisController::request(const QString& id, const AnalysisKey& key) {
     Q_EMIT analysisReady(id, pre);  // computed with the run
     return;
   }
-  auto computed = QtConcurrent::run([spec = slot->spec, run = run_, key, job, latest = slot->latest] {
+  // A long analysis reports progress through the event loop and stops once superseded or
+  // cancelled (the job number moved on).
+  AnalysisJob context;
+  QPointer<AnalysisController> self(this);
+  context.progress = [self, id, job, latest = slot->latest](double fraction, const QString& what) {
+    if (latest->load() != job || !self) return;
+    QMetaObject::invokeMethod(
+        self.data(),
+        [self, id, job, fraction, what] {
+          Slot* s = self ? self->slotOf(id) : nullptr;
+          if (s && s->job == job) Q_EMIT self->analysisProgress(id, fraction, what);
+        },
+        Qt::QueuedConnection);
+  };
+  context.cancelled = [job, latest = slot->latest] { return latest->load() != job; };
+  auto computed = QtConcurrent::run([spec = slot->spec, run = run_, key, job, latest = slot->latest, context] {
     return capture<const ViewResult>([&]() -> std::shared_ptr<const ViewResult> {
       if (latest->load() != job) return nullptr;
       useOneThread();
-      return computeAnalysis(spec, run, key);
+      try {
+        return computeAnalysis(spec, run, key, context);
+      } catch (const hs::Cancelled&) {
+        return nullptr;  // asked for: nothing to report
+      }
     });
   });
-  deliverLater(computed, this, [this, id, job](Outcome<const ViewResult> out) {
+  deliverLater(computed, this, [this, id, job, on_demand = slot->spec.on_demand](Outcome<const ViewResult> out) {
     Slot* slot = slotOf(id);
     if (!slot || job != slot->job) return;
     if (!out.value) {
-      if (!out.error.isEmpty()) Q_EMIT analysisFailed(out.error);
+      if (!out.error.isEmpty()) {
+        // An on-demand analysis shows its failure itself, beside the inputs the person gave.
+        if (!on_demand) Q_EMIT analysisFailed(out.error);
+        Q_EMIT analysisFailedFor(id, out.error);
+      }
       return;
     }
     if (!run_ || out.value->run_job != run_->job) return;  // computed for a replaced run
     Q_EMIT analysisReady(id, out.value);
   });
+}
+
+void AnalysisController::cancel(const QString& id) {
+  Slot* slot = slotOf(id);
+  if (!slot) return;
+  slot->latest->store(++slot->job);
 }
 
 void AnalysisController::setRunning(bool running) {

@@ -48,14 +48,27 @@ class AnalysisController : public QObject {
   // `previous`: an earlier run of the same model, whose common token prefix the core reuses.
   static std::shared_ptr<RunResult> computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
                                                std::shared_ptr<const hs::ActivationCache> previous = nullptr);
+  // The same with ablations: the ablated run (which the views show) and, when there are any, the
+  // plain run of the same tokens and the comparison of the two (RunResult::baseline, ablation).
+  // `previous_plain`: an earlier plain run to reuse the prefix of.
+  static std::shared_ptr<RunResult> computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
+                                               std::shared_ptr<const hs::ActivationCache> previous,
+                                               const hs::Interventions& ablations,
+                                               std::shared_ptr<const hs::ActivationCache> previous_plain);
   // Computes `spec`'s analysis of `run` for `key` on the calling thread, with its bookkeeping
-  // filled in. Throws hs::Error.
+  // filled in. Throws hs::Error (hs::Cancelled when `job` says so).
   static std::shared_ptr<const ViewResult> computeAnalysis(const AnalysisSpec& spec,
-                                                           std::shared_ptr<const RunResult> run, const AnalysisKey& key);
+                                                           std::shared_ptr<const RunResult> run, const AnalysisKey& key,
+                                                           const AnalysisJob& job = {});
 
   // Registers an analysis that request() can ask for by its id. Ids are unique.
   void addAnalysis(AnalysisSpec spec);
   bool hasAnalysis(const QString& id) const { return slotOf(id) != nullptr; }
+
+  // The heads ablated in every run from now on (zero or mean ablations of hook_z); empty: plain
+  // runs. Takes effect with the next requestRun.
+  void setAblations(hs::Interventions ablations) { ablations_ = std::move(ablations); }
+  const hs::Interventions& ablations() const { return ablations_; }
 
  public Q_SLOTS:
   // Loads a model folder on a worker thread.
@@ -67,6 +80,9 @@ class AnalysisController : public QObject {
   // Analysis `id` of the current run for `key`. Answered by analysisReady(id, ...), through the
   // event loop, or at once when the run already computed it for this key.
   void request(const QString& id, const AnalysisKey& key);
+  // Stops analysis `id`'s job in flight (its AnalysisJob::cancelled turns true); nothing of it is
+  // delivered.
+  void cancel(const QString& id);
 
  Q_SIGNALS:
   void loadStarted(const QString& dir);
@@ -78,7 +94,10 @@ class AnalysisController : public QObject {
   void runReady(std::shared_ptr<const hs::ui::RunResult> result);
   void runFailed(const QString& message);
   void analysisReady(const QString& id, std::shared_ptr<const hs::ui::ViewResult> result);
-  void analysisFailed(const QString& message);
+  void analysisFailed(const QString& message);  // not for on-demand analyses: see analysisFailedFor
+  void analysisFailedFor(const QString& id, const QString& message);
+  // A long analysis's progress (AnalysisJob::progress), on the GUI thread, for the current job only.
+  void analysisProgress(const QString& id, double fraction, const QString& what);
   void busyChanged(bool busy);
 
  private:
@@ -90,6 +109,7 @@ class AnalysisController : public QObject {
   std::shared_ptr<const hs::Model> model_;
   std::shared_ptr<const RunResult> run_;
   QString text_;
+  hs::Interventions ablations_;
   quint64 load_job_ = 0;
   quint64 run_job_ = 0;
   bool loading_ = false;

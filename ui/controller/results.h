@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/analysis/ablation.h"
 #include "core/analysis/analysis.h"
 #include "core/session/session.h"
 
@@ -42,6 +43,11 @@ struct RunResult {
   std::vector<HeadMetricValues> head_metrics;
   double worker_ms = 0.0;                // tokenize + forward + thumbnails + head metrics, on the worker
   double latency_ms = 0.0;               // request -> result on the GUI thread (set on arrival)
+  // With ablations (AnalysisController::setAblations), run.cache is the ablated run, which every
+  // view shows; `baseline` is the plain run of the same tokens and `ablation` the two compared.
+  // Both empty for a plain run.
+  std::shared_ptr<const hs::ActivationCache> baseline;
+  std::optional<hs::RunComparison> ablation;
 
   int n_pos() const { return static_cast<int>(run.tokens.size()); }
   int n_layer() const { return run.cache->n_layer(); }
@@ -53,6 +59,9 @@ struct RunResult {
       if (m.id == id) return &m;
     return nullptr;
   }
+  const hs::Interventions& ablations() const { return run.cache->interventions; }
+  // The run without ablations: baseline when there is one, else the run itself.
+  const std::shared_ptr<const hs::ActivationCache>& plainCache() const { return baseline ? baseline : run.cache; }
 };
 
 // The parts of the selection an analysis reads (bits of AnalysisSpec::reads).
@@ -65,6 +74,9 @@ struct AnalysisKey {
   int head = -1;
   int pos = -1;
   std::optional<int32_t> target;  // empty: the predicted next token
+  // The view's own inputs beyond the selection (a second prompt, answer tokens as text), opaque
+  // to the controller; part of the key like the rest.
+  QStringList params;
   bool operator==(const AnalysisKey&) const = default;
 };
 
@@ -80,6 +92,17 @@ struct ViewResult {
 // run_job, run and key.
 using AnalysisFn = std::function<std::shared_ptr<ViewResult>(const RunResult& run, const AnalysisKey& key)>;
 
+// What a long analysis may use while it runs on its worker: both may be called from that thread
+// as often as it likes. `progress` reaches the GUI thread as AnalysisController::analysisProgress;
+// `cancelled` turns true when the request was cancelled or superseded (the analysis then throws
+// hs::Cancelled, or returns anything: the result is dropped).
+struct AnalysisJob {
+  std::function<void(double fraction, const QString& what)> progress = [](double, const QString&) {};
+  std::function<bool()> cancelled = [] { return false; };
+};
+using LongAnalysisFn =
+    std::function<std::shared_ptr<ViewResult>(const RunResult& run, const AnalysisKey& key, const AnalysisJob& job)>;
+
 struct AnalysisSpec {
   QString id;             // the view's id ("contributions")
   unsigned reads = 0;     // SelectionPart bits
@@ -87,6 +110,12 @@ struct AnalysisSpec {
   // Computed with every run, for the key last asked for (moved to the new run), so that a
   // keystroke's views are ready when the run is. Off for analyses too slow to run per key.
   bool with_every_run = true;
+  // For long analyses: used instead of `compute` when set (compute then calls it without
+  // progress, for Export All), reporting progress and stopping when cancelled.
+  LongAnalysisFn compute_long;
+  // Computed only when the view asks (AnalysisView::analysisRequested: a Run button), never
+  // because the selection or the run changed.
+  bool on_demand = false;
 };
 
 // The key for a new run, from the key asked for on the previous one: a position on the previous

@@ -11,6 +11,10 @@ AnalysisView::AnalysisView(Selection* selection, QWidget* parent) : QWidget(pare
 
 void AnalysisView::setResult(std::shared_ptr<const ViewResult>) {}
 
+void AnalysisView::showProgress(double, const QString&) {}
+
+void AnalysisView::showFailure(const QString&) {}
+
 void AnalysisView::paintFigure(QPainter& painter, QSize) { renderWidgetInto(this, painter); }
 
 void AnalysisView::contextMenuEvent(QContextMenuEvent* event) {

@@ -17,6 +17,8 @@
 #include "ui/base/figure.h"
 #include "ui/controller/results.h"
 
+class QMenu;
+
 namespace hs::ui {
 
 class Selection;
@@ -47,9 +49,27 @@ class AnalysisView : public QWidget, public FigureSource {
   // The figures this view adds to Export All for `run`, in order, for the view's selection.
   virtual std::vector<ExportFigure> exportFigures(const RunResult& run) = 0;
 
+  // What the person typed into the view beyond the selection (a view whose analysis has
+  // AnalysisKey::params), so that Export All's own instance of the view can be set up the same.
+  virtual QStringList viewInputs() const { return {}; }
+  virtual void setViewInputs(const QStringList&) {}
+  // A long analysis on its way (AnalysisSpec::compute_long), and why it failed: only for views
+  // that request their analysis themselves (AnalysisSpec::on_demand). Default: nothing.
+  virtual void showProgress(double fraction, const QString& what);
+  virtual void showFailure(const QString& message);
+
   // FigureSource: by default the whole view as it is shown.
   QSize figureSize() const override { return size(); }
   void paintFigure(QPainter& painter, QSize size) override;
+
+ Q_SIGNALS:
+  // An on-demand view asks for its analysis (the window passes it to the controller under the
+  // view's id), or for the one in flight to stop.
+  void analysisRequested(const hs::ui::AnalysisKey& key);
+  void cancelRequested();
+  // Right-click on a head somewhere in the view: the window adds what can be done to a head
+  // (ablate it) to `menu`.
+  void headContextMenu(int layer, int head, QMenu* menu);
 
  protected:
   // Right-click outside its plots: save the whole view (each plot offers its own figure).

@@ -4,6 +4,7 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QMenu>
 #include <QLineEdit>
 #include <QRadioButton>
 #include <QSplitter>
@@ -159,6 +160,8 @@ ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : An
   });
   connect(target_->lineEdit(), &QLineEdit::returnPressed, this, &ContributionsView::applyTypedTarget);
   connect(heads_, &HeatmapView::cellClicked, this, [this](int row, int col) { selection_->setHead(row, col); });
+  connect(heads_, &HeatmapView::cellContextMenu, this,
+          [this](int row, int col, QMenu* menu) { Q_EMIT headContextMenu(row, col, menu); });
   connect(bars_, &BarChartView::barClicked, this, [this](int index) {
     if (!result_) return;
     const auto& parts = result_->parts;

@@ -38,8 +38,11 @@ void showHeadOverview(ImageGridView& grid, const RunResult& run, bool tooltips, 
   for (int l = 0; l < n_layer; ++l)
     for (int h = 0; h < n_head; ++h) {
       ImageGridView::Item item{run.thumbnails[static_cast<size_t>(l * n_head + h)], headLabel(l, h),
-                               tooltips ? QStringLiteral("%1 — click to show its pattern").arg(headLabel(l, h)) : QString(),
-                               {}, {}};
+                               tooltips ? QStringLiteral("%1 — click to show its pattern; right-click to ablate it, "
+                                                         "Ctrl+click to pick several")
+                                              .arg(headLabel(l, h))
+                                        : QString(),
+                               {}, {}, {}};
       if (badges.metric) {
         const float v = values ? values->values(l, h) : NAN;
         item.badge = headMetricText(*badges.metric, v);
@@ -47,6 +50,17 @@ void showHeadOverview(ImageGridView& grid, const RunResult& run, bool tooltips, 
       }
       items.push_back(std::move(item));
     }
+  // Ablated heads carry a mark: "0" zero-ablated, "μ" mean-ablated (hook_z).
+  for (const hs::Intervention& i : run.ablations()) {
+    if (i.hook != hs::HookPoint::Z || i.head < 0 || i.layer >= n_layer || i.head >= n_head) continue;
+    ImageGridView::Item& item = items[static_cast<size_t>(i.layer * n_head + i.head)];
+    const bool zero = i.kind == hs::InterventionKind::Zero;
+    item.tag = zero ? QStringLiteral("0") : QStringLiteral("μ");
+    if (tooltips)
+      item.tooltip = QStringLiteral("%1 — %2: its z is %3 in this run. Right-click to remove the ablation.")
+                         .arg(headLabel(i.layer, i.head), zero ? QStringLiteral("zero-ablated") : QStringLiteral("mean-ablated"),
+                              zero ? QStringLiteral("0") : QStringLiteral("its mean over the prompt's positions"));
+  }
   const bool ordered = badges.metric && badges.sorted;
   std::optional<std::vector<int>> order;
   if (badges.metric)

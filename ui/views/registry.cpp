@@ -5,6 +5,7 @@
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
 #include "ui/views/logit_lens_view.h"
+#include "ui/views/patching_view.h"
 
 namespace hs::ui {
 
@@ -15,6 +16,7 @@ const std::vector<ViewDescriptor>& viewRegistry() {
       ConcatSumView::descriptor(),
       LogitLensView::descriptor(),
       CircuitsView::descriptor(),
+      PatchingView::descriptor(),
   };
   return views;
 }

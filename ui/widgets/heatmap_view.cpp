@@ -485,6 +485,10 @@ void HeatmapView::onMousePress(QMouseEvent* event) {
 
 void HeatmapView::showContextMenu(const QPoint& pos) {
   QMenu menu(this);
+  if (const QPoint cell = cellAt(pos); cell.x() >= 0) {
+    Q_EMIT cellContextMenu(cell.y(), cell.x(), &menu);
+    if (!menu.isEmpty()) menu.addSeparator();
+  }
   addFigureExportActions(menu, this, *this);
   menu.exec(plot_->mapToGlobal(pos));
 }

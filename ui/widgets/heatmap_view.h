@@ -23,6 +23,7 @@ class QCPItemRect;
 class QCPLayerable;
 class QCPPainter;
 class QCPTextElement;
+class QMenu;
 class QMouseEvent;
 
 namespace hs::ui {
@@ -106,6 +107,8 @@ class HeatmapView : public QWidget, public FigureSource {
  Q_SIGNALS:
   void cellClicked(int row, int col);
   void cellHovered(int row, int col);  // (-1, -1) when the mouse leaves the cells
+  // Right-click on a cell: receivers add their actions to `menu` (the export actions follow).
+  void cellContextMenu(int row, int col, QMenu* menu);
 
  protected:
   void resizeEvent(QResizeEvent* event) override;

@@ -106,6 +106,12 @@ void ImageGridView::setMarkedIndex(int index) {
   update();
 }
 
+void ImageGridView::setPickedIndices(const QList<int>& indices) {
+  if (indices == picked_) return;
+  picked_ = indices;
+  update();
+}
+
 int ImageGridView::rows() const { return (cellCount() + columns_ - 1) / columns_; }
 
 ImageGridView::Geometry ImageGridView::geometryFor(QSize size) const {
@@ -203,6 +209,19 @@ void ImageGridView::paintGrid(QPainter& p, QSize size, bool on_screen) const {
     p.setPen(QPen(QColor(0xb0, 0xb0, 0xb0), 1));
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(r).adjusted(-0.5, -0.5, 0.5, 0.5));
+    if (!item.tag.isEmpty() && r.width() >= 14) {
+      // A dark chip in the bottom-left corner, legible on any pattern (a score badge takes the
+      // top-right one).
+      QFont f = header_font;
+      f.setBold(true);
+      p.setFont(f);
+      const QFontMetrics fm(f);
+      const QRect chip(r.left(), r.bottom() - fm.height() + 1, fm.horizontalAdvance(item.tag) + 6, fm.height());
+      p.fillRect(chip, QColor(0x30, 0x30, 0x30, 220));
+      p.setPen(Qt::white);
+      p.drawText(chip, Qt::AlignCenter, item.tag);
+      p.setFont(header_font);
+    }
     if (g.label_h > 0 && !item.label.isEmpty()) {
       // The labels' font stays set; only the selected label switches to bold and back.
       const bool selected = i == selected_;
@@ -234,6 +253,7 @@ void ImageGridView::paintGrid(QPainter& p, QSize size, bool on_screen) const {
     p.setBrush(Qt::NoBrush);
     p.drawRect(QRectF(imageRect(g, slot)).adjusted(-2, -2, 2, 2));
   };
+  for (int i : picked_) outline(i, QPen(accentColor().darker(120), 2.0, Qt::DashLine));
   if (hovered_ != selected_) outline(hovered_, QPen(QColor(0x50, 0x50, 0x50), 1.0, Qt::DashLine));
   if (marked_ != selected_) outline(marked_, QPen(accentColor().lighter(130), 1.5, Qt::DotLine));
   outline(selected_, QPen(accentColor(), 3.0));
@@ -302,7 +322,9 @@ void ImageGridView::setFigureText(const FigureText& text, const QString& file_st
 void ImageGridView::mousePressEvent(QMouseEvent* event) {
   if (event->button() != Qt::LeftButton) return;
   const int index = indexAt(event->pos());
-  if (index >= 0) Q_EMIT itemClicked(index);
+  if (index < 0) return;
+  if (event->modifiers() & Qt::ControlModifier) Q_EMIT itemCtrlClicked(index);
+  else Q_EMIT itemClicked(index);
 }
 
 void ImageGridView::mouseMoveEvent(QMouseEvent* event) {
@@ -329,6 +351,10 @@ void ImageGridView::leaveEvent(QEvent* event) {
 
 void ImageGridView::contextMenuEvent(QContextMenuEvent* event) {
   QMenu menu(this);
+  if (const int index = indexAt(event->pos()); index >= 0) {
+    Q_EMIT itemContextMenu(index, &menu);
+    if (!menu.isEmpty()) menu.addSeparator();
+  }
   addFigureExportActions(menu, this, *this);
   menu.exec(event->globalPos());
 }

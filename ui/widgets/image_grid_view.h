@@ -18,6 +18,8 @@
 
 #include "ui/base/figure.h"
 
+class QMenu;
+
 namespace hs::ui {
 
 class ImageGridView : public QWidget, public FigureSource {
@@ -33,6 +35,7 @@ class ImageGridView : public QWidget, public FigureSource {
     // too small for text. Empty: none.
     QString badge = {};
     QColor badge_color = {};
+    QString tag = {};  // a short mark on the image's bottom-left corner ("0": the head is zero-ablated)
   };
 
   explicit ImageGridView(QWidget* parent = nullptr);
@@ -64,6 +67,9 @@ class ImageGridView : public QWidget, public FigureSource {
   int selectedIndex() const { return selected_; }
   // An index whose cell gets a light outline (e.g. the head under the mouse elsewhere); -1: none.
   void setMarkedIndex(int index);
+  // Items picked for an action on several at once (Ctrl+click), outlined with dashes.
+  void setPickedIndices(const QList<int>& indices);
+  const QList<int>& pickedIndices() const { return picked_; }
 
   // The rectangle of an item's image in widget coordinates (tests click there); empty when the
   // item is not shown.
@@ -84,7 +90,10 @@ class ImageGridView : public QWidget, public FigureSource {
 
  Q_SIGNALS:
   void itemClicked(int index);
+  void itemCtrlClicked(int index);  // a click with Ctrl held: pick or unpick it
   void itemHovered(int index);  // -1 when leaving
+  // Right-click on an item: receivers add their actions to `menu` (the export actions follow).
+  void itemContextMenu(int index, QMenu* menu);
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -129,6 +138,7 @@ class ImageGridView : public QWidget, public FigureSource {
   int max_cell_w_ = 120;
   int selected_ = -1;
   int marked_ = -1;
+  QList<int> picked_;
   int hovered_ = -1;
   FigureText figure_text_;
   QString file_stem_ = QStringLiteral("grid");

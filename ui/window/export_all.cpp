@@ -61,6 +61,8 @@ void ExportAllJob::start() {
     state->view->setAttribute(Qt::WA_DontShowOnScreen);
     state->view->resize(descriptor.export_size);
     state->view->show();
+    if (const auto inputs = options_.view_inputs.find(descriptor.id); inputs != options_.view_inputs.end())
+      state->view->setViewInputs(inputs->second);
     state->view->setRun(run_);
     for (ExportFigure& figure : state->view->exportFigures(*run_)) steps_.push_back({state.get(), std::move(figure)});
     views_.push_back(std::move(state));

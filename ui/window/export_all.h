@@ -10,6 +10,7 @@
 #include <QStringList>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -33,6 +34,9 @@ class ExportAllJob : public QObject {
     double scale = 1.0;                    // 2.0 for paper-ready figures
     int position = -1;                     // -1: the last token
     std::optional<int32_t> target;         // empty: the predicted next token
+    // A view's inputs beyond the selection, by view id (AnalysisView::viewInputs of the window's
+    // views), given to the job's own instance before it lists its figures.
+    std::map<QString, QStringList> view_inputs;
   };
 
   ExportAllJob(std::shared_ptr<const RunResult> run, Options options, QObject* parent = nullptr);

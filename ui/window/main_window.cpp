@@ -5,6 +5,7 @@
 #include <QCloseEvent>
 #include <QComboBox>
 #include <QDir>
+#include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -23,14 +24,17 @@
 #include <QStatusBar>
 #include <QStyle>
 #include <QTabWidget>
+#include <QUndoStack>
 #include <QVBoxLayout>
 
 #include <algorithm>
 
 #include "core/model/model.h"
 #include "core/session/session.h"
+#include "ui/controller/ablations.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
+#include "ui/window/ablation_panel.h"
 #include "ui/window/export_all.h"
 #include "ui/base/figure.h"
 #include "ui/views/head_metrics_bar.h"
@@ -76,10 +80,12 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   for (const ViewDescriptor& v : viewRegistry())
     if (v.analysis.compute) controller_->addAnalysis(v.analysis);
   selection_ = new Selection(this);
+  ablations_ = new Ablations(this);
   debounce_.setSingleShot(true);
   debounce_.setInterval(kDebounceMs);
 
   buildCentral();
+  buildAblationDock();
   buildMenus();
   buildStatusBar();
   connectEverything();
@@ -255,6 +261,21 @@ void MainWindow::buildMenus() {
   quit->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));
   quit->setObjectName(QStringLiteral("actionQuit"));
 
+  QMenu* edit = menuBar()->addMenu(QStringLiteral("&Edit"));
+  // Undo and redo the ablations. In the prompt, Ctrl+Z stays the text's own undo (the field takes
+  // the shortcut first); everywhere else it is this one.
+  QAction* undo = ablations_->undoStack()->createUndoAction(this, QStringLiteral("&Undo"));
+  undo->setShortcut(QKeySequence::Undo);
+  undo->setObjectName(QStringLiteral("actionUndo"));
+  QAction* redo = ablations_->undoStack()->createRedoAction(this, QStringLiteral("&Redo"));
+  redo->setShortcut(QKeySequence::Redo);
+  redo->setObjectName(QStringLiteral("actionRedo"));
+  edit->addAction(undo);
+  edit->addAction(redo);
+  edit->addSeparator();
+  QAction* clear_ablations = edit->addAction(QStringLiteral("Remove All Ablations"), ablations_, &Ablations::clear);
+  clear_ablations->setObjectName(QStringLiteral("actionClearAblations"));
+
   QMenu* view = menuBar()->addMenu(QStringLiteral("&View"));
   for (int i = 0; i < static_cast<int>(viewRegistry().size()); ++i) {
     QAction* a = view->addAction(viewRegistry()[static_cast<size_t>(i)].menu_text, this,
@@ -279,10 +300,78 @@ void MainWindow::buildMenus() {
           [this] { selection_->setPosition(selection_->position() - 1); });
   add_nav(QStringLiteral("Next Position"), QKeySequence(Qt::SHIFT | Qt::Key_Right),
           [this] { selection_->setPosition(selection_->position() + 1); });
+  view->addSeparator();
+  QAction* dock = ablation_dock_->toggleViewAction();
+  dock->setText(QStringLiteral("Ablation &Panel"));
+  view->addAction(dock);
 
   QMenu* help = menuBar()->addMenu(QStringLiteral("&Help"));
   help->addAction(QStringLiteral("&Keyboard Shortcuts"), this, &MainWindow::showShortcuts);
   help->addAction(QStringLiteral("&About HeadScope"), this, &MainWindow::showAbout);
+}
+
+void MainWindow::buildAblationDock() {
+  ablation_dock_ = new QDockWidget(QStringLiteral("Ablation"), this);
+  ablation_dock_->setObjectName(QStringLiteral("ablationDock"));
+  ablation_dock_->setAllowedAreas(Qt::RightDockWidgetArea | Qt::LeftDockWidgetArea | Qt::BottomDockWidgetArea);
+  ablation_panel_ = new AblationPanel(ablations_, selection_, ablation_dock_);
+  auto* scroll = new QScrollArea(ablation_dock_);
+  scroll->setWidget(ablation_panel_);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // the panel wraps to the dock's width
+  scroll->setMinimumWidth(260);
+  ablation_dock_->setWidget(scroll);
+  addDockWidget(Qt::RightDockWidgetArea, ablation_dock_);
+  ablation_dock_->hide();  // shown with the first ablation
+}
+
+// The head grid's right-click menu: ablate the head (or the picked heads), or undo its ablation.
+void MainWindow::addHeadActions(int index, QMenu* menu) {
+  const int n_head = std::max(1, selection_->headCount());
+  const int layer = index / n_head, head = index % n_head;
+  std::vector<std::pair<int, int>> heads = {{layer, head}};
+  // Ctrl+clicked heads: the menu acts on all of them when the clicked one is among them.
+  const QList<int> picked = head_grid_->pickedIndices();
+  if (picked.size() > 1 && picked.contains(index)) {
+    heads.clear();
+    for (int i : picked) heads.push_back({i / n_head, i % n_head});
+  }
+  for (hs::InterventionKind kind : {hs::InterventionKind::Zero, hs::InterventionKind::Mean}) {
+    QAction* a = menu->addAction(Ablations::actionText(heads, kind), this, [this, heads, kind] {
+      ablations_->add(heads, kind);
+      head_grid_->setPickedIndices({});
+    });
+    a->setObjectName(kind == hs::InterventionKind::Zero ? QStringLiteral("actionZeroAblate")
+                                                        : QStringLiteral("actionMeanAblate"));
+    a->setToolTip(kind == hs::InterventionKind::Zero
+                      ? QStringLiteral("Run the model with these heads' z (hook_z) set to 0")
+                      : QStringLiteral("Run the model with these heads' z (hook_z) set to its mean over the prompt's positions"));
+  }
+  if (ablations_->kindOf(layer, head)) {
+    QAction* a = menu->addAction(QStringLiteral("Remove the Ablation of %1").arg(headLabel(layer, head)), this,
+                                 [this, layer, head] { ablations_->remove(layer, head); });
+    a->setObjectName(QStringLiteral("actionRemoveAblation"));
+  }
+}
+
+void MainWindow::onAblationsChanged() {
+  controller_->setAblations(ablations_->list());
+  if (!ablations_->isEmpty() && !ablation_dock_->isVisible() && !ablation_dock_->property("shownOnce").toBool()) {
+    ablation_dock_->setProperty("shownOnce", true);
+    ablation_dock_->show();
+    // Wide enough for the before/after table, about a fifth of the window; the room comes
+    // from the views, not from the heads.
+    const int heads = splitter_->sizes().value(0);
+    resizeDocks({ablation_dock_}, {std::clamp(width() / 5, 280, 340)}, Qt::Horizontal);
+    QTimer::singleShot(0, this, [this, heads] {
+      const QList<int> sizes = splitter_->sizes();
+      if (sizes.size() == 2 && heads > 0) splitter_->setSizes({heads, sizes[0] + sizes[1] - heads});
+    });
+  }
+  debounce_.stop();
+  controller_->requestRun(prompt_->toPlainText());
+  updateStatus();
 }
 
 void MainWindow::buildStatusBar() {
@@ -298,6 +387,7 @@ void MainWindow::buildStatusBar() {
   status_tokens_ = label(QStringLiteral("statusTokens"));
   status_time_ = label(QStringLiteral("statusTime"));
   status_next_ = label(QStringLiteral("statusNext"));
+  status_ablations_ = label(QStringLiteral("statusAblations"));
   status_busy_ = new QLabel(bar);
   status_busy_->setObjectName(QStringLiteral("statusBusy"));
   bar->addPermanentWidget(status_busy_);
@@ -343,6 +433,32 @@ void MainWindow::connectEverything() {
           });
   connect(controller_, &AnalysisController::analysisFailed, this,
           [this](const QString& message) { showBanner(message.toHtmlEscaped(), true); });
+  // Views that ask for their analysis themselves (a Run button): their requests, progress and
+  // failures, by id.
+  for (size_t i = 0; i < views_.size(); ++i) {
+    const QString id = viewRegistry()[i].id;
+    connect(views_[i], &AnalysisView::analysisRequested, this,
+            [this, id](const AnalysisKey& key) { controller_->request(id, key); });
+    connect(views_[i], &AnalysisView::cancelRequested, this, [this, id] { controller_->cancel(id); });
+    connect(views_[i], &AnalysisView::headContextMenu, this, [this](int layer, int head, QMenu* menu) {
+      if (layer >= 0 && layer < selection_->layerCount() && head >= 0 && head < selection_->headCount())
+        addHeadActions(layer * selection_->headCount() + head, menu);
+    });
+  }
+  connect(controller_, &AnalysisController::analysisProgress, this,
+          [this](const QString& id, double fraction, const QString& what) {
+            if (AnalysisView* v = view(id)) v->showProgress(fraction, what);
+          });
+  connect(controller_, &AnalysisController::analysisFailedFor, this, [this](const QString& id, const QString& message) {
+    if (AnalysisView* v = view(id)) v->showFailure(message);
+  });
+  connect(ablations_, &Ablations::changed, this, &MainWindow::onAblationsChanged);
+  connect(head_grid_, &ImageGridView::itemContextMenu, this, &MainWindow::addHeadActions);
+  connect(head_grid_, &ImageGridView::itemCtrlClicked, this, [this](int index) {
+    QList<int> picked = head_grid_->pickedIndices();
+    if (!picked.removeOne(index)) picked.append(index);
+    head_grid_->setPickedIndices(picked);
+  });
 
   connect(model_combo_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
     const QString dir = model_combo_->itemData(index).toString();
@@ -399,6 +515,13 @@ void MainWindow::onModelChanged(std::shared_ptr<const hs::Model> model) {
     for (const std::string& w : model->warnings()) lines << QString::fromStdString(w).toHtmlEscaped();
     showBanner(QStringLiteral("<b>The model loaded with warnings:</b> ") + lines.join(QStringLiteral("<br>")), false);
   }
+  // Ablated heads belong to the model they were chosen on.
+  {
+    QSignalBlocker block(ablations_);
+    ablations_->reset();
+  }
+  controller_->setAblations({});
+  head_grid_->setPickedIndices({});
   // The controller re-runs its last text on a new model; make sure it knows the current one.
   debounce_.stop();
   controller_->requestRun(prompt_->toPlainText());
@@ -464,6 +587,7 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
   head_grid_->setSelectedIndex(selection_->layer() * n_head + selection_->head());
 
   for (AnalysisView* v : views_) v->setRun(run);
+  ablation_panel_->setRun(run);
   requestAnalyses();
   updateStatus();
 }
@@ -474,7 +598,7 @@ void MainWindow::requestAnalyses() {
   asked_.resize(views_.size());
   for (size_t i = 0; i < views_.size(); ++i) {
     const ViewDescriptor& d = viewRegistry()[i];
-    if (!d.analysis.compute) continue;
+    if (!d.analysis.compute || d.analysis.on_demand) continue;  // on-demand: the view asks itself
     // Only when what it reads changed: moving to another head of the same layer does not
     // recompute a layer's analysis. Compared with the last request, not with what is shown, so
     // that going back to a key while another is being computed asks for it again.
@@ -542,6 +666,9 @@ void MainWindow::updateStatus() {
                                .arg(kDebounceMs));
   status_next_->setText(run_->next.empty() ? QString()
                                            : QStringLiteral("· next token %1").arg(predictionText(*run_, run_->next.front())));
+  const size_t ablated = run_->ablations().size();
+  status_ablations_->setText(ablated == 0 ? QString()
+                                          : QStringLiteral("· %1 head%2 ablated").arg(ablated).arg(ablated == 1 ? "" : "s"));
 }
 
 void MainWindow::refreshModelCombo() {
@@ -621,6 +748,9 @@ void MainWindow::exportAll() {
   options.scale = 2.0;
   options.position = selection_->position();
   options.target = selection_->target();
+  for (size_t i = 0; i < views_.size(); ++i)
+    if (const QStringList inputs = views_[i]->viewInputs(); !inputs.isEmpty())
+      options.view_inputs[viewRegistry()[i].id] = inputs;
   export_job_ = std::make_unique<ExportAllJob>(run_, options);
   progress_->setValue(0);
   progress_->setFormat(QStringLiteral("%p%"));

@@ -13,6 +13,7 @@
 #include "ui/controller/results.h"
 
 class QComboBox;
+class QDockWidget;
 class QLabel;
 class QProgressBar;
 class QSplitter;
@@ -24,6 +25,8 @@ namespace hs { class Model; }
 
 namespace hs::ui {
 
+class AblationPanel;
+class Ablations;
 class AnalysisController;
 class AnalysisView;
 class ExportAllJob;
@@ -55,6 +58,10 @@ class MainWindow : public QMainWindow {
   ImageGridView* headGrid() const { return head_grid_; }
   // The heads panel's "Scores:" control (badges, sorting and filtering of the head grid).
   HeadMetricsBar* headMetricsBar() const { return head_metrics_; }
+  // The heads ablated in every run (with undo), and the dock that lists them and compares runs.
+  Ablations* ablations() const { return ablations_; }
+  AblationPanel* ablationPanel() const { return ablation_panel_; }
+  QDockWidget* ablationDock() const { return ablation_dock_; }
   // The tab of the view with this id (ui/views/registry.cpp), or null.
   AnalysisView* view(const QString& id) const;
   template <class View>
@@ -80,6 +87,9 @@ class MainWindow : public QMainWindow {
   void buildMenus();
   void buildCentral();
   void buildStatusBar();
+  void buildAblationDock();
+  void addHeadActions(int index, QMenu* menu);
+  void onAblationsChanged();
   void connectEverything();
   void onModelChanged(std::shared_ptr<const hs::Model> model);
   void onModelLoadFailed(const QString& dir, const QString& message);
@@ -108,6 +118,10 @@ class MainWindow : public QMainWindow {
   HeadMetricsBar* head_metrics_ = nullptr;
   QLabel* heads_caption_ = nullptr;
   QTabWidget* tabs_ = nullptr;
+  Ablations* ablations_ = nullptr;
+  AblationPanel* ablation_panel_ = nullptr;
+  QDockWidget* ablation_dock_ = nullptr;
+  QLabel* status_ablations_ = nullptr;
   std::vector<AnalysisView*> views_;  // the tabs, in registry order
   struct Asked {
     quint64 run_job = 0;
