@@ -474,6 +474,9 @@ int cmd_circuits(const Args& a) {
     j["ov_self_ranks"] = p.ov_self_ranks;
   }
   hs::write_file_atomically(*a.out, j.dump(1) + "\n");
+  return 0;
+}
+
 int cmd_patch(const Args& a) {
   if (!a.clean || !a.corrupt || !a.answer || !a.wrong || !a.what)
     throw UsageError("patch needs --clean TEXT, --corrupt TEXT, --answer TEXT, --wrong TEXT and "

@@ -65,10 +65,15 @@
 namespace {
 
 using hs::ui::AnalysisController;
-using hs::ui::LayerResult;
+using hs::ui::findView;
+using hs::ui::keyFromSelection;
+using hs::ui::kReadsLayer;
+using hs::ui::kReadsPosition;
+using hs::ui::kReadsTarget;
 using hs::ui::MainWindow;
-using hs::ui::PositionResult;
+using hs::ui::MainWindowOptions;
 using hs::ui::RunResult;
+using hs::ui::ViewResult;
 
 constexpr const char* kSentence = "The quick brown fox jumps over the lazy dog, and the cat sat on the mat.";
 

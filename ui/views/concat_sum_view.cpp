@@ -68,13 +68,15 @@ ViewDescriptor ConcatSumView::descriptor() {
   d.help = QStringLiteral("concat(z) x W_O beside sum_h z_h x W_O[h] for the selected layer, their difference "
                           "and the shapes at every step");
   d.export_size = QSize(1600, 1000);
-  d.analysis = {d.id, kReadsLayer, [](const RunResult& run, const AnalysisKey& key) {
-                  auto r = std::make_shared<LayerResult>();
-                  static_cast<hs::LayerAnalysis&>(*r) = hs::analyze_layer(*run.run.cache, key.layer);
-                  for (const hs::PooledGrid& grid : r->head_results_pooled)
-                    r->head_result_images.push_back(signedImage(grid, r->head_range));
-                  return std::shared_ptr<ViewResult>(std::move(r));
-                }};
+  d.analysis.id = d.id;
+  d.analysis.reads = kReadsLayer;
+  d.analysis.compute = [](const RunResult& run, const AnalysisKey& key) {
+    auto r = std::make_shared<LayerResult>();
+    static_cast<hs::LayerAnalysis&>(*r) = hs::analyze_layer(*run.run.cache, key.layer);
+    for (const hs::PooledGrid& grid : r->head_results_pooled)
+      r->head_result_images.push_back(signedImage(grid, r->head_range));
+    return std::shared_ptr<ViewResult>(std::move(r));
+  };
   d.create = [](Selection* selection, QWidget* parent) { return new ConcatSumView(selection, parent); };
   return d;
 }

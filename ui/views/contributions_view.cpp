@@ -55,11 +55,13 @@ ViewDescriptor ContributionsView::descriptor() {
   d.help = QStringLiteral("what each head and MLP adds to the residual stream at the selected position "
                           "(write norms and direct logit attribution)");
   d.export_size = QSize(1400, 900);
-  d.analysis = {d.id, kReadsPosition | kReadsTarget, [](const RunResult& run, const AnalysisKey& key) {
-                  auto r = std::make_shared<PositionResult>();
-                  static_cast<hs::PositionAnalysis&>(*r) = hs::analyze_position(*run.run.cache, key.pos, key.target, kTopK);
-                  return std::shared_ptr<ViewResult>(std::move(r));
-                }};
+  d.analysis.id = d.id;
+  d.analysis.reads = kReadsPosition | kReadsTarget;
+  d.analysis.compute = [](const RunResult& run, const AnalysisKey& key) {
+    auto r = std::make_shared<PositionResult>();
+    static_cast<hs::PositionAnalysis&>(*r) = hs::analyze_position(*run.run.cache, key.pos, key.target, kTopK);
+    return std::shared_ptr<ViewResult>(std::move(r));
+  };
   d.create = [](Selection* selection, QWidget* parent) { return new ContributionsView(selection, parent); };
   return d;
 }
