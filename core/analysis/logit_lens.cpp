@@ -74,7 +74,7 @@ LogitLens logit_lens(const ActivationCache& cache) {
   lens.n_streams = cache.n_layer() + 1;
   lens.n_pos = cache.n_pos();
   lens.d_vocab = cache.config().d_vocab;
-  // GPT-2 small at its full context would be 2.7 GB: refuse before allocating, as runs do.
+  // A large model at its full context needs gigabytes: refuse before allocating, as runs do.
   const uint64_t bytes = uint64_t{sizeof(float)} * static_cast<uint64_t>(lens.n_streams) *
                          static_cast<uint64_t>(lens.n_pos) * static_cast<uint64_t>(lens.d_vocab);
   if (const auto available = available_memory(); available && bytes > *available)
@@ -140,11 +140,9 @@ LogitLensSummary logit_lens_summary(const ActivationCache& cache, std::optional<
   if (reused == S) return s;
 
   // Every stream's new rows through the final norm, stacked [stream * new pos, d_model]; then the
-  // unembedding over blocks of 16 of those rows, so that the packed W_U (154 MB for GPT-2 small)
-  // streams from memory once per block rather than once per stream. Typing at the end of a
-  // GPT-2-small prompt (13 rows, one thread): 87 ms stream by stream, 15 ms in one block. Larger
-  // blocks were slower (the built-in model's 155 rows of a 31-token prompt: 3 ms in blocks of
-  // 16, 6 ms in blocks of 64, 14 ms in one).
+  // unembedding over blocks of 16 of those rows, so that the packed W_U streams from memory once
+  // per block rather than once per stream; larger blocks were slower (docs/benchmarks.md,
+  // "Measurements behind the code").
   const int N = S - reused, rows = s.n_streams * N;
   RowMatrixXf normalized(rows, c.d_model), one;
   for (int i = 0; i < s.n_streams; ++i) {

@@ -268,8 +268,8 @@ class Sweep {
     }
     RowMatrixXf resid(max_rows, D), ln(max_rows, D), qkv(max_rows, W_.packed(0).W_qkv.cols()), z(max_rows, HD),
         attn(max_rows, D), hidden(max_rows, c_.d_mlp), out(max_rows, D);
-    // Fresh memory for every sweep (60 MB on GPT-2 small at 16 tokens): in 2 MB pages it faults in
-    // 500 times less often. One-thread resid_pre sweep 1.0-1.1 s -> 0.78-0.82 s (hs_bench_row).
+    // Fresh memory for every sweep: in huge pages it faults in far less often (docs/benchmarks.md,
+    // "Measurements behind the code").
     for (RowMatrixXf* m : {&resid, &ln, &qkv, &z, &attn, &hidden, &out})
       advise_huge_pages(m->data(), static_cast<size_t>(m->size()) * sizeof(float));
     RowMatrixXf last_resid;            // the last layer's rows: one per member, then the extra rows

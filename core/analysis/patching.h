@@ -67,7 +67,7 @@ struct SweepControl {
   std::function<void(double fraction)> progress;  // 0 .. 1
   std::function<bool()> cancelled;               // true: stop now, throwing hs::Cancelled
   // The batched sweep's working set: at most this many rows go through the layers together
-  // (GPT-2 small: 4096 rows are about 110 MB); a larger sweep runs in groups. Tests lower it.
+  // (memory grows with rows x d_mlp); a larger sweep runs in groups. Tests lower it.
   int64_t max_group_rows = 4096;
   // Cells whose patched value equals the corrupted run's, bit for bit, are the corrupted run and
   // get its metric without a computation. Tests turn this off to compute them anyway.

@@ -47,8 +47,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Grows `m` to `rows` rows, keeping the first `keep` rows of `from`.
 //
 // A block that receives a prefix gets huge pages (advise_huge_pages). A run's cache is fresh
-// memory, faulted in 4 KB at a time: a typed key that extends a long prompt spent about half its
-// time in the kernel's page-fault path, more than in copying the prefix. A full run is the other
+// memory, faulted in a small page at a time: a typed key that extends a long prompt spent much of
+// its time in the kernel's page-fault path, more than in copying the prefix. A full run is the other
 // way round in this VM, slower with huge pages, so runs without a prefix do not ask (figures in
 // docs/benchmarks.md, "Long prompts while typing").
 void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eigen::Index rows, Eigen::Index cols) {

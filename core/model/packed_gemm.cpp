@@ -67,8 +67,8 @@ constexpr int kTallRows = 6;
 #endif
 constexpr int kWide = 4;
 constexpr int64_t kTallFrom = 128;
-// K is taken in blocks so that a pair of panels' block (2 x 768 x 64 B = 96 KB) stays in L2
-// while every row tile passes over it; K is d_model in most products, d_mlp in the MLP's output.
+// K is taken in blocks so that a pair of panels' block stays in L2 while every row tile passes
+// over it; K is d_model in most products, d_mlp in the MLP's output.
 constexpr int64_t kKBlock = 768;
 
 struct TileArgs {
@@ -144,9 +144,9 @@ PackedMatrix PackedMatrix::allocate(int64_t K, int64_t N) {
   m.N_ = N;
   const int64_t panels = (N + kLanes - 1) / kLanes;
   const size_t want = static_cast<size_t>(std::max<int64_t>(1, panels * K * kLanes)) * sizeof(float);
-  // Huge pages for large matrices: one TLB entry per 2 MB of a stream instead of one per 4 KB,
-  // and a fraction of the page faults when packing. Only the advice: rounding the allocation
-  // itself up to 2 MB held tens of MB more resident memory (docs/benchmarks.md).
+  // Huge pages for large matrices: far fewer TLB entries and page faults per stream. Only the
+  // advice: rounding the allocation itself up to a huge page held more resident memory
+  // (docs/benchmarks.md).
   m.bytes_ = (want + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, m.bytes_);
   if (!p) throw std::bad_alloc();

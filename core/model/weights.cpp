@@ -149,8 +149,8 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
       w->warnings_.push_back(file->name() + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
                              t.spec->name + "; activations computed from them are not meaningful.");
 
-  // The forward pass reads the products' weights from packed copies (packed_gemm.h: twice the
-  // speed of reading them in place at 20 tokens). Once a tensor is packed, its other copy goes:
+  // The forward pass reads the products' weights from packed copies (packed_gemm.h: far faster
+  // than reading them in place at few tokens). Once a tensor is packed, its other copy goes:
   // keeping both would hold every weight twice (docs/benchmarks.md has the resident figures).
   // - In place in the mapped file (F32): its pages are released, and the few reads in place that
   //   remain (embedding rows, a head's W_O for a view) map them again on demand.

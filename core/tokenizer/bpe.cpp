@@ -121,9 +121,8 @@ void bpe_merge_heap(std::vector<int32_t>& word, const MergeTable& merges) {
 }
 
 void bpe_merge(std::vector<int32_t>& word, const MergeTable& merges) {
-  // Measured on GPT-2's merges with random lowercase words (g++ -O2): the scan takes 0.06 us for
-  // 4 bytes vs 0.17 us for the heap, they meet near 16 bytes (1.1 us), and at 64 bytes the heap
-  // is twice as fast (5.4 vs 10.2 us). Most pre-tokens are under 10 bytes.
+  // The linear scan wins on short words and the heap on long ones; they meet near 16 bytes, and
+  // most pre-tokens are shorter (docs/benchmarks.md, "Measurements behind the code").
   constexpr size_t kHeapFromLength = 16;
   if (word.size() < kHeapFromLength) {
     bpe_merge_reference(word, merges);

@@ -56,7 +56,7 @@ double msSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The pools: loads get their own thread so a 500 MB load never queues runs behind it.
+// The pools: loads get their own thread so a large model's load never queues runs behind it.
 QThreadPool* loadPool() {
   static QThreadPool* pool = [] {
     auto* p = new QThreadPool;

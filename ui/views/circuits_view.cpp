@@ -85,8 +85,8 @@ ViewDescriptor CircuitsView::descriptor() {
     r->prompt = hs::prompt_circuits(*weights, key.layer, key.head, run.run.tokens, kTopK);
     return std::shared_ptr<ViewResult>(std::move(r));
   };
-  // A new head's spectrum reads the whole vocabulary (GPT-2 small: about 10 GFLOP), and every
-  // run unembeds each prompt token once: its own job, after the run.
+  // A new head's spectrum reads the whole vocabulary, and every run unembeds each prompt token
+  // once: its own job, after the run.
   d.analysis.with_every_run = false;
   d.create = [](Selection* selection, QWidget* parent) { return new CircuitsView(selection, parent); };
   return d;

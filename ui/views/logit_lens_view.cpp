@@ -70,8 +70,8 @@ ViewDescriptor LogitLensView::descriptor() {
     r->lens = std::move(summary);
     return std::shared_ptr<ViewResult>(std::move(r));
   };
-  // A full lens is (n_layers + 1) unembeddings of every position: GPT-2 small at 30 tokens is
-  // 30 GFLOP. It follows the run as its own job rather than delaying the run's delivery.
+  // A full lens is (n_layers + 1) unembeddings of every position, many times the run's own work:
+  // it follows the run as its own job rather than delaying the run's delivery.
   d.analysis.with_every_run = false;
   d.create = [](Selection* selection, QWidget* parent) { return new LogitLensView(selection, parent); };
   return d;

@@ -263,8 +263,7 @@ void ImageGridView::paintBadge(QPainter& p, const QFontMetrics& fm, const QRect&
                                bool on_screen) const {
   const int text_w = fm.horizontalAdvance(item.badge) + 3, text_h = fm.height();
   // Text when it fits in the top-right corner, the masked triangle but for a sliver near the
-  // first rows; a chip of the colour otherwise (GPT-2 small's 144 heads are about 32 px each at
-  // 1600 x 1000, where text still fits, and 16 px at 1280 x 800, where it does not).
+  // first rows; a chip of the colour otherwise (a model with many heads on a small screen).
   const bool with_text = text_w <= r.width() * 80 / 100 && text_h <= r.height() * 42 / 100;
   const int side = std::max(6, r.width() * 3 / 10);
   const QSize size = with_text ? QSize(text_w, text_h) : QSize(side, side);

@@ -119,7 +119,7 @@ class ImageGridView : public QWidget, public FigureSource {
 
   // Badges as drawn on screen, by text, colour and size: a score shown with two decimals has at most
   // 101 looks, and a pixmap is several times cheaper to paint than a filled, outlined text box
-  // (144 badges: 0.65 ms more per paint drawn, about 0.1 ms from the cache).
+  // (docs/benchmarks.md, "Measurements behind the code").
   struct BadgeKey {
     QString text;
     QRgb color;
