@@ -26,20 +26,10 @@
 #include "core/model/huge_pages.h"
 #include "core/model/model.h"
 #include "core/model/ops.h"
+#include "core/model/thread_scope.h"
 
 namespace hs {
 namespace {
-
-class ThreadScope {
- public:
-  explicit ThreadScope(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadScope() { omp_set_num_threads(saved_); }
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-
- private:
-  int saved_;
-};
 
 void check_pair(const ActivationCache& clean, const ActivationCache& corrupt, int32_t answer, int32_t wrong) {
   if (clean.weights() != corrupt.weights())

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/model/huge_pages.h"
 #include "core/model/ops.h"
+#include "core/model/thread_scope.h"
 
 namespace hs {
 namespace {
@@ -175,19 +176,6 @@ void apply_hooks(const std::vector<const Intervention*>& hooks, Eigen::Ref<RowMa
     }
   }
 }
-
-// Sets the calling thread's OpenMP team size for one run and restores it afterwards. Eigen's
-// products follow it too (it reads omp_get_max_threads() unless Eigen::setNbThreads was called).
-class ThreadScope {
- public:
-  explicit ThreadScope(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadScope() { omp_set_num_threads(saved_); }
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace
 

@@ -36,15 +36,6 @@ QColor kindColor(hs::ComponentKind kind) {
   return Qt::gray;
 }
 
-// What the person typed as a target, in the tokenizer's own text: the visible-whitespace marks
-// mean the characters they stand for.
-QString typedTokenText(QString text) {
-  text.replace(QChar(0x2423), ' ');   // ␣
-  text.replace(QChar(0x21b5), '\n');  // ↵
-  text.replace(QChar(0x21e5), '\t');  // ⇥
-  return text;
-}
-
 }  // namespace
 
 ViewDescriptor ContributionsView::descriptor() {
@@ -214,24 +205,10 @@ void ContributionsView::setMode(Mode mode) {
 void ContributionsView::refreshTargets() {
   if (!result_) return;
   updating_targets_ = true;
-  target_->clear();
   const RunResult& run = *result_->run;
   const QString predicted = result_->top.empty() ? QStringLiteral("–") : predictionText(run, result_->top.front());
-  target_->addItem(QStringLiteral("predicted: %1").arg(predicted));
-  for (const hs::Prediction& p : result_->top) target_->addItem(predictionText(run, p), p.id);
-  if (result_->target_is_prediction) {
-    target_->setCurrentIndex(0);
-  } else {
-    int found = -1;
-    for (int i = 1; i < target_->count(); ++i)
-      if (target_->itemData(i).toInt() == result_->target) found = i;
-    if (found < 0) {
-      target_->addItem(tokenText(run, result_->target), result_->target);
-      found = target_->count() - 1;
-    }
-    target_->setCurrentIndex(found);
-  }
-  target_->lineEdit()->setCursorPosition(0);  // show the start of the text, not its end
+  fillTargetCombo(*target_, run, QStringLiteral("predicted: %1").arg(predicted), result_->top,
+                  result_->target_is_prediction ? std::nullopt : std::optional<int32_t>(result_->target));
   updating_targets_ = false;
 }
 
@@ -244,26 +221,14 @@ void ContributionsView::applyTypedTarget() {
       return;
     }
   }
-  const QString text = typedTokenText(typed);
-  std::vector<int32_t> ids;
-  try {
-    ids = run_->model().encode(text.toStdString(), false);
-  } catch (const std::exception& e) {
-    target_error_->setText(QString::fromStdString(e.what()));
-    return;
-  }
-  if (ids.size() != 1) {
-    QStringList pieces;
-    for (int32_t id : ids) pieces << tokenText(*run_, id);
-    target_error_->setText(ids.empty() ? QStringLiteral("Type a token.")
-                                       : QStringLiteral("“%1” is %2 tokens (%3); type a single token.")
-                                             .arg(typed)
-                                             .arg(ids.size())
-                                             .arg(pieces.join(QStringLiteral(" + "))));
+  QString error;
+  const std::optional<int32_t> id = typedSingleToken(*run_, typed, &error);
+  if (!id) {
+    target_error_->setText(error);
     return;
   }
   target_error_->clear();
-  selection_->setTarget(ids.front());
+  selection_->setTarget(*id);
   if (mode_ != Mode::LogitAttribution) dla_button_->setChecked(true);
 }
 

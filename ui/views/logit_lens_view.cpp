@@ -27,14 +27,6 @@ struct LensMemo {
   std::shared_ptr<const hs::LogitLensSummary> last;
 };
 
-// What the person typed as a target, in the tokenizer's own text (as the contributions view).
-QString typedTokenText(QString text) {
-  text.replace(QChar(0x2423), ' ');   // ␣
-  text.replace(QChar(0x21b5), '\n');  // ↵
-  text.replace(QChar(0x21e5), '\t');  // ⇥
-  return text;
-}
-
 // A probability: 0.412, or 3.1e-05 when below a thousandth.
 QString probabilityText(float p) {
   if (!std::isfinite(p)) return QStringLiteral("–");
@@ -164,24 +156,8 @@ std::vector<ExportFigure> LogitLensView::exportFigures(const RunResult&) {
 void LogitLensView::refreshTargets() {
   if (!result_) return;
   updating_targets_ = true;
-  target_->clear();
   const RunResult& run = *result_->run;
-  target_->addItem(QStringLiteral("top token's probability"));
-  for (const hs::Prediction& p : run.next) target_->addItem(predictionText(run, p), p.id);
-  const auto& target = result_->lens->target;
-  if (!target) {
-    target_->setCurrentIndex(0);
-  } else {
-    int found = -1;
-    for (int i = 1; i < target_->count(); ++i)
-      if (target_->itemData(i).toInt() == *target) found = i;
-    if (found < 0) {
-      target_->addItem(tokenText(run, *target), *target);
-      found = target_->count() - 1;
-    }
-    target_->setCurrentIndex(found);
-  }
-  target_->lineEdit()->setCursorPosition(0);
+  fillTargetCombo(*target_, run, QStringLiteral("top token's probability"), run.next, result_->lens->target);
   updating_targets_ = false;
 }
 
@@ -194,25 +170,14 @@ void LogitLensView::applyTypedTarget() {
       return;
     }
   }
-  std::vector<int32_t> ids;
-  try {
-    ids = run_->model().encode(typedTokenText(typed).toStdString(), false);
-  } catch (const std::exception& e) {
-    target_error_->setText(QString::fromStdString(e.what()));
-    return;
-  }
-  if (ids.size() != 1) {
-    QStringList pieces;
-    for (int32_t id : ids) pieces << tokenText(*run_, id);
-    target_error_->setText(ids.empty() ? QStringLiteral("Type a token.")
-                                       : QStringLiteral("“%1” is %2 tokens (%3); type a single token.")
-                                             .arg(typed)
-                                             .arg(ids.size())
-                                             .arg(pieces.join(QStringLiteral(" + "))));
+  QString error;
+  const std::optional<int32_t> id = typedSingleToken(*run_, typed, &error);
+  if (!id) {
+    target_error_->setText(error);
     return;
   }
   target_error_->clear();
-  selection_->setTarget(ids.front());
+  selection_->setTarget(*id);
 }
 
 QString LogitLensView::cellTooltip(int stream, int pos) const {

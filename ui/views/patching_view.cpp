@@ -21,13 +21,6 @@
 namespace hs::ui {
 namespace {
 
-// The visible-whitespace marks the token strip shows mean the characters they stand for.
-QString typedText(QString text) {
-  text.replace(QChar(0x2423), ' ');   // ␣
-  text.replace(QChar(0x21b5), '\n');  // ↵
-  return text;
-}
-
 QString siteTitle(hs::HookPoint site) {
   switch (site) {
     case hs::HookPoint::ResidPre: return QStringLiteral("resid_pre: the residual stream entering the layer, one position");
@@ -229,7 +222,7 @@ void PatchingView::setViewInputs(const QStringList& inputs) {
 
 AnalysisKey PatchingView::key() const {
   AnalysisKey k;
-  k.params = {typedText(corrupt_->text()), typedText(answer_->text()), typedText(wrong_->text())};
+  k.params = {typedTokenText(corrupt_->text()), typedTokenText(answer_->text()), typedTokenText(wrong_->text())};
   return k;
 }
 
@@ -274,7 +267,7 @@ bool PatchingView::validate() {
     const hs::Model& model = run_->model();
     try {
       // Tokenizing three short texts: no model math, cheap enough for each keystroke.
-      const auto corrupt_ids = model.encode(typedText(corrupt_->text()).toStdString(), run_->run.bos_prepended);
+      const auto corrupt_ids = model.encode(typedTokenText(corrupt_->text()).toStdString(), run_->run.bos_prepended);
       corrupt_count_->setText(QStringLiteral("%1 of %2 tokens").arg(corrupt_ids.size()).arg(run_->n_pos()));
       const AnalysisKey k = key();
       const hs::PatchingInputs in =

@@ -1,5 +1,8 @@
 #include "ui/views/view_text.h"
 
+#include <QComboBox>
+#include <QLineEdit>
+
 #include "core/model/model.h"
 #include "ui/widgets/labels.h"
 
@@ -29,6 +32,51 @@ QString tokenText(const RunResult& run, int32_t id) {
 
 QString predictionText(const RunResult& run, const hs::Prediction& p) {
   return QStringLiteral("%1 (p = %2)").arg(tokenText(run, p.id), QString::number(p.probability, 'f', 2));
+}
+
+QString typedTokenText(QString text) {
+  text.replace(QChar(0x2423), ' ');   // ␣
+  text.replace(QChar(0x21b5), '\n');  // ↵
+  text.replace(QChar(0x21e5), '\t');  // ⇥
+  return text;
+}
+
+std::optional<int32_t> typedSingleToken(const RunResult& run, const QString& typed, QString* error) {
+  std::vector<int32_t> ids;
+  try {
+    ids = run.model().encode(typedTokenText(typed).toStdString(), false);
+  } catch (const std::exception& e) {
+    *error = QString::fromStdString(e.what());
+    return std::nullopt;
+  }
+  if (ids.size() == 1) return ids.front();
+  QStringList pieces;
+  for (int32_t id : ids) pieces << tokenText(run, id);
+  *error = ids.empty() ? QStringLiteral("Type a token.")
+                       : QStringLiteral("“%1” is %2 tokens (%3); type a single token.")
+                             .arg(typed)
+                             .arg(ids.size())
+                             .arg(pieces.join(QStringLiteral(" + ")));
+  return std::nullopt;
+}
+
+void fillTargetCombo(QComboBox& combo, const RunResult& run, const QString& first,
+                     const std::vector<hs::Prediction>& choices, std::optional<int32_t> target) {
+  combo.clear();
+  combo.addItem(first);
+  for (const hs::Prediction& p : choices) combo.addItem(predictionText(run, p), p.id);
+  int current = 0;
+  if (target) {
+    current = -1;
+    for (int i = 1; i < combo.count(); ++i)
+      if (combo.itemData(i).toInt() == *target) current = i;
+    if (current < 0) {
+      combo.addItem(tokenText(run, *target), *target);
+      current = combo.count() - 1;
+    }
+  }
+  combo.setCurrentIndex(current);
+  if (combo.lineEdit()) combo.lineEdit()->setCursorPosition(0);  // show the start of the text, not its end
 }
 
 }  // namespace hs::ui

@@ -3,7 +3,12 @@
 
 #include <QString>
 
+#include <optional>
+#include <vector>
+
 #include "ui/controller/results.h"
+
+class QComboBox;
 
 namespace hs::ui {
 
@@ -17,5 +22,15 @@ QString quotedPrompt(const QString& text, int max_chars = 60);
 QString predictionText(const RunResult& run, const hs::Prediction& p);
 // A token's display label by id, from the run's model.
 QString tokenText(const RunResult& run, int32_t id);
+// What a person typed for a token, in the tokenizer's own text: the visible-whitespace marks
+// (␣ ↵ ⇥) mean the characters they stand for.
+QString typedTokenText(QString text);
+// The one token `typed` encodes to (no BOS), or nullopt with `error` saying why ("“x y” is 2
+// tokens (x + ␣y); type a single token.").
+std::optional<int32_t> typedSingleToken(const RunResult& run, const QString& typed, QString* error);
+// A target picker's items: `first` (meaning "no target"), then `choices`, then `target` when it
+// is not among them; the current item is the target's (or `first` without one).
+void fillTargetCombo(QComboBox& combo, const RunResult& run, const QString& first,
+                     const std::vector<hs::Prediction>& choices, std::optional<int32_t> target);
 
 }  // namespace hs::ui
