@@ -499,6 +499,10 @@ void MainWindow::connectEverything() {
     requestAnalyses();
   });
   connect(selection_, &Selection::targetChanged, this, [this] { requestAnalyses(); });
+  connect(head_metrics_, &HeadMetricsBar::runWanted, this, [this] {
+    debounce_.stop();
+    controller_->requestRun(prompt_->toPlainText());
+  });
   // A view whose analysis runs as its own job is asked for when its tab is shown (requestAnalyses).
   connect(tabs_, &QTabWidget::currentChanged, this, [this] { requestAnalyses(); });
   connect(selection_, &Selection::hoverChanged, tokens_, &TokenStrip::setHoverPosition);
