@@ -257,6 +257,15 @@ std::string_view to_string(PositionKind k) {
 
 std::string_view to_string(MlpKind k) { return k == MlpKind::Plain ? "plain" : "gated"; }
 
+std::string_view to_string(RopeScaling k) {
+  switch (k) {
+    case RopeScaling::None: return "none";
+    case RopeScaling::Linear: return "linear";
+    case RopeScaling::Llama3: return "llama3";
+  }
+  return "";
+}
+
 std::string_view to_string(QkvLayout k) {
   switch (k) {
     case QkvLayout::FusedBlocks: return "fused [Q|K|V]";

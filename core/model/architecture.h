@@ -165,6 +165,7 @@ std::string_view to_string(NormKind k);
 std::string_view to_string(PositionKind k);
 std::string_view to_string(MlpKind k);
 std::string_view to_string(QkvLayout k);
+std::string_view to_string(RopeScaling k);  // "none", "linear", "llama3"
 
 // One family's entry. Everything family-specific lives in its implementation (core/model/arch/).
 class ArchitectureFamily {
