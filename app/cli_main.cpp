@@ -267,8 +267,16 @@ int cmd_info(const Args& a) {
                        {"mlp_bias", arch.mlp_bias},
                        {"parallel_blocks", arch.parallel_blocks},
                        {"tied_unembedding", m->weights()->tied_unembedding()}};
-  if (arch.positions == hs::PositionKind::Rotary)
-    j["architecture"]["rotary"] = {{"dim", arch.rotary.dim}, {"base", arch.rotary.base}};
+  if (arch.positions == hs::PositionKind::Rotary) {
+    const hs::RotaryParams& r = arch.rotary;
+    j["architecture"]["rotary"] = {{"dim", r.dim}, {"base", r.base}, {"scaling", hs::to_string(r.scaling)}};
+    if (r.scaling != hs::RopeScaling::None) j["architecture"]["rotary"]["factor"] = r.factor;
+    if (r.scaling == hs::RopeScaling::Llama3) {
+      j["architecture"]["rotary"]["low_freq_factor"] = r.low_freq_factor;
+      j["architecture"]["rotary"]["high_freq_factor"] = r.high_freq_factor;
+      j["architecture"]["rotary"]["original_max_position_embeddings"] = r.original_context;
+    }
+  }
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.eos_token_id) j["eos_token_id"] = *c.eos_token_id;
   std::cout << j.dump(2) << "\n";

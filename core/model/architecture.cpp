@@ -1,5 +1,7 @@
 #include "core/model/architecture.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/model/arch/families.h"
 #include "core/model/config.h"
@@ -180,23 +182,51 @@ int64_t parameter_count(const ModelConfig& c) {
 
 void require_implemented(const ModelConfig& c) {
   const Architecture& a = c.architecture;
-  if (a.norm != NormKind::LayerNorm) not_implemented(c, std::string(to_string(a.norm)));
-  if (a.positions == PositionKind::Rotary) not_implemented(c, "rotary position embeddings");
-  if (a.mlp != MlpKind::Plain) not_implemented(c, "a gated MLP");
   if (a.parallel_blocks) not_implemented(c, "parallel attention and MLP blocks");
   if (a.qkv == QkvLayout::FusedPerHead) not_implemented(c, "a fused QKV projection grouped per head");
-  if (a.qkv == QkvLayout::Separate) not_implemented(c, "separate Q, K and V projections");
-  if (a.family) {
-    for (TensorRole r : {TensorRole::QkvWeight, TensorRole::AttnOutWeight, TensorRole::MlpInWeight,
-                         TensorRole::MlpOutWeight})
-      if (a.family->layout(r) != Layout::InOut) not_implemented(c, "layer matrices stored [out, in] (nn.Linear)");
-    if (a.family->layout(TensorRole::Unembedding) != Layout::OutIn)
-      not_implemented(c, "an unembedding stored [d_model, d_vocab]");
+  if (a.positions == PositionKind::Rotary &&
+      (a.rotary.dim <= 0 || a.rotary.dim > c.d_head || a.rotary.dim % 2 != 0))
+    not_implemented(c, "rotary embeddings over " + std::to_string(a.rotary.dim) + " of " + std::to_string(c.d_head) +
+                           " head dimensions (an even number up to d_head is needed)");
+  if (a.family && a.family->layout(TensorRole::Unembedding) != Layout::OutIn)
+    not_implemented(c, "an unembedding stored [d_model, d_vocab]");
+}
+
+std::vector<double> rotary_inv_freq(const RotaryParams& r) {
+  const int half = r.dim / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(r.base, 2.0 * i / r.dim);
+    switch (r.scaling) {
+      case RopeScaling::None:
+        break;
+      case RopeScaling::Linear:
+        f /= r.factor;
+        break;
+      case RopeScaling::Llama3: {
+        // transformers' _compute_llama3_parameters: wavelengths longer than the original context
+        // divided by low_freq_factor are slowed by `factor`, shorter than it over high_freq_factor
+        // kept, and the band between interpolated.
+        const double low_wavelen = r.original_context / r.low_freq_factor;
+        const double high_wavelen = r.original_context / r.high_freq_factor;
+        const double wavelen = 2.0 * M_PI / f;
+        if (wavelen > low_wavelen) {
+          f /= r.factor;
+        } else if (wavelen >= high_wavelen) {
+          const double smooth =
+              (r.original_context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+          f = (1.0 - smooth) * f / r.factor + smooth * f;
+        }
+        break;
+      }
+    }
+    inv[static_cast<size_t>(i)] = f;
   }
+  return inv;
 }
 
 const std::vector<const ArchitectureFamily*>& architecture_families() {
-  static const std::vector<const ArchitectureFamily*> all = {&arch::gpt2()};
+  static const std::vector<const ArchitectureFamily*> all = {&arch::gpt2(), &arch::llama(), &arch::qwen2()};
   return all;
 }
 
@@ -226,6 +256,15 @@ std::string_view to_string(PositionKind k) {
 }
 
 std::string_view to_string(MlpKind k) { return k == MlpKind::Plain ? "plain" : "gated"; }
+
+std::string_view to_string(RopeScaling k) {
+  switch (k) {
+    case RopeScaling::None: return "none";
+    case RopeScaling::Linear: return "linear";
+    case RopeScaling::Llama3: return "llama3";
+  }
+  return "";
+}
 
 std::string_view to_string(QkvLayout k) {
   switch (k) {

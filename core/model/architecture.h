@@ -53,10 +53,28 @@ enum class Layout : uint8_t {
   OutIn,  // [out, in], as torch.nn.Linear
 };
 
+// How a checkpoint stretches its rotary frequencies past the context it was trained on
+// (Hugging Face's rope_scaling).
+enum class RopeScaling : uint8_t {
+  None,
+  Linear,  // every frequency divided by `factor` (positions interpolated)
+  Llama3,  // Llama 3.1: low frequencies divided by `factor`, high ones kept, a smooth ramp between
+};
+
 struct RotaryParams {
   int dim = 0;            // leading dimensions of each head that are rotated (partial rotary < d_head)
-  float base = 10000.0f;  // theta
+  double base = 10000.0;  // theta
+  RopeScaling scaling = RopeScaling::None;
+  double factor = 1.0;                 // Linear and Llama3
+  double low_freq_factor = 1.0;        // Llama3
+  double high_freq_factor = 4.0;       // Llama3
+  double original_context = 8192.0;    // Llama3: original_max_position_embeddings
 };
+
+// The inverse frequency of each rotated pair i < dim / 2 (theta^(-2i/dim)), with the scaling
+// applied: the angle of pair i at position p is p * inv_freq[i]. Hugging Face's rotate-half
+// layout pairs dimension i with i + dim/2.
+std::vector<double> rotary_inv_freq(const RotaryParams& r);
 
 // Defaults are the original GPT-2 block, the one HeadScope's forward pass implemented first.
 struct Architecture {
@@ -129,9 +147,8 @@ std::vector<TensorSpec> tensor_specs(const ModelConfig& c);
 int64_t parameter_count(const ModelConfig& c);
 
 // Throws hs::Error naming the first option of the description that HeadScope's weights binding
-// or forward pass does not implement yet (RMSNorm, rotary positions, a gated MLP, parallel blocks,
-// QKV other than fused column blocks, [out, in] layer matrices). Weights::load and forward() call
-// it, so a description is refused before anything is computed with it.
+// or forward pass does not implement yet (parallel blocks, QKV fused per head). Weights::load and
+// forward() call it, so a description is refused before anything is computed with it.
 void require_implemented(const ModelConfig& c);
 
 // The registry. A family is found by config.json's model_type ("gpt2") or, when a config has
@@ -148,6 +165,7 @@ std::string_view to_string(NormKind k);
 std::string_view to_string(PositionKind k);
 std::string_view to_string(MlpKind k);
 std::string_view to_string(QkvLayout k);
+std::string_view to_string(RopeScaling k);  // "none", "linear", "llama3"
 
 // One family's entry. Everything family-specific lives in its implementation (core/model/arch/).
 class ArchitectureFamily {

@@ -12,12 +12,21 @@
 namespace hs {
 namespace {
 
-// The per-layer key suffixes of the contract, in forward order.
-constexpr const char* kLayerKeys[] = {
-    "hook_resid_pre",        "attn.hook_q",      "attn.hook_k",     "attn.hook_v",
-    "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z",    "attn.hook_result",
-    "hook_attn_out",         "hook_resid_mid",   "mlp.hook_pre",    "mlp.hook_post",
-    "hook_mlp_out",          "hook_resid_post",
+// The per-layer key suffixes of the contract, in forward order (TransformerLens's). Each is
+// marked with the part of the architecture it needs.
+enum class Needs { Always, Rotary, NormScales, Gated };
+constexpr std::pair<const char*, Needs> kLayerKeys[] = {
+    {"hook_resid_pre", Needs::Always},        {"ln1.hook_scale", Needs::NormScales},
+    {"ln1.hook_normalized", Needs::NormScales}, {"attn.hook_q", Needs::Always},
+    {"attn.hook_k", Needs::Always},           {"attn.hook_v", Needs::Always},
+    {"attn.hook_rot_q", Needs::Rotary},       {"attn.hook_rot_k", Needs::Rotary},
+    {"attn.hook_attn_scores", Needs::Always}, {"attn.hook_pattern", Needs::Always},
+    {"attn.hook_z", Needs::Always},           {"attn.hook_result", Needs::Always},
+    {"hook_attn_out", Needs::Always},         {"hook_resid_mid", Needs::Always},
+    {"ln2.hook_scale", Needs::NormScales},    {"ln2.hook_normalized", Needs::NormScales},
+    {"mlp.hook_pre", Needs::Always},          {"mlp.hook_pre_linear", Needs::Gated},
+    {"mlp.hook_post", Needs::Always},         {"hook_mlp_out", Needs::Always},
+    {"hook_resid_post", Needs::Always},
 };
 
 Tensor from_matrix(const RowMatrixXf& m, std::vector<int64_t> shape) {
@@ -41,8 +50,19 @@ float ActivationCache::attention_scale(int l) const {
 std::vector<std::string> ActivationCache::keys() const {
   std::vector<std::string> out = {"hook_embed"};
   if (has_pos_embed()) out.push_back("hook_pos_embed");
+  auto wanted = [&](Needs n) {
+    switch (n) {
+      case Needs::Always: return true;
+      case Needs::Rotary: return has_rotary();
+      case Needs::NormScales: return has_norm_scales();
+      case Needs::Gated: return has_gated_mlp();
+    }
+    return false;
+  };
   for (int l = 0; l < n_layer(); ++l)
-    for (const char* k : kLayerKeys) out.push_back("blocks." + std::to_string(l) + "." + k);
+    for (const auto& [k, needs] : kLayerKeys)
+      if (wanted(needs)) out.push_back("blocks." + std::to_string(l) + "." + k);
+  if (has_norm_scales()) out.push_back("ln_final.hook_scale");
   out.push_back("ln_final.hook_normalized");
   out.push_back("logits");
   return out;
@@ -76,7 +96,23 @@ RowMatrixXf ActivationCache::resid_post(int l) const {
 
 RowMatrixXf ActivationCache::mlp_post(int l) const {
   RowMatrixXf out;
-  activation_forward(out, layer(l).mlp_pre, config().activation);
+  if (has_gated_mlp()) gated_activation_forward(out, layer(l).mlp_pre, layer(l).mlp_pre_linear, config().activation);
+  else activation_forward(out, layer(l).mlp_pre, config().activation);
+  return out;
+}
+
+RowMatrixXf ActivationCache::block_norm(int l, int which, VectorXf* scale) const {
+  const ModelConfig& c = config();
+  const LayerWeights& W = weights_->layer(l);
+  const float* w = which == 1 ? W.norm1_w : W.norm2_w;
+  const float* b = which == 1 ? W.norm1_b : W.norm2_b;
+  // The forward pass's own kernel on the same rows (resid_mid is derived with the forward pass's
+  // sum), so the values are the ones the layer read. Parallel blocks feed both norms resid_pre.
+  RowMatrixXf out;
+  if (which == 1 || c.architecture.parallel_blocks)
+    norm_forward(out, scale, layer(l).resid_pre, w, b, c.norm_eps, c.architecture.norm);
+  else
+    norm_forward(out, scale, resid_mid(l), w, b, c.norm_eps, c.architecture.norm);
   return out;
 }
 
@@ -124,6 +160,8 @@ Tensor ActivationCache::get(std::string_view key) const {
   if (key == "hook_embed") return from_matrix(embed, {S, D});
   if (key == "hook_pos_embed" && has_pos_embed()) return from_matrix(pos_embed, {S, D});
   if (key == "ln_final.hook_normalized") return from_matrix(ln_final_normalized, {S, D});
+  if (key == "ln_final.hook_scale" && has_norm_scales())
+    return Tensor({S, 1}, std::vector<float>(ln_final_scale.data(), ln_final_scale.data() + S));
   if (key == "logits") return from_matrix(logits, {S, c.d_vocab});
 
   const std::string_view prefix = "blocks.";
@@ -137,8 +175,18 @@ Tensor ActivationCache::get(std::string_view key) const {
       const std::string_view suffix(ptr + 1, static_cast<size_t>(rest.data() + rest.size() - ptr - 1));
       const LayerActivations& a = layer(l);
       if (suffix == "hook_resid_pre") return from_matrix(a.resid_pre, {S, D});
-      if (suffix == "attn.hook_q") return from_matrix(a.q, {S, H, dh});
-      if (suffix == "attn.hook_k") return from_matrix(a.k, {S, KV, dh});
+      if (suffix == "attn.hook_q") return from_matrix(has_rotary() ? a.q_pre_rotary : a.q, {S, H, dh});
+      if (suffix == "attn.hook_k") return from_matrix(has_rotary() ? a.k_pre_rotary : a.k, {S, KV, dh});
+      if (has_rotary() && suffix == "attn.hook_rot_q") return from_matrix(a.q, {S, H, dh});
+      if (has_rotary() && suffix == "attn.hook_rot_k") return from_matrix(a.k, {S, KV, dh});
+      if (has_norm_scales() && (suffix == "ln1.hook_scale" || suffix == "ln2.hook_scale" ||
+                                suffix == "ln1.hook_normalized" || suffix == "ln2.hook_normalized")) {
+        VectorXf scale;
+        const RowMatrixXf normalized = block_norm(l, suffix[2] == '1' ? 1 : 2, &scale);
+        if (suffix.ends_with("hook_scale")) return Tensor({S, 1}, std::vector<float>(scale.data(), scale.data() + S));
+        return from_matrix(normalized, {S, D});
+      }
+      if (has_gated_mlp() && suffix == "mlp.hook_pre_linear") return from_matrix(a.mlp_pre_linear, {S, M});
       if (suffix == "attn.hook_v") return from_matrix(a.v, {S, KV, dh});
       if (suffix == "attn.hook_z") return from_matrix(a.z, {S, H, dh});
       if (suffix == "attn.hook_pattern") {
@@ -187,7 +235,8 @@ size_t ActivationCache::stored_bytes() const {
                                  logits.size());
   for (const auto& a : layers_)
     n += static_cast<size_t>(a.resid_pre.size() + a.q.size() + a.k.size() + a.v.size() + a.z.size() +
-                             a.attn_out.size() + a.mlp_pre.size() + a.mlp_out.size()) +
+                             a.q_pre_rotary.size() + a.k_pre_rotary.size() + a.attn_out.size() + a.mlp_pre.size() +
+                             a.mlp_pre_linear.size() + a.mlp_out.size()) +
          a.scores_hqk.size() + a.pattern_tri.size() + a.result_phd.size();
   return n * sizeof(float);
 }

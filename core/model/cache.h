@@ -6,7 +6,9 @@
 // the same operations in the same order, so get() returns identical values either way:
 //   blocks.{l}.hook_resid_mid        = resid_pre + attn_out
 //   blocks.{l}.hook_resid_post       = resid_mid + mlp_out
-//   blocks.{l}.mlp.hook_post         = act(mlp_pre)
+//   blocks.{l}.mlp.hook_post         = act(mlp_pre), or act(mlp_pre) * mlp_pre_linear when gated
+//   blocks.{l}.ln1.hook_scale, ln1.hook_normalized (RMSNorm models) = the norm of resid_pre,
+//   blocks.{l}.ln2.* likewise of resid_mid, with the forward pass's kernel
 //   blocks.{l}.attn.hook_result      [pos, head, d_model] = z_h @ W_O[h]
 //   blocks.{l}.attn.hook_attn_scores [head, query_pos, key_pos] = q.k * scale, masked -inf
 // Attention patterns are causal, so only their lower triangle is kept (row i holds keys 0..i):
@@ -14,6 +16,8 @@
 //
 // The layout follows the architecture: k and v hold n_key_value_heads heads (query head h reads
 // key/value head config().kv_head(h)), and hook_pos_embed exists only with learned positions.
+// With rotary positions q and k hold the rotated values attention reads (hook_rot_q, hook_rot_k)
+// and q_pre_rotary, k_pre_rotary the projections before rotation (hook_q, hook_k).
 #pragma once
 
 #include <cstdint>
@@ -55,8 +59,10 @@ struct UninitializedAllocator : std::allocator<T> {
 
 struct LayerActivations {
   RowMatrixXf resid_pre;   // [pos, d_model]
-  RowMatrixXf q;           // [pos, n_heads*d_head]  (= [pos, head, d_head])
-  RowMatrixXf k;           // [pos, n_kv*d_head]     (= [pos, kv_head, d_head])
+  RowMatrixXf q;           // [pos, n_heads*d_head]  (= [pos, head, d_head]); rotated with rotary
+  RowMatrixXf k;           // [pos, n_kv*d_head]     (= [pos, kv_head, d_head]); rotated with rotary
+  RowMatrixXf q_pre_rotary;  // [pos, n_heads*d_head]; empty without rotary positions
+  RowMatrixXf k_pre_rotary;  // [pos, n_kv*d_head]; empty without rotary positions
   RowMatrixXf v;           // [pos, n_kv*d_head]
   std::vector<float> scores_hqk;   // [head, query_pos, key_pos] only when stored; masked = -inf
   // The patterns' lower triangles, [head][query_pos][0..query_pos]: row i of head h starts at
@@ -65,7 +71,8 @@ struct LayerActivations {
   RowMatrixXf z;           // [pos, n_heads*d_head]
   std::vector<float> result_phd;   // [pos, head, d_model] only when stored
   RowMatrixXf attn_out;    // [pos, d_model]  concat(z) @ W_O + b_O
-  RowMatrixXf mlp_pre;     // [pos, d_mlp]
+  RowMatrixXf mlp_pre;     // [pos, d_mlp]  (a gated MLP's gate pre-activation)
+  RowMatrixXf mlp_pre_linear;  // [pos, d_mlp]  a gated MLP's up projection; empty otherwise
   RowMatrixXf mlp_out;     // [pos, d_model]
 };
 
@@ -80,6 +87,11 @@ class ActivationCache {
   int n_layer() const { return static_cast<int>(layers_.size()); }
   // Whether the model adds a learned position embedding (and the cache has hook_pos_embed).
   bool has_pos_embed() const { return config().architecture.positions == PositionKind::LearnedAbsolute; }
+  // Whether queries and keys are rotated (hook_rot_q, hook_rot_k).
+  bool has_rotary() const { return config().architecture.positions == PositionKind::Rotary; }
+  // Whether the norms' scales are keys (RMSNorm: ln1/ln2/ln_final.hook_scale, ln1/ln2.hook_normalized).
+  bool has_norm_scales() const { return config().architecture.norm == NormKind::RMSNorm; }
+  bool has_gated_mlp() const { return config().architecture.mlp == MlpKind::Gated; }
 
   // Every key of the contract, in a fixed order (layer by layer, as the forward pass runs).
   std::vector<std::string> keys() const;
@@ -110,6 +122,9 @@ class ActivationCache {
   RowMatrixXf resid_mid(int l) const;   // [pos, d_model]
   RowMatrixXf resid_post(int l) const;  // [pos, d_model]
   RowMatrixXf mlp_post(int l) const;    // [pos, d_mlp]
+  // A block's norm (1: before attention, 2: before the MLP) of its input, weight applied, and its
+  // scale per position: [pos, d_model] and [pos].
+  RowMatrixXf block_norm(int l, int which, VectorXf* scale) const;
   // The residual stream after the last layer, at one position.
   RowVectorXf final_residual(int pos) const;
   // How many tokens at the start were reused from an earlier run instead of recomputed.

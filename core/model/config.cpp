@@ -1,6 +1,7 @@
 #include "core/model/config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -77,6 +78,16 @@ float ConfigJson::epsilon(const char* key, float fallback) const {
     refuse("\"" + std::string(key) + "\" must be a small positive number, found " + json_brief(e) + ".");
   return static_cast<float>(e.get<double>());
 }
+
+double ConfigJson::positive_number(const char* key, double fallback) const {
+  if (!has(key)) return fallback;
+  const json& v = json_[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0.0) || v.get<double>() > 1e12)
+    refuse("\"" + std::string(key) + "\" must be a positive number, found " + json_brief(v) + ".");
+  return v.get<double>();
+}
+
+const json* ConfigJson::value(const char* key) const { return has(key) ? &json_[key] : nullptr; }
 
 std::pair<Activation, std::string> ConfigJson::activation(const char* key, const char* fallback) const {
   std::string a = fallback;

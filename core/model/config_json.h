@@ -26,6 +26,10 @@ class ConfigJson {
   bool flag(const char* key, bool fallback) const;
   // A small positive number that stays positive as a float (a norm's epsilon).
   float epsilon(const char* key, float fallback) const;
+  // A finite number greater than zero, or `fallback` when absent or null.
+  double positive_number(const char* key, double fallback) const;
+  // The value of `key` (nullptr when absent or null), for options nested in objects.
+  const nlohmann::json* value(const char* key) const;
   // An activation function by its Hugging Face name, and that name.
   std::pair<Activation, std::string> activation(const char* key, const char* fallback) const;
   // Throws hs::Error "<source>: <what>".

@@ -1,7 +1,8 @@
 // The forward pass. Read top to bottom, this file is the model: embeddings, then per block
-// LayerNorm -> attention -> residual add -> LayerNorm -> MLP -> residual add, then the final
-// LayerNorm and the unembedding. Every intermediate lands in the ActivationCache. The
-// architecture description (architecture.h) says which variant runs; options it does not
+// norm -> attention (queries and keys rotated with rotary positions) -> residual add -> norm ->
+// MLP (plain or gated) -> residual add, then the final norm and the unembedding. Every
+// intermediate lands in the ActivationCache. The architecture description (architecture.h) says
+// which variant runs, decided once per run and per layer, never per element; options it does not
 // implement are refused before anything is computed (require_implemented).
 //
 // The pass computes positions [P, S) given a cache whose rows [0, P) are already filled (P = 0
@@ -227,9 +228,18 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     resid = cache->embed.bottomRows(N);
   }
 
+  // The block's variant: the norm's kind, whether queries and keys are rotated (with the angles of
+  // the new positions, computed once for every layer), whether the MLP is gated.
+  const NormKind norm = c.architecture.norm;
+  const bool rotary = c.architecture.positions == PositionKind::Rotary;
+  const bool gated = c.architecture.mlp == MlpKind::Gated;
+  const int rotary_dim = c.architecture.rotary.dim;
+  RowMatrixXf rotary_cos, rotary_sin;  // [new pos, rotary_dim / 2]
+  if (rotary) rotary_tables(rotary_cos, rotary_sin, rotary_inv_freq(c.architecture.rotary), P, N);
+
   LayerActivations scratch;  // reused across layers when only logits are kept
   std::vector<RowMatrixXf> attention_scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
-  RowMatrixXf normalized, qkv, mlp_post, block_out;
+  RowMatrixXf normalized, qkv, mlp_post, block_out, mlp_gate;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& W = weights->layer(l);
     const PackedLayer& WP = weights->packed(l);
@@ -240,7 +250,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
     a.resid_pre.bottomRows(N) = resid;
 
-    layernorm_forward(normalized, nullptr, resid, W.norm1_w, W.norm1_b, c.norm_eps);
+    norm_forward(normalized, nullptr, resid, W.norm1_w, W.norm1_b, c.norm_eps, norm);
     linear_forward(qkv, normalized, WP.W_qkv, W.b_qkv);  // [new pos, Q | K | V]
     with_prefix(a.q, pa ? &pa->q : nullptr, P, S, q_width);
     with_prefix(a.k, pa ? &pa->k : nullptr, P, S, kv_width);
@@ -248,6 +258,16 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     a.q.bottomRows(N) = qkv.leftCols(q_width);
     a.k.bottomRows(N) = qkv.middleCols(q_width, kv_width);
     a.v.bottomRows(N) = qkv.rightCols(kv_width);
+    if (rotary) {
+      // Position enters here and nowhere else: each query and key is turned by its position's
+      // angles, so a score depends on the distance between the two. The cache keeps both sides.
+      with_prefix(a.q_pre_rotary, pa ? &pa->q_pre_rotary : nullptr, P, S, q_width);
+      with_prefix(a.k_pre_rotary, pa ? &pa->k_pre_rotary : nullptr, P, S, kv_width);
+      a.q_pre_rotary.bottomRows(N) = a.q.bottomRows(N);
+      a.k_pre_rotary.bottomRows(N) = a.k.bottomRows(N);
+      rotary_forward(a.q.bottomRows(N), H, c.d_head, rotary_dim, rotary_cos, rotary_sin);
+      rotary_forward(a.k.bottomRows(N), c.n_key_value_heads, c.d_head, rotary_dim, rotary_cos, rotary_sin);
+    }
     // The triangles of a shorter prompt are a prefix of each head's triangle.
     const size_t tri = static_cast<size_t>(S * (S + 1) / 2), old_tri = static_cast<size_t>(P * (P + 1) / 2);
     a.pattern_tri.reserve(static_cast<size_t>(H) * tri);
@@ -288,11 +308,19 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     }
 
     resid += block_out;  // resid_mid
-    layernorm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps);
-    linear_forward(block_out, normalized, WP.W_in, W.b_in);
+    norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
+    linear_forward(block_out, normalized, WP.W_in, W.b_in);  // plain: pre; gated: the up projection
     with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
-    a.mlp_pre.bottomRows(N) = block_out;
-    activation_forward(mlp_post, block_out, c.activation);
+    if (gated) {
+      linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
+      a.mlp_pre.bottomRows(N) = mlp_gate;
+      with_prefix(a.mlp_pre_linear, pa ? &pa->mlp_pre_linear : nullptr, P, S, c.d_mlp);
+      a.mlp_pre_linear.bottomRows(N) = block_out;
+      gated_activation_forward(mlp_post, mlp_gate, block_out, c.activation);
+    } else {
+      a.mlp_pre.bottomRows(N) = block_out;
+      activation_forward(mlp_post, block_out, c.activation);
+    }
     linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
     if (hook) apply_hooks((*hook)[HookPoint::MlpOut], block_out, P, c.d_head);
     with_prefix(a.mlp_out, pa ? &pa->mlp_out : nullptr, P, S, D);
@@ -301,7 +329,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   }
   // The layers' temporaries go before the logits are written, so they are not held at the run's
   // peak of resident memory.
-  for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out}) m->resize(0, 0);
+  for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out, &mlp_gate}) m->resize(0, 0);
   scratch = LayerActivations();
   attention_scratch.clear();
   if (options.logits_only) cache->layers().clear();
@@ -309,7 +337,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // ln_final and logits for the new positions; the prefix's rows are copied.
   RowMatrixXf ln_new;
   VectorXf scale_new;
-  layernorm_forward(ln_new, &scale_new, resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps);
+  norm_forward(ln_new, &scale_new, resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps, norm);
   with_prefix(cache->ln_final_normalized, prev ? &prev->ln_final_normalized : nullptr, P, S, D);
   cache->ln_final_normalized.bottomRows(N) = ln_new;
   cache->ln_final_scale.resize(S);

@@ -119,16 +119,21 @@ struct LoadBytes {
   uint64_t peak_as_f32() const { return packed; }
 };
 
-LoadBytes load_bytes(const SafetensorsFile& file, const ModelConfig& config) {
+LoadBytes load_bytes(const std::vector<const SafetensorsFile*>& files, const ModelConfig& config) {
   const ArchitectureFamily* family = config.architecture.family;
+  auto find = [&](const std::string& name) -> const TensorInfo* {
+    for (const SafetensorsFile* f : files)
+      if (const TensorInfo* t = f->find(name)) return t;
+    return nullptr;
+  };
   // Each file tensor the description names, with whether the forward pass packs it.
   std::unordered_map<std::string, bool> packed_by_name;
   const TensorInfo* unembedding = nullptr;
   const TensorInfo* token_embedding = nullptr;
   if (family) {
     for (const TensorSpec& spec : tensor_specs(config)) {
-      const TensorInfo* t = file.find(spec.name);
-      if (!t && spec.prefixable) t = file.find(std::string(family->base_prefix()) + spec.name);
+      const TensorInfo* t = find(spec.name);
+      if (!t && spec.prefixable) t = find(std::string(family->base_prefix()) + spec.name);
       if (!t) continue;
       packed_by_name[t->name] = is_packed_matrix(spec.role);
       if (spec.role == TensorRole::Unembedding) unembedding = t;
@@ -138,28 +143,29 @@ LoadBytes load_bytes(const SafetensorsFile& file, const ModelConfig& config) {
   // A tied unembedding is packed from the token embedding.
   if (token_embedding && !unembedding) packed_by_name[token_embedding->name] = true;
   LoadBytes bytes;
-  for (const TensorInfo& t : file.tensors()) {
-    if (family && family->is_ignorable(t.name)) continue;  // ignored by the loader
-    const uint64_t n = static_cast<uint64_t>(t.numel()) * sizeof(float);
-    const bool converted = t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F64 ||
-                           (t.dtype == DType::F32 && file.f32_in_place(t) == nullptr);
-    if (converted) bytes.converted += n;
-    const auto it = packed_by_name.find(t.name);
-    if (it != packed_by_name.end() && it->second) {
-      bytes.packed += n;
-      if (converted) {
-        bytes.packed_converted += n;
-        bytes.largest_converted_packed = std::max(bytes.largest_converted_packed, n);
+  for (const SafetensorsFile* file : files)
+    for (const TensorInfo& t : file->tensors()) {
+      if (family && family->is_ignorable(t.name)) continue;  // ignored by the loader
+      const uint64_t n = static_cast<uint64_t>(t.numel()) * sizeof(float);
+      const bool converted = t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F64 ||
+                             (t.dtype == DType::F32 && file->f32_in_place(t) == nullptr);
+      if (converted) bytes.converted += n;
+      const auto it = packed_by_name.find(t.name);
+      if (it != packed_by_name.end() && it->second) {
+        bytes.packed += n;
+        if (converted) {
+          bytes.packed_converted += n;
+          bytes.largest_converted_packed = std::max(bytes.largest_converted_packed, n);
+        }
       }
     }
-  }
   return bytes;
 }
 
 }  // namespace
 
 uint64_t estimate_load_bytes(const SafetensorsFile& file, const ModelConfig& config) {
-  return load_bytes(file, config).peak();
+  return load_bytes({&file}, config).peak();
 }
 
 uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunOptions& options) {
@@ -172,7 +178,13 @@ uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunO
   // Per layer (cache.h): resid_pre, attn_out, mlp_out [pos, d_model]; q, z [pos, n_heads*d_head];
   // k, v [pos, n_kv*d_head]; mlp_pre [pos, d_mlp]; the causal pattern's lower triangle
   // [head, tri(pos)]; scores [head, pos, pos] and results [pos, head, d_model] only when stored.
+  // With rotary positions q and k are kept before rotation too; a gated MLP keeps its up
+  // projection [pos, d_mlp] beside the gate's.
+  const bool rotary = c.architecture.positions == PositionKind::Rotary;
+  const bool gated = c.architecture.mlp == MlpKind::Gated;
   double per_layer = 3 * S * D + 2 * S * Q + 2 * S * KV + S * M + H * S * (S + 1) / 2;
+  if (rotary) per_layer += S * Q + S * KV;
+  if (gated) per_layer += S * M;
   if (options.store_scores) per_layer += H * S * S;
   if (options.store_results) per_layer += S * H * D;
   const double layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
@@ -180,10 +192,11 @@ uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunO
   // logits [pos, d_vocab].
   const double global = (learned_positions ? 3 : 2) * S * D + S + S * V;
   // Transient: the forward pass's working matrices (the fused QKV [pos, (n_heads + 2*n_kv)*d_head],
-  // the residual, the norm's output, two [pos, d_model] sums, the MLP activation [pos, d_mlp], the
-  // new logits [pos, d_vocab]) and the largest key an export or a view derives on request
+  // the residual, the norm's output, two [pos, d_model] sums, the MLP activation [pos, d_mlp] (and
+  // a gate's), the new logits [pos, d_vocab]) and the largest key an export or a view derives on request
   // (hook_attn_scores [head, pos, pos] or hook_result [pos, head, d_model]).
-  const double transient = S * ((Q + 2 * KV) + 4 * D + M + V) + std::max(H * S * S, S * H * D);
+  const double transient =
+      S * ((Q + 2 * KV) + 4 * D + (gated ? 2 : 1) * M + V) + std::max(H * S * S, S * H * D);
   const double bytes = (layers_kept * per_layer + global + transient) * sizeof(float);
   return bytes >= 1.8e19 ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(bytes);
 }
@@ -214,7 +227,12 @@ std::string format_bytes(uint64_t bytes) {
 }
 
 void check_load_memory(const SafetensorsFile& file, const ModelConfig& config, const std::string& model_name) {
-  const LoadBytes b = load_bytes(file, config);
+  check_load_memory(std::vector<const SafetensorsFile*>{&file}, config, model_name);
+}
+
+void check_load_memory(const std::vector<const SafetensorsFile*>& shards, const ModelConfig& config,
+                       const std::string& model_name) {
+  const LoadBytes b = load_bytes(shards, config);
   if (b.peak() == 0) return;
   if (b.converted == 0) {
     refuse_if_short(b.peak(), "loading " + model_name, "for its weights laid out for the forward pass",

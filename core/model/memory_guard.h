@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/model/config.h"
 #include "core/model/forward.h"
@@ -45,6 +46,9 @@ std::string format_bytes(uint64_t bytes);
 // Throw hs::Error when the estimate exceeds what is available (and do nothing when the available
 // figure is unknown). `model_name` names the model in the message.
 void check_load_memory(const SafetensorsFile& file, const ModelConfig& config, const std::string& model_name);
+// The same for a checkpoint in several shards.
+void check_load_memory(const std::vector<const SafetensorsFile*>& shards, const ModelConfig& config,
+                       const std::string& model_name);
 void check_run_memory(const ModelConfig& config, int64_t n_tokens, const RunOptions& options,
                       const std::string& model_name);
 

@@ -1,5 +1,10 @@
 #include "core/model/model.h"
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
 #include "core/error.h"
 #include "core/model/memory_guard.h"
 #include "core/tensor/safetensors.h"
@@ -7,6 +12,49 @@
 
 namespace hs {
 namespace fs = std::filesystem;
+namespace {
+
+// The shard files Hugging Face's model.safetensors.index.json names in its weight_map
+// ({tensor name: shard file}), each once, in order; every one must be a file beside the index.
+std::vector<fs::path> shard_paths(const fs::path& index_path) {
+  const std::string where = index_path.string();
+  std::error_code ec;
+  if (!fs::is_regular_file(index_path, ec))
+    throw Error(where + ": is not a regular file; expected the JSON index of a sharded checkpoint.");
+  if (fs::file_size(index_path, ec) > 64 * 1024 * 1024) throw Error(where + ": is larger than 64 MB; not an index.");
+  std::ifstream in(index_path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const std::exception& e) {
+    throw Error(where + ": not valid JSON (" + json_error_reason(e) + "). Restore the checkpoint's original index.");
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
+    throw Error(where + ": has no \"weight_map\" naming the shard of each tensor. Restore the checkpoint's original "
+                "index, or save the model as one model.safetensors.");
+  std::vector<fs::path> out;
+  std::set<std::string> seen;
+  for (const auto& [tensor, shard] : j["weight_map"].items()) {
+    if (!shard.is_string())
+      throw Error(where + ": the shard of tensor \"" + tensor + "\" is not a file name.");
+    const std::string name = shard.get<std::string>();
+    if (!seen.insert(name).second) continue;
+    // Shards lie beside the index: a name with a folder in it could point anywhere.
+    if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
+        name == "." || name == "..")
+      throw Error(where + ": names the shard \"" + name + "\"; shards must be files in the same folder as the index.");
+    const fs::path p = index_path.parent_path() / name;
+    if (!fs::exists(p, ec))
+      throw Error(index_path.parent_path().string() + ": the shard " + name +
+                  " named in model.safetensors.index.json is missing. Download every shard of the checkpoint.");
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& progress) {
   auto report = [&](double f, const std::string& stage) {
@@ -17,8 +65,9 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
   if (!fs::is_directory(dir, ec))
     throw Error(dir.string() + ": is a file, not a folder. Choose the folder that holds config.json and model.safetensors.");
 
-  const fs::path weights_path = dir / "model.safetensors";
-  if (!fs::exists(weights_path, ec)) {
+  const fs::path weights_path = dir / "model.safetensors", index_path = dir / "model.safetensors.index.json";
+  const bool sharded = !fs::exists(weights_path, ec) && fs::exists(index_path, ec);
+  if (!fs::exists(weights_path, ec) && !sharded) {
     for (const char* pickle : {"pytorch_model.bin", "model.pt", "model.bin", "pytorch_model.bin.index.json"})
       if (fs::exists(dir / pickle, ec))
         throw Error(dir.string() + ": has only a pickle checkpoint (" + pickle +
@@ -26,9 +75,6 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
                     "in a Python you trust: `from transformers import GPT2LMHeadModel; "
                     "GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)`, "
                     "which writes model.safetensors.");
-    if (fs::exists(dir / "model.safetensors.index.json", ec))
-      throw Error(dir.string() + ": the weights are sharded (model.safetensors.index.json); HeadScope reads a single "
-                  "model.safetensors. Re-save with a larger max_shard_size.");
     throw Error(dir.string() + ": no model.safetensors. A Hugging Face GPT-2 folder holds config.json, "
                 "model.safetensors, vocab.json and merges.txt.");
   }
@@ -40,11 +86,22 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
 
   report(0.02, "reading config.json");
   const ModelConfig config = load_config(dir / "config.json");
-  report(0.05, "mapping model.safetensors");
-  auto file = SafetensorsFile::open(weights_path);
-  check_load_memory(*file, config, m->name_);
-  report(0.15, "checking and converting weights");
-  m->weights_ = Weights::load(file, config);
+  if (sharded) {
+    report(0.05, "mapping the shards of model.safetensors");
+    std::vector<std::shared_ptr<const SafetensorsFile>> shards;
+    for (const fs::path& p : shard_paths(index_path)) shards.push_back(SafetensorsFile::open(p));
+    std::vector<const SafetensorsFile*> views;
+    for (const auto& f : shards) views.push_back(f.get());
+    check_load_memory(views, config, m->name_);
+    report(0.15, "checking and converting weights");
+    m->weights_ = Weights::load(std::move(shards), config, index_path.string());
+  } else {
+    report(0.05, "mapping model.safetensors");
+    auto file = SafetensorsFile::open(weights_path);
+    check_load_memory(*file, config, m->name_);
+    report(0.15, "checking and converting weights");
+    m->weights_ = Weights::load(file, config);
+  }
   report(0.85, "reading the tokenizer");
   m->tokenizer_ = load_tokenizer(dir);
   m->warnings_ = m->weights_->warnings();

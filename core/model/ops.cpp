@@ -84,6 +84,42 @@ void activation_forward(float* out_p, const float* pre_p, int64_t n, Activation 
   }
 }
 
+void gated_activation_forward(RowMatrixXf& out, const RowMatrixXf& gate, const RowMatrixXf& up, Activation act) {
+  activation_forward(out, gate, act);
+  out.array() *= up.array();
+}
+
+void rotary_tables(RowMatrixXf& cos, RowMatrixXf& sin, const std::vector<double>& inv_freq, Eigen::Index p0,
+                   Eigen::Index n) {
+  const Eigen::Index half = static_cast<Eigen::Index>(inv_freq.size());
+  cos.resize(n, half);
+  sin.resize(n, half);
+  for (Eigen::Index r = 0; r < n; ++r)
+    for (Eigen::Index i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p0 + r) * inv_freq[static_cast<size_t>(i)];
+      cos(r, i) = static_cast<float>(std::cos(angle));
+      sin(r, i) = static_cast<float>(std::sin(angle));
+    }
+}
+
+void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim, const RowMatrixXf& cos,
+                    const RowMatrixXf& sin) {
+  const Eigen::Index half = dim / 2;
+  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+    const float* c = cos.row(r).data();
+    const float* s = sin.row(r).data();
+    for (int h = 0; h < n_heads; ++h) {
+      float* lo = x.row(r).data() + static_cast<Eigen::Index>(h) * d_head;
+      float* hi = lo + half;
+      for (Eigen::Index i = 0; i < half; ++i) {
+        const float a = lo[i], b = hi[i];
+        lo[i] = a * c[i] - b * s[i];
+        hi[i] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U) {
   packed_gemm(x.rows(), x.data(), x.cols(), W_U, 0, W_U.rows(), nullptr, out.data(), out.outerStride());
 }

@@ -3,6 +3,8 @@
 // value computed on request is bit-identical to one computed during the run.
 #pragma once
 
+#include <vector>
+
 #include "core/model/config.h"
 #include "core/model/packed_gemm.h"
 #include "core/tensor/eigen.h"
@@ -33,6 +35,20 @@ void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act
 // The same over n floats of any buffers (out may be pre): for callers that keep their own
 // storage, such as the patching sweep's row blocks. The same bits as the matrix form.
 void activation_forward(float* out, const float* pre, int64_t n, Activation act);
+// out = act(gate) * up, elementwise: a gated MLP's hidden activation (SwiGLU with silu). The
+// cache derives mlp.hook_post of a gated model with this very function.
+void gated_activation_forward(RowMatrixXf& out, const RowMatrixXf& gate, const RowMatrixXf& up, Activation act);
+// The rotary tables of positions [p0, p0 + n): cos[n, dim/2], sin[n, dim/2] of p * inv_freq[i]
+// (rotary_inv_freq), the angles taken in double so that long positions keep their precision.
+void rotary_tables(RowMatrixXf& cos, RowMatrixXf& sin, const std::vector<double>& inv_freq, Eigen::Index p0,
+                   Eigen::Index n);
+// Rotates, in place, the first `dim` dimensions of each of the n_heads heads (d_head wide) in every
+// row of x [rows, n_heads*d_head], row r by the angles of table row r, in Hugging Face's
+// rotate-half layout: dimension i < dim/2 pairs with i + dim/2,
+//   x_i' = x_i cos - x_{i+dim/2} sin,   x_{i+dim/2}' = x_{i+dim/2} cos + x_i sin.
+// Dimensions from `dim` to d_head (partial rotary) pass unchanged.
+void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim, const RowMatrixXf& cos,
+                    const RowMatrixXf& sin);
 // out[S, V] = x[S, D] @ W_U[D, V] (packed), split over vocabulary panels on all threads.
 // out must already be [S, V] (a block of the cache's logits, written in place).
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U);

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <array>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/tensor/safetensors.h"
@@ -13,55 +16,91 @@
 namespace hs {
 namespace {
 
+// Finds and converts the tensors a description names, in one file or in the shards of one.
 class Binder {
  public:
-  Binder(const SafetensorsFile& file, const ArchitectureFamily& family, std::vector<std::vector<float>>& owned)
-      : file_(file), family_(family), owned_(owned) {}
+  Binder(const std::vector<std::shared_ptr<const SafetensorsFile>>& files, std::string set_name,
+         const ArchitectureFamily& family, std::vector<std::vector<float>>& owned)
+      : files_(files), set_name_(std::move(set_name)), family_(family), owned_(owned) {}
 
-  // The file's tensor of `spec` (with or without the family's base prefix when prefixable).
-  const TensorInfo* find(const TensorSpec& spec) const {
-    const TensorInfo* plain = file_.find(spec.name);
+  // The file's tensor of `spec` (with or without the family's base prefix when prefixable), and
+  // the shard that holds it.
+  std::pair<const TensorInfo*, const SafetensorsFile*> find(const TensorSpec& spec) const {
     const std::string prefixed_name = std::string(family_.base_prefix()) + spec.name;
-    const TensorInfo* prefixed = spec.prefixable ? file_.find(prefixed_name) : nullptr;
-    if (plain && prefixed)
-      throw Error(file_.name() + ": holds both \"" + spec.name + "\" and \"" + prefixed_name +
-                  "\"; keep one naming scheme.");
-    return plain ? plain : prefixed;
+    std::pair<const TensorInfo*, const SafetensorsFile*> found{nullptr, nullptr};
+    for (const auto& f : files_) {
+      const TensorInfo* plain = f->find(spec.name);
+      const TensorInfo* prefixed = spec.prefixable ? f->find(prefixed_name) : nullptr;
+      if (plain && prefixed)
+        throw Error(f->name() + ": holds both \"" + spec.name + "\" and \"" + prefixed_name +
+                    "\"; keep one naming scheme.");
+      const TensorInfo* t = plain ? plain : prefixed;
+      if (!t) continue;
+      if (found.first)
+        throw Error(set_name_ + ": tensor \"" + t->name + "\" is in two shards, " + found.second->name() + " and " +
+                    f->name() + "; keep one copy.");
+      found = {t, f.get()};
+    }
+    return found;
   }
 
   // The tensor of `spec` as float32 of its shape.
   const float* bind(const TensorSpec& spec) {
-    const TensorInfo* t = find(spec);
+    const auto [t, file] = find(spec);
     if (!t)
-      throw Error(file_.name() + ": missing tensor \"" + spec.name + "\" (expected shape " + shape_string(spec.shape) +
+      throw Error(set_name_ + ": missing tensor \"" + spec.name + "\" (expected shape " + shape_string(spec.shape) +
                   "). The file is incomplete or is not a " + std::string(family_.name()) +
                   " checkpoint that matches config.json.");
-    used_.insert(t->name);
+    used_.insert({file, t->name});
     if (t->shape != spec.shape)
-      throw Error(file_.name() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
+      throw Error(file->name() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
                   " but config.json implies " + shape_string(spec.shape) +
                   ". The config and the weights belong to different models.");
     if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16 && t->dtype != DType::F64)
-      throw Error(file_.name() + ": tensor \"" + t->name + "\" has dtype " + t->dtype_text +
+      throw Error(file->name() + ": tensor \"" + t->name + "\" has dtype " + t->dtype_text +
                   "; weights must be F32, F16 or BF16 (quantized or integer checkpoints are not supported).");
-    if (const float* p = file_.f32_in_place(*t)) return p;
-    owned_.push_back(file_.to_f32(*t));
+    if (const float* p = file->f32_in_place(*t)) {
+      mapped_[p] = file;
+      return p;
+    }
+    owned_.push_back(file->to_f32(*t));
     return owned_.back().data();
   }
 
+  // Drops the float32 copy at `p` (n floats) that a packed copy replaces: a conversion is freed,
+  // the pages of a tensor read in place are released (mapped again if read).
+  void drop(const float* p, int64_t n) {
+    for (std::vector<float>& v : owned_)
+      if (!v.empty() && v.data() == p) {
+        std::vector<float>().swap(v);
+        return;
+      }
+    if (const auto it = mapped_.find(p); it != mapped_.end())
+      it->second->release_resident(p, static_cast<size_t>(n) * sizeof(float));
+  }
+
+  bool owned(const float* p) const {
+    for (const std::vector<float>& v : owned_)
+      if (!v.empty() && v.data() == p) return true;
+    return false;
+  }
+
   void reject_unused() const {
-    for (const auto& t : file_.tensors()) {
-      if (used_.count(t.name) || family_.is_ignorable(t.name)) continue;
-      throw Error(file_.name() + ": unexpected tensor \"" + t.name + "\" " + shape_string(t.shape) + ". " +
-                  std::string(family_.unexpected_tensor_hint()));
-    }
+    for (const auto& f : files_)
+      for (const auto& t : f->tensors()) {
+        if (used_.count({f.get(), t.name}) || family_.is_ignorable(t.name)) continue;
+        throw Error(f->name() + ": unexpected tensor \"" + t.name + "\" " + shape_string(t.shape) + ". " +
+                    std::string(family_.unexpected_tensor_hint()));
+      }
   }
 
  private:
-  const SafetensorsFile& file_;
+  const std::vector<std::shared_ptr<const SafetensorsFile>>& files_;
+  std::string set_name_;
   const ArchitectureFamily& family_;
   std::vector<std::vector<float>>& owned_;
-  std::set<std::string> used_;
+  std::set<std::pair<const SafetensorsFile*, std::string>> used_;
+  std::map<const float*, const SafetensorsFile*> mapped_;
 };
 
 int64_t numel(const std::vector<int64_t>& shape) {
@@ -73,12 +112,19 @@ int64_t numel(const std::vector<int64_t>& shape) {
 }  // namespace
 
 std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFile> file, const ModelConfig& c) {
+  const std::string name = file->name();
+  return load(std::vector<std::shared_ptr<const SafetensorsFile>>{std::move(file)}, c, name);
+}
+
+std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const SafetensorsFile>> shards,
+                                             const ModelConfig& c, const std::string& index_name) {
   require_implemented(c);
+  const ArchitectureFamily& family = *c.architecture.family;
   const std::vector<TensorSpec> specs = tensor_specs(c);
   std::shared_ptr<Weights> w(new Weights());
   w->config_ = c;
-  w->file_ = file;
-  Binder b(*file, *c.architecture.family, w->owned_);
+  w->files_ = std::move(shards);
+  Binder b(w->files_, index_name, family, w->owned_);
   auto matrix = [](const float* rows) {
     auto m = std::make_unique<Matrix>();
     m->rows = rows;
@@ -87,6 +133,9 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   w->layers_.resize(static_cast<size_t>(c.n_layers));
   w->matrices_.resize(static_cast<size_t>(kLayerMatrices * c.n_layers));
   w->tied_ = true;
+  // Separate Q, K, V (and their biases) as bound, per layer, until they are joined below.
+  std::vector<std::array<const float*, 3>> qkv_parts(static_cast<size_t>(c.n_layers)),
+      qkv_bias_parts(static_cast<size_t>(c.n_layers));
   // Each bound tensor with its canonical name, for the scan of non-finite values below.
   struct Bound {
     const TensorSpec* spec;
@@ -95,7 +144,7 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   std::vector<Bound> bound;
   bound.reserve(specs.size());
   for (const TensorSpec& spec : specs) {
-    if (spec.optional && !b.find(spec)) continue;  // an unembedding the file leaves tied
+    if (spec.optional && !b.find(spec).first) continue;  // an unembedding the file leaves tied
     const float* p = b.bind(spec);
     bound.push_back({&spec, p});
     const int l = spec.layer;
@@ -108,12 +157,20 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
       case TensorRole::Norm1Bias: L->norm1_b = p; break;
       case TensorRole::QkvWeight: set_matrix(kQkv); break;
       case TensorRole::QkvBias: L->b_qkv = p; break;
+      case TensorRole::QWeight: qkv_parts[static_cast<size_t>(l)][0] = p; break;
+      case TensorRole::KWeight: qkv_parts[static_cast<size_t>(l)][1] = p; break;
+      case TensorRole::VWeight: qkv_parts[static_cast<size_t>(l)][2] = p; break;
+      case TensorRole::QBias: qkv_bias_parts[static_cast<size_t>(l)][0] = p; break;
+      case TensorRole::KBias: qkv_bias_parts[static_cast<size_t>(l)][1] = p; break;
+      case TensorRole::VBias: qkv_bias_parts[static_cast<size_t>(l)][2] = p; break;
       case TensorRole::AttnOutWeight: set_matrix(kAttnOut); break;
       case TensorRole::AttnOutBias: L->b_O = p; break;
       case TensorRole::Norm2Weight: L->norm2_w = p; break;
       case TensorRole::Norm2Bias: L->norm2_b = p; break;
       case TensorRole::MlpInWeight: set_matrix(kMlpIn); break;
       case TensorRole::MlpInBias: L->b_in = p; break;
+      case TensorRole::MlpGateWeight: set_matrix(kMlpGate); break;
+      case TensorRole::MlpGateBias: L->b_gate = p; break;
       case TensorRole::MlpOutWeight: set_matrix(kMlpOut); break;
       case TensorRole::MlpOutBias: L->b_out = p; break;
       case TensorRole::FinalNormWeight: w->final_norm_w_ = p; break;
@@ -122,8 +179,6 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
         w->W_U_ = matrix(p);
         w->tied_ = false;
         break;
-      default:  // roles require_implemented() refuses (separate Q/K/V, a gated MLP)
-        throw Error(file->name() + ": tensor \"" + spec.name + "\" has a role HeadScope does not hold yet.");
     }
   }
   b.reject_unused();
@@ -146,46 +201,80 @@ std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFi
   };
   for (const Bound& t : bound)
     if (int64_t bad = count_bad(t.data, numel(t.spec->shape)))
-      w->warnings_.push_back(file->name() + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
+      w->warnings_.push_back(index_name + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
                              t.spec->name + "; activations computed from them are not meaningful.");
+
+  const int64_t D = c.d_model, V = c.d_vocab;
+  const int64_t q_width = int64_t{c.n_heads} * c.d_head, kv_width = int64_t{c.n_key_value_heads} * c.d_head;
+  // Separate Q, K and V become one [d_model, Q | K | V] matrix (and one bias), so the product stays
+  // one GEMM and the per-head views (W_Q, W_K, W_V) read the same layout as a fused file's.
+  if (c.architecture.qkv == QkvLayout::Separate) {
+    const int64_t widths[3] = {q_width, kv_width, kv_width}, N = q_width + 2 * kv_width;
+    const bool out_in = family.layout(TensorRole::QWeight) == Layout::OutIn;
+    for (int l = 0; l < c.n_layers; ++l) {
+      std::vector<float>& joined = w->owned_.emplace_back(static_cast<size_t>(D * N));
+      int64_t col = 0;
+      for (int part = 0; part < 3; ++part) {
+        const float* src = qkv_parts[static_cast<size_t>(l)][static_cast<size_t>(part)];
+        const int64_t n = widths[part];
+        for (int64_t i = 0; i < D; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            joined[static_cast<size_t>(i * N + col + j)] = out_in ? src[j * D + i] : src[i * n + j];
+        b.drop(src, D * n);
+        col += n;
+      }
+      w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)] = matrix(joined.data());
+      if (c.architecture.qkv_bias) {
+        std::vector<float>& bias = w->owned_.emplace_back(static_cast<size_t>(N));
+        col = 0;
+        for (int part = 0; part < 3; ++part) {
+          std::copy_n(qkv_bias_parts[static_cast<size_t>(l)][static_cast<size_t>(part)], widths[part], bias.data() + col);
+          col += widths[part];
+        }
+        w->layers_[static_cast<size_t>(l)].b_qkv = bias.data();
+      }
+    }
+  }
 
   // The forward pass reads the products' weights from packed copies (packed_gemm.h: far faster
   // than reading them in place at few tokens). Once a tensor is packed, its other copy goes:
   // keeping both would hold every weight twice (docs/benchmarks.md has the resident figures).
-  // - In place in the mapped file (F32): its pages are released, and the few reads in place that
-  //   remain (embedding rows, a head's W_O for a view) map them again on demand.
-  // - A float32 conversion (F16/BF16): it is freed, and rebuilt from the packed copy (the same
-  //   floats) only if something reads the matrix in place.
+  // - In place in the mapped file (F32, [in, out]): its pages are released, and the few reads in
+  //   place that remain (embedding rows, a head's W_O for a view) map them again on demand.
+  // - A float32 conversion (F16/BF16), a joined QKV, or a matrix stored [out, in] (whose rows are
+  //   not the [in, out] rows the accessors give): the copy is dropped, and [in, out] rows are
+  //   rebuilt from the packed copy (the same floats) only if something reads the matrix in place.
   w->packed_.reserve(static_cast<size_t>(c.n_layers));  // Matrix::packed points into it
-  auto release = [&](Matrix& m, const PackedMatrix& packed, bool transposed, int64_t elements) {
+  auto release = [&](Matrix& m, const PackedMatrix& packed, bool transposed, int64_t elements, bool keep_rows) {
     m.packed = &packed;
     m.transposed = transposed;
-    for (std::vector<float>& v : w->owned_)
-      if (v.data() == m.rows) {
-        std::vector<float>().swap(v);
-        m.rows = nullptr;
-        return;
-      }
-    file->release_resident(m.rows, static_cast<size_t>(elements) * sizeof(float));
+    const bool owned = b.owned(m.rows);
+    b.drop(m.rows, elements);
+    if (owned || !keep_rows) m.rows = nullptr;
   };
-  // The layer matrices' [in, out] shapes, in LayerMatrix order.
-  const std::vector<int64_t> shapes[kLayerMatrices] = {
-      logical_shape(c, TensorRole::QkvWeight), logical_shape(c, TensorRole::AttnOutWeight),
-      logical_shape(c, TensorRole::MlpInWeight), logical_shape(c, TensorRole::MlpOutWeight)};
+  // The layer matrices' [in, out] shapes and roles, in LayerMatrix order.
+  const TensorRole roles[kLayerMatrices] = {TensorRole::QkvWeight, TensorRole::AttnOutWeight, TensorRole::MlpInWeight,
+                                            TensorRole::MlpOutWeight, TensorRole::MlpGateWeight};
   for (int l = 0; l < c.n_layers; ++l) {
     PackedLayer& P = w->packed_.emplace_back();
-    PackedMatrix* targets[kLayerMatrices] = {&P.W_qkv, &P.W_O, &P.W_in, &P.W_out};
+    PackedMatrix* targets[kLayerMatrices] = {&P.W_qkv, &P.W_O, &P.W_in, &P.W_out, &P.W_gate};
     for (int which = 0; which < kLayerMatrices; ++which) {
-      Matrix& m = *w->matrices_[static_cast<size_t>(kLayerMatrices * l + which)];
-      const int64_t K = shapes[which][0], N = shapes[which][1];
-      *targets[which] = PackedMatrix::from_rows(m.rows, K, N, N);
-      release(m, *targets[which], false, K * N);
+      const std::unique_ptr<Matrix>& mp = w->matrices_[static_cast<size_t>(kLayerMatrices * l + which)];
+      if (!mp) continue;  // no gate
+      Matrix& m = *mp;
+      const std::vector<int64_t> shape = logical_shape(c, roles[which]);
+      const int64_t K = shape[0], N = shape[1];
+      // A joined QKV is [in, out] whatever the file's layout.
+      const bool joined = which == kQkv && c.architecture.qkv == QkvLayout::Separate;
+      const bool out_in = !joined && family.layout(roles[which]) == Layout::OutIn;
+      *targets[which] = out_in ? PackedMatrix::from_transposed_rows(m.rows, N, K, K)
+                               : PackedMatrix::from_rows(m.rows, K, N, N);
+      release(m, *targets[which], false, K * N, !out_in);
     }
   }
-  const int64_t D = c.d_model, V = c.d_vocab;
   Matrix& unembed = w->tied_ ? *w->W_E_ : *w->W_U_;
   w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed.rows, V, D, D);
-  release(unembed, w->packed_unembed_, true, V * D);
+  release(unembed, w->packed_unembed_, true, V * D, true);
   return w;
 }
 
@@ -213,6 +302,10 @@ ConstMatrixRef Weights::layer_rows(int l, LayerMatrix which) const {
 ConstMatrixRef Weights::W_qkv(int l) const { return layer_rows(l, kQkv); }
 ConstMatrixRef Weights::W_O_all(int l) const { return layer_rows(l, kAttnOut); }
 ConstMatrixRef Weights::W_in(int l) const { return layer_rows(l, kMlpIn); }
+ConstMatrixRef Weights::W_gate(int l) const {
+  if (!layer_matrix_ptr(l, kMlpGate)) throw Error("W_gate: this model's MLP is not gated.");
+  return layer_rows(l, kMlpGate);
+}
 ConstMatrixRef Weights::W_out(int l) const { return layer_rows(l, kMlpOut); }
 const float* Weights::W_E() const { return rows_of(*W_E_); }
 const float* Weights::unembed_rows() const { return rows_of(unembed()); }
@@ -261,7 +354,8 @@ ConstVectorRef Weights::b_O(int l) const {
 
 size_t Weights::packed_bytes() const {
   size_t n = packed_unembed_.bytes();
-  for (const PackedLayer& p : packed_) n += p.W_qkv.bytes() + p.W_O.bytes() + p.W_in.bytes() + p.W_out.bytes();
+  for (const PackedLayer& p : packed_)
+    n += p.W_qkv.bytes() + p.W_O.bytes() + p.W_in.bytes() + p.W_gate.bytes() + p.W_out.bytes();
   return n;
 }
 
@@ -271,7 +365,8 @@ size_t Weights::owned_bytes() const {
   auto rebuilt = [&](const Matrix& m) {
     if (m.built.load(std::memory_order_acquire)) n += m.rebuilt.size() * sizeof(float);
   };
-  for (const auto& m : matrices_) rebuilt(*m);
+  for (const auto& m : matrices_)
+    if (m) rebuilt(*m);
   rebuilt(*W_E_);
   if (W_U_) rebuilt(*W_U_);
   return n;

@@ -37,15 +37,17 @@ struct LayerWeights {
   const float* norm2_w = nullptr;  // [d_model]
   const float* norm2_b = nullptr;  // [d_model]
   const float* b_in = nullptr;     // [d_mlp]
+  const float* b_gate = nullptr;   // [d_mlp] (gated MLP)
   const float* b_out = nullptr;    // [d_model]
 };
 
-// A layer's four products packed for packed_gemm (see packed_gemm.h), built when the model opens.
+// A layer's products packed for packed_gemm (see packed_gemm.h), built when the model opens.
 struct PackedLayer {
-  PackedMatrix W_qkv;  // [d_model, (n_heads + 2*n_kv)*d_head]: Q | K | V column blocks
-  PackedMatrix W_O;    // [n_heads*d_head, d_model]; head h is rows h*d_head ..
-  PackedMatrix W_in;   // [d_model, d_mlp]
-  PackedMatrix W_out;  // [d_mlp, d_model]
+  PackedMatrix W_qkv;   // [d_model, (n_heads + 2*n_kv)*d_head]: Q | K | V column blocks
+  PackedMatrix W_O;     // [n_heads*d_head, d_model]; head h is rows h*d_head ..
+  PackedMatrix W_in;    // [d_model, d_mlp] (a gated MLP's up projection)
+  PackedMatrix W_gate;  // [d_model, d_mlp]; empty unless the MLP is gated
+  PackedMatrix W_out;   // [d_mlp, d_model]
 };
 
 class Weights {
@@ -53,7 +55,15 @@ class Weights {
   // Binds every tensor the config's architecture describes, checking its presence, dtype and
   // shape; throws hs::Error naming the file, the tensor, the expected and the found shape, or the
   // option of the description that is not implemented (require_implemented).
+  //
+  // Matrices stored [out, in] (nn.Linear) are packed from their transposed rows, and separate Q,
+  // K and V are packed as one [d_model, (n_heads + 2*n_kv)*d_head] matrix, so the forward pass
+  // sees one layout and one QKV product whatever the file holds.
   static std::shared_ptr<const Weights> load(std::shared_ptr<const SafetensorsFile> file, const ModelConfig& config);
+  // The same over a sharded checkpoint: every tensor is looked up in every shard (a name in two
+  // shards is refused); `index_name` names the set in messages about a missing tensor.
+  static std::shared_ptr<const Weights> load(std::vector<std::shared_ptr<const SafetensorsFile>> shards,
+                                             const ModelConfig& config, const std::string& index_name);
 
   const ModelConfig& config() const { return config_; }
   const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
@@ -61,6 +71,7 @@ class Weights {
   ConstMatrixRef W_qkv(int l) const;    // [d_model, (n_heads + 2*n_kv)*d_head]
   ConstMatrixRef W_O_all(int l) const;  // [n_heads*d_head, d_model] = W_O stacked by head
   ConstMatrixRef W_in(int l) const;     // [d_model, d_mlp]
+  ConstMatrixRef W_gate(int l) const;   // [d_model, d_mlp]; only for a gated MLP
   ConstMatrixRef W_out(int l) const;    // [d_mlp, d_model]
   const float* W_E() const;  // [d_vocab, d_model]
   // Token t's embedding, W_E[t], copied into out[d_model]. Use this rather than W_E() on a hot
@@ -111,8 +122,11 @@ class Weights {
     mutable std::atomic<bool> built{false};  // rebuilt is complete (read by owned_bytes)
   };
   // The layer matrices, in this order in matrices_ (kLayerMatrices per layer) and in PackedLayer.
-  enum LayerMatrix { kQkv, kAttnOut, kMlpIn, kMlpOut, kLayerMatrices };
+  enum LayerMatrix { kQkv, kAttnOut, kMlpIn, kMlpOut, kMlpGate, kLayerMatrices };
   const float* rows_of(const Matrix& m) const;
+  const Matrix* layer_matrix_ptr(int l, LayerMatrix which) const {
+    return matrices_[static_cast<size_t>(kLayerMatrices * l + which)].get();
+  }
   const Matrix& layer_matrix(int l, LayerMatrix which) const {
     return *matrices_[static_cast<size_t>(kLayerMatrices * l + which)];
   }
@@ -120,10 +134,10 @@ class Weights {
 
   Weights() = default;
   ModelConfig config_;
-  std::shared_ptr<const SafetensorsFile> file_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
   std::vector<std::vector<float>> owned_;
   std::vector<LayerWeights> layers_;
-  std::vector<std::unique_ptr<Matrix>> matrices_;  // per layer: W_qkv, W_O, W_in, W_out
+  std::vector<std::unique_ptr<Matrix>> matrices_;  // per layer: W_qkv, W_O, W_in, W_out, W_gate (or null)
   std::unique_ptr<Matrix> W_E_, W_U_;  // W_U_ only when not tied
   const Matrix& unembed() const { return tied_ ? *W_E_ : *W_U_; }
   std::vector<PackedLayer> packed_;

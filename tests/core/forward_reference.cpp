@@ -19,28 +19,66 @@ void require_reference_implements(const Architecture& a) {
   auto refuse = [](const std::string& option) {
     throw Error("forward_reference: the architecture asks for " + option + ", which the reference does not implement.");
   };
-  if (a.norm != NormKind::LayerNorm) refuse(std::string(to_string(a.norm)));
-  if (a.positions == PositionKind::Rotary) refuse("rotary position embeddings");
-  if (a.mlp != MlpKind::Plain) refuse("a gated MLP");
   if (a.parallel_blocks) refuse("parallel blocks");
-  if (a.qkv != QkvLayout::FusedBlocks) refuse("a QKV layout other than fused column blocks");
 }
 
-// LayerNorm, with a bias when b is not null.
-Rows layernorm(const Rows& x, const float* w, const float* b, double eps, std::vector<double>* scales = nullptr) {
+// LayerNorm or RMSNorm (no centring), with a bias when b is not null; the divisor of each row is
+// appended to `scales`.
+Rows norm(const Rows& x, const float* w, const float* b, double eps, NormKind kind,
+          std::vector<double>* scales = nullptr) {
   Rows out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const size_t D = x[i].size();
-    double mean = 0, var = 0;
-    for (double v : x[i]) mean += v;
-    mean /= static_cast<double>(D);
-    for (double v : x[i]) var += (v - mean) * (v - mean);
-    var /= static_cast<double>(D);
-    const double scale = std::sqrt(var + eps);
+    double mean = 0, ms = 0;
+    if (kind == NormKind::LayerNorm) {
+      for (double v : x[i]) mean += v;
+      mean /= static_cast<double>(D);
+    }
+    for (double v : x[i]) ms += (v - mean) * (v - mean);
+    ms /= static_cast<double>(D);
+    const double scale = std::sqrt(ms + eps);
     if (scales) scales->push_back(scale);
     out[i].resize(D);
     for (size_t d = 0; d < D; ++d) out[i][d] = (x[i][d] - mean) / scale * w[d] + (b ? b[d] : 0.0);
   }
+  return out;
+}
+
+// The angle per position of each rotated pair, from the description's parameters (written out
+// here rather than taken from the core's rotary_inv_freq).
+std::vector<double> inverse_frequencies(const RotaryParams& r) {
+  std::vector<double> f;
+  for (int i = 0; 2 * i < r.dim; ++i) {
+    const double base = std::exp(-std::log(r.base) * (2.0 * i) / r.dim);
+    double scaled = base;
+    if (r.scaling == RopeScaling::Linear) scaled = base / r.factor;
+    if (r.scaling == RopeScaling::Llama3) {
+      const double period = 2 * M_PI / base;
+      const double ratio = r.original_context / period;  // how many periods fit the original context
+      if (ratio < r.low_freq_factor) scaled = base / r.factor;
+      else if (ratio <= r.high_freq_factor) {
+        const double t = (ratio - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+        scaled = (1 - t) * base / r.factor + t * base;
+      }
+    }
+    f.push_back(scaled);
+  }
+  return f;
+}
+
+// Rotates the first r.dim dimensions of each head of every row (position = row index), rotate-half.
+Rows rotate(const Rows& x, size_t n_heads, size_t d_head, const RotaryParams& r) {
+  const std::vector<double> f = inverse_frequencies(r);
+  const size_t half = f.size();
+  Rows out = x;
+  for (size_t p = 0; p < x.size(); ++p)
+    for (size_t h = 0; h < n_heads; ++h)
+      for (size_t i = 0; i < half; ++i) {
+        const double c = std::cos(static_cast<double>(p) * f[i]), s = std::sin(static_cast<double>(p) * f[i]);
+        const double a = x[p][h * d_head + i], b = x[p][h * d_head + half + i];
+        out[p][h * d_head + i] = a * c - b * s;
+        out[p][h * d_head + half + i] = b * c + a * s;
+      }
   return out;
 }
 
@@ -119,9 +157,16 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     LayerActivations& a = cache->layer(l);
     a.resid_pre = to_matrix(resid);
     const size_t qkv_width = (H + 2 * KV) * dh;
-    const Rows qkv = linear(layernorm(resid, W.norm1_w, W.norm1_b, c.norm_eps), weights->W_qkv(l).data(), W.b_qkv,
+    const Rows qkv = linear(norm(resid, W.norm1_w, W.norm1_b, c.norm_eps, arch.norm), weights->W_qkv(l).data(), W.b_qkv,
                             qkv_width);
-    const Rows q = columns(qkv, 0, H * dh), k = columns(qkv, H * dh, KV * dh), v = columns(qkv, (H + KV) * dh, KV * dh);
+    Rows q = columns(qkv, 0, H * dh), k = columns(qkv, H * dh, KV * dh);
+    const Rows v = columns(qkv, (H + KV) * dh, KV * dh);
+    if (arch.positions == PositionKind::Rotary) {
+      a.q_pre_rotary = to_matrix(q);
+      a.k_pre_rotary = to_matrix(k);
+      q = rotate(q, H, dh, arch.rotary);
+      k = rotate(k, KV, dh, arch.rotary);
+    }
     Rows z(S, std::vector<double>(H * dh, 0.0));
     a.q = to_matrix(q);
     a.k = to_matrix(k);
@@ -155,16 +200,27 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     a.attn_out = to_matrix(attn_out);
     resid = add(resid, attn_out);
     const size_t M = static_cast<size_t>(c.d_mlp);
-    Rows pre = linear(layernorm(resid, W.norm2_w, W.norm2_b, c.norm_eps), weights->W_in(l).data(), W.b_in, M);
-    a.mlp_pre = to_matrix(pre);
-    for (auto& row : pre)
-      for (double& x : row) x = activation(x, c.activation);
+    const Rows x2 = norm(resid, W.norm2_w, W.norm2_b, c.norm_eps, arch.norm);
+    Rows pre = linear(x2, weights->W_in(l).data(), W.b_in, M);
+    if (arch.mlp == MlpKind::Gated) {
+      // SwiGLU: the gate's activation times the up projection (which the cache calls pre_linear).
+      const Rows up = pre;
+      pre = linear(x2, weights->W_gate(l).data(), W.b_gate, M);
+      a.mlp_pre = to_matrix(pre);
+      a.mlp_pre_linear = to_matrix(up);
+      for (size_t i = 0; i < pre.size(); ++i)
+        for (size_t j = 0; j < M; ++j) pre[i][j] = activation(pre[i][j], c.activation) * up[i][j];
+    } else {
+      a.mlp_pre = to_matrix(pre);
+      for (auto& row : pre)
+        for (double& x : row) x = activation(x, c.activation);
+    }
     const Rows mlp_out = linear(pre, weights->W_out(l).data(), W.b_out, D);
     a.mlp_out = to_matrix(mlp_out);
     resid = add(resid, mlp_out);
   }
   std::vector<double> scales;
-  const Rows lnf = layernorm(resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps, &scales);
+  const Rows lnf = norm(resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps, arch.norm, &scales);
   cache->ln_final_normalized = to_matrix(lnf);
   cache->ln_final_scale.resize(static_cast<Eigen::Index>(S));
   for (size_t i = 0; i < S; ++i) cache->ln_final_scale(static_cast<Eigen::Index>(i)) = static_cast<float>(scales[i]);

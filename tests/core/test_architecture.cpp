@@ -104,9 +104,23 @@ TEST_CASE("architecture: config.json finds its family in the registry", "[archit
   mamba["model_type"] = "mamba";
   CHECK_THROWS_WITH(parse_config(mamba.dump(), "m/config.json"),
                     "m/config.json: model_type is \"mamba\"; HeadScope reads GPT-2-family models (model_type \"gpt2\": "
-                    "gpt2, distilgpt2, gpt2-medium/large/xl).");
-  j["architectures"] = {"LlamaForCausalLM"};
-  CHECK_THROWS_WITH(parse_config(j.dump(), "m/config.json"), Catch::Contains("model_type is \"LlamaForCausalLM\""));
+                    "gpt2, distilgpt2, gpt2-medium/large/xl), Llama-family models (model_type \"llama\": Llama 2 and 3, "
+                    "TinyLlama, SmolLM) or Qwen2 models (model_type \"qwen2\": Qwen2, Qwen2.5).");
+  j["architectures"] = {"MambaForCausalLM"};
+  CHECK_THROWS_WITH(parse_config(j.dump(), "m/config.json"), Catch::Contains("model_type is \"MambaForCausalLM\""));
+  // The Llama and Qwen2 entries, by model_type and by class.
+  const char* kLlama = R"({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
+                           "intermediate_size": 64, "vocab_size": 50, "max_position_embeddings": 16})";
+  const ModelConfig llama = parse_config(kLlama, "config.json");
+  CHECK(llama.architecture.family->name() == "Llama");
+  CHECK(llama.n_key_value_heads == 4);
+  CHECK(llama.norm_eps == 1e-6f);
+  CHECK(llama.architecture.rotary.base == 10000.0);
+  CHECK(llama.architecture.unembedding == UnembeddingTie::Untied);
+  nlohmann::json by_llama_class = nlohmann::json::parse(kLlama);
+  by_llama_class.erase("model_type");
+  by_llama_class["architectures"] = {"Qwen2ForCausalLM"};
+  CHECK(parse_config(by_llama_class.dump(), "config.json").architecture.family->name() == "Qwen2");
 }
 
 TEST_CASE("architecture: the GPT-2 entry names each fixture tensor with its shape, and counts them", "[architecture]") {
@@ -140,16 +154,90 @@ TEST_CASE("architecture: the GPT-2 entry names each fixture tensor with its shap
   }
 }
 
+TEST_CASE("architecture: the Llama and Qwen2 entries name each fixture tensor with its shape, and count them",
+          "[architecture][llama]") {
+  for (const char* name : {"llama_gqa", "llama_tied_headdim", "qwen2_bias"}) {
+    INFO(name);
+    const fs::path dir = test::fixture_model(name);
+    const auto model = Model::load(dir);
+    const ModelConfig& c = model->config();
+    const auto fixture = nlohmann::json::parse(test::read_text(dir / "fixture.json"));
+    const auto& shapes = fixture["shapes"];
+    CHECK(c.n_layers == shapes["n_layer"]);
+    CHECK(c.n_heads == shapes["n_head"]);
+    CHECK(c.n_key_value_heads == shapes["n_key_value_heads"]);
+    CHECK(c.d_head == shapes["d_head"]);
+    CHECK(c.d_mlp == shapes["d_mlp"]);
+    const Architecture& a = c.architecture;
+    CHECK(a.norm == NormKind::RMSNorm);
+    CHECK_FALSE(a.norm_bias);
+    CHECK(a.positions == PositionKind::Rotary);
+    CHECK(a.rotary.dim == c.d_head);
+    CHECK(a.mlp == MlpKind::Gated);
+    CHECK(a.qkv == QkvLayout::Separate);
+    // The file's tensors, from model.safetensors or every shard of the index.
+    std::vector<std::shared_ptr<const SafetensorsFile>> files;
+    if (fs::exists(dir / "model.safetensors")) files.push_back(SafetensorsFile::open(dir / "model.safetensors"));
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().starts_with("model-")) files.push_back(SafetensorsFile::open(e.path()));
+    REQUIRE_FALSE(files.empty());
+    size_t named = 0;
+    for (const TensorSpec& spec : tensor_specs(c)) {
+      const TensorInfo* t = nullptr;
+      for (const auto& f : files)
+        if (!t) t = find(*f, c, spec);
+      INFO(spec.name);
+      REQUIRE(t != nullptr);
+      CHECK(t->shape == spec.shape);
+      ++named;
+    }
+    size_t weights = 0;
+    int64_t floats = 0;
+    for (const auto& f : files)
+      for (const TensorInfo& t : f->tensors()) {
+        ++weights;
+        floats += t.numel();
+      }
+    CHECK(named == weights);
+    CHECK(c.parameter_count() == floats);  // tied or untied, the file holds each parameter once
+    CHECK(model->weights()->tied_unembedding() == (a.unembedding == UnembeddingTie::Tied));
+  }
+  // llama_tied_headdim: head_dim 12 with 4 heads in a 32-wide model, one key/value head, biases.
+  const ModelConfig t = load_config(test::fixture_model("llama_tied_headdim") / "config.json");
+  CHECK(t.d_head * t.n_heads == 48);
+  CHECK(t.n_key_value_heads == 1);
+  CHECK((t.architecture.qkv_bias && t.architecture.attn_out_bias && t.architecture.mlp_bias));
+  CHECK(t.architecture.rotary.scaling == RopeScaling::Linear);
+  const ModelConfig q = load_config(test::fixture_model("qwen2_bias") / "config.json");
+  CHECK((q.architecture.qkv_bias && !q.architecture.attn_out_bias && !q.architecture.mlp_bias));
+}
+
+TEST_CASE("architecture: rope_scaling llama3 slows the low frequencies and keeps the high ones", "[architecture]") {
+  RotaryParams r;
+  r.dim = 8;
+  r.base = 10000.0;  // wavelengths 2 pi * (1, 10, 100, 1000)
+  const std::vector<double> plain = rotary_inv_freq(r);
+  r.scaling = RopeScaling::Llama3;
+  r.factor = 8;
+  r.low_freq_factor = 1;
+  r.high_freq_factor = 4;
+  r.original_context = 16;  // kept below wavelength 4, slowed above 16, ramp between
+  const std::vector<double> scaled = rotary_inv_freq(r);
+  const double smooth = (16 / (2 * M_PI) - 1) / 3;
+  CHECK(scaled[0] == Approx((1 - smooth) * plain[0] / 8 + smooth * plain[0]).epsilon(1e-12));
+  for (int i = 1; i < 4; ++i) CHECK(scaled[static_cast<size_t>(i)] == Approx(plain[static_cast<size_t>(i)] / 8).epsilon(1e-12));
+  r.scaling = RopeScaling::Linear;
+  r.factor = 2;
+  for (int i = 0; i < 4; ++i)
+    CHECK(rotary_inv_freq(r)[static_cast<size_t>(i)] == Approx(plain[static_cast<size_t>(i)] / 2).epsilon(1e-12));
+}
+
 TEST_CASE("architecture: options nothing implements yet are refused by name", "[architecture]") {
   const fs::path dir = test::fixture_model("f32_prefixed");
   const ModelConfig gpt2 = load_config(dir / "config.json");
   const auto file = SafetensorsFile::open(dir / "model.safetensors");
   const std::pair<const char*, std::function<void(Architecture&)>> cases[] = {
-      {"RMSNorm", [](Architecture& a) { a.norm = NormKind::RMSNorm; }},
-      {"rotary position embeddings", [](Architecture& a) { a.positions = PositionKind::Rotary; }},
-      {"a gated MLP", [](Architecture& a) { a.mlp = MlpKind::Gated; }},
       {"parallel attention and MLP blocks", [](Architecture& a) { a.parallel_blocks = true; }},
-      {"separate Q, K and V projections", [](Architecture& a) { a.qkv = QkvLayout::Separate; }},
       {"a fused QKV projection grouped per head", [](Architecture& a) { a.qkv = QkvLayout::FusedPerHead; }},
   };
   for (const auto& [option, edit] : cases) {

@@ -290,3 +290,101 @@ TEST_CASE("forward: the automatic thread count follows the work and the weights'
   CHECK(auto_threads(gpt2_small, 1) == all);
   CHECK(auto_threads(gpt2_small, 20) == all);
 }
+
+// The Llama-family fixtures: rotary positions (llama3 and linear scaling), RMSNorm, grouped and
+// multi-query attention, SwiGLU, [out, in] weights, separate Q/K/V, head_dim != d_model / n_heads,
+// biases, tied and untied unembeddings, F16/BF16/F32 and a sharded checkpoint.
+const char* const kRotaryFixtures[] = {"llama_gqa", "llama_tied_headdim", "qwen2_bias"};
+
+TEST_CASE("rotary fixtures: every cache key matches the float64 PyTorch reference", "[forward][fixtures][llama]") {
+  for (const char* name : kRotaryFixtures) {
+    DYNAMIC_SECTION(name) {
+      const auto dir = test::fixture_model(name);
+      const auto model = Model::load(dir);
+      const auto ref = SafetensorsFile::open(dir / "reference.safetensors");
+      const std::vector<int32_t> tokens = reference_tokens(*ref);
+      const auto cache = model->run(tokens);
+      // The reference holds exactly the cache's keys (no hook_pos_embed; the rotary, norm-scale
+      // and gated-MLP keys), plus "tokens".
+      CHECK(cache->keys().size() + 1 == ref->tensors().size());
+      CHECK_FALSE(cache->has("hook_pos_embed"));
+      for (const std::string& key : cache->keys()) {
+        const TensorInfo* t = ref->find(key);
+        INFO(name << " " << key);
+        REQUIRE(t != nullptr);
+        const Tensor ours = cache->get(key);
+        CHECK(ours.shape == t->shape);
+        const test::Comparison c = test::compare(ref->to_f32(*t), ours.data);
+        INFO("max |diff| " << c.max_abs << ", relative " << c.relative);
+        CHECK(c.masks_agree);
+        CHECK(c.relative <= kRelTol);
+      }
+    }
+  }
+}
+
+TEST_CASE("rotary fixtures: the fast pass equals the slow loops, a reused prefix equals a full run",
+          "[forward][llama]") {
+  for (const char* name : kRotaryFixtures) {
+    DYNAMIC_SECTION(name) {
+      const auto model = Model::load(test::fixture_model(name));
+      const std::vector<int32_t> tokens = {290, 5, 77, 260, 13, 99, 281, 0, 1, 2, 45, 46};
+      RunOptions stored;
+      stored.store_scores = stored.store_results = true;
+      const auto fast = model->run(tokens, stored);
+      const auto slow = test::forward_reference(model->weights(), tokens);
+      for (const std::string& key : fast->keys()) {
+        INFO(key);
+        const test::Comparison c = test::compare(slow->get(key).data, fast->get(key).data);
+        CHECK(c.masks_agree);
+        CHECK(c.relative <= 1e-5);
+      }
+      // Derived keys (scores, results, norms, hook_post) are the bits a stored run holds.
+      const auto plain = model->run(tokens);
+      for (const std::string& key : fast->keys()) {
+        INFO(key);
+        CHECK(plain->get(key).data == fast->get(key).data);
+      }
+      // Typing at the end: the prefix's rotated keys are reused, the new positions rotated by
+      // their own angles.
+      const std::vector<int32_t> first(tokens.begin(), tokens.begin() + 7);
+      const auto incremental = model->run(tokens, stored, model->run(first, stored));
+      CHECK(incremental->reused_prefix == 7);
+      for (const std::string& key : fast->keys()) {
+        INFO(key << " after reusing 7");
+        CHECK(test::compare(fast->get(key).data, incremental->get(key).data).relative <= 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("rotary fixtures: the identities the views show hold without a position embedding", "[analysis][llama]") {
+  for (const char* name : kRotaryFixtures) {
+    DYNAMIC_SECTION(name) {
+      const auto model = Model::load(test::fixture_model(name));
+      const ModelConfig& c = model->config();
+      const std::vector<int32_t> tokens = {290, 51, 257, 273, 270, 267, 270, 220};
+      const auto cache = model->run(tokens);
+      const int attn_bias = c.architecture.attn_out_bias ? 1 : 0;
+      for (int pos = 0; pos < cache->n_pos(); ++pos) {
+        const ResidualDecomposition d = decompose_residual(*cache, pos);
+        REQUIRE(d.labels.size() == static_cast<size_t>(1 + c.n_layers * (c.n_heads + attn_bias + 1)));
+        CHECK(d.labels[0] == "embed");
+        CHECK(d.labels[1] == "L0H0");
+        INFO(name << " pos " << pos << " error " << d.max_abs_error);
+        CHECK(d.max_abs_error <= 1e-5f * d.residual.cwiseAbs().maxCoeff());
+        for (const Prediction& p : top_predictions(*cache, pos, 2)) {
+          const LogitAttribution a = direct_logit_attribution(*cache, d, p.id);
+          CHECK(a.bias_term == 0.0f);  // RMSNorm has no bias
+          CHECK(a.max_abs_error <= 1e-4f * std::max(1.0f, std::abs(a.logit)));
+        }
+      }
+      for (int l = 0; l < c.n_layers; ++l) {
+        const ConcatVsSum cs = concat_vs_sum(*cache, l);
+        CHECK(cs.max_abs_vs_cache == 0.0f);
+        CHECK(cs.max_abs_diff <= 1e-5f * std::max(1.0f, cs.via_concat.cwiseAbs().maxCoeff()));
+        CHECK(cs.z_concat.cols() == c.n_heads * c.d_head);
+      }
+    }
+  }
+}

@@ -270,7 +270,7 @@ TEST_CASE("refused input: config.json (R09-R18)", "[refused]") {
     check_refused(info(), expected("R15", sub), s);
   }
   SECTION("R16 unknown model_type") {
-    edit_config(m, [](auto& j) { j["model_type"] = "llama"; });
+    edit_config(m, [](auto& j) { j["model_type"] = "mamba"; });
     check_refused(info(), expected("R16", sub), s);
   }
   SECTION("R17 unknown activation") {
@@ -743,5 +743,43 @@ TEST_CASE("refused input: special files where a file belongs (R56-R57)", "[refus
     CHECK(r.code == 1);
     CHECK(r.err == "headscope-cli: error: " + (m / "tokenizer.json").string() +
                        ": is not a regular file; expected a JSON file.\n");
+  }
+}
+
+TEST_CASE("refused input: architectures (R80-R83)", "[refused][llama]") {
+  Scratch s;
+  SECTION("R80 an unknown rope_scaling type") {
+    const fs::path m = s.model("llama_gqa");
+    edit_config(m, [](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
+    check_refused(cli("info --model " + quote(m.string())), expected("R80", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R81 a sliding window shorter than the context") {
+    const fs::path m = s.model("qwen2_bias");
+    edit_config(m, [](auto& j) {
+      j["use_sliding_window"] = true;
+      j["sliding_window"] = 16;
+      j["max_window_layers"] = 0;
+    });
+    check_refused(cli("info --model " + quote(m.string())), expected("R81", {{"<model>", m.string()}}), s);
+    // A window that covers the context, or applies to no layer, changes nothing.
+    edit_config(m, [](auto& j) { j["sliding_window"] = 32; });
+    CHECK(cli("info --model " + quote(m.string())).code == 0);
+    edit_config(m, [](auto& j) {
+      j["sliding_window"] = 16;
+      j["max_window_layers"] = 3;
+    });
+    CHECK(cli("info --model " + quote(m.string())).code == 0);
+  }
+  SECTION("R82 a missing shard") {
+    const fs::path m = s.model("qwen2_bias");
+    fs::remove(m / "model-00002-of-00002.safetensors");
+    check_refused(cli("info --model " + quote(m.string())), expected("R82", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R83 a shard outside the folder") {
+    const fs::path m = s.model("qwen2_bias");
+    nlohmann::json index = nlohmann::json::parse(hs::test::read_text(m / "model.safetensors.index.json"));
+    index["weight_map"]["model.norm.weight"] = "../x.safetensors";
+    write_file(m / "model.safetensors.index.json", index.dump());
+    check_refused(cli("info --model " + quote(m.string())), expected("R83", {{"<model>", m.string()}}), s);
   }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""HeadScope's independent reference: safetensors I/O and a float64 GPT-2 forward pass.
+"""HeadScope's independent reference: safetensors I/O and float64 forward passes (GPT-2, Llama, Qwen2).
 
 This file is the yardstick the C++ engine is measured against, so it is written to be obviously
 correct rather than fast: plain numpy for the file format, plain PyTorch in float64 for the model,
@@ -32,6 +32,7 @@ the tokens each prompt token's OV circuit promotes), all computed by materializi
 conventions: one full run per patched cell; see patching_sweep).
 
 Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward` (with hooks),
+`load_llama`, `llama_forward` (Llama and Qwen2), `load_any`, `forward_any`,
 `ablation_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
 """
@@ -470,6 +471,308 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
 
 
 # ---------------------------------------------------------------------------------------------
+# Llama family (LlamaForCausalLM, Qwen2ForCausalLM): config, weights, float64 forward pass
+# ---------------------------------------------------------------------------------------------
+# The math of Hugging Face's modeling_llama.py / modeling_qwen2.py, written with plain torch ops:
+# RMSNorm (x * rsqrt(mean(x^2) + eps) * weight), rotary embeddings in the rotate-half layout
+# (q * cos + rotate_half(q) * sin, cos = cat(freqs, freqs)), grouped-query attention (repeat_kv:
+# query head h reads key/value head h // (n_head / n_kv)), and the SwiGLU MLP
+# down(act(gate(x)) * up(x)). Linear weights are nn.Linear's [out, in]: y = x @ W.T + b.
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    family: str            # "llama" or "qwen2"
+    n_layer: int
+    n_head: int
+    n_kv: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    n_ctx: int
+    d_vocab: int
+    rms_norm_eps: float = 1e-6
+    activation: str = "silu"
+    rope_theta: float = 10000.0
+    rope_scaling: Optional[Tuple[Tuple[str, object], ...]] = None  # config.json's object, as sorted items
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    # Deliberate mistakes, only for showing that a fixture catches them (make_fixtures.py).
+    rope_pairs: str = "half"        # "interleaved": pairs (2i, 2i+1) as llama2.c, not (i, i + d/2)
+    kv_of_head: str = "repeat"      # "tile": head h reads kv h % n_kv instead of h // (n_head/n_kv)
+
+    @staticmethod
+    def from_hf(cfg: Mapping) -> "LlamaConfig":
+        family = cfg.get("model_type")
+        if family not in ("llama", "qwen2"):
+            raise ValueError(f"config: model_type '{family}' is not llama or qwen2")
+        d_model = int(cfg["hidden_size"])
+        n_head = int(cfg["num_attention_heads"])
+        d_head = int(cfg.get("head_dim") or d_model // n_head)
+        act = cfg.get("hidden_act", "silu")
+        if act not in _ACTIVATIONS:
+            raise ValueError(f"config: hidden_act '{act}' is not one of {sorted(_ACTIVATIONS)}")
+        scaling = cfg.get("rope_scaling")
+        if scaling is not None:
+            kind = scaling.get("rope_type", scaling.get("type"))
+            if kind not in ("linear", "llama3", "default"):
+                raise ValueError(f"config: rope_scaling type '{kind}' is not implemented here")
+            scaling = tuple(sorted(scaling.items()))
+        if family == "qwen2" and cfg.get("use_sliding_window") and \
+                int(cfg.get("sliding_window", 4096)) < int(cfg["max_position_embeddings"]):
+            raise ValueError("config: sliding window attention is not implemented here")
+        attention_bias = bool(cfg.get("attention_bias", False))
+        return LlamaConfig(
+            family=family, n_layer=int(cfg["num_hidden_layers"]), n_head=n_head,
+            n_kv=int(cfg.get("num_key_value_heads") or n_head), d_model=d_model, d_head=d_head,
+            d_mlp=int(cfg["intermediate_size"]), n_ctx=int(cfg["max_position_embeddings"]),
+            d_vocab=int(cfg["vocab_size"]), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            activation=act, rope_theta=float(cfg.get("rope_theta", 10000.0)), rope_scaling=scaling,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=True if family == "qwen2" else attention_bias,
+            o_bias=False if family == "qwen2" else attention_bias,
+            mlp_bias=False if family == "qwen2" else bool(cfg.get("mlp_bias", False)))
+
+
+def llama_expected_shapes(c: LlamaConfig) -> Dict[str, Tuple[int, ...]]:
+    """Every weight of the checkpoint, without the `model.` prefix, nn.Linear [out, in]."""
+    D, M, q, kv = c.d_model, c.d_mlp, c.n_head * c.d_head, c.n_kv * c.d_head
+    shapes: Dict[str, Tuple[int, ...]] = {"embed_tokens.weight": (c.d_vocab, D), "norm.weight": (D,)}
+    for i in range(c.n_layer):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+            p + "self_attn.q_proj.weight": (q, D), p + "self_attn.k_proj.weight": (kv, D),
+            p + "self_attn.v_proj.weight": (kv, D), p + "self_attn.o_proj.weight": (D, q),
+            p + "mlp.gate_proj.weight": (M, D), p + "mlp.up_proj.weight": (M, D),
+            p + "mlp.down_proj.weight": (D, M),
+        })
+        if c.qkv_bias:
+            shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                           p + "self_attn.v_proj.bias": (kv,)})
+        if c.o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (D,)
+        if c.mlp_bias:
+            shapes.update({p + "mlp.gate_proj.bias": (M,), p + "mlp.up_proj.bias": (M,),
+                           p + "mlp.down_proj.bias": (D,)})
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.d_vocab, D)
+    return shapes
+
+
+@dataclasses.dataclass
+class LlamaModel:
+    config: LlamaConfig
+    weights: Dict[str, np.ndarray]  # names without "model."; "lm_head.weight" always present
+    dtypes: Dict[str, str]
+
+
+def read_checkpoint(model_dir: str) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+    """model.safetensors, or the shards model.safetensors.index.json lists, merged."""
+    single = os.path.join(model_dir, "model.safetensors")
+    if os.path.exists(single):
+        raw, dtypes, _ = read_safetensors(single, with_dtypes=True)
+        return raw, dtypes
+    with open(os.path.join(model_dir, "model.safetensors.index.json"), encoding="utf-8") as f:
+        weight_map = json.load(f)["weight_map"]
+    raw, dtypes = {}, {}
+    for shard in sorted(set(weight_map.values())):
+        t, d, _ = read_safetensors(os.path.join(model_dir, shard), with_dtypes=True)
+        for name in t:
+            if weight_map.get(name) != shard:
+                raise ValueError(f"{shard}: tensor '{name}' is not listed for this shard in the index")
+        raw.update(t)
+        dtypes.update(d)
+    missing = sorted(set(weight_map) - set(raw))
+    if missing:
+        raise ValueError(f"the index lists tensors no shard holds: {missing[:5]}")
+    return raw, dtypes
+
+
+def load_llama(model_dir: str) -> LlamaModel:
+    """A Hugging Face Llama or Qwen2 folder, strictly: every tensor present with its shape."""
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        c = LlamaConfig.from_hf(json.load(f))
+    raw, raw_dtypes = read_checkpoint(model_dir)
+    weights, dtypes = {}, {}
+    for name, arr in raw.items():
+        canon = name[len("model."):] if name.startswith("model.") else name
+        if canon.endswith(".rotary_emb.inv_freq"):
+            continue
+        weights[canon] = arr
+        dtypes[canon] = raw_dtypes[name]
+    shapes = llama_expected_shapes(c)
+    missing, unexpected = sorted(set(shapes) - set(weights)), sorted(set(weights) - set(shapes))
+    if missing or unexpected:
+        raise ValueError(f"{model_dir}: missing tensors {missing[:8]}, unexpected tensors {unexpected[:8]}")
+    for name, shape in shapes.items():
+        if tuple(weights[name].shape) != shape:
+            raise ValueError(f"{model_dir}: tensor '{name}' has shape {list(weights[name].shape)}, expected {list(shape)}")
+    if c.tie_word_embeddings:
+        weights["lm_head.weight"] = weights["embed_tokens.weight"]
+        dtypes["lm_head.weight"] = dtypes["embed_tokens.weight"]
+    return LlamaModel(c, weights, dtypes)
+
+
+def rope_inv_freq(dim: int, theta: float, scaling: Optional[Mapping]):
+    """transformers' ROPE_INIT_FUNCTIONS for "default", "linear" and "llama3", in float64."""
+    torch = _torch()
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    if not scaling:
+        return inv_freq
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    # _compute_llama3_parameters
+    factor = scaling["factor"]
+    low_freq_factor = scaling["low_freq_factor"]
+    high_freq_factor = scaling["high_freq_factor"]
+    old_context_len = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def apply_rotary(x, inv_freq, pairs: str = "half"):
+    """x: [pos, head, d_head]; rotates the first 2 * len(inv_freq) dimensions of each head by
+    position * inv_freq, the rest passes (partial rotary). "half" is transformers' rotate_half
+    layout; "interleaved" pairs (2i, 2i+1), as Meta's original code and llama2.c do."""
+    torch = _torch()
+    rot = 2 * inv_freq.shape[0]
+    pos = torch.arange(x.shape[0], dtype=torch.float64)
+    freqs = torch.outer(pos, inv_freq)                                  # [pos, rot/2]
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    if pairs == "half":
+        emb = torch.cat((freqs, freqs), dim=-1)                         # [pos, rot]
+        cos, sin = emb.cos()[:, None, :].to(x.dtype), emb.sin()[:, None, :].to(x.dtype)
+        x1, x2 = x_rot[..., :rot // 2], x_rot[..., rot // 2:]
+        rotated = x_rot * cos + torch.cat((-x2, x1), dim=-1) * sin
+    else:
+        cos, sin = freqs.cos()[:, None, :].to(x.dtype), freqs.sin()[:, None, :].to(x.dtype)
+        even, odd = x_rot[..., 0::2], x_rot[..., 1::2]
+        rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+    return torch.cat((rotated, x_pass), dim=-1)
+
+
+def rms_norm(x, weight, eps: float):
+    """x: [pos, d_model] -> (normalized * weight, scale [pos, 1]); scale = sqrt(mean(x^2) + eps)."""
+    scale = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
+    return x / scale * weight, scale
+
+
+def llama_cache_keys(c: LlamaConfig) -> List[str]:
+    keys = ["hook_embed"]
+    for l in range(c.n_layer):
+        b = f"blocks.{l}."
+        keys += [b + k for k in (
+            "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
+            "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_attn_scores",
+            "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out", "hook_resid_mid",
+            "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_pre_linear",
+            "mlp.hook_post", "hook_mlp_out", "hook_resid_post")]
+    return keys + ["ln_final.hook_scale", "ln_final.hook_normalized", "logits"]
+
+
+def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[LlamaConfig] = None,
+                  dtype=None, hooks: Optional[Mapping[str, Sequence]] = None, weights=None):
+    """The Llama-family forward pass in float64: {cache key: tensor}, keys as llama_cache_keys.
+    `config` overrides model.config (a fixture's deliberate mistakes); `hooks` as forward()."""
+    torch = _torch()
+    dtype = dtype or torch.float64
+    c = config or model.config
+    hooks = hooks or {}
+
+    def hooked(key, value):
+        for fn in hooks.get(key, ()):
+            value = fn(value)
+        return value
+
+    def W(name):
+        if weights is not None:
+            return weights[name]
+        return torch.from_numpy(np.asarray(model.weights[name], dtype=np.float64)).to(dtype)
+
+    def linear(x, name, bias: bool):                                    # nn.Linear: x @ W.T + b
+        y = x @ W(name + ".weight").T
+        return y + W(name + ".bias") if bias else y
+
+    tokens = [int(t) for t in tokens]
+    if not 1 <= len(tokens) <= c.n_ctx:
+        raise ValueError(f"need 1..{c.n_ctx} tokens, got {len(tokens)}")
+    if any(not 0 <= t < c.d_vocab for t in tokens):
+        raise ValueError(f"token ids outside the vocabulary [0, {c.d_vocab})")
+    n_pos, H, KV, dh = len(tokens), c.n_head, c.n_kv, c.d_head
+    act = _ACTIVATIONS[c.activation]
+    inv_freq = rope_inv_freq(dh, c.rope_theta, dict(c.rope_scaling) if c.rope_scaling else None)
+    group = H // KV
+    kv_of = [h // group if c.kv_of_head == "repeat" else h % KV for h in range(H)]
+    cache = {}
+    cache["hook_embed"] = W("embed_tokens.weight")[torch.tensor(tokens, dtype=torch.long)]
+    resid = cache["hook_embed"]                                          # no position embedding
+    causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
+    for l in range(c.n_layer):
+        p, k_ = f"layers.{l}.", f"blocks.{l}."
+        resid = hooked(k_ + "hook_resid_pre", resid)
+        cache[k_ + "hook_resid_pre"] = resid
+        x, scale = rms_norm(resid, W(p + "input_layernorm.weight"), c.rms_norm_eps)
+        cache[k_ + "ln1.hook_scale"], cache[k_ + "ln1.hook_normalized"] = scale, x
+        q = linear(x, p + "self_attn.q_proj", c.qkv_bias).reshape(n_pos, H, dh)
+        k = linear(x, p + "self_attn.k_proj", c.qkv_bias).reshape(n_pos, KV, dh)
+        v = linear(x, p + "self_attn.v_proj", c.qkv_bias).reshape(n_pos, KV, dh)
+        cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
+        q, k = apply_rotary(q, inv_freq, c.rope_pairs), apply_rotary(k, inv_freq, c.rope_pairs)
+        cache[k_ + "attn.hook_rot_q"], cache[k_ + "attn.hook_rot_k"] = q, k
+        k_h, v_h = k[:, kv_of, :], v[:, kv_of, :]                        # [pos, head, d_head]
+        scores = torch.einsum("qhd,khd->hqk", q, k_h) / math.sqrt(dh)
+        scores = scores.masked_fill(~causal, float("-inf"))
+        cache[k_ + "attn.hook_attn_scores"] = scores
+        pattern = torch.softmax(scores, dim=-1)
+        cache[k_ + "attn.hook_pattern"] = pattern
+        z = hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v_h))
+        cache[k_ + "attn.hook_z"] = z
+        w_o = W(p + "self_attn.o_proj.weight").T                         # [n_head*d_head, d_model]
+        cache[k_ + "attn.hook_result"] = torch.einsum("qhd,hdm->qhm", z, w_o.reshape(H, dh, c.d_model))
+        attn_out = hooked(k_ + "hook_attn_out", linear(z.reshape(n_pos, H * dh), p + "self_attn.o_proj", c.o_bias))
+        cache[k_ + "hook_attn_out"] = attn_out
+        resid = resid + attn_out
+        cache[k_ + "hook_resid_mid"] = resid
+        x, scale = rms_norm(resid, W(p + "post_attention_layernorm.weight"), c.rms_norm_eps)
+        cache[k_ + "ln2.hook_scale"], cache[k_ + "ln2.hook_normalized"] = scale, x
+        gate = linear(x, p + "mlp.gate_proj", c.mlp_bias)
+        up = linear(x, p + "mlp.up_proj", c.mlp_bias)
+        post = act(gate) * up
+        cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_pre_linear"], cache[k_ + "mlp.hook_post"] = gate, up, post
+        mlp_out = hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.down_proj", c.mlp_bias))
+        cache[k_ + "hook_mlp_out"] = mlp_out
+        resid = resid + mlp_out
+        cache[k_ + "hook_resid_post"] = resid
+    final, scale = rms_norm(resid, W("norm.weight"), c.rms_norm_eps)
+    cache["ln_final.hook_scale"], cache["ln_final.hook_normalized"] = scale, final
+    cache["logits"] = final @ W("lm_head.weight").T
+    return cache
+
+
+def load_any(model_dir: str):
+    """A GPT2Model or a LlamaModel, by config.json's model_type."""
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        model_type = json.load(f).get("model_type", "gpt2")
+    return load_llama(model_dir) if model_type in ("llama", "qwen2") else load_gpt2(model_dir)
+
+
+def forward_any(model, tokens: Sequence[int], **kwargs):
+    """forward() or llama_forward(), by the model's kind."""
+    return llama_forward(model, tokens, **kwargs) if isinstance(model, LlamaModel) else forward(model, tokens, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
 # ablation and activation patching, with TransformerLens's conventions
 # ---------------------------------------------------------------------------------------------
 # Written the way a TransformerLens notebook does them: one hook function per edit, one full
@@ -771,10 +1074,10 @@ def _parse_tokens(text: str) -> List[int]:
 
 
 def _cmd_run(args) -> int:
-    model = load_gpt2(args.model)
+    model = load_any(args.model)
     tokens = _parse_tokens(args.tokens)
     hooks = ablation_hooks(parse_ablations(args.ablate)) if args.ablate else None
-    cache = forward(model, tokens, hooks=hooks)
+    cache = forward_any(model, tokens, hooks=hooks)
     save_cache(args.output, cache_to_float32(cache, tokens))
     print(f"wrote {len(cache) + 1} arrays for {len(tokens)} tokens to {args.output}")
     return 0
@@ -851,7 +1154,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="float64 forward pass of a Hugging Face GPT-2 folder")
+    run = sub.add_parser("run", help="float64 forward pass of a Hugging Face GPT-2, Llama or Qwen2 folder")
     run.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
     run.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
     run.add_argument("-o", "--output", required=True, help="OUT.npz or OUT.safetensors (float32)")

@@ -119,8 +119,10 @@ class ForwardTest(unittest.TestCase):
 
     def test_fixtures_identities(self):
         for name in sorted(os.listdir(FIXTURES)):
+            folder = os.path.join(FIXTURES, name)
+            if not isinstance(hsref.load_any(folder), hsref.GPT2Model):
+                continue  # RotaryReferenceTest
             with self.subTest(name):
-                folder = os.path.join(FIXTURES, name)
                 with open(os.path.join(folder, "fixture.json")) as f:
                     tokens = json.load(f)["tokens"]
                 self.check_identities(hsref.load_gpt2(folder), tokens)
@@ -138,6 +140,57 @@ class ForwardTest(unittest.TestCase):
             hsref.forward(model, list(range(17)))   # n_positions is 16
         with self.assertRaises(ValueError):
             hsref.forward(model, [291])             # vocab is 291
+
+
+class RotaryReferenceTest(unittest.TestCase):
+    """The Llama-family reference against identities that hold whatever the weights."""
+
+    def test_rotary_identities(self):
+        torch.manual_seed(0)
+        x = torch.randn(9, 3, 8, dtype=torch.float64)
+        inv = hsref.rope_inv_freq(8, 100.0, None)
+        rot = hsref.apply_rotary(x, inv)
+        # position 0 is not turned; every pair keeps its length
+        torch.testing.assert_close(rot[0], x[0])
+        pairs = lambda t: t[..., :4] ** 2 + t[..., 4:] ** 2  # noqa: E731
+        torch.testing.assert_close(pairs(rot), pairs(x))
+        # the score of two rotated vectors depends only on their distance
+        q, k = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+        at = lambda v, p: hsref.apply_rotary(v.expand(p + 1, 1, 8), inv)[p, 0]  # noqa: E731
+        self.assertAlmostEqual(float(at(q, 5) @ at(k, 3)), float(at(q, 2) @ at(k, 0)), places=12)
+        # interleaved pairs (2i, 2i+1) are rotate-half pairs (i, i+4) after permuting each head
+        perm = [0, 2, 4, 6, 1, 3, 5, 7]
+        inter = hsref.apply_rotary(x, inv, pairs="interleaved")
+        torch.testing.assert_close(inter[..., perm], hsref.apply_rotary(x[..., perm], inv))
+        # partial rotary: the dimensions past 2 * len(inv_freq) pass unchanged
+        part = hsref.apply_rotary(x, hsref.rope_inv_freq(4, 100.0, None))
+        torch.testing.assert_close(part[..., 4:], x[..., 4:])
+
+    def test_rotary_fixtures_identities(self):
+        for name in sorted(os.listdir(FIXTURES)):
+            folder = os.path.join(FIXTURES, name)
+            model = hsref.load_any(folder)
+            if not isinstance(model, hsref.LlamaModel):
+                continue
+            with self.subTest(name):
+                with open(os.path.join(folder, "fixture.json")) as f:
+                    tokens = json.load(f)["tokens"]
+                c = model.config
+                cache = hsref.llama_forward(model, tokens)
+                self.assertEqual(list(cache), hsref.llama_cache_keys(c))
+                resid = cache["hook_embed"]
+                for l in range(c.n_layer):
+                    b = f"blocks.{l}."
+                    torch.testing.assert_close(cache[b + "attn.hook_pattern"].sum(-1),
+                                               torch.ones(c.n_head, len(tokens), dtype=torch.float64))
+                    o_bias = model.weights.get(f"layers.{l}.self_attn.o_proj.bias")
+                    b_o = torch.from_numpy(o_bias.astype(np.float64)) if o_bias is not None else 0.0
+                    torch.testing.assert_close(cache[b + "attn.hook_result"].sum(1) + b_o, cache[b + "hook_attn_out"])
+                    self.assertEqual(tuple(cache[b + "attn.hook_k"].shape), (len(tokens), c.n_kv, c.d_head))
+                    resid = resid + cache[b + "hook_attn_out"] + cache[b + "hook_mlp_out"]
+                    torch.testing.assert_close(resid, cache[b + "hook_resid_post"])
+                    # the position-0 query is not rotated
+                    torch.testing.assert_close(cache[b + "attn.hook_rot_q"][0], cache[b + "attn.hook_q"][0])
 
 
 class FixturesUpToDateTest(unittest.TestCase):

@@ -5,6 +5,8 @@
 
 namespace hs::arch {
 
-const ArchitectureFamily& gpt2();  // gpt2.cpp
+const ArchitectureFamily& gpt2();   // gpt2.cpp
+const ArchitectureFamily& llama();  // llama.cpp
+const ArchitectureFamily& qwen2();  // llama.cpp: Llama with q/k/v biases
 
 }  // namespace hs::arch
