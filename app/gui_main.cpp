@@ -26,11 +26,12 @@ std::string usage() {
       "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS]\n"
       "                 [--corrupt TEXT --answer TEXT --wrong TEXT] [--export OUTDIR [--scale 1|2]]\n"
       "\n"
-      "HeadScope: type a sentence, see how each attention head of a GPT-2 style model builds the answer.\n"
+      "HeadScope: type a sentence, see how each attention head of a transformer builds the answer.\n"
       "\n"
       "Options:\n"
-      "  --model DIR      a Hugging Face GPT-2 model folder (config.json, model.safetensors,\n"
-      "                   vocab.json, merges.txt); default: the built-in model\n"
+      "  --model DIR      a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
+      "                   tokenizer.json or vocab.json + merges.txt) of GPT-2, Llama, Qwen2 or\n"
+      "                   Pythia; default: the built-in model\n"
       "  --text TEXT      the prompt to start with\n"
       "  --view NAME      the view shown first: " +
       ids.join(QStringLiteral(", ")).toStdString() +

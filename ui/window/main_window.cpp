@@ -30,6 +30,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/model/architecture.h"
+#include "core/model/architecture_text.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "ui/controller/ablations.h"
@@ -513,7 +515,8 @@ void MainWindow::loadModel(const QString& dir) { controller_->loadModel(dir); }
 void MainWindow::openModelFolder() {
   QSettings settings;
   const QString start = settings.value(QStringLiteral("models/lastFolder"), QDir::homePath()).toString();
-  const QString dir = QFileDialog::getExistingDirectory(this, QStringLiteral("Open Model Folder"), start);
+  const QString dir = QFileDialog::getExistingDirectory(
+      this, QStringLiteral("Open Model Folder: a Hugging Face GPT-2, Llama, Qwen2 or Pythia folder"), start);
   if (dir.isEmpty()) return;
   settings.setValue(QStringLiteral("models/lastFolder"), QFileInfo(dir).absolutePath());
   loadModel(dir);
@@ -674,11 +677,16 @@ void MainWindow::hideBanner() {
 
 void MainWindow::updateStatus() {
   const auto& model = controller_->model();
-  status_model_->setText(model ? QString::fromStdString(model->name()) : QStringLiteral("no model"));
+  status_model_->setText(model ? QStringLiteral("%1 · %2").arg(QString::fromStdString(model->name()),
+                                                               model->config().architecture.family
+                                                                   ? QString::fromStdString(std::string(model->config().architecture.family->name()))
+                                                                   : QString())
+                               : QStringLiteral("no model"));
   if (model) {
     const hs::ModelConfig& c = model->config();
-    status_model_->setToolTip(QStringLiteral("%1\n%2 layers × %3 heads, d_model %4, d_head %5, vocabulary %6, context %7")
+    status_model_->setToolTip(QStringLiteral("%1\n%2\n%3 layers × %4 heads, d_model %5, d_head %6, vocabulary %7, context %8")
                                   .arg(QString::fromStdString(model->dir().string()))
+                                  .arg(QString::fromStdString(hs::describe_architecture(c, model->weights()->tied_unembedding())))
                                   .arg(c.n_layers)
                                   .arg(c.n_heads)
                                   .arg(c.d_model)
