@@ -1,6 +1,6 @@
 // One row of the benchmark table, in its own process, so each row's peak memory is its own:
 //
-//   hs_bench_row --model DIR --tokens N --threads T --mode cache|logits --warmup W --runs R [--max-seconds S]
+//   hs_bench_row --model DIR --tokens N --threads T --mode cache|logits|views --warmup W --runs R [--max-seconds S]
 //   hs_bench_row --model DIR --mode open --runs R [--cold]
 //   hs_bench_row --model DIR --mode patch --tokens N --threads T --what resid_pre|attn_out|mlp_out|z
 //                [--answer ID --wrong ID]
@@ -11,6 +11,11 @@
 // - `cache`: hs::Model::run with default hs::RunOptions, i.e. the ActivationCache the GUI keeps
 //   (every view available; keys not stored are derived on request, see core/model/cache.h).
 // - `logits`: RunOptions::logits_only.
+// - `views`: `cache`, then what the window computes from it for its views at the last position,
+//   layer 0 and head 0 (head thumbnails and next tokens, the position's decomposition and direct
+//   logit attribution, the layer's concat-vs-sum, the logit lens grid, the detector scores), all
+//   held at once with the cache: the time and memory of a prompt with every view on screen. The
+//   QK / OV spectra and the patching sweep are computed on demand and are not in it.
 // - `patch`: an activation-patching sweep from prompts, as `headscope-cli patch` does it: the
 //   clean and the corrupted run (the clean ids with position 1 changed to the next id, as
 //   torch_bench.py --mode patch does), then hs::patching_sweep of --what; "sweep_runs" times the
@@ -53,7 +58,10 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/head_detectors.h"
+#include "core/analysis/logit_lens.h"
 #include "core/analysis/patching.h"
+#include "core/analysis/view_data.h"
 #include "core/model/model.h"
 
 namespace {
@@ -114,7 +122,7 @@ Args parse(int argc, char** argv) {
     else usage(("unknown argument " + k).c_str());
   }
   if (a.model.empty()) usage("--model is required");
-  if (a.mode != "cache" && a.mode != "logits" && a.mode != "open" && a.mode != "patch")
+  if (a.mode != "cache" && a.mode != "logits" && a.mode != "views" && a.mode != "open" && a.mode != "patch")
     usage("--mode is cache, logits, patch or open");
   if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
   return a;
@@ -303,6 +311,17 @@ int run_forward(const Args& a) {
     const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
     std::shared_ptr<hs::ActivationCache> cache = model->run(ids, options);
+    if (a.mode == "views") {
+      const int last = cache->n_pos() - 1;
+      const hs::RunOverview overview = hs::overview_of_run(*cache, 10);
+      const hs::PositionAnalysis position = hs::analyze_position(*cache, last, std::nullopt, 10);
+      const hs::LayerAnalysis layer = hs::analyze_layer(*cache, 0);
+      const hs::LogitLensSummary lens = hs::logit_lens_summary(*cache, std::nullopt);
+      const hs::PromptHeadScores scores = hs::score_heads_on_prompt(*cache);
+      checksum += static_cast<float>(overview.thumbnails.size() + lens.n_streams) + position.dla.logit;
+      (void)layer;
+      (void)scores;
+    }
     const double dt = ms_since(t0);
     const double cpu = process_cpu_ms() - c0;
     checksum += cache->logits(cache->n_pos() - 1, 0);  // keeps the result observable

@@ -84,20 +84,22 @@ def bytes_to_unicode() -> dict:
     return dict(zip(bs, (chr(c) for c in cs)))
 
 
-def write_standin_tokenizer(out: str) -> None:
-    """256 byte symbols + 50,000 merges of two byte symbols + <|endoftext|> = 50,257 ids: a valid
-    byte-level BPE of GPT-2's size (it tokenizes nothing well; benchmarks feed ids)."""
+def write_standin_tokenizer(out: str, n_ids: int = N_VOCAB) -> None:
+    """256 byte symbols + (n_ids - 257) merges of two byte symbols + <|endoftext|> = n_ids ids
+    (50,257 by default: GPT-2's size): a valid byte-level BPE that tokenizes nothing well
+    (benchmarks feed ids)."""
+    assert 257 <= n_ids <= 256 * 256 + 257
     symbols = list(bytes_to_unicode().values())
     vocab = {s: i for i, s in enumerate(symbols)}
     merges = []
     for a in symbols:
         for b in symbols:
-            if len(merges) == 50000:
+            if len(merges) == n_ids - 257:
                 break
             merges.append(f"{a} {b}")
             vocab[a + b] = len(vocab)
     vocab["<|endoftext|>"] = len(vocab)
-    assert len(vocab) == N_VOCAB
+    assert len(vocab) == n_ids
     with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=True)
     with open(os.path.join(out, "merges.txt"), "w", encoding="utf-8", newline="\n") as f:

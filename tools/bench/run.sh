@@ -6,7 +6,8 @@
 #
 # Installs what is missing, builds a Release build with -DHEADSCOPE_BENCH=ON in build-bench/
 # (override: HEADSCOPE_BENCH_BUILD=DIR), writes the GPT-2-small-shaped random model to
-# build-bench/gpt2-small once (~500 MB, not committed; override: HEADSCOPE_BENCH_MODEL=DIR),
+# build-bench/gpt2-small once (~500 MB, not committed; override: HEADSCOPE_BENCH_MODEL=DIR) and the
+# Llama-family shapes beside it (smollm-135m, qwen2.5-0.5b: tools/bench/make_llama_shapes.py),
 # then runs tools/bench/suite.py: HeadScope against PyTorch row by row, model open time, the
 # GUI's keystroke latency, a perf profile; prints the table and rewrites docs/benchmarks.md.
 # Other arguments go to suite.py (e.g. --no-profile, --json out.json).
@@ -60,6 +61,14 @@ if [[ ! -f $MODEL/model.safetensors || ! -f $MODEL/config.json ]]; then
   echo "bench: writing the GPT-2-small-shaped model to $MODEL (~500 MB, once)" >&2
   /usr/bin/python3 tools/bench/make_gpt2_small.py "$MODEL"
 fi
+# The Llama-family shapes beside it (~270 MB and ~1 GB, BF16, once).
+for shape in smollm-135m qwen2.5-0.5b; do
+  dir=$(dirname "$MODEL")/$shape
+  if [[ ! -f $dir/model.safetensors || ! -f $dir/config.json ]]; then
+    echo "bench: writing the $shape-shaped model to $dir (once)" >&2
+    /usr/bin/python3 tools/bench/make_llama_shapes.py "$dir" --shape "$shape"
+  fi
+done
 
 # --- run -----------------------------------------------------------------------------------------
 exec /usr/bin/python3 tools/bench/suite.py --build-dir "$BUILD" --model "$MODEL" --command "$command_line" "$@"

@@ -49,7 +49,12 @@ MODES = ("cache", "logits")
 NOTES_BEGIN, NOTES_END = "<!-- notes:begin -->", "<!-- notes:end -->"
 PATCH_TOKENS = 16
 PATCH_WHAT = ("resid_pre", "z")  # 192 and 144 patched runs on GPT-2 small at 16 tokens
-SECTIONS = ("rows", "patch", "open", "gui", "profile")
+SECTIONS = ("rows", "patch", "families", "open", "gui", "profile")
+# Llama-family models of real shapes (tools/bench/make_llama_shapes.py; run.sh writes them):
+# (folder name, the page's name, the rows run on it)
+FAMILY_MODELS = (("smollm-135m", "SmolLM-135M shape (Llama, BF16)", (("cache", 20, 1), ("cache", 20, 2))),
+                 ("qwen2.5-0.5b", "Qwen2.5-0.5B shape (Qwen2, BF16)", (("cache", 20, 2),)))
+FAMILY_LONG = ("qwen2.5-0.5b", 1024)  # the long prompt with every view: time and peak memory
 
 
 def plan(tokens: int, quick: bool):
@@ -320,6 +325,77 @@ def patch_targets(patch_rows):
     ]
 
 
+def run_family_rows(args, hs_row):
+    """The Llama-family shapes: short passes against PyTorch, opening, and one long prompt with every view."""
+    out = []
+    saved = args.model
+    try:
+        for folder, title, row_specs in FAMILY_MODELS:
+            path = os.path.join(args.family_dir, folder)
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                log(f"suite: {path} is missing (tools/bench/make_llama_shapes.py writes it); skipping {title}")
+                continue
+            args.model = path
+            with open(os.path.join(path, "config.json")) as f:
+                d_vocab = json.load(f)["vocab_size"]
+            entry = {"folder": folder, "title": title, "rows": [], "open": None, "long": None}
+            for mode, n, t in row_specs:
+                ids_arg = ",".join(str(i) for i in bench_tokens(n, d_vocab))
+                log(f"suite: {title}: {mode} {n} tokens, {t} thread(s) ...")
+                r = run_row(args, hs_row, mode, n, t, ids_arg)
+                entry["rows"].append(r)
+                log(f"suite:        HeadScope {side_ms(r, 'hs')} ms, PyTorch {side_ms(r, 'pt')} ms "
+                    f"({fx(r['speedup'], '.2f', 'x')})")
+            log(f"suite: {title}: opening (warm) ...")
+            entry["open"] = run_json([hs_row, "--model", path, "--mode", "open", "--warmup", "1",
+                                      "--runs", "1" if args.quick else "3"], hs_env(2))
+            if folder == FAMILY_LONG[0]:
+                n = FAMILY_LONG[1]
+                log(f"suite: {title}: {n} tokens with every view, 2 threads ...")
+                ids_arg = ",".join(str(i) for i in bench_tokens(n, d_vocab))
+                entry["long"] = run_side(args, [hs_row, "--model", path, "--token-ids", ids_arg, "--threads", "2",
+                                                "--mode", "views", "--warmup", "0", "--runs", "1"], hs_env(2))
+            out.append(entry)
+    finally:
+        args.model = saved
+    return out
+
+
+def family_markdown(families):
+    L = ["## Llama-family models", ""]
+    if not families:
+        return L + ["Not measured (no model folders; tools/bench/run.sh writes them).", ""]
+    L.append("Random weights in the shapes of real checkpoints, BF16 on disk (`tools/bench/make_llama_shapes.py`). "
+             "PyTorch: `torch_bench.py`'s Llama module, float32, every matrix stored [in, out] and contiguous "
+             "(the unembedding too), one GEMM per projection, TransformerLens's cache names for these models "
+             "(hook_rot_q/k, ln*.hook_scale, mlp.hook_pre_linear); it matches HeadScope's cache to 1e-6 relative "
+             "on the Qwen2 test fixture. *views*: the cache plus what the window computes from it for its views "
+             "(head thumbnails, the position's decomposition and attribution, concat vs sum, the logit lens grid, "
+             "the detector scores), all held at once.")
+    L.append("")
+    L.append("| model | row | tokens | threads | HeadScope ms | PyTorch ms | speedup | HS RSS MiB | PT RSS MiB |")
+    L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for e in families:
+        for r in e["rows"]:
+            L.append(f"| {e['title']} | {r['mode']} | {r['tokens']} | {r['threads']} | {fmt_ms(r['hs_ms'])} | "
+                     f"{fmt_ms(r['pt_ms'])} | {fx(r['speedup'], '.2f', 'x')} | {fx(r['hs_rss_mb'], '.0f')} | "
+                     f"{fx(r['pt_rss_mb'], '.0f')} |")
+        lg = e.get("long")
+        if lg and "median_ms" in lg:
+            L.append(f"| {e['title']} | views | {lg['tokens']} | {lg['threads']} | {fmt_ms(lg['median_ms'])} | — | — | "
+                     f"{fx(lg['peak_rss_mb'], '.0f')} | — |")
+        elif lg:
+            L.append(f"| {e['title']} | views | {FAMILY_LONG[1]} | 2 | stopped after {lg.get('stopped')} s | — | — | — | — |")
+    L.append("")
+    for e in families:
+        o = e.get("open")
+        if o:
+            L.append(f"- Opening {e['title']} (warm page cache): median **{fmt_ms(o['median_ms'])} ms**, "
+                     f"peak RSS {fx(o['peak_rss_mb'], '.0f')} MiB.")
+    L.append("")
+    return L
+
+
 def patch_markdown(patch_rows):
     L = ["## Activation patching sweep", ""]
     if not patch_rows:
@@ -510,7 +586,7 @@ def console_table(rows):
 
 
 def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes,
-             patch_rows=()):
+             patch_rows=(), families=()):
     now = datetime.datetime.now().astimezone()
     cores = m["cores"] or 1
     # Other work's share of the CPU during the run: the machine's busy time minus the suite's own
@@ -605,6 +681,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
         L.append("Fastest single pass at 20 tokens (HeadScope vs PyTorch, ms): " + "; ".join(mins) + ".")
         L.append("")
     L += patch_markdown(list(patch_rows))
+    L += family_markdown(list(families))
     L.append("## Opening the model")
     L.append("")
     if open_warm:
@@ -767,6 +844,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build-bench"))
     ap.add_argument("--model", required=True)
+    ap.add_argument("--family-dir", default=None,
+                    help="folder holding the Llama-family shapes (default: the --model folder's parent)")
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks.md"))
     ap.add_argument("--quick", action="store_true", help="smoke run: few passes, 1024-token rows single-shot")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="prompt lengths of the rows (default 20,128,1024)")
@@ -784,6 +863,7 @@ def main() -> int:
                          "write the page elsewhere (--out) so docs/benchmarks.md keeps a whole run")
     args = ap.parse_args()
     args.model = os.path.abspath(args.model)
+    args.family_dir = os.path.abspath(args.family_dir or os.path.dirname(args.model))
     sections = {x for x in args.sections.split(",") if x}
     if sections - set(SECTIONS):
         ap.error(f"--sections: unknown {sorted(sections - set(SECTIONS))}; choose from {','.join(SECTIONS)}")
@@ -829,6 +909,8 @@ def main() -> int:
                 patch_rows.append(r)
                 log(f"suite:        HeadScope {side_ms(r, 'hs')} ms (sweep {fmt_ms(r['hs_sweep_ms'])} ms), "
                     f"PyTorch {side_ms(r, 'pt')} ms ({fx(r['speedup'], '.1f', 'x')}); {r['cells']} patched runs")
+
+    families = run_family_rows(args, hs_row) if "families" in sections else []
 
     open_warm = open_cold = None
     if "open" in sections:
@@ -898,13 +980,13 @@ def main() -> int:
         print(f"[{'MET' if ok else ('--' if ok is None else 'NOT MET')}] {t}: {measured}")
 
     text = markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed,
-                    old_notes_of(args.out), patch_rows)
+                    old_notes_of(args.out), patch_rows, families)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": m, "rows": rows, "patch_rows": patch_rows, "open_warm": open_warm,
+            json.dump({"machine": m, "rows": rows, "patch_rows": patch_rows, "families": families, "open_warm": open_warm,
                        "open_cold": open_cold, "keys": keys,
                        "profiles": profiles, "load": [load_start, load_end]}, f, indent=1)
     log(f"suite: wrote {os.path.relpath(args.out, REPO)} ({elapsed / 60:.1f} min)")

@@ -4,8 +4,9 @@
     /usr/bin/python3 tools/bench/torch_bench.py --model DIR --tokens 20 --threads 1 \
         --mode cache --warmup 3 --runs 20 [--max-seconds S] [--dump OUT.npz] [--token-ids 1,2,3]
 
-Loads a Hugging Face GPT-2 folder (through tools/reference/hsref.py's reader) into float32 torch
-tensors and runs one forward pass per timed run under torch.inference_mode():
+Loads a Hugging Face GPT-2, Llama or Qwen2 folder (through tools/reference/hsref.py's safetensors
+reader) into float32 torch tensors and runs one forward pass per timed run under
+torch.inference_mode():
 
 - `--mode cache`: keeps every activation of DESIGN.md's cache contract, like TransformerLens's
   run_with_cache (per-head results are computed, hook_attn_out is their sum plus b_O);
@@ -136,6 +137,124 @@ class TorchGPT2:
         return logits
 
 
+class TorchLlama:
+    """Llama and Qwen2 (RMSNorm, rotary in Hugging Face's rotate-half layout, grouped-query
+    attention, SwiGLU) from a Hugging Face folder, float32, with TransformerLens's cache names for
+    these models (hook_rot_q / hook_rot_k, ln*.hook_scale, mlp.hook_pre / hook_pre_linear, k and v
+    with n_key_value_heads heads). Every matrix is stored [in, out] and contiguous, the
+    unembedding too (a tied one gets its own transposed copy), so each product is one plain GEMM."""
+
+    def __init__(self, folder):
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            c = json.load(f)
+        self.D, self.L = c["hidden_size"], c["num_hidden_layers"]
+        self.H, self.KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+        self.dh = c.get("head_dim") or self.D // self.H
+        self.eps = c.get("rms_norm_eps", 1e-6)
+        self.n_ctx = c.get("max_position_embeddings", 2048)
+        self.d_vocab = c["vocab_size"]
+        if c.get("rope_scaling"):
+            raise SystemExit("torch_bench: rope_scaling is not implemented here (the benchmark shapes have none)")
+        files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+        w = {}
+        for name in files:
+            w.update(hsref.read_safetensors(os.path.join(folder, name)))
+        t = lambda name: torch.from_numpy(np.ascontiguousarray(w[name], dtype=np.float32))  # noqa: E731
+        tt = lambda name: t(name).t().contiguous()  # nn.Linear [out, in] -> [in, out]  # noqa: E731
+        self.embed = t("model.embed_tokens.weight")                                  # [d_vocab, d_model]
+        self.w_u = tt("lm_head.weight") if "lm_head.weight" in w else self.embed.t().contiguous()
+        self.norm_w = t("model.norm.weight")
+        self.blocks = []
+        for i in range(self.L):
+            p = f"model.layers.{i}."
+            b = {"ln1": t(p + "input_layernorm.weight"), "ln2": t(p + "post_attention_layernorm.weight"),
+                 "w_qkv": torch.cat([tt(p + f"self_attn.{x}_proj.weight") for x in "qkv"], dim=1),
+                 "w_o_h": tt(p + "self_attn.o_proj.weight").view(self.H, self.dh, self.D),
+                 "w_gate_up": torch.cat([tt(p + "mlp.gate_proj.weight"), tt(p + "mlp.up_proj.weight")], dim=1),
+                 "w_down": tt(p + "mlp.down_proj.weight")}
+            b["b_qkv"] = (torch.cat([t(p + f"self_attn.{x}_proj.bias") for x in "qkv"])
+                          if p + "self_attn.q_proj.bias" in w else None)
+            self.blocks.append(b)
+        inv_freq = 1.0 / (c.get("rope_theta", 10000.0) ** (torch.arange(0, self.dh, 2, dtype=torch.float64) / self.dh))
+        angles = torch.arange(self.n_ctx, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        emb = torch.cat([angles, angles], dim=-1)
+        self.cos, self.sin = emb.cos().float(), emb.sin().float()                     # [n_ctx, d_head]
+        self.mask = torch.full((self.n_ctx, self.n_ctx), float("-inf")).triu(1)
+
+    def rms(self, x, w):
+        scale = (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()                   # [pos, 1], TL's hook_scale
+        return x / scale * w, scale
+
+    def rotate(self, x, cos, sin):                                                   # x [pos, heads, d_head]
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+    def forward(self, ids, keep_cache: bool):
+        n, H, KV, dh, D = ids.numel(), self.H, self.KV, self.dh, self.D
+        rep = H // KV
+        cache = {}
+        resid = self.embed[ids]
+        if keep_cache:
+            cache["hook_embed"] = resid
+        cos, sin, mask = self.cos[:n], self.sin[:n], self.mask[:n, :n]
+        for l, b in enumerate(self.blocks):
+            k_ = f"blocks.{l}."
+            x, scale1 = self.rms(resid, b["ln1"])
+            qkv = torch.addmm(b["b_qkv"], x, b["w_qkv"]) if b["b_qkv"] is not None else x @ b["w_qkv"]
+            q = qkv[:, :H * dh].view(n, H, dh)
+            k = qkv[:, H * dh:(H + KV) * dh].view(n, KV, dh)
+            v = qkv[:, (H + KV) * dh:].view(n, KV, dh)
+            rq, rk = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+            # grouped-query attention: query head h reads key/value head h // rep
+            rk_h = rk.transpose(0, 1).repeat_interleave(rep, dim=0)                   # [head, pos, d_head]
+            v_h = v.transpose(0, 1).repeat_interleave(rep, dim=0)
+            scores = torch.baddbmm(mask, rq.transpose(0, 1), rk_h.transpose(1, 2), alpha=1.0 / math.sqrt(dh))
+            pattern = torch.softmax(scores, dim=-1)
+            z_hqd = torch.bmm(pattern, v_h)                                           # [head, pos, d_head]
+            if keep_cache:
+                result_hqm = torch.bmm(z_hqd, b["w_o_h"])                             # [head, pos, d_model]
+                attn_out = result_hqm.sum(0)
+                cache.update({k_ + "hook_resid_pre": resid, k_ + "ln1.hook_scale": scale1,
+                              k_ + "ln1.hook_normalized": x, k_ + "attn.hook_q": q, k_ + "attn.hook_k": k,
+                              k_ + "attn.hook_v": v, k_ + "attn.hook_rot_q": rq, k_ + "attn.hook_rot_k": rk,
+                              k_ + "attn.hook_attn_scores": scores, k_ + "attn.hook_pattern": pattern,
+                              k_ + "attn.hook_z": z_hqd.transpose(0, 1),
+                              k_ + "attn.hook_result": result_hqm.transpose(0, 1), k_ + "hook_attn_out": attn_out})
+            else:
+                attn_out = z_hqd.transpose(0, 1).reshape(n, H * dh) @ b["w_o_h"].view(H * dh, D)
+            resid = resid + attn_out
+            x, scale2 = self.rms(resid, b["ln2"])
+            gate_up = x @ b["w_gate_up"]                                              # [pos, 2 d_mlp]
+            pre, pre_linear = gate_up.chunk(2, dim=-1)
+            post = F.silu(pre) * pre_linear
+            mlp_out = post @ b["w_down"]
+            if keep_cache:
+                cache.update({k_ + "hook_resid_mid": resid, k_ + "ln2.hook_scale": scale2,
+                              k_ + "ln2.hook_normalized": x, k_ + "mlp.hook_pre": pre,
+                              k_ + "mlp.hook_pre_linear": pre_linear, k_ + "mlp.hook_post": post,
+                              k_ + "hook_mlp_out": mlp_out})
+            resid = resid + mlp_out
+            if keep_cache:
+                cache[k_ + "hook_resid_post"] = resid
+        final, scale_f = self.rms(resid, self.norm_w)
+        logits = final @ self.w_u                                                     # [pos, d_vocab]
+        if keep_cache:
+            cache.update({"ln_final.hook_scale": scale_f, "ln_final.hook_normalized": final, "logits": logits})
+            return cache
+        return logits
+
+
+def load_torch_model(folder):
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        model_type = json.load(f).get("model_type", "gpt2")
+    if model_type in ("llama", "qwen2"):
+        m = TorchLlama(folder)
+        return m, m.n_ctx, m.d_vocab
+    m = TorchGPT2(folder)
+    return m, m.c.n_ctx, m.c.d_vocab
+
+
 def _status_mb(field: str):
     try:
         with open("/proc/self/status") as f:
@@ -230,14 +349,14 @@ def main() -> int:
         tokens = ([int(t) for t in args.token_ids.split(",") if t.strip()] if args.token_ids
                   else bench_tokens(args.tokens, ref.config.d_vocab))
         return patch_main(args, ref, weights, tokens, load_ms)
-    model = TorchGPT2(args.model)
+    model, n_ctx, d_vocab = load_torch_model(args.model)
     load_ms = (time.perf_counter() - t_load) * 1e3
     if args.token_ids:
         tokens = [int(t) for t in args.token_ids.split(",") if t.strip()]
     else:
-        tokens = bench_tokens(args.tokens, model.c.d_vocab)
-    if not 1 <= len(tokens) <= model.c.n_ctx:
-        print(f"torch_bench: need 1..{model.c.n_ctx} tokens, got {len(tokens)}", file=sys.stderr)
+        tokens = bench_tokens(args.tokens, d_vocab)
+    if not 1 <= len(tokens) <= n_ctx:
+        print(f"torch_bench: need 1..{n_ctx} tokens, got {len(tokens)}", file=sys.stderr)
         return 2
     ids = torch.tensor(tokens, dtype=torch.long)
     keep = args.mode == "cache"
