@@ -271,3 +271,50 @@ TEST_CASE("tokenizer.json: Llama 3 encode time for 1000 tokens", "[.][tokenizer-
   WARN(n << " tokens: first encode " << ms(t1 - t0) << " ms, then " << ms(t2 - t1) / kWarm
          << " ms per encode (words cached); " << m << " tokens of new words: " << ms(t4 - t3) << " ms");
 }
+
+TEST_CASE("tokenizer.json: long runs of one kind of character end and round-trip", "[tokenizer][hf]") {
+  // Llama 3's regex on long runs: the interpreter takes over when the JIT's stack runs out.
+  const hs::HfTokenizer byte_level = read(kFixtures / "small_hf_byte_level.json");
+  const hs::HfTokenizer sentencepiece = read(kFixtures / "small_hf_sentencepiece.json");
+  for (const std::string& unit : {std::string(" "), std::string("a"), std::string("7"), std::string("\n"),
+                                  std::string(" \n"), std::string("!"), std::string("\xE4\xB8\xAD")}) {
+    std::string text;
+    while (text.size() < 300'000) text += unit;
+    INFO("a run of " << hs::test::quote(unit));
+    CHECK(byte_level.decode(byte_level.encode(text)) == text);
+    // Its byte fallback covers ASCII only; other characters are one fused <unk> per run.
+    if (static_cast<uint8_t>(unit[0]) < 0x80) CHECK(sentencepiece.decode(sentencepiece.encode(text)) == text);
+    else CHECK(sentencepiece.encode(text) == std::vector<int32_t>{*sentencepiece.id_of("\xE2\x96\x81"), 0});
+  }
+}
+
+TEST_CASE("tokenizer.json: GPT-2's files as a ByteLevel tokenizer.json give GPT-2's ids", "[tokenizer][hf]") {
+  // GPT-NeoX's and GPT-2's tokenizer.json are GPT-2's tables with a ByteLevel pre-tokenizer and
+  // <|endoftext|> as an added token: the same ids as the vocab.json + merges.txt path.
+  const fs::path dir = hs::test::shared_dir() / "gpt2-tokenizer";
+  if (!fs::exists(dir / "vocab.json") || !fs::exists(dir / "merges.txt")) {
+    WARN("skipped: " << dir.string() << " is absent (it holds GPT-2's vocab.json and merges.txt)");
+    return;
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  std::ifstream in(dir / "merges.txt");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.rfind("#version", 0) != 0) merges.push_back(line);
+  const nlohmann::json vocab = nlohmann::json::parse(hs::test::read_text(dir / "vocab.json"));
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const nlohmann::json file = {
+      {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", false}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", byte_level},
+      {"decoder", byte_level},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  const hs::HfTokenizer tokenizer = hs::HfTokenizer::from_json(file, "gpt2 tokenizer.json");
+  const nlohmann::json cases = nlohmann::json::parse(hs::test::read_text(kFixtures / "gpt2_expected.json"))["cases"];
+  for (const auto& c : cases) {
+    const std::string text = c["text"].get<std::string>();
+    INFO(c["name"].get<std::string>());
+    CHECK(tokenizer.encode(text) == c["ids"].get<Ids>());
+    CHECK(tokenizer.decode(tokenizer.encode(text)) == text);
+  }
+}
