@@ -387,8 +387,11 @@ struct HfTokenizer::Impl {
   std::vector<PreTokenizerStep> pre_tokenizer;
   std::vector<DecoderStep> decoder;
 
-  // The BPE model.
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab;
+  // The BPE model. Its vocabulary is looked up by string through an open-addressing table of ids
+  // over model_spelling, so that each string is stored once (Llama 3 has 128,000 of them).
+  std::vector<std::string> model_spelling;  // [vocab_size] "" for an id the model vocabulary lacks
+  std::vector<bool> in_model;               // [vocab_size]
+  std::vector<int32_t> vocab_index;         // [power of two] an id, or -1 for an empty slot
   MergeTable merges;
   std::optional<int32_t> unk_id;
   bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
@@ -398,8 +401,7 @@ struct HfTokenizer::Impl {
   std::vector<AddedToken> added;
   std::array<std::vector<size_t>, 256> raw_by_first_byte, normalized_by_first_byte;  // indices into `added`
 
-  std::vector<std::string> spelling_of_id;  // [vocab_size] model or added spelling; "" for a gap
-  std::vector<bool> is_added;               // [vocab_size]
+  std::vector<int32_t> added_of_id;  // [vocab_size] index into `added`, or -1
   int32_t vocab_size = 0;
 
   // Pre-token word -> ids. The app encodes the whole prompt on every keystroke, and almost every
@@ -408,10 +410,41 @@ struct HfTokenizer::Impl {
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache;
   static constexpr size_t kCacheLimit = 100'000;
 
+  // The id of a model vocabulary string.
   std::optional<int32_t> find(std::string_view s) const {
-    const auto it = vocab.find(s);
-    if (it == vocab.end()) return std::nullopt;
-    return it->second;
+    if (vocab_index.empty()) return std::nullopt;
+    const size_t mask = vocab_index.size() - 1;
+    for (size_t i = std::hash<std::string_view>{}(s) & mask;; i = (i + 1) & mask) {
+      const int32_t id = vocab_index[i];
+      if (id < 0) return std::nullopt;
+      if (model_spelling[static_cast<size_t>(id)] == s) return id;
+    }
+  }
+  // Adds or moves a string to `id` (a string listed twice in a JSON object keeps its last id).
+  void index_spelling(int32_t id) {
+    const size_t mask = vocab_index.size() - 1;
+    const std::string& s = model_spelling[static_cast<size_t>(id)];
+    for (size_t i = std::hash<std::string_view>{}(s) & mask;; i = (i + 1) & mask) {
+      int32_t& slot = vocab_index[i];
+      if (slot < 0) {
+        slot = id;
+        return;
+      }
+      if (model_spelling[static_cast<size_t>(slot)] == s) {
+        in_model[static_cast<size_t>(slot)] = false;
+        model_spelling[static_cast<size_t>(slot)].clear();
+        slot = id;
+        return;
+      }
+    }
+  }
+  bool known(int32_t id) const {
+    return id >= 0 && id < vocab_size && (in_model[static_cast<size_t>(id)] || added_of_id[static_cast<size_t>(id)] >= 0);
+  }
+  // What the decoder starts from: an added token's content, else the model's string.
+  const std::string& spelling(int32_t id) const {
+    const int32_t a = added_of_id[static_cast<size_t>(id)];
+    return a >= 0 ? added[static_cast<size_t>(a)].content : model_spelling[static_cast<size_t>(id)];
   }
 
   std::vector<Piece> split_added(std::vector<Piece> pieces, bool normalized_set) const;
@@ -717,6 +750,12 @@ HfTokenizer& HfTokenizer::operator=(HfTokenizer&&) noexcept = default;
 HfTokenizer::~HfTokenizer() = default;
 
 HfTokenizer HfTokenizer::from_json(const json& file, const std::string& source) {
+  return from_parsed(split_tokenizer_json(file, source), source);
+}
+
+HfTokenizer HfTokenizer::from_parsed(TokenizerJson parsed, const std::string& source) {
+  take_tokenizer_tables(parsed, source);
+  const json& file = parsed.rest;
   const Reader r{source};
   auto impl = std::make_unique<Impl>();
   impl->source = source;
@@ -739,18 +778,9 @@ HfTokenizer HfTokenizer::from_json(const json& file, const std::string& source) 
   impl->byte_fallback = r.bool_of(model, "byte_fallback", false, "model");
   impl->ignore_merges = r.bool_of(model, "ignore_merges", false, "model");
 
-  // The vocabulary.
-  const json& vocab = r.member(model, "vocab", "model");
-  if (!vocab.is_object()) r.fail("model.vocab must be an object mapping token strings to ids.");
+  if (!parsed.has_vocab) r.fail("model has no \"vocab\".");
   int32_t max_id = -1;
-  for (const auto& [spelling, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId)
-      r.fail("model.vocab: the id of " + quote_for_message(spelling) + " is " + id.dump().substr(0, 40) +
-             "; expected an integer from 0 to " + std::to_string(kMaxTokenId) + ".");
-    const auto value = static_cast<int32_t>(id.get<int64_t>());
-    impl->vocab.emplace(spelling, value);
-    max_id = std::max(max_id, value);
-  }
+  for (const auto& entry : parsed.vocab) max_id = std::max(max_id, entry.second);
 
   // Added tokens: ids of their own, or of the model vocabulary.
   if (file.contains("added_tokens") && !file["added_tokens"].is_null()) {
@@ -773,13 +803,24 @@ HfTokenizer HfTokenizer::from_json(const json& file, const std::string& source) 
   }
   if (max_id < 0) r.fail("model.vocab is empty.");
   impl->vocab_size = max_id + 1;
-  impl->spelling_of_id.assign(static_cast<size_t>(impl->vocab_size), "");
-  impl->is_added.assign(static_cast<size_t>(impl->vocab_size), false);
-  for (const auto& [spelling, id] : impl->vocab) impl->spelling_of_id[id] = spelling;
-  for (const AddedToken& a : impl->added) {
-    impl->spelling_of_id[a.id] = a.content;
-    impl->is_added[a.id] = true;
+  const auto n = static_cast<size_t>(impl->vocab_size);
+  impl->model_spelling.resize(n);
+  impl->in_model.assign(n, false);
+  size_t slots = 16;
+  while (slots < 2 * parsed.vocab.size()) slots *= 2;
+  impl->vocab_index.assign(slots, -1);
+  for (auto& [spelling, id] : parsed.vocab) {
+    const auto i = static_cast<size_t>(id);
+    if (impl->in_model[i] && impl->model_spelling[i] != spelling)
+      r.fail("model.vocab gives id " + std::to_string(id) + " to both " + quote_for_message(impl->model_spelling[i]) +
+             " and " + quote_for_message(spelling) + "; every id must belong to one token.");
+    impl->model_spelling[i] = std::move(spelling);
+    impl->in_model[i] = true;
+    impl->index_spelling(id);
   }
+  parsed.vocab = {};
+  impl->added_of_id.assign(n, -1);
+  for (size_t k = 0; k < impl->added.size(); ++k) impl->added_of_id[static_cast<size_t>(impl->added[k].id)] = static_cast<int32_t>(k);
   // Longest first, so that the first hit at a position is the longest (leftmost-longest).
   std::vector<size_t> order(impl->added.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -803,35 +844,22 @@ HfTokenizer HfTokenizer::from_json(const json& file, const std::string& source) 
       if (const auto id = impl->find(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">")) impl->byte_fallback_ids[b] = *id;
   }
 
-  // Merges: "a b" (older files) or ["a", "b"]; every part and result must be in the vocabulary,
-  // as Hugging Face requires.
-  const json& merges = r.member(model, "merges", "model");
-  if (!merges.is_array()) r.fail("model.merges must be a list.");
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const json& m = merges[rank];
-    std::string left, right;
-    if (m.is_string()) {
-      const std::string line = m.get<std::string>();
-      const size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-        r.fail("model.merges[" + std::to_string(rank) + "] " + quote_for_message(line) +
-               " is not two tokens separated by one space.");
-      left = line.substr(0, space);
-      right = line.substr(space + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
-    } else {
-      r.fail("model.merges[" + std::to_string(rank) + "] is neither \"a b\" nor [\"a\", \"b\"].");
-    }
-    const auto a = impl->find(left), b = impl->find(right), ab = impl->find(left + right);
+  // Merges: every part and result must be in the vocabulary, as Hugging Face requires.
+  if (!parsed.has_merges) r.fail("model has no \"merges\".");
+  if (parsed.merges.size() > static_cast<size_t>(kMaxTokenId)) r.fail("model.merges is longer than HeadScope accepts.");
+  impl->merges.reserve(parsed.merges.size());
+  std::string joined;
+  for (size_t rank = 0; rank < parsed.merges.size(); ++rank) {
+    const auto& [left, right] = parsed.merges[rank];
+    joined.assign(left).append(right);
+    const auto a = impl->find(left), b = impl->find(right), ab = impl->find(joined);
     if (!a || !b || !ab)
       r.fail("model.merges[" + std::to_string(rank) + "] (" + quote_for_message(left) + ", " + quote_for_message(right) +
-             "): " + quote_for_message(!a ? left : !b ? right : left + right) +
+             "): " + quote_for_message(!a ? left : !b ? right : joined) +
              " is not in model.vocab; the merges and the vocabulary belong to different tokenizers.");
-    if (rank > static_cast<size_t>(kMaxTokenId)) r.fail("model.merges is longer than HeadScope accepts.");
     impl->merges.insert_or_assign(*a, *b, Merge{static_cast<int32_t>(rank), *ab});
   }
+  parsed.merges = {};
 
   // The pipeline.
   if (file.contains("normalizer") && !file["normalizer"].is_null())
@@ -897,18 +925,18 @@ std::string HfTokenizer::decode(std::span<const int32_t> ids) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
-    if (id < 0 || id >= impl_->vocab_size || (impl_->spelling_of_id[id].empty() && !impl_->is_added[id]))
+    if (!impl_->known(id))
       throw Error("token id " + std::to_string(id) + " is not in the vocabulary (ids 0 to " +
                   std::to_string(impl_->vocab_size - 1) + ").");
-    tokens.push_back(impl_->spelling_of_id[id]);
+    tokens.push_back(impl_->spelling(id));
   }
   return impl_->decode_tokens(std::move(tokens), true);
 }
 
 std::string HfTokenizer::token_bytes(int32_t id) const {
   const int32_t one[] = {id};
-  if (id < 0 || id >= impl_->vocab_size) return decode(one);  // throws
-  return impl_->decode_tokens({impl_->spelling_of_id[id]}, false);
+  if (!impl_->known(id)) return decode(one);  // throws
+  return impl_->decode_tokens({impl_->spelling(id)}, false);
 }
 
 std::string HfTokenizer::kind() const {

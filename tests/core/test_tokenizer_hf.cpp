@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -251,8 +252,12 @@ TEST_CASE("tokenizer.json: Llama 3 encode time for 1000 tokens", "[.][tokenizer-
   for (int i = 0; i < 50; ++i)
     text += "The quick brown fox jumps over the lazy dog " + std::to_string(i * 7919) + ", said \xC3\xA9l\xC3\xA8ve #" +
             std::to_string(i) + ". ";
-  const hs::HfTokenizer tokenizer = read(file);
   using Clock = std::chrono::steady_clock;
+  const auto t_load = Clock::now();
+  Folder folder(file);
+  const auto loaded = hs::load_tokenizer(folder.path);
+  const auto t_loaded = Clock::now();
+  const hs::Tokenizer& tokenizer = *loaded;
   const auto t0 = Clock::now();
   const size_t n = tokenizer.encode(text).size();
   const auto t1 = Clock::now();
@@ -268,6 +273,8 @@ TEST_CASE("tokenizer.json: Llama 3 encode time for 1000 tokens", "[.][tokenizer-
   const size_t m = tokenizer.encode(other).size();
   const auto t4 = Clock::now();
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const double load_ms = std::chrono::duration<double, std::milli>(t_loaded - t_load).count();
+  WARN("load_tokenizer: " << load_ms << " ms");
   WARN(n << " tokens: first encode " << ms(t1 - t0) << " ms, then " << ms(t2 - t1) / kWarm
          << " ms per encode (words cached); " << m << " tokens of new words: " << ms(t4 - t3) << " ms");
 }
@@ -317,4 +324,44 @@ TEST_CASE("tokenizer.json: GPT-2's files as a ByteLevel tokenizer.json give GPT-
     CHECK(tokenizer.encode(text) == c["ids"].get<Ids>());
     CHECK(tokenizer.decode(tokenizer.encode(text)) == text);
   }
+}
+
+TEST_CASE("tokenizer.json: the fast table reader agrees with nlohmann's parser", "[tokenizer][hf]") {
+  std::vector<fs::path> files;
+  for (const auto& [name, entry] : expected()["tokenizers"].items())
+    if (const fs::path p = locate(entry["file"].get<std::string>()); !p.empty()) files.push_back(p);
+  REQUIRE(files.size() >= 4);
+  // Escapes, a repeated key, surrogate pairs and odd spacing, in a file the fast path must read
+  // exactly as nlohmann does (or leave to it).
+  const std::string odd = R"({ "model" : { "type":"BPE", "vocab" : { "a\u00e9\ud83d\ude00" : 0 , "\"b\\\/" :1,"c":2,)"
+                          R"("c":3, "\n\t":4 } , "merges" : [ "a\u00e9\ud83d\ude00 \"b\\\/" , ["c","\n\t"] ] } ,)"
+                          R"( "normalizer" : null, "x": [1, {"y": "}]"}, -2.5e3, true] })";
+  const fs::path odd_file = fs::temp_directory_path() / ("hs_odd_tokenizer_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(odd_file) << odd;
+  files.push_back(odd_file);
+  for (const fs::path& p : files) {
+    INFO(p.string());
+    const std::string text = hs::test::read_text(p);
+    const hs::TokenizerJson fast = hs::parse_tokenizer_json(text, "t");
+    const hs::TokenizerJson slow = hs::split_tokenizer_json(nlohmann::json::parse(text), "t");
+    CHECK(fast.has_vocab == slow.has_vocab);
+    CHECK(fast.has_merges == slow.has_merges);
+    CHECK(fast.merges == slow.merges);
+    CHECK(fast.rest == slow.rest);
+    // nlohmann's object keeps one entry per key (the last) in key order; compare as maps.
+    std::map<std::string, int32_t> fast_vocab, slow_vocab;
+    for (const auto& [k, v] : fast.vocab) fast_vocab[k] = v;
+    for (const auto& [k, v] : slow.vocab) slow_vocab[k] = v;
+    CHECK(fast_vocab == slow_vocab);
+  }
+  fs::remove(odd_file);
+  // Broken files get nlohmann's own message, whichever reader saw them first.
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json(R"({"model": {"vocab": {"a": 01}}})", "t"),
+                    Catch::StartsWith("t: not valid JSON (parse error at line 1"));
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json(R"({"model": {"vocab": {"a": -1}, "merges": []}})", "t"),
+                    "t: model.vocab: the id of \"a\" is -1; expected an integer from 0 to 9999999.");
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json(R"({"model": {"vocab": {}, "merges": ["a b c"]}})", "t"),
+                    "t: model.merges[0] \"a b c\" is not two tokens separated by one space.");
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json("{\"model\": {\"vocab\": {\"\xFF\": 1}}}", "t"),
+                    Catch::Contains("not valid JSON"));
 }
