@@ -13,7 +13,7 @@
 // GPT-2's printable characters first: GPT-2, GPT-NeoX/Pythia, SmolLM, Llama 3, Qwen2) and
 // SentencePiece-style (no byte mapping; "▁" for a space, byte fallback: Llama 2, TinyLlama).
 // Regexes run on PCRE2 with `\s` read as Unicode White_Space, which is what Oniguruma (used by
-// Hugging Face) means by it.
+// Hugging Face) means by it. The steps around the model live in core/tokenizer/hf_pipeline.h.
 //
 // encode() never adds BOS (Model::encode does). decode() runs the file's decoder (ByteLevel,
 // Replace, ByteFallback, Fuse, Strip, Metaspace) on the tokens, so it may drop the leading space

@@ -174,8 +174,8 @@ class Sax final : public nlohmann::json_sax<json> {
 
 // ---------------------------------------------------------------- the fast path
 //
-// nlohmann's parser reads a 10 MB tokenizer.json at a few tens of MB/s, most of it the two tables.
-// So: one structural pass finds model.vocab and model.merges, a small scanner reads them (plain
+// Building nlohmann's objects for the two tables was most of the time to open a Llama 3 or Qwen2
+// tokenizer.json (docs/benchmarks.md). So: one structural pass finds model.vocab and model.merges, a small scanner reads them (plain
 // strings, non-negative integer ids), and nlohmann parses the rest with the tables cut out. Any
 // surprise (a number that is not a plain id, a shape the scanner does not expect, broken JSON)
 // sends the whole file down nlohmann's path, which gives the canonical message.
