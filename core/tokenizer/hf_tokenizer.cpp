@@ -144,17 +144,21 @@ std::vector<Piece> HfTokenizer::Impl::split_added(std::vector<Piece> pieces, boo
     for (size_t at = 0; at < s.size();) {
       const AddedToken* hit = nullptr;
       for (const size_t k : index[static_cast<uint8_t>(s[at])]) {
-        const AddedToken& t = added[k];
-        if (s.compare(at, t.content.size(), t.content) != 0) continue;
-        const size_t stop = at + t.content.size();
-        if (t.single_word && ((at > 0 && is_word_char(last_char(s.substr(0, at)))) ||
-                              (stop < s.size() && is_word_char(first_char(s.substr(stop))))))
-          continue;
-        hit = &t;
-        break;  // longest first
+        if (s.compare(at, added[k].content.size(), added[k].content) == 0) {
+          hit = &added[k];
+          break;  // longest first
+        }
       }
       if (hit == nullptr) {
         ++at;
+        continue;
+      }
+      // A single_word token inside a word is text; as in Hugging Face's leftmost-longest search,
+      // the search goes on after it rather than trying a shorter token here.
+      if (hit->single_word && ((at > 0 && is_word_char(last_char(s.substr(0, at)))) ||
+                               (at + hit->content.size() < s.size() &&
+                                is_word_char(first_char(s.substr(at + hit->content.size())))))) {
+        at += hit->content.size();
         continue;
       }
       size_t start = at, stop = at + hit->content.size();

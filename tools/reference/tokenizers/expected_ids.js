@@ -61,6 +61,7 @@ const texts = [
   "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant",
   "<|endoftext|> <|endoftext|>x<|im_start|>x",
   "a [WORD] b [WORD]c x<pad>y z <pad> w",
+  "x[WORD]y [WORD] [WORD z [WORD]] \u00e9[WORD] [WORD]_",
   "a<mask>b <mask> c<sep> d <sep>e",
   "\\xff and \\x00 spelled out",
   "supercalifragilisticexpialidocious pneumonoultramicroscopicsilicovolcanoconiosis",
