@@ -31,26 +31,25 @@ bool is_white_space(char32_t c) {
          c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-// The code point that ends / starts `s` (valid UTF-8, not empty).
-char32_t last_char(std::string_view s) {
-  size_t i = s.size() - 1;
-  while (i > 0 && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80) --i;
-  char32_t cp = 0;
-  decode_utf8(s, i, cp);
-  return cp;
-}
-char32_t first_char(std::string_view s) {
-  char32_t cp = 0;
-  decode_utf8(s, 0, cp);
-  return cp;
+// Hugging Face's single_word test asks whether the neighbour is a word character, \w of Rust's
+// regex crate: Alphabetic, a mark, a decimal digit, connector punctuation or a joiner.
+bool is_word_char(std::string_view character) {
+  const char c = character[0];
+  if (static_cast<uint8_t>(c) < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  static const Regex word("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", "HeadScope's word-character class");
+  return !word.find_all(character).empty();
 }
 
-// Hugging Face's single_word test: a word character is alphanumeric or '_'. Non-ASCII characters
-// are taken as word characters unless they are whitespace (close to Rust's char::is_alphanumeric
-// for letters and digits; punctuation outside ASCII counts as a word character here).
-bool is_word_char(char32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  return !is_white_space(c);
+// The character that ends / starts `s` (valid UTF-8, not empty).
+std::string_view last_char(std::string_view s) {
+  size_t i = s.size() - 1;
+  while (i > 0 && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80) --i;
+  return s.substr(i);
+}
+std::string_view first_char(std::string_view s) {
+  char32_t cp = 0;
+  const size_t length = decode_utf8(s, 0, cp);
+  return s.substr(0, length == 0 ? 1 : length);
 }
 
 }  // namespace

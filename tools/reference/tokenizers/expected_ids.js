@@ -62,6 +62,7 @@ const texts = [
   "<|endoftext|> <|endoftext|>x<|im_start|>x",
   "a [WORD] b [WORD]c x<pad>y z <pad> w",
   "x[WORD]y [WORD] [WORD z [WORD]] \u00e9[WORD] [WORD]_",
+  "\u3002[WORD]\u3002 \ud83d\ude42[WORD]\ud83d\ude42 \u4e2d[WORD] e\u0301[WORD] \u2460[WORD] 5[WORD] \u24b6[WORD] \u0663[WORD] \u2167[WORD] a\u200d[WORD]",
   "a<mask>b <mask> c<sep> d <sep>e",
   "\\xff and \\x00 spelled out",
   "supercalifragilisticexpialidocious pneumonoultramicroscopicsilicovolcanoconiosis",
