@@ -23,6 +23,17 @@ void MergeTable::insert_or_assign(int32_t left, int32_t right, Merge merge) {
   }
 }
 
+void MergeTable::reserve(size_t n) {
+  if (size_ != 0 || slots_.size() >= 2 * n) {
+    while (slots_.size() < 2 * n) grow();
+    return;
+  }
+  size_t capacity = 16;
+  while (capacity < 2 * n) capacity *= 2;
+  slots_.assign(capacity, Slot{kEmpty, Merge{0, 0}});
+  mask_ = capacity - 1;
+}
+
 void MergeTable::grow() {
   std::vector<Slot> old = std::move(slots_);
   const size_t capacity = std::max<size_t>(16, old.size() * 2);

@@ -33,6 +33,8 @@ class MergeTable {
     }
   }
   size_t size() const { return size_; }
+  // Makes room for `n` merges at once (a tokenizer.json lists hundreds of thousands).
+  void reserve(size_t n);
 
  private:
   struct Slot {

