@@ -250,6 +250,8 @@ void MainWindow::buildMenus() {
   QAction* open = file->addAction(QStringLiteral("&Open Model Folder…"), this, &MainWindow::openModelFolder);
   open->setShortcut(QKeySequence::Open);
   open->setObjectName(QStringLiteral("actionOpen"));
+  file->addAction(QStringLiteral("Open llama2.c &Checkpoint…"), this, &MainWindow::openCheckpointFile)
+      ->setObjectName(QStringLiteral("actionOpenCheckpoint"));
   recent_menu_ = file->addMenu(QStringLiteral("Open &Recent"));
   file->addAction(QStringLiteral("Load &Built-in Model"), this, [this] {
     if (!builtin_dir_.isEmpty())
@@ -520,6 +522,17 @@ void MainWindow::openModelFolder() {
   if (dir.isEmpty()) return;
   settings.setValue(QStringLiteral("models/lastFolder"), QFileInfo(dir).absolutePath());
   loadModel(dir);
+}
+
+void MainWindow::openCheckpointFile() {
+  QSettings settings;
+  const QString start = settings.value(QStringLiteral("models/lastFolder"), QDir::homePath()).toString();
+  const QString file = QFileDialog::getOpenFileName(
+      this, QStringLiteral("Open llama2.c Checkpoint (its tokenizer .bin beside it)"), start,
+      QStringLiteral("llama2.c checkpoints (*.bin);;All files (*)"));
+  if (file.isEmpty()) return;
+  settings.setValue(QStringLiteral("models/lastFolder"), QFileInfo(file).absolutePath());
+  loadModel(file);
 }
 
 void MainWindow::onModelChanged(std::shared_ptr<const hs::Model> model) {
@@ -859,7 +872,10 @@ void MainWindow::closeEvent(QCloseEvent* event) {
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
   const QList<QUrl> urls = event->mimeData()->urls();
-  if (urls.size() == 1 && urls.front().isLocalFile() && QFileInfo(urls.front().toLocalFile()).isDir())
+  if (urls.size() != 1 || !urls.front().isLocalFile()) return;
+  // A model folder, or a llama2.c checkpoint file (its tokenizer beside it).
+  const QFileInfo info(urls.front().toLocalFile());
+  if (info.isDir() || (info.isFile() && info.suffix().compare(QStringLiteral("bin"), Qt::CaseInsensitive) == 0))
     event->acceptProposedAction();
 }
 

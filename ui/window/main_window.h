@@ -78,6 +78,7 @@ class MainWindow : public QMainWindow {
 
  public Q_SLOTS:
   void openModelFolder();
+  void openCheckpointFile();
   void loadModel(const QString& dir);
   void exportCurrentView();
   void exportAll();
