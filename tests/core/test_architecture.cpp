@@ -364,3 +364,29 @@ TEST_CASE("architecture: headscope-cli info reports the architecture", "[archite
   CHECK(a["parallel_blocks"] == false);
   CHECK(a["tied_unembedding"] == false);
 }
+
+TEST_CASE("architecture: headscope-cli info reports a rotary model's options", "[architecture][cli][llama]") {
+  const test::CliRun r = test::run_cli("info --model " + test::quote(test::fixture_model("llama_gqa").string()));
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["model_type"] == "llama");
+  CHECK(j["n_key_value_heads"] == 2);
+  const auto& a = j["architecture"];
+  CHECK(a["family"] == "Llama");
+  CHECK(a["norm"] == "RMSNorm");
+  CHECK(a["positions"] == "rotary");
+  CHECK(a["mlp"] == "gated");
+  CHECK(a["qkv"] == "separate");
+  CHECK(a["rotary"]["dim"] == 8);
+  CHECK(a["rotary"]["scaling"] == "llama3");
+  CHECK(a["rotary"]["factor"] == 8.0);
+  CHECK(a["rotary"]["original_max_position_embeddings"] == 16.0);
+  const test::CliRun neox = test::run_cli("info --model " + test::quote(test::fixture_model("neox_parallel").string()));
+  REQUIRE(neox.code == 0);
+  const auto n = nlohmann::json::parse(neox.out)["architecture"];
+  CHECK(n["family"] == "GPT-NeoX");
+  CHECK(n["parallel_blocks"] == true);
+  CHECK(n["qkv"] == "fused per head");
+  CHECK(n["rotary"]["dim"] == 4);
+  CHECK(n["rotary"]["scaling"] == "none");
+}

@@ -6,6 +6,7 @@
 
 #include "core/analysis/analysis.h"
 #include "core/model/forward.h"
+#include "core/model/memory_guard.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "core/tensor/safetensors.h"
@@ -347,6 +348,11 @@ TEST_CASE("rotary fixtures: the fast pass equals the slow loops, a reused prefix
         INFO(key);
         CHECK(plain->get(key).data == fast->get(key).data);
       }
+      // The memory guard counts what the cache of this architecture stores (rotary's unrotated q
+      // and k, a gated MLP's up projection).
+      CHECK(estimate_cache_bytes(model->config(), static_cast<int64_t>(tokens.size()), stored) >= fast->stored_bytes());
+      CHECK(estimate_cache_bytes(model->config(), static_cast<int64_t>(tokens.size()), stored) <=
+            2 * fast->stored_bytes());
       // Typing at the end: the prefix's rotated keys are reused, the new positions rotated by
       // their own angles.
       const std::vector<int32_t> first(tokens.begin(), tokens.begin() + 7);
