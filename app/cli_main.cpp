@@ -18,6 +18,7 @@
 #include "core/analysis/patching.h"
 #include "core/error.h"
 #include "core/io/export.h"
+#include "core/model/architecture_text.h"
 #include "core/session/session.h"
 
 namespace {
@@ -30,7 +31,7 @@ struct UsageError : hs::Error {
   using hs::Error::Error;
 };
 
-const char* kMainHelp = R"(headscope-cli - look inside GPT-2-family transformers from the command line
+const char* kMainHelp = R"(headscope-cli - look inside transformers (GPT-2, Llama, Qwen2, Pythia) from the command line
 
 Usage:
   headscope-cli info     [--model DIR]
@@ -267,6 +268,7 @@ int cmd_info(const Args& a) {
                        {"mlp_bias", arch.mlp_bias},
                        {"parallel_blocks", arch.parallel_blocks},
                        {"tied_unembedding", m->weights()->tied_unembedding()}};
+  j["architecture"]["summary"] = hs::describe_architecture(c, m->weights()->tied_unembedding());
   if (arch.positions == hs::PositionKind::Rotary) {
     const hs::RotaryParams& r = arch.rotary;
     j["architecture"]["rotary"] = {{"dim", r.dim}, {"base", r.base}, {"scaling", hs::to_string(r.scaling)}};

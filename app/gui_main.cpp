@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "core/model/intervention.h"
 #include "ui/base/stall_monitor.h"
 #include "ui/window/headless.h"
 #include "ui/views/registry.h"
@@ -22,17 +23,24 @@ std::string usage() {
   QStringList ids;
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry()) ids << v.id;
   std::string text =
-      "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--export OUTDIR [--scale 1|2]]\n"
+      "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS]\n"
+      "                 [--corrupt TEXT --answer TEXT --wrong TEXT] [--export OUTDIR [--scale 1|2]]\n"
       "\n"
-      "HeadScope: type a sentence, see how each attention head of a GPT-2 style model builds the answer.\n"
+      "HeadScope: type a sentence, see how each attention head of a transformer builds the answer.\n"
       "\n"
       "Options:\n"
-      "  --model DIR      a Hugging Face GPT-2 model folder (config.json, model.safetensors,\n"
-      "                   vocab.json, merges.txt); default: the built-in model\n"
+      "  --model DIR      a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
+      "                   tokenizer.json or vocab.json + merges.txt) of GPT-2, Llama, Qwen2 or\n"
+      "                   Pythia; default: the built-in model\n"
       "  --text TEXT      the prompt to start with\n"
       "  --view NAME      the view shown first: " +
       ids.join(QStringLiteral(", ")).toStdString() +
       "\n"
+      "  --head L.H       the head selected first, e.g. 3.2 (layers and heads count from 0)\n"
+      "  --ablate HEADS   run with these heads ablated, as headscope-cli run --ablate: LAYER.HEAD\n"
+      "                   items separated by commas, each :zero (default) or :mean, e.g. 3.2,1.0:mean\n"
+      "  --corrupt TEXT, --answer TEXT, --wrong TEXT\n"
+      "                   the patching view's corrupted prompt and its metric's two answer tokens\n"
       "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
       "                   opening a window; needs --text\n"
       "  --scale S        resolution factor of exported PNGs (1 or 2; default 1)\n"
@@ -93,7 +101,12 @@ int main(int argc, char** argv) {
   const QCommandLineOption out(QStringLiteral("export"), "output folder", "OUTDIR");
   const QCommandLineOption scale(QStringLiteral("scale"), "PNG scale", "S", "1");
   const QCommandLineOption view(QStringLiteral("view"), "first view", "NAME", "attention");
-  parser.addOptions({model, text, out, scale, view});
+  const QCommandLineOption head(QStringLiteral("head"), "selected head", "L.H");
+  const QCommandLineOption ablate(QStringLiteral("ablate"), "ablated heads", "HEADS");
+  const QCommandLineOption corrupt(QStringLiteral("corrupt"), "corrupted prompt", "TEXT");
+  const QCommandLineOption answer(QStringLiteral("answer"), "answer token", "TEXT");
+  const QCommandLineOption wrong(QStringLiteral("wrong"), "wrong answer token", "TEXT");
+  parser.addOptions({model, text, out, scale, view, head, ablate, corrupt, answer, wrong});
   if (!parser.parse(QApplication::arguments())) {
     std::fprintf(stderr, "headscope: %s (see headscope --help)\n", qPrintable(parser.errorText()));
     return 2;
@@ -111,8 +124,38 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  int layer = 0, head_index = 0;
+  if (parser.isSet(head)) {
+    const QStringList parts = parser.value(head).split(QLatin1Char('.'));
+    bool ok_layer = false, ok_head = false;
+    if (parts.size() == 2) {
+      layer = parts[0].toInt(&ok_layer);
+      head_index = parts[1].toInt(&ok_head);
+    }
+    if (!ok_layer || !ok_head || layer < 0 || head_index < 0) {
+      std::fprintf(stderr, "headscope: --head must be LAYER.HEAD, e.g. 3.2 (got '%s')\n", qPrintable(parser.value(head)));
+      return 2;
+    }
+  }
+  hs::Interventions ablations;
+  if (parser.isSet(ablate)) {
+    try {
+      ablations = hs::parse_head_ablations(parser.value(ablate).toStdString());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "headscope: --ablate: %s\n", e.what());
+      return 2;
+    }
+  }
+  QStringList patching;
+  if (parser.isSet(corrupt) || parser.isSet(answer) || parser.isSet(wrong))
+    patching = {parser.value(corrupt), parser.value(answer), parser.value(wrong)};
+
   if (headless) {
     hs::ui::HeadlessExportOptions options;
+    options.layer = layer;
+    options.head = head_index;
+    options.ablations = ablations;
+    options.patching = patching;
     options.model_dir = parser.value(model);
     options.text = parser.value(text);
     options.out_dir = parser.value(out);
@@ -132,6 +175,10 @@ int main(int argc, char** argv) {
   options.model_dir = parser.value(model);
   options.text = parser.value(text);
   options.view = view_id;
+  options.layer = layer;
+  options.head = head_index;
+  options.ablations = ablations;
+  options.patching = patching;
   hs::ui::MainWindow window(options);
   window.show();
 

@@ -10,17 +10,7 @@
 #include "core/model/memory_guard.h"
 #include "core/tensor/safetensors.h"
 #include "core/tokenizer/load.h"
-#if __has_include("core/tokenizer/llama2c_tokenizer.h")
 #include "core/tokenizer/llama2c_tokenizer.h"
-#else
-namespace hs {
-// The llama2.c tokenizer reader comes with the tokenizer work (branch tok); until it is merged, a
-// llama2.c model's weights load (load_llama2c_checkpoint) but the model does not open.
-inline std::shared_ptr<const Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& path, std::optional<int32_t>) {
-  throw Error(path.string() + ": this build of HeadScope cannot read llama2.c tokenizers yet.");
-}
-}  // namespace hs
-#endif
 
 namespace hs {
 namespace fs = std::filesystem;

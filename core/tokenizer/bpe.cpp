@@ -120,6 +120,44 @@ void bpe_merge_heap(std::vector<int32_t>& word, const MergeTable& merges) {
   word.erase(std::remove(word.begin(), word.end(), -1), word.end());
 }
 
+void bpe_merge_hf(std::vector<int32_t>& word, const MergeTable& merges) {
+  const auto n = static_cast<int32_t>(word.size());
+  if (n < 2) return;
+  std::vector<int32_t> prev(n), next(n);  // [n]; -1 / n mark the ends
+  std::vector<int32_t>& symbol = word;    // [n]; -1 once merged into its left neighbour
+  for (int32_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1;
+  }
+  struct Queued {
+    int32_t rank, pos, merged;
+    bool operator>(const Queued& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Queued, std::vector<Queued>, std::greater<>> queue;
+  auto queue_at = [&](int32_t pos) {
+    if (pos < 0 || next[pos] >= n) return;
+    if (const Merge* m = merges.find(symbol[pos], symbol[next[pos]])) queue.push(Queued{m->rank, pos, m->merged});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) queue_at(i);
+  while (!queue.empty()) {
+    const Queued top = queue.top();
+    queue.pop();
+    // An entry is stale when its pair has changed since it was queued (Hugging Face checks the
+    // merge's result, as here).
+    if (symbol[top.pos] < 0 || next[top.pos] >= n) continue;
+    const int32_t right = next[top.pos];
+    const Merge* m = merges.find(symbol[top.pos], symbol[right]);
+    if (m == nullptr || m->merged != top.merged) continue;
+    symbol[top.pos] = top.merged;
+    symbol[right] = -1;
+    next[top.pos] = next[right];
+    if (next[right] < n) prev[next[right]] = top.pos;
+    queue_at(prev[top.pos]);
+    queue_at(top.pos);
+  }
+  word.erase(std::remove(word.begin(), word.end(), -1), word.end());
+}
+
 void bpe_merge(std::vector<int32_t>& word, const MergeTable& merges) {
   // The linear scan wins on short words and the heap on long ones; they meet near 16 bytes, and
   // most pre-tokens are shorter (docs/benchmarks.md, "Measurements behind the code").

@@ -67,6 +67,12 @@ void bpe_merge_reference(std::vector<int32_t>& word, const MergeTable& merges);
 // BPE training: all occurrences of the current lowest pair are merged before any pair they create.
 void bpe_merge_heap(std::vector<int32_t>& word, const MergeTable& merges);
 
+// Hugging Face tokenizers' Word::merge_all, the merge of every tokenizer.json BPE model: one merge
+// at a time, the pair of lowest rank first and the leftmost of equal ranks. The same as GPT-2's
+// loop for merge lists made by BPE training; it differs only for lists where a merge creates a
+// pair that ranks below itself.
+void bpe_merge_hf(std::vector<int32_t>& word, const MergeTable& merges);
+
 // Picks one of the two by word length.
 void bpe_merge(std::vector<int32_t>& word, const MergeTable& merges);
 

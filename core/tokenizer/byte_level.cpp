@@ -1,5 +1,7 @@
 #include "core/tokenizer/byte_level.h"
 
+#include "core/error.h"
+
 namespace hs::tokenizer_detail {
 
 namespace {
@@ -142,6 +144,14 @@ size_t decode_utf8(std::string_view text, size_t pos, char32_t& cp) {
   }
   cp = value;
   return length;
+}
+
+void require_utf8_text(std::string_view text) {
+  if (const auto problem = find_invalid_utf8(text)) {
+    const char* digits = "0123456789abcdef";
+    throw Error("text is not valid UTF-8 at byte " + std::to_string(problem->offset) + " (0x" + digits[problem->byte >> 4] +
+                digits[problem->byte & 0xF] + "); HeadScope reads text as UTF-8 (" + problem->reason + ").");
+  }
 }
 
 std::string display_label(std::string_view bytes) {

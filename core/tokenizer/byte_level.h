@@ -29,6 +29,9 @@ struct Utf8Problem {
 // Strict UTF-8 (Unicode Table 3-7): no overlong forms, no surrogates, nothing above U+10FFFF.
 std::optional<Utf8Problem> find_invalid_utf8(std::string_view text);
 
+// Throws the hs::Error every tokenizer gives for text that is not valid UTF-8 (with the offset).
+void require_utf8_text(std::string_view text);
+
 // Decodes one well-formed sequence at `pos`; returns its length (1-4) and sets `cp`, or returns 0
 // when the bytes at `pos` are not a complete, well-formed sequence.
 size_t decode_utf8(std::string_view text, size_t pos, char32_t& cp);

@@ -40,11 +40,6 @@ std::string read_file(const std::filesystem::path& path, const char* what) {
   throw Error("token id " + std::to_string(id) + " is not in the vocabulary (vocab.json has no entry with this id).");
 }
 
-std::string hex_lower(uint8_t b) {
-  const char* digits = "0123456789abcdef";
-  return std::string("0x") + digits[b >> 4] + digits[b & 0xF];
-}
-
 }  // namespace
 
 struct ByteLevelBpeTokenizer::Impl {
@@ -71,10 +66,7 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_strings(std::string_view vocab
 }
 
 std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text) const {
-  if (const auto problem = find_invalid_utf8(text)) {
-    throw Error("text is not valid UTF-8 at byte " + std::to_string(problem->offset) + " (" + hex_lower(problem->byte) +
-                "); HeadScope reads text as UTF-8 (" + problem->reason + ").");
-  }
+  require_utf8_text(text);
   const Vocabulary& vocab = impl_->vocab;
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);

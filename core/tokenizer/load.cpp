@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/tokenizer/byte_level_bpe.h"
+#include "core/tokenizer/hf_tokenizer.h"
 
 namespace hs {
 namespace fs = std::filesystem;
@@ -29,9 +30,10 @@ std::string read_small_file(const fs::path& p, size_t limit) {
   return s;
 }
 
-// A fast-tokenizer folder may carry only tokenizer.json; its BPE model holds the same vocabulary
-// and merges as vocab.json + merges.txt. (A tokenizer.json of another kind, such as Metaspace with
-// byte fallback, would branch here on its "pre_tokenizer" / "decoder".)
+// A tokenizer.json with nothing but its BPE model (no normalizer, pre-tokenizer or decoder) is
+// read as GPT-2's vocab.json + merges.txt, which hold the same two tables; HeadScope did so before
+// it read the rest of the file, and such files come from GPT-2-style folders. Every other
+// tokenizer.json runs as Hugging Face runs it (HfTokenizer).
 std::shared_ptr<Tokenizer> from_tokenizer_json(const fs::path& p) {
   const std::string text = read_small_file(p, 256u << 20);
   nlohmann::json j;
@@ -40,10 +42,18 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const fs::path& p) {
   } catch (const std::exception& e) {
     throw Error(p.string() + ": not valid JSON (" + json_error_reason(e) + ").");
   }
-  if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || !j["model"].contains("vocab") ||
-      !j["model"].contains("merges"))
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
+    throw Error(p.string() + ": expected a Hugging Face tokenizer.json with a \"model\" object.");
+  auto absent = [&](const char* key) { return !j.contains(key) || j[key].is_null(); };
+  const nlohmann::json& model = j["model"];
+  const bool plain_model = !model.contains("type") || model["type"] == "BPE";
+  if (!(plain_model && absent("normalizer") && absent("pre_tokenizer") && absent("decoder") &&
+        !model.value("byte_fallback", false)))
+    return std::make_shared<HfTokenizer>(HfTokenizer::from_json(j, p.string()));
+
+  if (!model.contains("vocab") || !model.contains("merges"))
     throw Error(p.string() + ": expected a Hugging Face tokenizer.json with a BPE model (model.vocab, model.merges).");
-  const auto& merges = j["model"]["merges"];
+  const auto& merges = model["merges"];
   if (!merges.is_array()) throw Error(p.string() + ": model.merges must be a list.");
   std::string merges_txt = "#version: 0.2\n";
   for (const auto& m : merges) {
@@ -53,7 +63,7 @@ std::shared_ptr<Tokenizer> from_tokenizer_json(const fs::path& p) {
     else throw Error(p.string() + ": a merge in model.merges is neither \"a b\" nor [\"a\", \"b\"].");
   }
   return std::make_shared<ByteLevelBpeTokenizer>(
-      ByteLevelBpeTokenizer::from_strings(j["model"]["vocab"].dump(), merges_txt, p.string()));
+      ByteLevelBpeTokenizer::from_strings(model["vocab"].dump(), merges_txt, p.string()));
 }
 
 // The tokenizer's own BOS, as Hugging Face reads it: `bos_token` (a string, or {"content": ...})
@@ -76,6 +86,19 @@ std::optional<int32_t> bos_of_special_tokens(const fs::path& dir, const Tokenize
   return std::nullopt;
 }
 
+// `add_bos_token` of tokenizer_config.json, when it is there and true or false.
+std::optional<bool> add_bos_token(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir / "tokenizer_config.json", ec)) return std::nullopt;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_small_file(dir / "tokenizer_config.json", 16u << 20));
+    if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) return j["add_bos_token"].get<bool>();
+  } catch (const std::exception&) {
+    // As for bos_token: a damaged optional file leaves the tokenizer's own rule.
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::shared_ptr<const Tokenizer> load_tokenizer(const fs::path& dir) {
@@ -90,7 +113,9 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const fs::path& dir) {
     throw Error(dir.string() + ": no tokenizer: expected vocab.json and merges.txt (or tokenizer.json) beside "
                 "model.safetensors. Copy them from the model's original folder.");
   }
-  if (!tokenizer->bos_token_id_) tokenizer->bos_token_id_ = bos_of_special_tokens(dir, *tokenizer);
+  // The special-token files name BOS for transformers, whatever tokenizer.json's template says.
+  if (const auto bos = bos_of_special_tokens(dir, *tokenizer)) tokenizer->bos_token_id_ = bos;
+  if (const auto adds = add_bos_token(dir)) tokenizer->adds_bos_ = adds;
   return tokenizer;
 }
 

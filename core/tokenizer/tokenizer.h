@@ -49,6 +49,12 @@ class Tokenizer {
   // (Hugging Face: `bos_token` of tokenizer_config.json or special_tokens_map.json). Model::bos_id()
   // falls back from it to end_of_text_id() and then to config.json.
   std::optional<int32_t> bos_token_id() const { return bos_token_id_; }
+  // Whether the tokenizer's own rules put a BOS before every text, when its files say: Hugging
+  // Face's `add_bos_token` of tokenizer_config.json, else a tokenizer.json post_processor template
+  // that starts with a special token (Llama 3); llama2.c always. std::nullopt when they are silent
+  // (GPT-2's vocab.json + merges.txt). encode() still never adds it: Model::encode does, and a
+  // caller may use this to choose its default, as Hugging Face's tokenizer would.
+  std::optional<bool> adds_bos() const { return adds_bos_; }
 
  protected:
   Tokenizer() = default;
@@ -61,6 +67,7 @@ class Tokenizer {
 
   // Set by a kind whose file fixes it, or by load_tokenizer from the folder's special-token files.
   std::optional<int32_t> bos_token_id_;
+  std::optional<bool> adds_bos_;
 
  private:
   friend std::shared_ptr<const Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/model/forward.h"
 #include "core/model/llama2c.h"
+#include "core/model/model.h"
 #include "forward_reference.h"
 #include "test_support.h"
 
@@ -100,6 +101,39 @@ TEST_CASE("llama2.c: stories260K's greedy generation equals run.c's at temperatu
   }
   // run.c ends its output with a newline.
   CHECK(run_c_text(dir / "tok512.bin", c.d_vocab, ids) + "\n" == expected);
+}
+
+TEST_CASE("llama2.c: headscope-cli generate on stories260K prints what run.c prints", "[llama2c][shared][cli]") {
+  const fs::path dir = stories_dir(), run_c = test::shared_dir() / "peers/llama2.c/run.c";
+  if (!fs::exists(dir / "stories260K.bin") || !fs::exists(run_c)) {
+    WARN("skipped: " << dir << " or " << run_c << " is absent (optional real-world data)");
+    return;
+  }
+  const fs::path program = fs::path(HEADSCOPE_TEST_BUILD_DIR) / "llama2c_run";
+  REQUIRE(shell("cc -O2 -o " + test::quote(program.string()) + " " + test::quote(run_c.string()) + " -lm").first == 0);
+  // The folder and the checkpoint file open the same model, with llama2.c's tokenizer and BOS.
+  const auto by_folder = Model::load(dir);
+  const auto by_file = Model::load(dir / "stories260K.bin");
+  CHECK(by_folder->name() == "stories260K");
+  CHECK(by_file->config().n_layers == by_folder->config().n_layers);
+  CHECK(by_folder->bos_id() == 1);
+  const std::string prompt = "Once upon a time";
+  const std::vector<int32_t> ids = by_folder->encode(prompt, true);
+  CHECK(ids == by_file->encode(prompt, true));
+  // run.c -n S runs S positions, the prompt's included, and prints every token after BOS; so
+  // HeadScope adds S + 1 - (prompt tokens with BOS).
+  constexpr int kSteps = 200;
+  const auto [status, expected] =
+      shell(test::quote(program.string()) + " " + test::quote((dir / "stories260K.bin").string()) + " -z " +
+            test::quote((dir / "tok512.bin").string()) + " -t 0 -n " + std::to_string(kSteps) + " -i " +
+            test::quote(prompt));
+  REQUIRE(status == 0);
+  const int n = kSteps + 1 - static_cast<int>(ids.size());
+  const test::CliRun r = test::run_cli("generate --model " + test::quote(dir.string()) + " --text " + test::quote(prompt) +
+                                       " -n " + std::to_string(n));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == expected);
 }
 
 TEST_CASE("llama2.c: the rotate-half conversion of wq and wk keeps run.c's attention", "[llama2c]") {

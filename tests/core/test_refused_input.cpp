@@ -170,6 +170,7 @@ const std::set<std::string> kTested = {
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
     "R57", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R84", "R85",
+    "R90", "R91", "R92", "R93",
 };
 
 const char* kText = "The cat sat on the mat.";
@@ -529,6 +530,38 @@ TEST_CASE("refused input: tokenizer files (R36-R39)", "[refused]") {
   SECTION("R39 a broken merges line") {
     write_file(m / "merges.txt", "a b c\n");
     check_refused(info(), expected("R39", sub), s);
+  }
+}
+
+TEST_CASE("refused input: tokenizer.json (R90-R93)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  fs::remove(m / "vocab.json");
+  fs::remove(m / "merges.txt");
+  const Subst sub = {{"<model>", m.string()}};
+  auto info = [&] { return cli("info --model " + quote(m.string())); };
+  // A tokenizer.json HeadScope reads, broken one part at a time.
+  nlohmann::json good = nlohmann::json::parse(
+      hs::test::read_text(hs::test::source_dir() / "tests/fixtures/tokenizer/small_hf_sentencepiece.json"));
+  SECTION("R90 a model that is not BPE") {
+    good["model"]["type"] = "WordPiece";
+    write_file(m / "tokenizer.json", good.dump());
+    check_refused(info(), expected("R90", sub), s);
+  }
+  SECTION("R91 an unknown pre-tokenizer") {
+    good["pre_tokenizer"] = {{"type", "Whitespace"}};
+    write_file(m / "tokenizer.json", good.dump());
+    check_refused(info(), expected("R91", sub), s);
+  }
+  SECTION("R92 an unknown normalizer") {
+    good["normalizer"]["normalizers"][1] = {{"type", "Lowercase"}};
+    write_file(m / "tokenizer.json", good.dump());
+    check_refused(info(), expected("R92", sub), s);
+  }
+  SECTION("R93 a merge whose token is not in the vocabulary") {
+    good["model"]["merges"] = {"x y"};
+    write_file(m / "tokenizer.json", good.dump());
+    check_refused(info(), expected("R93", sub), s);
   }
 }
 

@@ -177,3 +177,51 @@ TEST_CASE("headscope --export writes every view without a window and failures ex
   CHECK(p.exitCode() == 0);
   CHECK(QString::fromUtf8(p.readAllStandardOutput()).contains(QStringLiteral("--export OUTDIR")));
 }
+
+TEST_CASE("headscope --export takes the selected head, ablations and the patching inputs", "[export][cli]") {
+  QTemporaryDir tmp;
+  const QString exe = QStringLiteral(HEADSCOPE_GUI_PATH);
+  QProcess p;
+  auto exportWith = [&](const QString& dir, QStringList extra) {
+    QStringList args{QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"),
+                     QStringLiteral("The cat sat on the mat!"), QStringLiteral("--export"), dir};
+    p.start(exe, args + extra);
+    REQUIRE(p.waitForFinished(120000));
+  };
+  auto bytes = [](const QString& path) {
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+  };
+
+  const QString plain = tmp.filePath(QStringLiteral("plain"));
+  exportWith(plain, {});
+  REQUIRE(p.exitCode() == 0);
+  CHECK(QFile::exists(plain + QStringLiteral("/circuits_L0H0.png")));
+  CHECK(QFile::exists(plain + QStringLiteral("/patching.png")));  // no inputs: the view as it stands
+
+  const QString chosen = tmp.filePath(QStringLiteral("chosen"));
+  exportWith(chosen, {QStringLiteral("--head"), QStringLiteral("1.2"), QStringLiteral("--ablate"), QStringLiteral("0.1"),
+                      QStringLiteral("--corrupt"), QStringLiteral("The cat sat on the hat!"), QStringLiteral("--answer"),
+                      QStringLiteral("Z"), QStringLiteral("--wrong"), QStringLiteral("\"")});
+  INFO(p.readAllStandardError().toStdString());
+  REQUIRE(p.exitCode() == 0);
+  const QStringList files = QDir(chosen).entryList({QStringLiteral("*.png")}, QDir::Files);
+  CHECK(files.contains(QStringLiteral("circuits_L1H2.png")));  // the selected head's circuits
+  CHECK(!files.contains(QStringLiteral("circuits_L0H0.png")));
+  for (const char* site : {"resid_pre", "attn_out", "mlp_out", "z"})  // the sweep ran: one figure per site
+    CHECK(files.contains(QStringLiteral("patching_%1.png").arg(QLatin1String(site))));
+  // Ablating L0H1 changes what layer 1 attends to, not layer 0's own patterns.
+  CHECK(bytes(chosen + QStringLiteral("/attention_L1H0.png")) != bytes(plain + QStringLiteral("/attention_L1H0.png")));
+  CHECK(bytes(chosen + QStringLiteral("/attention_L0H0.png")) == bytes(plain + QStringLiteral("/attention_L0H0.png")));
+
+  exportWith(tmp.filePath(QStringLiteral("bad1")), {QStringLiteral("--head"), QStringLiteral("one.two")});
+  CHECK(p.exitCode() == 2);
+  CHECK(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("--head must be LAYER.HEAD")));
+  exportWith(tmp.filePath(QStringLiteral("bad2")), {QStringLiteral("--head"), QStringLiteral("7.0")});
+  CHECK(p.exitCode() == 1);
+  CHECK(QString::fromUtf8(p.readAllStandardError()).contains(QStringLiteral("the model has 2 layers of 4 heads")));
+  exportWith(tmp.filePath(QStringLiteral("bad3")), {QStringLiteral("--ablate"), QStringLiteral("3.x")});
+  CHECK(p.exitCode() == 2);
+  CHECK(QString::fromUtf8(p.readAllStandardError()).startsWith(QStringLiteral("headscope: --ablate: ")));
+  for (const char* dir : {"bad1", "bad2", "bad3"}) CHECK(!QDir(tmp.filePath(QLatin1String(dir))).exists());
+}

@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "core/analysis/circuits.h"
 #include "core/analysis/head_detectors.h"
 #include "ui/controller/head_metrics.h"
 #include "ui/controller/selection.h"
@@ -65,7 +66,14 @@ void checkBadges(const Window& w, const QString& id, hs::HeadDetector detector) 
 
 TEST_CASE("Every run carries the registered head metrics, equal to the core's", "[head_metrics]") {
   auto run = AnalysisController::computeRun(test::fixtureModel(), QStringLiteral("The cat sat. The cat sat"));
+  // Run metrics always; a Model metric only once it has been asked for (it reads the vocabulary).
+  for (const HeadMetric& m : headMetrics())
+    CHECK((run->headMetric(m.id) != nullptr) == (m.source == HeadMetric::Source::Run));
+  wantModelMetric(QStringLiteral("copying"));
+  run = AnalysisController::computeRun(test::fixtureModel(), QStringLiteral("The cat sat. The cat sat"));
   REQUIRE(run->head_metrics.size() == headMetrics().size());
+  REQUIRE(run->headMetric(QStringLiteral("copying")) != nullptr);
+  CHECK(run->headMetric(QStringLiteral("copying"))->values == hs::copying_scores(*test::fixtureModel()->weights()));
   const std::pair<const char*, hs::HeadDetector> detectors[] = {{"previous_token", hs::HeadDetector::PreviousToken},
                                                                 {"duplicate_token", hs::HeadDetector::DuplicateToken},
                                                                 {"induction", hs::HeadDetector::Induction}};
@@ -103,8 +111,11 @@ TEST_CASE("The head grid's badges show the current run's scores and follow typin
   // The tooltip of a head gives every score.
   const QString tip = w.grid()->tooltipFor(5);
   const auto run = w.run();
-  for (const HeadMetric& m : headMetrics())
+  for (const HeadMetric& m : headMetrics()) {
+    if (m.source != HeadMetric::Source::Run) continue;  // not asked for in this window
     CHECK(tip.contains(QStringLiteral("%1: %2").arg(m.name, headMetricText(m, run->headMetric(m.id)->values(1, 1)))));
+  }
+  CHECK(!tip.contains(QStringLiteral("OV copying")));
   CHECK(tip.startsWith(QStringLiteral("L1H1")));
 
   // No badges at all.
@@ -225,4 +236,16 @@ TEST_CASE("The heads panel's controls fit at 1280 x 800 and 1600 x 1000", "[head
     const QRect last = w.grid()->itemRect(w.grid()->itemCount() - 1);
     CHECK(w.grid()->rect().contains(last));
   }
+}
+
+TEST_CASE("Showing the OV copying score computes it once, with a run", "[head_metrics][window]") {
+  Window w(QStringLiteral("The cat sat. The cat"));
+  const auto first = w.run();
+  CHECK(first->headMetric(QStringLiteral("copying")) == nullptr);  // not computed while not shown
+  w.bar()->setMetricId(QStringLiteral("copying"));
+  REQUIRE(waitFor([&] { return w.run() != first && w.run()->headMetric(QStringLiteral("copying")) != nullptr; }));
+  const hs::RowMatrixXf core = hs::copying_scores(*w.run()->model().weights());
+  CHECK(w.run()->headMetric(QStringLiteral("copying"))->values == core);
+  const HeadMetric& m = *findHeadMetric(QStringLiteral("copying"));
+  CHECK(w.grid()->item(5).badge == headMetricText(m, core(5 / w.run()->n_head(), 5 % w.run()->n_head())));
 }

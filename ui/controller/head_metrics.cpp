@@ -1,5 +1,6 @@
 #include "ui/controller/head_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -77,6 +78,22 @@ const HeadMetric* findHeadMetric(const QString& id) {
   return nullptr;
 }
 
+namespace {
+std::mutex wanted_mutex;
+std::vector<QString> wanted_model_metrics;
+}  // namespace
+
+void wantModelMetric(const QString& id) {
+  std::lock_guard<std::mutex> lock(wanted_mutex);
+  if (std::find(wanted_model_metrics.begin(), wanted_model_metrics.end(), id) == wanted_model_metrics.end())
+    wanted_model_metrics.push_back(id);
+}
+
+bool modelMetricWanted(const QString& id) {
+  std::lock_guard<std::mutex> lock(wanted_mutex);
+  return std::find(wanted_model_metrics.begin(), wanted_model_metrics.end(), id) != wanted_model_metrics.end();
+}
+
 std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run) {
   // Model metrics, once per loaded weights: the last values of each, with the weights they were
   // computed from (a weak pointer, so a closed model is not kept alive by its scores).
@@ -100,7 +117,7 @@ std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run) {
           out.push_back(e.values);
           found = true;
         }
-      if (found) continue;
+      if (found || !modelMetricWanted(m.id)) continue;
     }
     HeadMetricValues v;
     try {

@@ -45,9 +45,15 @@ const std::vector<HeadMetric>& headMetrics();
 // The metric with this id, or null.
 const HeadMetric* findHeadMetric(const QString& id);
 
-// The values of every Run and Model metric for `run` (registry order; External ones are not
-// included). Any thread; what AnalysisController::computeRun stores in RunResult::head_metrics.
+// The values of every Run metric for `run`, and of every Model metric that was asked for
+// (wantModelMetric) or is already known for the run's weights (registry order; External ones are
+// not included). Any thread; what AnalysisController::computeRun stores in RunResult::head_metrics.
 std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run);
+// From now on, runs carry this Model metric. A Model metric reads the whole vocabulary once per
+// model, which would delay the first run of every model opened, so it waits until someone shows
+// it (HeadMetricsBar). Any thread.
+void wantModelMetric(const QString& id);
+bool modelMetricWanted(const QString& id);
 
 // The badge of a value: its text ("0.95", "—" for no score) and its fill on the metric's map.
 QString headMetricText(const HeadMetric& metric, float value);

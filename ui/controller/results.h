@@ -108,7 +108,8 @@ struct AnalysisSpec {
   unsigned reads = 0;     // SelectionPart bits
   AnalysisFn compute;
   // Computed with every run, for the key last asked for (moved to the new run), so that a
-  // keystroke's views are ready when the run is. Off for analyses too slow to run per key.
+  // keystroke's views are ready when the run is. Off for analyses too slow to run per key:
+  // those are their own job, asked for only while their view is on screen (MainWindow).
   bool with_every_run = true;
   // For long analyses: used instead of `compute` when set (compute then calls it without
   // progress, for Export All), reporting progress and stopping when cancelled.

@@ -42,8 +42,16 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : AnalysisVi
   title_->setObjectName(QStringLiteral("viewTitle"));
   summary_ = new QLabel(this);
   summary_->setObjectName(QStringLiteral("attentionSummary"));
-  summary_->setWordWrap(true);
+  // One line that changes with every keystroke, and a note that never does: a word-wrapped rich
+  // text label lays its document out again at each new text, several times per relayout.
   summary_->setTextFormat(Qt::RichText);
+  summary_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  note_ = new QLabel(QStringLiteral("Rows sum to 1; hatched cells are later positions the head cannot see. "
+                                    "Click a row to select that position."),
+                     this);
+  note_->setObjectName(QStringLiteral("attentionNote"));
+  note_->setWordWrap(true);
+  note_->setStyleSheet(QStringLiteral("color: #666"));
   heatmap_ = new HeatmapView(this);
   heatmap_->setObjectName(QStringLiteral("attentionHeatmap"));
   heatmap_->setColorMap(ColorMap::Sequential);
@@ -52,6 +60,7 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : AnalysisVi
   heatmap_->setColorScaleTitle(QStringLiteral("attention weight"));
   layout->addWidget(title_);
   layout->addWidget(summary_);
+  layout->addWidget(note_);
   auto* row = new QHBoxLayout;
   row->setSpacing(12);
   row->addWidget(heatmap_, 1);
@@ -208,9 +217,7 @@ void AttentionView::updateSummary() {
     parts << QStringLiteral("%1 <span style='color:#666'>%2</span>")
                  .arg(tokenAt(run_->labels.value(k), k).toHtmlEscaped(), QString::number(row[k], 'f', 2));
   }
-  summary_->setText(QStringLiteral("Query <b>%1</b> reads most from: %2. "
-                                   "<span style='color:#666'>Rows sum to 1; hatched cells are later positions "
-                                   "the head cannot see. Click a row to select that position.</span>")
+  summary_->setText(QStringLiteral("Query <b>%1</b> reads most from: %2.")
                         .arg(tokenAt(run_->labels.value(q), q).toHtmlEscaped(), parts.join(QStringLiteral(", "))));
 }
 

@@ -53,6 +53,7 @@ class AttentionView : public AnalysisView {
   std::shared_ptr<const RunResult> run_;
   QLabel* title_ = nullptr;
   QLabel* summary_ = nullptr;
+  QLabel* note_ = nullptr;
   HeatmapView* heatmap_ = nullptr;
   QLabel* row_caption_ = nullptr;
   BarChartView* row_bars_ = nullptr;

@@ -119,7 +119,8 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   grid->addWidget(z_, 1, 0);
   grid->addWidget(operatorLabel(left, QStringLiteral("×")), 1, 1);
   grid->addWidget(wo_, 1, 2);
-  grid->addWidget(operatorLabel(left, QStringLiteral("+ b_O\n=")), 1, 3);
+  concat_op_ = operatorLabel(left, QStringLiteral("+ b_O\n="));
+  grid->addWidget(concat_op_, 1, 3);
   grid->addWidget(concat_out_, 1, 4);
   grid->setColumnStretch(0, 1);
   grid->setColumnStretch(2, 1);
@@ -150,7 +151,8 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   sum_box->addWidget(sum_out_caption_);
   sum_box->addWidget(sum_out_, 1);
   right_row->addLayout(results_box, 1);
-  right_row->addWidget(operatorLabel(right, QStringLiteral("Σ r_h\n+ b_O\n=")));
+  sum_op_ = operatorLabel(right, QStringLiteral("Σ r_h\n+ b_O\n="));
+  right_row->addWidget(sum_op_);
   right_row->addLayout(sum_box, 1);
   right_layout->addLayout(right_row, 1);
   sides->addWidget(left);
@@ -308,7 +310,8 @@ void ConcatSumView::refresh() {
                                 .arg(formatNumber(result_->head_range)));
   results_caption_->setToolTip(QStringLiteral("The heads share one colour scale, the 99.5th percentile of |r_h| over "
                                               "every head, so heads compare with each other; larger values saturate. "
-                                              "attn_out (±%1) adds b_O and every head and is drawn on its own scale.")
+                                              "attn_out (±%1) adds every head (and b_O, when the model has one) and is drawn on its own "
+                                              "scale.")
                                    .arg(formatNumber(result_->output_range)));
   results_->setFigureText({QStringLiteral("L%1 per-head results r_h").arg(layer), runSubtitle(run)},
                           QStringLiteral("head_results_L%1").arg(layer));
@@ -331,9 +334,14 @@ void ConcatSumView::refresh() {
   z_->setFigureText({QStringLiteral("L%1 z concatenated [S × H·d_head]").arg(layer), subtitle},
                     QStringLiteral("z_concat_L%1").arg(layer));
   wo_->setFigureText({QStringLiteral("L%1 W_O [H·d_head × D]").arg(layer), subtitle}, QStringLiteral("W_O_L%1").arg(layer));
-  concat_out_->setFigureText({QStringLiteral("L%1 attn_out via concat · W_O + b_O").arg(layer), subtitle},
+  // A model without an attention output bias (Llama, Qwen2) adds none.
+  const bool bias = run.run.cache->config().architecture.attn_out_bias;
+  const QString plus_bias = bias ? QStringLiteral(" + b_O") : QString();
+  concat_op_->setText(bias ? QStringLiteral("+ b_O\n=") : QStringLiteral("="));
+  sum_op_->setText(bias ? QStringLiteral("Σ r_h\n+ b_O\n=") : QStringLiteral("Σ r_h\n="));
+  concat_out_->setFigureText({QStringLiteral("L%1 attn_out via concat · W_O%2").arg(layer).arg(plus_bias), subtitle},
                              QStringLiteral("attn_out_concat_L%1").arg(layer));
-  sum_out_->setFigureText({QStringLiteral("L%1 attn_out via Σ_h r_h + b_O").arg(layer), subtitle},
+  sum_out_->setFigureText({QStringLiteral("L%1 attn_out via Σ_h r_h%2").arg(layer).arg(plus_bias), subtitle},
                           QStringLiteral("attn_out_sum_L%1").arg(layer));
   diff_->setFigureText({QStringLiteral("L%1 |concat − sum|, max %2").arg(layer).arg(formatNumber(cs.max_abs_diff)), subtitle},
                        QStringLiteral("concat_minus_sum_L%1").arg(layer));
@@ -345,6 +353,9 @@ void ConcatSumView::fillShapes() {
   const RunResult& run = *result_->run;
   const hs::ModelConfig& cfg = run.run.cache->config();
   const int S = run.n_pos(), H = cfg.n_heads, dh = cfg.d_head, D = cfg.d_model, V = cfg.d_vocab, L = cfg.n_layers;
+  const int Hkv = cfg.n_key_value_heads > 0 ? cfg.n_key_value_heads : H;
+  const bool rotary = cfg.architecture.positions == hs::PositionKind::Rotary;
+  const QString plus_bias = cfg.architecture.attn_out_bias ? QStringLiteral(" + b_O") : QString();
   struct Row {
     QString step, shape, sizes;
   };
@@ -353,19 +364,31 @@ void ConcatSumView::fillShapes() {
     for (int x : d) parts << QString::number(x);
     return "[" + parts.join(", ") + "]";
   };
-  const std::vector<Row> rows = {
+  const QString kv_step = Hkv < H ? QStringLiteral("k, v (hook_k, hook_v): each shared by %1 query heads").arg(H / Hkv)
+                                  : QStringLiteral("k, v (hook_k, hook_v)");
+  std::vector<Row> rows = {
       {QStringLiteral("tokens"), QStringLiteral("[B, S]"), dims({1, S})},
-      {QStringLiteral("resid_pre (embed + pos)"), QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {run.run.cache->has_pos_embed() ? QStringLiteral("resid_pre (embed + pos)")
+                                      : QStringLiteral("resid_pre (embed; no position embedding)"),
+       QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {QStringLiteral("q (hook_q)"), QStringLiteral("[B, S, H, d_head]"), dims({1, S, H, dh})},
+      {kv_step, QStringLiteral("[B, S, H_kv, d_head]"), dims({1, S, Hkv, dh})},
+  };
+  if (rotary)
+    rows.push_back({QStringLiteral("q, k rotated by position (hook_rot_q, hook_rot_k)"),
+                    QStringLiteral("[B, S, H or H_kv, d_head]"), dims({1, S, H, dh}) + " / " + dims({1, S, Hkv, dh})});
+  const std::vector<Row> attention_rows = {
       {QStringLiteral("z = pattern · v (hook_z)"), QStringLiteral("[B, S, H, d_head]"), dims({1, S, H, dh})},
       {QStringLiteral("z concatenated"), QStringLiteral("[B, S, H·d_head]"), dims({1, S, H * dh})},
       {QStringLiteral("W_O"), QStringLiteral("[H·d_head, D]"), dims({H * dh, D})},
-      {QStringLiteral("concat · W_O + b_O = attn_out"), QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {QStringLiteral("concat · W_O%1 = attn_out").arg(plus_bias), QStringLiteral("[B, S, D]"), dims({1, S, D})},
       {QStringLiteral("z_h (one head)"), QStringLiteral("[B, S, d_head]"), dims({1, S, dh})},
       {QStringLiteral("W_O[h]"), QStringLiteral("[d_head, D]"), dims({dh, D})},
       {QStringLiteral("r_h = z_h · W_O[h] (hook_result)"), QStringLiteral("[B, S, H, D]"), dims({1, S, H, D})},
-      {QStringLiteral("Σ_h r_h + b_O = attn_out"), QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {QStringLiteral("Σ_h r_h%1 = attn_out").arg(plus_bias), QStringLiteral("[B, S, D]"), dims({1, S, D})},
       {QStringLiteral("logits (after %1 layers)").arg(L), QStringLiteral("[B, S, V]"), dims({1, S, V})},
   };
+  rows.insert(rows.end(), attention_rows.begin(), attention_rows.end());
   shapes_->setRowCount(static_cast<int>(rows.size()));
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
     shapes_->setItem(i, 0, new QTableWidgetItem(rows[static_cast<size_t>(i)].step));
@@ -373,13 +396,17 @@ void ConcatSumView::fillShapes() {
     shapes_->setItem(i, 2, new QTableWidgetItem(rows[static_cast<size_t>(i)].sizes));
   }
   shapes_summary_->setText(QStringLiteral("<b>Shapes, step by step</b> &nbsp; B = 1 &nbsp; S = %1 &nbsp; V = %2 "
-                                          "&nbsp; D = %3 &nbsp; H = %4 &nbsp; d_head = %5 &nbsp; L = %6 layers")
+                                          "&nbsp; D = %3 &nbsp; H = %4 &nbsp; H_kv = %5 &nbsp; d_head = %6 &nbsp; L = %7 layers%8")
                                .arg(S)
                                .arg(V)
                                .arg(D)
                                .arg(H)
+                               .arg(Hkv)
                                .arg(dh)
-                               .arg(L));
+                               .arg(L)
+                               .arg(Hkv < H ? QStringLiteral(" &nbsp; (grouped-query attention: query head h reads "
+                                                             "key/value head h / %1)").arg(H / Hkv)
+                                            : QString()));
   shapes_->resizeColumnsToContents();
   shapes_->resizeRowsToContents();
 }

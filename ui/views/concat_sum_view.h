@@ -79,6 +79,8 @@ class ConcatSumView : public AnalysisView {
   HeatmapView* sum_out_ = nullptr;
   HeatmapView* diff_ = nullptr;
   ImageGridView* results_ = nullptr;
+  QLabel* concat_op_ = nullptr;  // "+ b_O =" between the plots, or "=" without the bias
+  QLabel* sum_op_ = nullptr;
   QLabel* shapes_summary_ = nullptr;
   QTableWidget* shapes_ = nullptr;
   RefreshWhenShown* refresher_ = nullptr;

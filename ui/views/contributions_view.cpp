@@ -36,6 +36,17 @@ QColor kindColor(hs::ComponentKind kind) {
   return Qt::gray;
 }
 
+QString kindLabel(hs::ComponentKind kind) {
+  switch (kind) {
+    case hs::ComponentKind::Embed: return QStringLiteral("embed");
+    case hs::ComponentKind::PosEmbed: return QStringLiteral("pos_embed");
+    case hs::ComponentKind::Head: return QStringLiteral("head result");
+    case hs::ComponentKind::AttnBias: return QStringLiteral("attention bias b_O");
+    case hs::ComponentKind::Mlp: return QStringLiteral("MLP out");
+  }
+  return {};
+}
+
 }  // namespace
 
 ViewDescriptor ContributionsView::descriptor() {
@@ -120,11 +131,6 @@ ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : An
   bars_caption_->setObjectName(QStringLiteral("sectionCaption"));
   bars_ = new BarChartView(bottom);
   bars_->setObjectName(QStringLiteral("contribBars"));
-  bars_->setLegend({{QStringLiteral("embed"), kindColor(hs::ComponentKind::Embed)},
-                    {QStringLiteral("pos_embed"), kindColor(hs::ComponentKind::PosEmbed)},
-                    {QStringLiteral("head result"), kindColor(hs::ComponentKind::Head)},
-                    {QStringLiteral("attention bias b_O"), kindColor(hs::ComponentKind::AttnBias)},
-                    {QStringLiteral("MLP out"), kindColor(hs::ComponentKind::Mlp)}});
   check_ = new QLabel(bottom);
   check_->setObjectName(QStringLiteral("contribCheck"));
   check_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -273,9 +279,9 @@ void ContributionsView::refresh() {
     heads_->setColorMap(ColorMap::Diverging);
     heads_->setRangeMode(HeatmapView::RangeMode::Symmetric);
     heads_->setColorScaleTitle(QStringLiteral("logit of %1").arg(target_text));
-    heads_caption_->setText(QStringLiteral("Direct logit attribution of each head to %1 at %2 (final LayerNorm scale "
+    heads_caption_->setText(QStringLiteral("Direct logit attribution of each head to %1 at %2 (final %3 scale "
                                            "frozen): red pushes the logit up, blue pushes it down.")
-                                .arg(target_text, pos_text));
+                                .arg(target_text, pos_text, QString::fromStdString(std::string(hs::to_string(run.run.cache->config().architecture.norm)))));
   }
   heads_->setTooltipFormatter([this, norms, target_text](int l, int h, float v) {
     return norms ? QStringLiteral("%1: ‖r_h‖ = %2").arg(headLabel(l, h), formatNumber(v))
@@ -293,7 +299,20 @@ void ContributionsView::refresh() {
     const double v = norms ? parts.norms[i] : dla.per_component[i];
     bars.push_back({QString::fromStdString(parts.labels[i]), v, kindColor(parts.kinds[i])});
   }
+  // The legend names the kinds this model's decomposition has: no pos_embed bar for a model whose
+  // positions enter inside attention (rotary), no b_O bar for one without attention biases.
+  std::vector<std::pair<QString, QColor>> legend;
+  for (hs::ComponentKind kind : {hs::ComponentKind::Embed, hs::ComponentKind::PosEmbed, hs::ComponentKind::Head,
+                                 hs::ComponentKind::AttnBias, hs::ComponentKind::Mlp})
+    if (std::find(parts.kinds.begin(), parts.kinds.end(), kind) != parts.kinds.end())
+      legend.push_back({kindLabel(kind), kindColor(kind)});
+  if (legend != bars_->legend()) bars_->setLegend(legend);
   bars_->setBars(std::move(bars));
+  const QString no_positions =
+      run.run.cache->has_pos_embed()
+          ? QString()
+          : QStringLiteral(" No part stands for position: this model has no position embedding (positions "
+                           "enter inside attention, rotating queries and keys).");
   bars_->setValueAxisTitle(norms ? QStringLiteral("‖component‖") : QStringLiteral("logit contribution"));
   bars_->setTooltipFormatter([this, norms, target_text](int i) {
     const auto& b = bars_->bar(i);
@@ -306,16 +325,17 @@ void ContributionsView::refresh() {
                        QStringLiteral("contributions_components_%1_pos%2").arg(stem_mode).arg(pos));
   if (norms) {
     bars_caption_->setText(QStringLiteral("The final residual stream at %1 is the sum of these %2 parts (norm of "
-                                          "each):")
+                                          "each).%3")
                                .arg(pos_text)
-                               .arg(parts.labels.size()));
+                               .arg(parts.labels.size())
+                               .arg(no_positions));
     check_->setText(QStringLiteral("Check: max |sum of parts − residual| = %1  (over d_model = %2; float32 rounding)")
                         .arg(formatNumber(parts.max_abs_error))
                         .arg(parts.residual.size()));
   } else {
-    bars_caption_->setText(QStringLiteral("Each part's direct contribution to the logit of %1 (logit = %2):")
-                               .arg(target_text, formatNumber(dla.logit)));
-    check_->setText(QStringLiteral("Check: sum of parts + ln_f bias term (%1) − logit (%2) = %3")
+    bars_caption_->setText(QStringLiteral("Each part's direct contribution to the logit of %1 (logit = %2).%3")
+                               .arg(target_text, formatNumber(dla.logit), no_positions));
+    check_->setText(QStringLiteral("Check: sum of parts + final norm's bias term (%1) − logit (%2) = %3")
                         .arg(formatSigned(dla.bias_term), formatNumber(dla.logit), formatNumber(dla.max_abs_error)));
   }
   updateHighlights();

@@ -203,6 +203,10 @@ void HeadMetricsBar::onChoiceChanged() {
   threshold_->setEnabled(metric != nullptr && filter_->isChecked());
   legend_->setVisible(metric != nullptr);
   note_->setVisible(metric != nullptr);
+  if (metric && metric->source == HeadMetric::Source::Model && !modelMetricWanted(metric->id)) {
+    wantModelMetric(metric->id);
+    if (run_) Q_EMIT runWanted();  // the next run computes it: ask for one now
+  }
   if (metric) {
     legend_->setScale(metric->colors, metric->name,
                       QString::number(metric->low, 'g', 3), QString::number(metric->high, 'g', 3));

@@ -71,6 +71,9 @@ class HeadMetricsBar : public QWidget {
  Q_SIGNALS:
   // The metric, the order or the filter changed (the grid already shows it).
   void changed();
+  // A metric computed with the run (a Model metric shown for the first time) is missing from
+  // the current run: run the prompt again.
+  void runWanted();
 
  protected:
   void resizeEvent(QResizeEvent* event) override;

@@ -18,15 +18,8 @@ namespace hs::ui {
 BarChartView::BarChartView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
-  plot_ = new QCustomPlot(this);
-  plot_->setObjectName(QStringLiteral("barPlot"));
+  plot_ = newLivePlot(this, QStringLiteral("barPlot"));
   layout->addWidget(plot_);
-  plot_->setMouseTracking(true);
-  plot_->setFocusPolicy(Qt::ClickFocus);  // clicking a plot takes the keyboard from the prompt
-  plot_->setPlottingHint(QCP::phCacheLabels, true);
-  // QCustomPlot's default repaint()s the widget inside every replot, which paints and flushes the
-  // window there and then, once per plot; update() lets a keystroke's replots share one paint.
-  plot_->setPlottingHint(QCP::phImmediateRefresh, false);
   for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
     axis->setSubTicks(false);
     axis->setBasePen(QPen(QColor(0x88, 0x88, 0x88)));

@@ -41,6 +41,7 @@ class BarChartView : public QWidget, public FigureSource {
   void setValueRange(double lo, double hi);
   // A legend entry per colour: (name, colour).
   void setLegend(const std::vector<std::pair<QString, QColor>>& entries);
+  const std::vector<std::pair<QString, QColor>>& legend() const { return legend_; }
   void setTooltipFormatter(std::function<QString(int index)> formatter);
   QPoint barCenter(int index) const;
 

@@ -78,16 +78,9 @@ void placeRect(QCPItemRect* rect, double x0, double y0, double x1, double y1) {
 HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
-  plot_ = new QCustomPlot(this);
-  plot_->setObjectName(QStringLiteral("heatmapPlot"));
+  plot_ = newLivePlot(this, QStringLiteral("heatmapPlot"));
   layout->addWidget(plot_);
-  plot_->setMouseTracking(true);
-  plot_->setFocusPolicy(Qt::ClickFocus);  // clicking a plot takes the keyboard from the prompt
   plot_->setNoAntialiasingOnDrag(true);
-  plot_->setPlottingHint(QCP::phCacheLabels, true);
-  // QCustomPlot's default repaint()s the widget inside every replot, which paints and flushes the
-  // window there and then, once per plot; update() lets a keystroke's replots share one paint.
-  plot_->setPlottingHint(QCP::phImmediateRefresh, false);
   plot_->addLayer(QStringLiteral("highlights"), plot_->layer(QStringLiteral("main")), QCustomPlot::limAbove);
   plot_->addLayer(QStringLiteral("celltext"), plot_->layer(QStringLiteral("main")), QCustomPlot::limAbove);
   cell_text_layer_ = new CellTextLayer(plot_, [this](QCPPainter* painter) { drawCellTexts(painter); });

@@ -9,6 +9,17 @@
 
 namespace hs::ui {
 
+QCustomPlot* newLivePlot(QWidget* parent, const QString& object_name) {
+  auto* plot = new QCustomPlot(parent);
+  plot->setObjectName(object_name);
+  plot->setMouseTracking(true);
+  plot->setFocusPolicy(Qt::ClickFocus);
+  plot->setPlottingHint(QCP::phCacheLabels, true);
+  plot->setPlottingHint(QCP::phImmediateRefresh, false);
+  plot->layer(QStringLiteral("overlay"))->setMode(QCPLayer::lmLogical);
+  return plot;
+}
+
 void retickAfterLayout(QCustomPlot* plot, QObject* context, std::function<void()> update_ticks) {
   QObject::connect(plot, &QCustomPlot::afterLayout, context,
                    [plot, seen = QSize(-1000, -1000), update = std::move(update_ticks)]() mutable {

@@ -55,6 +55,7 @@ void ExportAllJob::start() {
     Selection& s = *state->selection;
     s.setBounds(run_->n_layer(), run_->n_head(), run_->n_pos());
     s.setPosition(options_.position < 0 ? run_->n_pos() - 1 : options_.position);
+    s.setHead(options_.layer, options_.head);
     s.setTarget(options_.target);
     state->view.reset(descriptor.create(&s, nullptr));
     // Laid out at its export size and never shown, so painting it gives what a window would.

@@ -33,6 +33,7 @@ class ExportAllJob : public QObject {
     QString out_dir;
     double scale = 1.0;                    // 2.0 for paper-ready figures
     int position = -1;                     // -1: the last token
+    int layer = 0, head = 0;               // the selected head (views of one head or layer)
     std::optional<int32_t> target;         // empty: the predicted next token
     // A view's inputs beyond the selection, by view id (AnalysisView::viewInputs of the window's
     // views), given to the job's own instance before it lists its figures.

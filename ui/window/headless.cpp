@@ -19,12 +19,19 @@ int runHeadlessExport(const HeadlessExportOptions& options) {
   };
   if (options.out_dir.isEmpty()) return complain(QStringLiteral("--export needs an output folder."));
   if (options.text.isEmpty()) return complain(QStringLiteral("--export needs a prompt: add --text \"...\"."));
+  const int layer = options.layer, head = options.head;
   std::shared_ptr<const RunResult> run;
   try {
     const std::filesystem::path dir =
         options.model_dir.isEmpty() ? hs::builtin_model_dir() : std::filesystem::path(options.model_dir.toStdString());
     auto model = hs::Model::load(dir);
-    run = AnalysisController::computeRun(model, options.text);
+    if (layer >= model->config().n_layers || head >= model->config().n_heads || layer < 0 || head < 0)
+      return complain(QStringLiteral("--head %1.%2: the model has %3 layers of %4 heads (both count from 0).")
+                          .arg(layer)
+                          .arg(head)
+                          .arg(model->config().n_layers)
+                          .arg(model->config().n_heads));
+    run = AnalysisController::computeRun(model, options.text, nullptr, options.ablations, nullptr);
   } catch (const std::exception& e) {
     return complain(QString::fromStdString(e.what()));
   }
@@ -34,6 +41,9 @@ int runHeadlessExport(const HeadlessExportOptions& options) {
   ExportAllJob::Options export_options;
   export_options.out_dir = options.out_dir;
   export_options.scale = options.scale;
+  export_options.layer = layer;
+  export_options.head = head;
+  if (!options.patching.isEmpty()) export_options.view_inputs[QStringLiteral("patching")] = options.patching;
   ExportAllJob job(run, export_options);
   bool ok = false, done = false;
   QString message;

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <QString>
+#include <QStringList>
+
+#include "core/model/intervention.h"
 
 namespace hs::ui {
 
@@ -10,6 +13,9 @@ struct HeadlessExportOptions {
   QString text;
   QString out_dir;
   double scale = 1.0;
+  int layer = 0, head = 0;  // the selected head (the views of one head or layer draw it)
+  hs::Interventions ablations;  // run with these heads ablated (`--ablate`, as headscope-cli run's)
+  QStringList patching;         // the patching view's inputs: corrupted prompt, answer, wrong answer
 };
 
 // Needs a QApplication (the offscreen platform will do). Prints progress-free: one line on

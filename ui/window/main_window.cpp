@@ -28,7 +28,10 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <utility>
 
+#include "core/model/architecture.h"
+#include "core/model/architecture_text.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "ui/controller/ablations.h"
@@ -119,6 +122,11 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   updateRecentMenu();
   for (int i = 0; i < static_cast<int>(viewRegistry().size()); ++i)
     if (viewRegistry()[static_cast<size_t>(i)].id == options.view) tabs_->setCurrentIndex(i);
+
+  if (AnalysisView* patching = view(QStringLiteral("patching")); patching && !options.patching.isEmpty())
+    patching->setViewInputs(options.patching);
+  if (options.layer != 0 || options.head != 0) first_head_ = std::make_pair(options.layer, options.head);
+  first_ablations_ = options.ablations;
 
   prompt_->setPlainText(options.text.isEmpty() ? QString::fromUtf8(kExamplePrompt) : options.text);
   prompt_->moveCursor(QTextCursor::End);
@@ -391,6 +399,13 @@ void MainWindow::buildStatusBar() {
   status_busy_ = new QLabel(bar);
   status_busy_->setObjectName(QStringLiteral("statusBusy"));
   bar->addPermanentWidget(status_busy_);
+  // Shown and cleared around every keystroke's run: a fixed size, so that it never lays out the
+  // status bar again (a label whose size may change does, on every new text).
+  status_running_ = new QLabel(bar);
+  status_running_->setObjectName(QStringLiteral("statusRunning"));
+  status_running_->setFixedSize(status_running_->fontMetrics().horizontalAdvance(QStringLiteral("running…")) + 8,
+                                status_running_->fontMetrics().height());
+  bar->addPermanentWidget(status_running_);
   progress_ = new QProgressBar(bar);
   progress_->setObjectName(QStringLiteral("loadProgress"));
   progress_->setRange(0, 1000);
@@ -425,7 +440,7 @@ void MainWindow::connectEverything() {
   connect(controller_, &AnalysisController::runReady, this, &MainWindow::onRunReady);
   connect(controller_, &AnalysisController::runFailed, this, &MainWindow::onRunFailed);
   connect(controller_, &AnalysisController::busyChanged, this, [this](bool busy) {
-    if (!controller_->isLoading()) status_busy_->setText(busy ? QStringLiteral("running…") : QString());
+    status_running_->setText(busy && !controller_->isLoading() ? QStringLiteral("running…") : QString());
   });
   connect(controller_, &AnalysisController::analysisReady, this,
           [this](const QString& id, std::shared_ptr<const ViewResult> r) {
@@ -486,6 +501,12 @@ void MainWindow::connectEverything() {
     requestAnalyses();
   });
   connect(selection_, &Selection::targetChanged, this, [this] { requestAnalyses(); });
+  connect(head_metrics_, &HeadMetricsBar::runWanted, this, [this] {
+    debounce_.stop();
+    controller_->requestRun(prompt_->toPlainText());
+  });
+  // A view whose analysis runs as its own job is asked for when its tab is shown (requestAnalyses).
+  connect(tabs_, &QTabWidget::currentChanged, this, [this] { requestAnalyses(); });
   connect(selection_, &Selection::hoverChanged, tokens_, &TokenStrip::setHoverPosition);
 }
 
@@ -494,7 +515,8 @@ void MainWindow::loadModel(const QString& dir) { controller_->loadModel(dir); }
 void MainWindow::openModelFolder() {
   QSettings settings;
   const QString start = settings.value(QStringLiteral("models/lastFolder"), QDir::homePath()).toString();
-  const QString dir = QFileDialog::getExistingDirectory(this, QStringLiteral("Open Model Folder"), start);
+  const QString dir = QFileDialog::getExistingDirectory(
+      this, QStringLiteral("Open Model Folder: a Hugging Face GPT-2, Llama, Qwen2 or Pythia folder"), start);
   if (dir.isEmpty()) return;
   settings.setValue(QStringLiteral("models/lastFolder"), QFileInfo(dir).absolutePath());
   loadModel(dir);
@@ -522,6 +544,10 @@ void MainWindow::onModelChanged(std::shared_ptr<const hs::Model> model) {
   }
   controller_->setAblations({});
   head_grid_->setPickedIndices({});
+  // The command line's ablations (MainWindowOptions) are for the first model, once it is in;
+  // heads the model does not have make that run fail with the core's message.
+  // Undoable like any other ablation.
+  for (const hs::Intervention& a : std::exchange(first_ablations_, {})) ablations_->add({{a.layer, a.head}}, a.kind);
   // The controller re-runs its last text on a new model; make sure it knows the current one.
   debounce_.stop();
   controller_->requestRun(prompt_->toPlainText());
@@ -569,6 +595,14 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
     QSignalBlocker block(selection_);
     selection_->setBounds(n_layer, n_head, n_pos);
   }
+  if (first_head_) {
+    const auto [layer, head] = *first_head_;
+    first_head_.reset();
+    if (layer < n_layer && head < n_head) {
+      QSignalBlocker block(selection_);
+      selection_->setHead(layer, head);
+    }
+  }
   tokens_->setTooltipProvider([run](int pos) { return pos < run->n_pos() ? tokenTooltip(*run, pos) : QString(); });
   tokens_->setTokens(run->labels, run->run.bos_prepended);
   tokens_->setSelectedPosition(selection_->position());
@@ -599,6 +633,10 @@ void MainWindow::requestAnalyses() {
   for (size_t i = 0; i < views_.size(); ++i) {
     const ViewDescriptor& d = viewRegistry()[i];
     if (!d.analysis.compute || d.analysis.on_demand) continue;  // on-demand: the view asks itself
+    // An analysis that is not computed with the run is its own job on the worker pool, where it
+    // takes a core from the next keystroke's run: only the view on screen asks for it, and a
+    // hidden one asks when its tab is shown.
+    if (!d.analysis.with_every_run && tabs_->currentWidget() != views_[i]) continue;
     // Only when what it reads changed: moving to another head of the same layer does not
     // recompute a layer's analysis. Compared with the last request, not with what is shown, so
     // that going back to a key while another is being computed asks for it again.
@@ -639,11 +677,16 @@ void MainWindow::hideBanner() {
 
 void MainWindow::updateStatus() {
   const auto& model = controller_->model();
-  status_model_->setText(model ? QString::fromStdString(model->name()) : QStringLiteral("no model"));
+  status_model_->setText(model ? QStringLiteral("%1 · %2").arg(QString::fromStdString(model->name()),
+                                                               model->config().architecture.family
+                                                                   ? QString::fromStdString(std::string(model->config().architecture.family->name()))
+                                                                   : QString())
+                               : QStringLiteral("no model"));
   if (model) {
     const hs::ModelConfig& c = model->config();
-    status_model_->setToolTip(QStringLiteral("%1\n%2 layers × %3 heads, d_model %4, d_head %5, vocabulary %6, context %7")
+    status_model_->setToolTip(QStringLiteral("%1\n%2\n%3 layers × %4 heads, d_model %5, d_head %6, vocabulary %7, context %8")
                                   .arg(QString::fromStdString(model->dir().string()))
+                                  .arg(QString::fromStdString(hs::describe_architecture(c, model->weights()->tied_unembedding())))
                                   .arg(c.n_layers)
                                   .arg(c.n_heads)
                                   .arg(c.d_model)

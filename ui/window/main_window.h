@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/model/intervention.h"
 #include "ui/controller/results.h"
 
 class QComboBox;
@@ -42,6 +43,9 @@ struct MainWindowOptions {
   QString text;                  // empty: the example prompt
   bool restore_settings = true;  // window geometry from QSettings (off in tests)
   QString view = {};             // the id of the tab shown first (ui/views/registry.cpp); empty: the first
+  int layer = 0, head = 0;       // the head selected once the first run is in
+  hs::Interventions ablations = {};  // heads ablated from the start (undo removes them)
+  QStringList patching = {};     // the patching view's inputs: corrupted prompt, answer, wrong answer
 };
 
 class MainWindow : public QMainWindow {
@@ -132,7 +136,10 @@ class MainWindow : public QMainWindow {
   QLabel* status_tokens_ = nullptr;
   QLabel* status_time_ = nullptr;
   QLabel* status_next_ = nullptr;
-  QLabel* status_busy_ = nullptr;
+  std::optional<std::pair<int, int>> first_head_;  // MainWindowOptions' head, until the first run
+  hs::Interventions first_ablations_;              // MainWindowOptions' ablations, until a model is in
+  QLabel* status_busy_ = nullptr;     // loading and exporting
+  QLabel* status_running_ = nullptr;  // a run in flight
   QProgressBar* progress_ = nullptr;
   QMenu* recent_menu_ = nullptr;
   QTimer debounce_;
