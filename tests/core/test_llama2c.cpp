@@ -197,3 +197,42 @@ TEST_CASE("llama2.c: the rotate-half conversion of wq and wk keeps run.c's atten
                     Catch::Contains("tiny.bin: is " + std::to_string(span.size() - 4) + " bytes but its header"));
   CHECK_THROWS_WITH(llama2c_checkpoint_from_bytes(span.first(20), "tiny.bin"), Catch::Contains("too short"));
 }
+
+TEST_CASE("llama2.c: a checkpoint cut at any length, or with hostile header values, is refused", "[llama2c][refused]") {
+  // dim 8, hidden 16, 1 layer, 2 heads, 1 key/value head, vocab 10 (shared), context 4: 696 floats.
+  const int32_t header[7] = {8, 16, 1, 2, 1, 10, 4};
+  std::string whole(reinterpret_cast<const char*>(header), sizeof header);
+  for (int i = 0; i < 696; ++i) {
+    const float v = 0.01f * static_cast<float>(i % 17);
+    whole.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  auto load = [](const std::string& bytes) {
+    return llama2c_checkpoint_from_bytes(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "c.bin");
+  };
+  CHECK_NOTHROW(load(whole));
+  for (size_t n = 0; n < whole.size(); ++n) {
+    INFO("cut to " << n << " bytes");
+    CHECK_THROWS_AS(load(whole.substr(0, n)), Error);
+  }
+  CHECK_THROWS_AS(load(whole + "1234"), Error);  // longer than the header says
+  // Each header field zero, negative (but vocab_size, where negative means unshared), huge, or
+  // not fitting the others: a message, never an allocation of what the header claims.
+  const std::vector<std::pair<int, int32_t>> edits = {{0, 0}, {0, -8}, {0, 1 << 30}, {1, 0}, {2, 0}, {2, 5000},
+                                                      {3, 3}, {3, 0}, {4, 3}, {4, 0}, {5, 0}, {6, 0}, {6, 1 << 30},
+                                                      {0, 6}, {3, 8}};
+  for (const auto& [field, value] : edits) {
+    INFO("header field " << field << " = " << value);
+    std::string bad = whole;
+    std::memcpy(bad.data() + 4 * field, &value, 4);
+    CHECK_THROWS_AS(load(bad), Error);
+  }
+  // A negative vocab_size asks for its own classifier after the weights.
+  std::string unshared = whole;
+  const int32_t minus_ten = -10;
+  std::memcpy(unshared.data() + 20, &minus_ten, 4);
+  CHECK_THROWS_WITH(load(unshared), Catch::Contains("implies " + std::to_string(whole.size() + 10 * 8 * 4)));
+  for (int i = 0; i < 80; ++i) unshared.append(4, '\0');
+  const Llama2cCheckpoint u = load(unshared);
+  CHECK_FALSE(u.weights->tied_unembedding());
+}
