@@ -73,13 +73,10 @@ const RowMatrixXf& at_hook(const ActivationCache& c, HookPoint hook, int l) {
   return a.resid_pre;
 }
 
-// What the batched layers implement: forward.cpp's block as it stands. Another architecture
-// falls back to full runs until its step is added here too (DESIGN.md, "Adding an architecture").
-bool batched_layers_support(const ModelConfig& c) {
-  const Architecture& a = c.architecture;
-  return a.norm == NormKind::LayerNorm && a.positions != PositionKind::Rotary && a.mlp == MlpKind::Plain &&
-         !a.parallel_blocks;
-}
+// What the batched layers implement: forward.cpp's sequential block with either norm, learned or
+// rotary positions and a plain or gated MLP. Parallel blocks (GPT-NeoX's default) fall back to
+// full runs until their step is added here too (DESIGN.md, "Adding an architecture").
+bool batched_layers_support(const ModelConfig& c) { return !c.architecture.parallel_blocks; }
 
 // Applies `f(block_in, block_out)` to blocks of rows on the calling thread's team: the elementwise
 // steps between products (norms, the activation), which are serial in forward() but would leave
@@ -94,20 +91,25 @@ void by_row_blocks(Eigen::Index rows, F&& f) {
 
 
 // out = norm(x), rows [0, rows) of two [*, d_model] buffers, with forward()'s kernel.
-void layernorm_rows(RowMatrixXf& out, const RowMatrixXf& x, Eigen::Index rows, const float* w, const float* b,
-                    float eps) {
+void norm_rows(RowMatrixXf& out, const RowMatrixXf& x, Eigen::Index rows, const float* w, const float* b, float eps,
+               NormKind kind) {
   by_row_blocks(rows, [&](Eigen::Index r0, Eigen::Index n) {
     RowMatrixXf in = x.middleRows(r0, n), o;
-    layernorm_forward(o, nullptr, in, w, b, eps);
+    norm_forward(o, nullptr, in, w, b, eps, kind);
     out.middleRows(r0, n) = o;
   });
 }
 
-// x = act(x) in place, rows [0, rows).
-void activation_rows(RowMatrixXf& x, Eigen::Index rows, Activation act) {
+// x = act(x) in place, rows [0, rows); with a gate, x = act(gate) * x (gated_activation_forward's
+// bits: the activation, then the product).
+void activation_rows(RowMatrixXf& x, const RowMatrixXf* gate, Eigen::Index rows, Activation act) {
   by_row_blocks(rows, [&](Eigen::Index r0, Eigen::Index n) {
     float* p = x.data() + r0 * x.cols();
-    activation_forward(p, p, n * x.cols(), act);
+    const int64_t count = n * x.cols();
+    if (!gate) return activation_forward(p, p, count, act);
+    std::vector<float> a(static_cast<size_t>(count));
+    activation_forward(a.data(), gate->data() + r0 * gate->cols(), count, act);
+    for (int64_t i = 0; i < count; ++i) p[i] = a[static_cast<size_t>(i)] * p[i];
   });
 }
 
@@ -129,6 +131,8 @@ class Sweep {
         const SweepControl& control)
       : K_(clean), C_(corrupt), W_(*corrupt.weights()), c_(corrupt.config()), what_(what), control_(control) {
     S_ = corrupt.n_pos();
+    if (c_.architecture.positions == PositionKind::Rotary)
+      rotary_tables(rotary_cos_, rotary_sin_, rotary_inv_freq(c_.architecture.rotary), 0, S_);
     cols_ = what == HookPoint::Z ? c_.n_heads : S_;
     answer_row_.resize(c_.d_model);
     wrong_row_.resize(c_.d_model);
@@ -201,7 +205,7 @@ class Sweep {
   // unpatched row gives the bits of the corrupted run's own logits.
   void score(const RowMatrixXf& final_rows, const std::vector<Cell>& cells) {
     RowMatrixXf ln;
-    layernorm_forward(ln, nullptr, final_rows, W_.final_norm_w(), W_.final_norm_b(), c_.norm_eps);
+    norm_forward(ln, nullptr, final_rows, W_.final_norm_w(), W_.final_norm_b(), c_.norm_eps, c_.architecture.norm);
     for (Eigen::Index r = 0; r < ln.rows(); ++r) {
       float a = 0.0f, b = 0.0f;
       for (Eigen::Index k = 0; k < ln.cols(); ++k) {
@@ -256,8 +260,10 @@ class Sweep {
       max_rows += (what_ == HookPoint::Z ? S : S - cell.index) + (what_ == HookPoint::AttnOut ? 1 : 0);
       first_layer = std::min(first_layer, cell.layer);
     }
+    const bool rotary = c_.architecture.positions == PositionKind::Rotary;
+    const bool gated = c_.architecture.mlp == MlpKind::Gated;
     RowMatrixXf resid(max_rows, D), ln(max_rows, D), qkv(max_rows, W_.packed(0).W_qkv.cols()), z(max_rows, HD),
-        attn(max_rows, D), hidden(max_rows, c_.d_mlp), out(max_rows, D);
+        attn(max_rows, D), hidden(max_rows, c_.d_mlp), out(max_rows, D), gate(gated ? max_rows : 0, c_.d_mlp);
     // Fresh memory for every sweep: in huge pages it faults in far less often (docs/benchmarks.md,
     // "Measurements behind the code").
     for (RowMatrixXf* m : {&resid, &ln, &qkv, &z, &attn, &hidden, &out})
@@ -342,8 +348,23 @@ class Sweep {
       // z of every member: attention for the A rows, the patched z for the Z rows. In the last
       // layer only each member's last row, packed one row per member.
       if (rows_a > 0) {
-        layernorm_rows(ln, resid, rows_a, Wl.norm1_w, Wl.norm1_b, c_.norm_eps);
+        norm_rows(ln, resid, rows_a, Wl.norm1_w, Wl.norm1_b, c_.norm_eps, c_.architecture.norm);
         gemm_rows(qkv, ln, rows_a, WP.W_qkv, Wl.b_qkv);  // [A rows, Q | K | V]
+        if (rotary) {
+          // Each member's rows are positions first .. S-1: their queries and keys turned by those
+          // positions' angles, as forward() turns them.
+          const Eigen::Index q_width = Eigen::Index{c_.n_heads} * c_.d_head;
+          const Eigen::Index kv_width = Eigen::Index{c_.n_key_value_heads} * c_.d_head;
+          const int dim = c_.architecture.rotary.dim;
+          for (size_t i = 0; i < n_a; ++i) {
+            const Member& m = members[i];
+            const Eigen::Index n = S - m.first;
+            rotary_forward(qkv.block(m.row0, 0, n, q_width), c_.n_heads, c_.d_head, dim,
+                           rotary_cos_.middleRows(m.first, n), rotary_sin_.middleRows(m.first, n));
+            rotary_forward(qkv.block(m.row0, q_width, n, kv_width), c_.n_key_value_heads, c_.d_head, dim,
+                           rotary_cos_.middleRows(m.first, n), rotary_sin_.middleRows(m.first, n));
+          }
+        }
         check_cancel();
 #pragma omp parallel for schedule(dynamic)
         for (size_t i = 0; i < n_a; ++i) {
@@ -384,9 +405,10 @@ class Sweep {
       w.topRows(rows_z_out) += attn.topRows(rows_z_out);  // resid_mid
       check_cancel();
 
-      layernorm_rows(ln, w, rows_all, Wl.norm2_w, Wl.norm2_b, c_.norm_eps);
-      gemm_rows(hidden, ln, rows_all, WP.W_in, Wl.b_in);
-      activation_rows(hidden, rows_all, c_.activation);
+      norm_rows(ln, w, rows_all, Wl.norm2_w, Wl.norm2_b, c_.norm_eps, c_.architecture.norm);
+      gemm_rows(hidden, ln, rows_all, WP.W_in, Wl.b_in);  // plain: pre; gated: the up projection
+      if (gated) gemm_rows(gate, ln, rows_all, WP.W_gate, Wl.b_gate);
+      activation_rows(hidden, gated ? &gate : nullptr, rows_all, c_.activation);
       gemm_rows(out, hidden, rows_all, WP.W_out, Wl.b_out);
       w.topRows(rows_all) += out.topRows(rows_all);  // resid_post
 
@@ -415,6 +437,7 @@ class Sweep {
   Eigen::Index S_ = 0;
   int cols_ = 0;
   std::vector<float> answer_row_, wrong_row_;
+  RowMatrixXf rotary_cos_, rotary_sin_;  // [pos, rotary dim / 2]: every position's angles, with rotary
   float m_corrupt_ = 0.0f;
   RowMatrixXf raw_;
   double total_work_ = 0.0, done_work_ = 0.0;

@@ -182,8 +182,6 @@ int64_t parameter_count(const ModelConfig& c) {
 
 void require_implemented(const ModelConfig& c) {
   const Architecture& a = c.architecture;
-  if (a.parallel_blocks) not_implemented(c, "parallel attention and MLP blocks");
-  if (a.qkv == QkvLayout::FusedPerHead) not_implemented(c, "a fused QKV projection grouped per head");
   if (a.positions == PositionKind::Rotary &&
       (a.rotary.dim <= 0 || a.rotary.dim > c.d_head || a.rotary.dim % 2 != 0))
     not_implemented(c, "rotary embeddings over " + std::to_string(a.rotary.dim) + " of " + std::to_string(c.d_head) +
@@ -226,7 +224,7 @@ std::vector<double> rotary_inv_freq(const RotaryParams& r) {
 }
 
 const std::vector<const ArchitectureFamily*>& architecture_families() {
-  static const std::vector<const ArchitectureFamily*> all = {&arch::gpt2(), &arch::llama(), &arch::qwen2()};
+  static const std::vector<const ArchitectureFamily*> all = {&arch::gpt2(), &arch::llama(), &arch::qwen2(), &arch::gpt_neox()};
   return all;
 }
 

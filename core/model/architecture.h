@@ -39,7 +39,8 @@ enum class Activation : uint8_t { GeluNew, GeluErf, Relu, Silu };
 // How the file holds the query, key and value projections.
 enum class QkvLayout : uint8_t {
   FusedBlocks,   // one [d_model, (n_heads + 2 n_kv) d_head] matrix: Q | K | V column blocks
-  FusedPerHead,  // one matrix whose columns are grouped per head: q_h, k_h, v_h (GPT-NeoX)
+  FusedPerHead,  // one matrix whose outputs are grouped per head: q_h, k_h, v_h (GPT-NeoX); bound
+                 // as FusedBlocks, its columns reordered when the model opens
   Separate,      // three matrices
 };
 enum class UnembeddingTie : uint8_t {
@@ -147,8 +148,9 @@ std::vector<TensorSpec> tensor_specs(const ModelConfig& c);
 int64_t parameter_count(const ModelConfig& c);
 
 // Throws hs::Error naming the first option of the description that HeadScope's weights binding
-// or forward pass does not implement yet (parallel blocks, QKV fused per head). Weights::load and
-// forward() call it, so a description is refused before anything is computed with it.
+// or forward pass does not implement (rotary embeddings over an odd number of dimensions or more
+// than d_head, an unembedding stored [d_model, d_vocab]). Weights::load and forward() call it, so
+// a description is refused before anything is computed with it.
 void require_implemented(const ModelConfig& c);
 
 // The registry. A family is found by config.json's model_type ("gpt2") or, when a config has

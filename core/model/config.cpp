@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <optional>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -88,6 +89,49 @@ double ConfigJson::positive_number(const char* key, double fallback) const {
 }
 
 const json* ConfigJson::value(const char* key) const { return has(key) ? &json_[key] : nullptr; }
+
+// Hugging Face's rope_scaling object: {"rope_type" (or "type"): ..., "factor": ..., ...}.
+void ConfigJson::rope_scaling(RotaryParams& r) const {
+  const ConfigJson& j = *this;
+  const nlohmann::json* rs = j.value("rope_scaling");
+  if (!rs) return;
+  if (!rs->is_object()) j.refuse("\"rope_scaling\" must be an object or null, found " + json_brief(*rs) + ".");
+  std::string type;
+  for (const char* key : {"rope_type", "type"})
+    if (rs->contains(key) && (*rs)[key].is_string()) {
+      type = (*rs)[key].get<std::string>();
+      break;
+    }
+  auto number = [&](const char* key, std::optional<double> fallback) {
+    if (!rs->contains(key) || (*rs)[key].is_null()) {
+      if (fallback) return *fallback;
+      j.refuse("rope_scaling of type \"" + type + "\" needs \"" + key + "\".");
+    }
+    const nlohmann::json& v = (*rs)[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0.0))
+      j.refuse("rope_scaling \"" + std::string(key) + "\" must be a positive number, found " + json_brief(v) + ".");
+    return v.get<double>();
+  };
+  if (type == "default") return;
+  if (type == "linear") {
+    r.scaling = RopeScaling::Linear;
+    r.factor = number("factor", std::nullopt);
+    return;
+  }
+  if (type == "llama3") {
+    r.scaling = RopeScaling::Llama3;
+    r.factor = number("factor", std::nullopt);
+    r.low_freq_factor = number("low_freq_factor", std::nullopt);
+    r.high_freq_factor = number("high_freq_factor", std::nullopt);
+    r.original_context = number("original_max_position_embeddings", std::nullopt);
+    if (!(r.high_freq_factor > r.low_freq_factor))
+      j.refuse("rope_scaling \"high_freq_factor\" must be larger than \"low_freq_factor\".");
+    return;
+  }
+  j.refuse("rope_scaling type \"" + type +
+           "\" is not supported; HeadScope implements \"linear\" and \"llama3\" (or none). Positions would be "
+           "encoded differently from the model's own.");
+}
 
 std::pair<Activation, std::string> ConfigJson::activation(const char* key, const char* fallback) const {
   std::string a = fallback;

@@ -30,6 +30,10 @@ class ConfigJson {
   double positive_number(const char* key, double fallback) const;
   // The value of `key` (nullptr when absent or null), for options nested in objects.
   const nlohmann::json* value(const char* key) const;
+  // Hugging Face's rope_scaling object (absent or null: none) into r's scaling: "linear" (factor)
+  // or "llama3" (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings);
+  // any other type is refused by name.
+  void rope_scaling(RotaryParams& r) const;
   // An activation function by its Hugging Face name, and that name.
   std::pair<Activation, std::string> activation(const char* key, const char* fallback) const;
   // Throws hs::Error "<source>: <what>".

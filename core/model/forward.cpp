@@ -229,10 +229,12 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   }
 
   // The block's variant: the norm's kind, whether queries and keys are rotated (with the angles of
-  // the new positions, computed once for every layer), whether the MLP is gated.
+  // the new positions, computed once for every layer), whether the MLP is gated, whether it reads
+  // the block's input (parallel) or the stream after attention.
   const NormKind norm = c.architecture.norm;
   const bool rotary = c.architecture.positions == PositionKind::Rotary;
   const bool gated = c.architecture.mlp == MlpKind::Gated;
+  const bool parallel = c.architecture.parallel_blocks;
   const int rotary_dim = c.architecture.rotary.dim;
   RowMatrixXf rotary_cos, rotary_sin;  // [new pos, rotary_dim / 2]
   if (rotary) rotary_tables(rotary_cos, rotary_sin, rotary_inv_freq(c.architecture.rotary), P, N);
@@ -307,8 +309,10 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
         head_result_forward(a.result_phd.data() + (P * H + h) * D, H * D, z_new, h, c.d_head, WP.W_O);
     }
 
+    // Parallel blocks (GPT-NeoX) feed the MLP the block's input, not the stream after attention.
+    if (parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
     resid += block_out;  // resid_mid
-    norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
+    if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
     linear_forward(block_out, normalized, WP.W_in, W.b_in);  // plain: pre; gated: the up projection
     with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
     if (gated) {

@@ -6,9 +6,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/model/llama2c.h"
 #include "core/model/memory_guard.h"
 #include "core/tensor/safetensors.h"
 #include "core/tokenizer/load.h"
+#include "core/tokenizer/llama2c_tokenizer.h"
 
 namespace hs {
 namespace fs = std::filesystem;
@@ -61,6 +63,19 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
     if (progress) progress(f, stage);
   };
   std::error_code ec;
+  if (const std::optional<Llama2cFiles> files = find_llama2c_files(dir)) {
+    std::shared_ptr<Model> m(new Model());
+    m->dir_ = dir;
+    m->name_ = files->checkpoint.stem().string();
+    report(0.05, "reading " + files->checkpoint.filename().string());
+    Llama2cCheckpoint checkpoint = load_llama2c_checkpoint(files->checkpoint);
+    m->weights_ = std::move(checkpoint.weights);
+    report(0.85, "reading " + files->tokenizer.filename().string());
+    m->tokenizer_ = load_llama2c_tokenizer(files->tokenizer, checkpoint.config.d_vocab);
+    m->warnings_ = m->weights_->warnings();
+    report(1.0, "ready");
+    return m;
+  }
   if (!fs::exists(dir, ec)) throw Error(dir.string() + ": no such folder. Choose a Hugging Face GPT-2 model folder.");
   if (!fs::is_directory(dir, ec))
     throw Error(dir.string() + ": is a file, not a folder. Choose the folder that holds config.json and model.safetensors.");

@@ -25,7 +25,9 @@ using ProgressFn = std::function<void(double fraction, const std::string& stage)
 class Model {
  public:
   // Loads a Hugging Face model folder of a family in the registry (architecture.h): config.json,
-  // model.safetensors, vocab.json and merges.txt (or tokenizer.json).
+  // model.safetensors (or its shards and model.safetensors.index.json), vocab.json and merges.txt
+  // (or tokenizer.json). Or a llama2.c model (llama2c.h): its checkpoint .bin, or a folder holding
+  // it, with its tokenizer .bin (tokenizer.bin or tok*.bin) beside it.
   // A folder with only a pickle checkpoint (pytorch_model.bin) is refused with a message that
   // says how to convert it. Throws hs::Error; nothing is left half-loaded.
   static std::shared_ptr<const Model> load(const std::filesystem::path& dir, const ProgressFn& progress = {});

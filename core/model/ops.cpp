@@ -102,8 +102,8 @@ void rotary_tables(RowMatrixXf& cos, RowMatrixXf& sin, const std::vector<double>
     }
 }
 
-void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim, const RowMatrixXf& cos,
-                    const RowMatrixXf& sin) {
+void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
+                    const Eigen::Ref<const RowMatrixXf>& cos, const Eigen::Ref<const RowMatrixXf>& sin) {
   const Eigen::Index half = dim / 2;
   for (Eigen::Index r = 0; r < x.rows(); ++r) {
     const float* c = cos.row(r).data();

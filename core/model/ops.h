@@ -47,8 +47,8 @@ void rotary_tables(RowMatrixXf& cos, RowMatrixXf& sin, const std::vector<double>
 // rotate-half layout: dimension i < dim/2 pairs with i + dim/2,
 //   x_i' = x_i cos - x_{i+dim/2} sin,   x_{i+dim/2}' = x_{i+dim/2} cos + x_i sin.
 // Dimensions from `dim` to d_head (partial rotary) pass unchanged.
-void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim, const RowMatrixXf& cos,
-                    const RowMatrixXf& sin);
+void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
+                    const Eigen::Ref<const RowMatrixXf>& cos, const Eigen::Ref<const RowMatrixXf>& sin);
 // out[S, V] = x[S, D] @ W_U[D, V] (packed), split over vocabulary panels on all threads.
 // out must already be [S, V] (a block of the cache's logits, written in place).
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U);

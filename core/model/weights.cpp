@@ -206,32 +206,48 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
 
   const int64_t D = c.d_model, V = c.d_vocab;
   const int64_t q_width = int64_t{c.n_heads} * c.d_head, kv_width = int64_t{c.n_key_value_heads} * c.d_head;
-  // Separate Q, K and V become one [d_model, Q | K | V] matrix (and one bias), so the product stays
-  // one GEMM and the per-head views (W_Q, W_K, W_V) read the same layout as a fused file's.
-  if (c.architecture.qkv == QkvLayout::Separate) {
-    const int64_t widths[3] = {q_width, kv_width, kv_width}, N = q_width + 2 * kv_width;
-    const bool out_in = family.layout(TensorRole::QWeight) == Layout::OutIn;
+  // Separate Q, K and V, or a fused matrix whose outputs are grouped per head (GPT-NeoX), become
+  // one [d_model, Q | K | V] matrix (and one bias), so the product stays one GEMM and the
+  // per-head views (W_Q, W_K, W_V) read one layout whatever the file's.
+  const QkvLayout qkv_layout = c.architecture.qkv;
+  const bool join_qkv = qkv_layout != QkvLayout::FusedBlocks;
+  if (join_qkv) {
+    const int64_t N = q_width + 2 * kv_width, dh = c.d_head;
+    const bool out_in = family.layout(qkv_layout == QkvLayout::Separate ? TensorRole::QWeight : TensorRole::QkvWeight) ==
+                        Layout::OutIn;
+    // Output j of the joined matrix: which stored matrix (0..2 for separate q, k, v; 0 for the
+    // fused one) and which of its outputs.
+    auto source = [&](int64_t j) -> std::pair<int, int64_t> {
+      const int part = j < q_width ? 0 : j < q_width + kv_width ? 1 : 2;
+      const int64_t within = j - (part == 0 ? 0 : part == 1 ? q_width : q_width + kv_width);
+      if (qkv_layout == QkvLayout::Separate) return {part, within};
+      return {0, (within / dh) * 3 * dh + part * dh + within % dh};  // head h: q_h, k_h, v_h
+    };
     for (int l = 0; l < c.n_layers; ++l) {
-      std::vector<float>& joined = w->owned_.emplace_back(static_cast<size_t>(D * N));
-      int64_t col = 0;
-      for (int part = 0; part < 3; ++part) {
-        const float* src = qkv_parts[static_cast<size_t>(l)][static_cast<size_t>(part)];
-        const int64_t n = widths[part];
-        for (int64_t i = 0; i < D; ++i)
-          for (int64_t j = 0; j < n; ++j)
-            joined[static_cast<size_t>(i * N + col + j)] = out_in ? src[j * D + i] : src[i * n + j];
-        b.drop(src, D * n);
-        col += n;
+      const size_t L = static_cast<size_t>(l);
+      std::array<const float*, 3> parts = qkv_parts[L], bias_parts = qkv_bias_parts[L];
+      if (qkv_layout == QkvLayout::FusedPerHead) {
+        parts = {w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)]->rows, nullptr, nullptr};
+        bias_parts = {w->layers_[L].b_qkv, nullptr, nullptr};
       }
+      const int64_t widths[3] = {qkv_layout == QkvLayout::Separate ? q_width : N, kv_width, kv_width};
+      std::vector<float>& joined = w->owned_.emplace_back(static_cast<size_t>(D * N));
+      for (int64_t j = 0; j < N; ++j) {
+        const auto [part, o] = source(j);
+        const float* src = parts[static_cast<size_t>(part)];
+        const int64_t n = widths[part];
+        for (int64_t i = 0; i < D; ++i) joined[static_cast<size_t>(i * N + j)] = out_in ? src[o * D + i] : src[i * n + o];
+      }
+      for (int part = 0; part < 3; ++part)
+        if (parts[static_cast<size_t>(part)]) b.drop(parts[static_cast<size_t>(part)], D * widths[part]);
       w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)] = matrix(joined.data());
       if (c.architecture.qkv_bias) {
         std::vector<float>& bias = w->owned_.emplace_back(static_cast<size_t>(N));
-        col = 0;
-        for (int part = 0; part < 3; ++part) {
-          std::copy_n(qkv_bias_parts[static_cast<size_t>(l)][static_cast<size_t>(part)], widths[part], bias.data() + col);
-          col += widths[part];
+        for (int64_t j = 0; j < N; ++j) {
+          const auto [part, o] = source(j);
+          bias[static_cast<size_t>(j)] = bias_parts[static_cast<size_t>(part)][o];
         }
-        w->layers_[static_cast<size_t>(l)].b_qkv = bias.data();
+        w->layers_[L].b_qkv = bias.data();
       }
     }
   }
@@ -265,7 +281,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       const std::vector<int64_t> shape = logical_shape(c, roles[which]);
       const int64_t K = shape[0], N = shape[1];
       // A joined QKV is [in, out] whatever the file's layout.
-      const bool joined = which == kQkv && c.architecture.qkv == QkvLayout::Separate;
+      const bool joined = which == kQkv && join_qkv;
       const bool out_in = !joined && family.layout(roles[which]) == Layout::OutIn;
       *targets[which] = out_in ? PackedMatrix::from_transposed_rows(m.rows, N, K, K)
                                : PackedMatrix::from_rows(m.rows, K, N, N);

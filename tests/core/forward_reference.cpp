@@ -14,14 +14,6 @@ namespace {
 
 using Rows = std::vector<std::vector<double>>;  // [rows][cols]
 
-// The options of the description this reference implements; anything else is refused by name.
-void require_reference_implements(const Architecture& a) {
-  auto refuse = [](const std::string& option) {
-    throw Error("forward_reference: the architecture asks for " + option + ", which the reference does not implement.");
-  };
-  if (a.parallel_blocks) refuse("parallel blocks");
-}
-
 // LayerNorm or RMSNorm (no centring), with a bias when b is not null; the divisor of each row is
 // appended to `scales`.
 Rows norm(const Rows& x, const float* w, const float* b, double eps, NormKind kind,
@@ -132,7 +124,6 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
                                                    std::span<const int32_t> tokens) {
   const ModelConfig& c = weights->config();
   const Architecture& arch = c.architecture;
-  require_reference_implements(arch);
   if (tokens.empty() || tokens.size() > static_cast<size_t>(c.n_ctx)) throw Error("forward_reference: bad prompt length");
   for (int32_t t : tokens)
     if (t < 0 || t >= c.d_vocab) throw Error("forward_reference: token outside the vocabulary");
@@ -198,9 +189,11 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     a.z = to_matrix(z);
     const Rows attn_out = linear(z, weights->W_O_all(l).data(), W.b_O, D);
     a.attn_out = to_matrix(attn_out);
+    const Rows block_in = resid;
     resid = add(resid, attn_out);
     const size_t M = static_cast<size_t>(c.d_mlp);
-    const Rows x2 = norm(resid, W.norm2_w, W.norm2_b, c.norm_eps, arch.norm);
+    // Parallel blocks: the MLP reads the block's input too.
+    const Rows x2 = norm(arch.parallel_blocks ? block_in : resid, W.norm2_w, W.norm2_b, c.norm_eps, arch.norm);
     Rows pre = linear(x2, weights->W_in(l).data(), W.b_in, M);
     if (arch.mlp == MlpKind::Gated) {
       // SwiGLU: the gate's activation times the up projection (which the cache calls pre_linear).

@@ -12,7 +12,7 @@
 namespace hs::test {
 
 // Runs the weights' architecture as its description says, independently of core/model/forward.cpp
-// and ops.cpp. Throws hs::Error naming an option of the description it does not implement.
+// and ops.cpp.
 std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
                                                    std::span<const int32_t> tokens);
 

@@ -294,6 +294,11 @@ TEST_CASE("the batched sweep equals one full run per cell", "[patching]") {
       {"full_context", {290, 46, 69, 258, 280, 272, 11, 220, 257, 220, 266, 258}, {290, 46, 69, 258, 280, 272, 11, 220, 257, 220, 257, 258}, 0, 13},
       {"f16_plain", {54, 257, 264, 220, 266, 258, 220, 257, 77, 30}, {54, 257, 264, 220, 75, 258, 220, 257, 77, 30}, 258, 11},
       {"bf16_prefixed", {290, 82, 257, 267, 68, 281, 82, 220, 19, 17}, {290, 70, 257, 267, 68, 281, 82, 220, 16, 22}, 284, 63},
+      // Rotary positions, RMSNorm, GQA and a gated MLP; MQA with biases; LayerNorm with partial
+      // rotary (sequential GPT-NeoX).
+      {"llama_gqa", {290, 46, 69, 258, 280, 272, 11, 220, 257}, {290, 46, 69, 258, 280, 272, 11, 220, 266}, 0, 13},
+      {"llama_tied_headdim", {290, 82, 257, 267, 68, 281, 82}, {290, 70, 257, 267, 68, 281, 82}, 271, 132},
+      {"neox_sequential", {54, 257, 264, 220, 266, 258, 220}, {54, 257, 264, 220, 75, 258, 220}, 258, 11},
   };
   for (const Prompts& c : cases) {
     const auto model = Model::load(test::fixture_model(c.model));
@@ -309,6 +314,7 @@ TEST_CASE("the batched sweep equals one full run per cell", "[patching]") {
             const PatchingResult fast = patching_sweep(*clean, *corrupt, c.answer, c.wrong, what, control);
             const PatchingResult slow = patching_sweep_full_runs(clean, corrupt, c.answer, c.wrong, what);
             CHECK_FALSE(slow.batched);
+            CHECK(fast.batched);
             CHECK(fast.metric_clean == slow.metric_clean);
             CHECK(fast.metric_corrupt == slow.metric_corrupt);
             INFO("raw relative " << relative(slow.raw, fast.raw) << ", normalized " << relative(slow.normalized, fast.normalized));
@@ -318,6 +324,16 @@ TEST_CASE("the batched sweep equals one full run per cell", "[patching]") {
           }
         }
   }
+}
+
+TEST_CASE("parallel blocks fall back to one full run per cell", "[patching][llama]") {
+  const auto model = Model::load(test::fixture_model("neox_parallel"));
+  const std::shared_ptr<const ActivationCache> clean = model->run(std::vector<int32_t>{290, 46, 69, 258, 280, 272}),
+                                               corrupt = model->run(std::vector<int32_t>{290, 46, 69, 258, 266, 272});
+  const PatchingResult r = patching_sweep(*clean, *corrupt, 0, 13, HookPoint::ResidPre);
+  CHECK_FALSE(r.batched);
+  const PatchingResult full = patching_sweep_full_runs(clean, corrupt, 0, 13, HookPoint::ResidPre);
+  CHECK(r.raw == full.raw);
 }
 
 TEST_CASE("patching identities", "[patching][identities]") {

@@ -105,7 +105,8 @@ TEST_CASE("architecture: config.json finds its family in the registry", "[archit
   CHECK_THROWS_WITH(parse_config(mamba.dump(), "m/config.json"),
                     "m/config.json: model_type is \"mamba\"; HeadScope reads GPT-2-family models (model_type \"gpt2\": "
                     "gpt2, distilgpt2, gpt2-medium/large/xl), Llama-family models (model_type \"llama\": Llama 2 and 3, "
-                    "TinyLlama, SmolLM) or Qwen2 models (model_type \"qwen2\": Qwen2, Qwen2.5).");
+                    "TinyLlama, SmolLM), Qwen2 models (model_type \"qwen2\": Qwen2, Qwen2.5) or GPT-NeoX models "
+                    "(model_type \"gpt_neox\": Pythia).");
   j["architectures"] = {"MambaForCausalLM"};
   CHECK_THROWS_WITH(parse_config(j.dump(), "m/config.json"), Catch::Contains("model_type is \"MambaForCausalLM\""));
   // The Llama and Qwen2 entries, by model_type and by class.
@@ -154,9 +155,9 @@ TEST_CASE("architecture: the GPT-2 entry names each fixture tensor with its shap
   }
 }
 
-TEST_CASE("architecture: the Llama and Qwen2 entries name each fixture tensor with its shape, and count them",
+TEST_CASE("architecture: the Llama, Qwen2 and GPT-NeoX entries name each fixture tensor with its shape, and count them",
           "[architecture][llama]") {
-  for (const char* name : {"llama_gqa", "llama_tied_headdim", "qwen2_bias"}) {
+  for (const char* name : {"llama_gqa", "llama_tied_headdim", "qwen2_bias", "neox_parallel", "neox_sequential"}) {
     INFO(name);
     const fs::path dir = test::fixture_model(name);
     const auto model = Model::load(dir);
@@ -169,12 +170,22 @@ TEST_CASE("architecture: the Llama and Qwen2 entries name each fixture tensor wi
     CHECK(c.d_head == shapes["d_head"]);
     CHECK(c.d_mlp == shapes["d_mlp"]);
     const Architecture& a = c.architecture;
-    CHECK(a.norm == NormKind::RMSNorm);
-    CHECK_FALSE(a.norm_bias);
+    const bool neox = a.family->name() == "GPT-NeoX";
     CHECK(a.positions == PositionKind::Rotary);
-    CHECK(a.rotary.dim == c.d_head);
-    CHECK(a.mlp == MlpKind::Gated);
-    CHECK(a.qkv == QkvLayout::Separate);
+    if (neox) {
+      CHECK(a.norm == NormKind::LayerNorm);
+      CHECK(a.norm_bias);
+      CHECK(a.mlp == MlpKind::Plain);
+      CHECK(a.qkv == QkvLayout::FusedPerHead);
+      CHECK(a.rotary.dim < c.d_head);  // partial rotary
+      CHECK(a.parallel_blocks == (std::string(name) == "neox_parallel"));
+    } else {
+      CHECK(a.norm == NormKind::RMSNorm);
+      CHECK_FALSE(a.norm_bias);
+      CHECK(a.rotary.dim == c.d_head);
+      CHECK(a.mlp == MlpKind::Gated);
+      CHECK(a.qkv == QkvLayout::Separate);
+    }
     // The file's tensors, from model.safetensors or every shard of the index.
     std::vector<std::shared_ptr<const SafetensorsFile>> files;
     if (fs::exists(dir / "model.safetensors")) files.push_back(SafetensorsFile::open(dir / "model.safetensors"));
@@ -195,6 +206,7 @@ TEST_CASE("architecture: the Llama and Qwen2 entries name each fixture tensor wi
     int64_t floats = 0;
     for (const auto& f : files)
       for (const TensorInfo& t : f->tensors()) {
+        if (a.family->is_ignorable(t.name)) continue;  // neox_parallel's old buffers
         ++weights;
         floats += t.numel();
       }
@@ -208,6 +220,8 @@ TEST_CASE("architecture: the Llama and Qwen2 entries name each fixture tensor wi
   CHECK(t.n_key_value_heads == 1);
   CHECK((t.architecture.qkv_bias && t.architecture.attn_out_bias && t.architecture.mlp_bias));
   CHECK(t.architecture.rotary.scaling == RopeScaling::Linear);
+  const ModelConfig neox = load_config(test::fixture_model("neox_parallel") / "config.json");
+  CHECK(neox.architecture.rotary.dim == 4);  // int(8 * rotary_pct 0.5)
   const ModelConfig q = load_config(test::fixture_model("qwen2_bias") / "config.json");
   CHECK((q.architecture.qkv_bias && !q.architecture.attn_out_bias && !q.architecture.mlp_bias));
 }
@@ -236,21 +250,16 @@ TEST_CASE("architecture: options nothing implements yet are refused by name", "[
   const fs::path dir = test::fixture_model("f32_prefixed");
   const ModelConfig gpt2 = load_config(dir / "config.json");
   const auto file = SafetensorsFile::open(dir / "model.safetensors");
-  const std::pair<const char*, std::function<void(Architecture&)>> cases[] = {
-      {"parallel attention and MLP blocks", [](Architecture& a) { a.parallel_blocks = true; }},
-      {"a fused QKV projection grouped per head", [](Architecture& a) { a.qkv = QkvLayout::FusedPerHead; }},
-  };
-  for (const auto& [option, edit] : cases) {
-    INFO(option);
-    ModelConfig c = gpt2;
-    edit(c.architecture);
-    const std::string message =
-        std::string("this GPT-2 model's architecture asks for ") + option + ", which HeadScope's forward pass does not "
-        "implement yet.";
-    CHECK_THROWS_WITH(require_implemented(c), message);
-    // Binding the weights refuses it before reading a tensor, so no model with it ever runs.
-    CHECK_THROWS_WITH(Weights::load(file, c), message);
-  }
+  // Rotary embeddings over an odd number of dimensions have no rotate-half pairs.
+  ModelConfig c = gpt2;
+  c.architecture.positions = PositionKind::Rotary;
+  c.architecture.rotary.dim = 3;
+  const std::string message =
+      "this GPT-2 model's architecture asks for rotary embeddings over 3 of 8 head dimensions (an even number up to "
+      "d_head is needed), which HeadScope's forward pass does not implement yet.";
+  CHECK_THROWS_WITH(require_implemented(c), message);
+  // Binding the weights refuses it before reading a tensor, so no model with it ever runs.
+  CHECK_THROWS_WITH(Weights::load(file, c), message);
 }
 
 TEST_CASE("architecture: DLA's frozen final norm centres for LayerNorm and not for RMSNorm", "[architecture][analysis]") {
@@ -354,4 +363,30 @@ TEST_CASE("architecture: headscope-cli info reports the architecture", "[archite
   CHECK(a["qkv"] == "fused [Q|K|V]");
   CHECK(a["parallel_blocks"] == false);
   CHECK(a["tied_unembedding"] == false);
+}
+
+TEST_CASE("architecture: headscope-cli info reports a rotary model's options", "[architecture][cli][llama]") {
+  const test::CliRun r = test::run_cli("info --model " + test::quote(test::fixture_model("llama_gqa").string()));
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["model_type"] == "llama");
+  CHECK(j["n_key_value_heads"] == 2);
+  const auto& a = j["architecture"];
+  CHECK(a["family"] == "Llama");
+  CHECK(a["norm"] == "RMSNorm");
+  CHECK(a["positions"] == "rotary");
+  CHECK(a["mlp"] == "gated");
+  CHECK(a["qkv"] == "separate");
+  CHECK(a["rotary"]["dim"] == 8);
+  CHECK(a["rotary"]["scaling"] == "llama3");
+  CHECK(a["rotary"]["factor"] == 8.0);
+  CHECK(a["rotary"]["original_max_position_embeddings"] == 16.0);
+  const test::CliRun neox = test::run_cli("info --model " + test::quote(test::fixture_model("neox_parallel").string()));
+  REQUIRE(neox.code == 0);
+  const auto n = nlohmann::json::parse(neox.out)["architecture"];
+  CHECK(n["family"] == "GPT-NeoX");
+  CHECK(n["parallel_blocks"] == true);
+  CHECK(n["qkv"] == "fused per head");
+  CHECK(n["rotary"]["dim"] == 4);
+  CHECK(n["rotary"]["scaling"] == "none");
 }

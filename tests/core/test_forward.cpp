@@ -6,6 +6,7 @@
 
 #include "core/analysis/analysis.h"
 #include "core/model/forward.h"
+#include "core/model/memory_guard.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "core/tensor/safetensors.h"
@@ -291,10 +292,12 @@ TEST_CASE("forward: the automatic thread count follows the work and the weights'
   CHECK(auto_threads(gpt2_small, 20) == all);
 }
 
-// The Llama-family fixtures: rotary positions (llama3 and linear scaling), RMSNorm, grouped and
+// The rotary fixtures, Llama's family: rotary positions (llama3 and linear scaling), RMSNorm, grouped and
 // multi-query attention, SwiGLU, [out, in] weights, separate Q/K/V, head_dim != d_model / n_heads,
 // biases, tied and untied unembeddings, F16/BF16/F32 and a sharded checkpoint.
-const char* const kRotaryFixtures[] = {"llama_gqa", "llama_tied_headdim", "qwen2_bias"};
+// And GPT-NeoX's: partial rotary, parallel (and sequential) blocks, QKV fused per head.
+const char* const kRotaryFixtures[] = {"llama_gqa", "llama_tied_headdim", "qwen2_bias", "neox_parallel",
+                                       "neox_sequential"};
 
 TEST_CASE("rotary fixtures: every cache key matches the float64 PyTorch reference", "[forward][fixtures][llama]") {
   for (const char* name : kRotaryFixtures) {
@@ -345,6 +348,11 @@ TEST_CASE("rotary fixtures: the fast pass equals the slow loops, a reused prefix
         INFO(key);
         CHECK(plain->get(key).data == fast->get(key).data);
       }
+      // The memory guard counts what the cache of this architecture stores (rotary's unrotated q
+      // and k, a gated MLP's up projection).
+      CHECK(estimate_cache_bytes(model->config(), static_cast<int64_t>(tokens.size()), stored) >= fast->stored_bytes());
+      CHECK(estimate_cache_bytes(model->config(), static_cast<int64_t>(tokens.size()), stored) <=
+            2 * fast->stored_bytes());
       // Typing at the end: the prefix's rotated keys are reused, the new positions rotated by
       // their own angles.
       const std::vector<int32_t> first(tokens.begin(), tokens.begin() + 7);
@@ -375,7 +383,7 @@ TEST_CASE("rotary fixtures: the identities the views show hold without a positio
         CHECK(d.max_abs_error <= 1e-5f * d.residual.cwiseAbs().maxCoeff());
         for (const Prediction& p : top_predictions(*cache, pos, 2)) {
           const LogitAttribution a = direct_logit_attribution(*cache, d, p.id);
-          CHECK(a.bias_term == 0.0f);  // RMSNorm has no bias
+          if (!c.architecture.norm_bias) CHECK(a.bias_term == 0.0f);  // RMSNorm has no bias
           CHECK(a.max_abs_error <= 1e-4f * std::max(1.0f, std::abs(a.logit)));
         }
       }

@@ -169,7 +169,8 @@ const std::set<std::string> kTested = {
     "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
-    "R57", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R90", "R91", "R92", "R93",
+    "R57", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R84", "R85",
+    "R90", "R91", "R92", "R93",
 };
 
 const char* kText = "The cat sat on the mat.";
@@ -746,8 +747,29 @@ TEST_CASE("refused input: special files where a file belongs (R56-R57)", "[refus
   }
 }
 
-TEST_CASE("refused input: architectures (R80-R83)", "[refused][llama]") {
+TEST_CASE("refused input: architectures (R80-R85)", "[refused][llama]") {
   Scratch s;
+  // A llama2.c checkpoint of dim 8 (hidden 16, 1 layer, 2 heads, 1 key/value head, vocab 10,
+  // context 4): 28 header bytes and 696 floats.
+  auto llama2c = [&](size_t cut) {
+    const fs::path m = s.dir / "model";
+    fs::create_directories(m);
+    const int32_t header[7] = {8, 16, 1, 2, 1, 10, 4};
+    std::string bytes(reinterpret_cast<const char*>(header), sizeof header);
+    bytes += std::string(696 * 4, '\0');
+    write_file(m / "stories.bin", bytes.substr(0, bytes.size() - cut));
+    return m;
+  };
+  SECTION("R84 a llama2.c checkpoint cut short") {
+    const fs::path m = llama2c(4);
+    write_file(m / "tok.bin", "");
+    check_refused(cli("info --model " + quote(m.string())), expected("R84", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R85 a llama2.c checkpoint without its tokenizer") {
+    const fs::path m = llama2c(0);
+    check_refused(cli("info --model " + quote((m / "stories.bin").string())), expected("R85", {{"<model>", m.string()}}),
+                  s);
+  }
   SECTION("R80 an unknown rope_scaling type") {
     const fs::path m = s.model("llama_gqa");
     edit_config(m, [](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });

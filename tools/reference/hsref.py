@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""HeadScope's independent reference: safetensors I/O and float64 forward passes (GPT-2, Llama, Qwen2).
+"""HeadScope's independent reference: safetensors I/O and float64 forward passes (GPT-2, Llama, Qwen2, GPT-NeoX).
 
 This file is the yardstick the C++ engine is measured against, so it is written to be obviously
 correct rather than fast: plain numpy for the file format, plain PyTorch in float64 for the model,
@@ -32,7 +32,7 @@ the tokens each prompt token's OV circuit promotes), all computed by materializi
 conventions: one full run per patched cell; see patching_sweep).
 
 Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward` (with hooks),
-`load_llama`, `llama_forward` (Llama and Qwen2), `load_any`, `forward_any`,
+`load_llama`, `llama_forward` (Llama and Qwen2), `load_neox`, `neox_forward`, `load_any`, `forward_any`,
 `ablation_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
 """
@@ -760,16 +760,208 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
     return cache
 
 
+# ---------------------------------------------------------------------------------------------
+# GPT-NeoX (GPTNeoXForCausalLM: Pythia): config, weights, float64 forward pass
+# ---------------------------------------------------------------------------------------------
+# Hugging Face's modeling_gpt_neox.py math: LayerNorm with bias; query_key_value's output viewed
+# as [pos, head, 3 * d_head] and split into q, k, v per head; rotary on the first
+# int(d_head * rotary_pct) dimensions (rotate-half within them, the rest passed); attention
+# scaled by 1/sqrt(d_head); with use_parallel_residual x + attn(ln1(x)) + mlp(ln2(x)), else
+# sequential; the unembedding is embed_out.
+
+@dataclasses.dataclass(frozen=True)
+class NeoXConfig:
+    n_layer: int
+    n_head: int
+    d_model: int
+    d_mlp: int
+    n_ctx: int
+    d_vocab: int
+    rotary_dims: int
+    rotary_base: float = 10000.0
+    layer_norm_eps: float = 1e-5
+    activation: str = "gelu"
+    parallel: bool = True
+    tie_word_embeddings: bool = False
+    # A deliberate mistake, only for showing that a fixture catches it: "blocks" reads
+    # query_key_value's output as Q | K | V blocks instead of per head.
+    qkv_split: str = "per_head"
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @staticmethod
+    def from_hf(cfg: Mapping) -> "NeoXConfig":
+        if cfg.get("model_type") != "gpt_neox":
+            raise ValueError(f"config: model_type '{cfg.get('model_type')}' is not gpt_neox")
+        d_model, n_head = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        pct = float(cfg.get("partial_rotary_factor", cfg.get("rotary_pct", 0.25)))
+        act = cfg.get("hidden_act", "gelu")
+        if act not in _ACTIVATIONS:
+            raise ValueError(f"config: hidden_act '{act}' is not one of {sorted(_ACTIVATIONS)}")
+        if cfg.get("rope_scaling"):
+            raise ValueError("config: rope_scaling is not implemented here for GPT-NeoX")
+        return NeoXConfig(
+            n_layer=int(cfg["num_hidden_layers"]), n_head=n_head, d_model=d_model,
+            d_mlp=int(cfg["intermediate_size"]), n_ctx=int(cfg["max_position_embeddings"]),
+            d_vocab=int(cfg["vocab_size"]), rotary_dims=int(d_model // n_head * pct),
+            rotary_base=float(cfg.get("rotary_emb_base", 10000.0)),
+            layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-5)), activation=act,
+            parallel=bool(cfg.get("use_parallel_residual", True)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+
+
+def neox_expected_shapes(c: NeoXConfig) -> Dict[str, Tuple[int, ...]]:
+    """Every weight, without the `gpt_neox.` prefix, nn.Linear [out, in]."""
+    D, M = c.d_model, c.d_mlp
+    shapes: Dict[str, Tuple[int, ...]] = {"embed_in.weight": (c.d_vocab, D), "final_layer_norm.weight": (D,),
+                                          "final_layer_norm.bias": (D,)}
+    for i in range(c.n_layer):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (D,), p + "input_layernorm.bias": (D,),
+            p + "post_attention_layernorm.weight": (D,), p + "post_attention_layernorm.bias": (D,),
+            p + "attention.query_key_value.weight": (3 * D, D), p + "attention.query_key_value.bias": (3 * D,),
+            p + "attention.dense.weight": (D, D), p + "attention.dense.bias": (D,),
+            p + "mlp.dense_h_to_4h.weight": (M, D), p + "mlp.dense_h_to_4h.bias": (M,),
+            p + "mlp.dense_4h_to_h.weight": (D, M), p + "mlp.dense_4h_to_h.bias": (D,),
+        })
+    if not c.tie_word_embeddings:
+        shapes["embed_out.weight"] = (c.d_vocab, D)
+    return shapes
+
+
+_NEOX_BUFFER_RE = re.compile(r"^layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)$")
+
+
+@dataclasses.dataclass
+class NeoXModel:
+    config: NeoXConfig
+    weights: Dict[str, np.ndarray]  # names without "gpt_neox."; "embed_out.weight" always present
+    dtypes: Dict[str, str]
+
+
+def load_neox(model_dir: str) -> NeoXModel:
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        c = NeoXConfig.from_hf(json.load(f))
+    raw, raw_dtypes = read_checkpoint(model_dir)
+    weights, dtypes = {}, {}
+    for name, arr in raw.items():
+        canon = name[len("gpt_neox."):] if name.startswith("gpt_neox.") else name
+        if _NEOX_BUFFER_RE.match(canon):
+            continue
+        weights[canon], dtypes[canon] = arr, raw_dtypes[name]
+    shapes = neox_expected_shapes(c)
+    missing, unexpected = sorted(set(shapes) - set(weights)), sorted(set(weights) - set(shapes))
+    if missing or unexpected:
+        raise ValueError(f"{model_dir}: missing tensors {missing[:8]}, unexpected tensors {unexpected[:8]}")
+    for name, shape in shapes.items():
+        if tuple(weights[name].shape) != shape:
+            raise ValueError(f"{model_dir}: tensor '{name}' has shape {list(weights[name].shape)}, expected {list(shape)}")
+    if c.tie_word_embeddings:
+        weights["embed_out.weight"], dtypes["embed_out.weight"] = weights["embed_in.weight"], dtypes["embed_in.weight"]
+    return NeoXModel(c, weights, dtypes)
+
+
+def neox_cache_keys(c: NeoXConfig) -> List[str]:
+    keys = ["hook_embed"]
+    for l in range(c.n_layer):
+        b = f"blocks.{l}."
+        keys += [b + k for k in (
+            "hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k",
+            "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out",
+            "hook_resid_mid", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post")]
+    return keys + ["ln_final.hook_normalized", "logits"]
+
+
+def neox_forward(model: NeoXModel, tokens: Sequence[int], config: Optional[NeoXConfig] = None, dtype=None,
+                 hooks: Optional[Mapping[str, Sequence]] = None, weights=None):
+    """The GPT-NeoX forward pass in float64: {cache key: tensor}, keys as neox_cache_keys."""
+    torch = _torch()
+    dtype = dtype or torch.float64
+    c = config or model.config
+    hooks = hooks or {}
+
+    def hooked(key, value):
+        for fn in hooks.get(key, ()):
+            value = fn(value)
+        return value
+
+    def W(name):
+        if weights is not None:
+            return weights[name]
+        return torch.from_numpy(np.asarray(model.weights[name], dtype=np.float64)).to(dtype)
+
+    def linear(x, name):
+        return x @ W(name + ".weight").T + W(name + ".bias")
+
+    tokens = [int(t) for t in tokens]
+    if not 1 <= len(tokens) <= c.n_ctx or any(not 0 <= t < c.d_vocab for t in tokens):
+        raise ValueError(f"need 1..{c.n_ctx} tokens in [0, {c.d_vocab})")
+    n_pos, H, dh, D = len(tokens), c.n_head, c.d_head, c.d_model
+    act = _ACTIVATIONS[c.activation]
+    inv_freq = rope_inv_freq(c.rotary_dims, c.rotary_base, None)
+    cache = {"hook_embed": W("embed_in.weight")[torch.tensor(tokens, dtype=torch.long)]}
+    resid = cache["hook_embed"]
+    causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
+    for l in range(c.n_layer):
+        p, k_ = f"layers.{l}.", f"blocks.{l}."
+        resid = hooked(k_ + "hook_resid_pre", resid)
+        cache[k_ + "hook_resid_pre"] = resid
+        x = layer_norm(resid, W(p + "input_layernorm.weight"), W(p + "input_layernorm.bias"), c.layer_norm_eps)
+        qkv = linear(x, p + "attention.query_key_value")                 # [pos, 3 * d_model]
+        if c.qkv_split == "per_head":
+            qkv = qkv.view(n_pos, H, 3 * dh)
+            q, k, v = qkv[..., :dh], qkv[..., dh:2 * dh], qkv[..., 2 * dh:]
+        else:
+            q, k, v = (t.reshape(n_pos, H, dh) for t in qkv.split(D, dim=-1))
+        cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
+        q, k = apply_rotary(q, inv_freq), apply_rotary(k, inv_freq)
+        cache[k_ + "attn.hook_rot_q"], cache[k_ + "attn.hook_rot_k"] = q, k
+        scores = (torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(dh)).masked_fill(~causal, float("-inf"))
+        cache[k_ + "attn.hook_attn_scores"] = scores
+        pattern = torch.softmax(scores, dim=-1)
+        cache[k_ + "attn.hook_pattern"] = pattern
+        z = hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v))
+        cache[k_ + "attn.hook_z"] = z
+        w_o = W(p + "attention.dense.weight").T
+        cache[k_ + "attn.hook_result"] = torch.einsum("qhd,hdm->qhm", z, w_o.reshape(H, dh, D))
+        attn_out = hooked(k_ + "hook_attn_out", linear(z.reshape(n_pos, D), p + "attention.dense"))
+        cache[k_ + "hook_attn_out"] = attn_out
+        mlp_in = resid if c.parallel else resid + attn_out
+        cache[k_ + "hook_resid_mid"] = resid + attn_out
+        x = layer_norm(mlp_in, W(p + "post_attention_layernorm.weight"), W(p + "post_attention_layernorm.bias"),
+                       c.layer_norm_eps)
+        pre = linear(x, p + "mlp.dense_h_to_4h")
+        post = act(pre)
+        cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_post"] = pre, post
+        mlp_out = hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.dense_4h_to_h"))
+        cache[k_ + "hook_mlp_out"] = mlp_out
+        resid = resid + attn_out + mlp_out
+        cache[k_ + "hook_resid_post"] = resid
+    final = layer_norm(resid, W("final_layer_norm.weight"), W("final_layer_norm.bias"), c.layer_norm_eps)
+    cache["ln_final.hook_normalized"] = final
+    cache["logits"] = final @ W("embed_out.weight").T
+    return cache
+
+
 def load_any(model_dir: str):
-    """A GPT2Model or a LlamaModel, by config.json's model_type."""
+    """A GPT2Model, LlamaModel or NeoXModel, by config.json's model_type."""
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
         model_type = json.load(f).get("model_type", "gpt2")
-    return load_llama(model_dir) if model_type in ("llama", "qwen2") else load_gpt2(model_dir)
+    if model_type in ("llama", "qwen2"):
+        return load_llama(model_dir)
+    return load_neox(model_dir) if model_type == "gpt_neox" else load_gpt2(model_dir)
 
 
 def forward_any(model, tokens: Sequence[int], **kwargs):
-    """forward() or llama_forward(), by the model's kind."""
-    return llama_forward(model, tokens, **kwargs) if isinstance(model, LlamaModel) else forward(model, tokens, **kwargs)
+    """forward(), llama_forward() or neox_forward(), by the model's kind."""
+    if isinstance(model, LlamaModel):
+        return llama_forward(model, tokens, **kwargs)
+    if isinstance(model, NeoXModel):
+        return neox_forward(model, tokens, **kwargs)
+    return forward(model, tokens, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,5 +8,6 @@ namespace hs::arch {
 const ArchitectureFamily& gpt2();   // gpt2.cpp
 const ArchitectureFamily& llama();  // llama.cpp
 const ArchitectureFamily& qwen2();  // llama.cpp: Llama with q/k/v biases
+const ArchitectureFamily& gpt_neox();  // gpt_neox.cpp
 
 }  // namespace hs::arch

@@ -23,48 +23,6 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Hugging Face's rope_scaling object: {"rope_type" (or "type"): ..., "factor": ..., ...}.
-void read_rope_scaling(const ConfigJson& j, RotaryParams& r) {
-  const nlohmann::json* rs = j.value("rope_scaling");
-  if (!rs) return;
-  if (!rs->is_object()) j.refuse("\"rope_scaling\" must be an object or null, found " + json_brief(*rs) + ".");
-  std::string type;
-  for (const char* key : {"rope_type", "type"})
-    if (rs->contains(key) && (*rs)[key].is_string()) {
-      type = (*rs)[key].get<std::string>();
-      break;
-    }
-  auto number = [&](const char* key, std::optional<double> fallback) {
-    if (!rs->contains(key) || (*rs)[key].is_null()) {
-      if (fallback) return *fallback;
-      j.refuse("rope_scaling of type \"" + type + "\" needs \"" + key + "\".");
-    }
-    const nlohmann::json& v = (*rs)[key];
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0.0))
-      j.refuse("rope_scaling \"" + std::string(key) + "\" must be a positive number, found " + json_brief(v) + ".");
-    return v.get<double>();
-  };
-  if (type == "default") return;
-  if (type == "linear") {
-    r.scaling = RopeScaling::Linear;
-    r.factor = number("factor", std::nullopt);
-    return;
-  }
-  if (type == "llama3") {
-    r.scaling = RopeScaling::Llama3;
-    r.factor = number("factor", std::nullopt);
-    r.low_freq_factor = number("low_freq_factor", std::nullopt);
-    r.high_freq_factor = number("high_freq_factor", std::nullopt);
-    r.original_context = number("original_max_position_embeddings", std::nullopt);
-    if (!(r.high_freq_factor > r.low_freq_factor))
-      j.refuse("rope_scaling \"high_freq_factor\" must be larger than \"low_freq_factor\".");
-    return;
-  }
-  j.refuse("rope_scaling type \"" + type +
-           "\" is not supported; HeadScope implements \"linear\" and \"llama3\" (or none). Positions would be "
-           "encoded differently from the model's own.");
-}
-
 class LlamaLike final : public ArchitectureFamily {
  public:
   explicit LlamaLike(bool qwen2) : qwen2_(qwen2) {}
@@ -116,7 +74,7 @@ class LlamaLike final : public ArchitectureFamily {
     // Llama's apply_rotary_pos_emb rotates whole heads: a partial factor would not even run there.
     if (j.has("partial_rotary_factor") && j.positive_number("partial_rotary_factor", 1.0) != 1.0)
       j.refuse("partial_rotary_factor is not 1; a " + std::string(name()) + " model rotates every head dimension.");
-    read_rope_scaling(j, a.rotary);
+    j.rope_scaling(a.rotary);
     a.mlp = MlpKind::Gated;
     a.qkv = QkvLayout::Separate;
     if (qwen2_) {

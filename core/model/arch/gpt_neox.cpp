@@ -1,0 +1,118 @@
+// GPT-NeoX (GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B), Hugging Face's modeling_gpt_neox.
+// LayerNorm with bias, rotary positions on the first rotary_pct of each head (rotate-half within
+// those dimensions, rotary_emb_base), attention and MLP in parallel from the same input when
+// use_parallel_residual (the default; sequential otherwise), a plain MLP (exact erf gelu by
+// default), biases everywhere, an untied unembedding (embed_out). query_key_value is one
+// nn.Linear whose output rows are grouped per head: head h's q, k and v are rows
+// h*3*d_head + [0, d_head), [d_head, 2 d_head) and [2 d_head, 3 d_head).
+#include <string>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/model/arch/families.h"
+#include "core/model/config.h"
+#include "core/model/config_json.h"
+
+namespace hs::arch {
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class GptNeox final : public ArchitectureFamily {
+ public:
+  std::string_view name() const override { return "GPT-NeoX"; }
+  std::string_view model_type() const override { return "gpt_neox"; }
+  bool reads_model_type(std::string_view t) const override { return t == "gpt_neox"; }
+  bool reads_class(std::string_view a) const override { return a == "GPTNeoXForCausalLM"; }
+  std::string_view description() const override { return "GPT-NeoX models (model_type \"gpt_neox\": Pythia)"; }
+
+  void read_config(const ConfigJson& j, ModelConfig& c) const override {
+    c.d_model = j.dim("hidden_size");
+    c.n_heads = j.dim("num_attention_heads");
+    c.n_layers = j.dim("num_hidden_layers");
+    c.d_mlp = j.dim("intermediate_size");
+    c.d_vocab = j.dim("vocab_size");
+    c.n_ctx = j.dim("max_position_embeddings");
+    if (c.d_model % c.n_heads != 0)
+      j.refuse("hidden_size " + std::to_string(c.d_model) + " is not divisible by num_attention_heads " +
+               std::to_string(c.n_heads) + "; every head must have the same size.");
+    c.d_head = c.d_model / c.n_heads;
+    c.n_key_value_heads = c.n_heads;
+    if (c.n_layers > kMaxLayers)
+      j.refuse("num_hidden_layers is " + std::to_string(c.n_layers) + "; at most " + std::to_string(kMaxLayers) +
+               " are accepted.");
+    c.norm_eps = j.epsilon("layer_norm_eps", 1e-5f);
+    std::tie(c.activation, c.activation_name) = j.activation("hidden_act", "gelu");
+    c.scale_attn_weights = true;
+    c.scale_attn_by_inverse_layer_idx = false;
+
+    Architecture& a = c.architecture;
+    a.norm = NormKind::LayerNorm;
+    a.norm_bias = true;
+    a.positions = PositionKind::Rotary;
+    a.rotary = RotaryParams{};
+    // transformers reads partial_rotary_factor where older configs say rotary_pct.
+    const double pct = j.has("partial_rotary_factor") ? j.positive_number("partial_rotary_factor", 0.25)
+                                                      : j.positive_number("rotary_pct", 0.25);
+    if (pct > 1.0) j.refuse("rotary_pct is " + std::to_string(pct) + "; it is the share of each head rotated, at most 1.");
+    a.rotary.dim = static_cast<int>(c.d_head * pct);  // int(head_size * rotary_pct), as transformers
+    a.rotary.base = j.positive_number("rotary_emb_base", 10000.0);
+    j.rope_scaling(a.rotary);
+    a.mlp = MlpKind::Plain;
+    a.qkv = QkvLayout::FusedPerHead;
+    a.qkv_bias = a.attn_out_bias = j.flag("attention_bias", true);
+    a.mlp_bias = true;
+    a.parallel_blocks = j.flag("use_parallel_residual", true);
+    a.unembedding = j.flag("tie_word_embeddings", false) ? UnembeddingTie::Tied : UnembeddingTie::Untied;
+  }
+
+  std::string tensor_name(TensorRole role, int layer) const override {
+    const std::string l = "layers." + std::to_string(layer) + ".";
+    switch (role) {
+      case TensorRole::TokenEmbedding: return "embed_in.weight";
+      case TensorRole::Norm1Weight: return l + "input_layernorm.weight";
+      case TensorRole::Norm1Bias: return l + "input_layernorm.bias";
+      case TensorRole::QkvWeight: return l + "attention.query_key_value.weight";
+      case TensorRole::QkvBias: return l + "attention.query_key_value.bias";
+      case TensorRole::AttnOutWeight: return l + "attention.dense.weight";
+      case TensorRole::AttnOutBias: return l + "attention.dense.bias";
+      case TensorRole::Norm2Weight: return l + "post_attention_layernorm.weight";
+      case TensorRole::Norm2Bias: return l + "post_attention_layernorm.bias";
+      case TensorRole::MlpInWeight: return l + "mlp.dense_h_to_4h.weight";
+      case TensorRole::MlpInBias: return l + "mlp.dense_h_to_4h.bias";
+      case TensorRole::MlpOutWeight: return l + "mlp.dense_4h_to_h.weight";
+      case TensorRole::MlpOutBias: return l + "mlp.dense_4h_to_h.bias";
+      case TensorRole::FinalNormWeight: return "final_layer_norm.weight";
+      case TensorRole::FinalNormBias: return "final_layer_norm.bias";
+      case TensorRole::Unembedding: return "embed_out.weight";
+      default:
+        throw Error("GPT-NeoX has no tensor for this role (a position embedding, separate Q/K/V or a gated MLP).");
+    }
+  }
+
+  std::string_view base_prefix() const override { return "gpt_neox."; }
+  Layout layout(TensorRole) const override { return Layout::OutIn; }
+
+  // Buffers older transformers versions saved with every attention layer: the causal mask, its
+  // fill value and the rotary inverse frequencies.
+  bool is_ignorable(std::string_view name) const override {
+    return ends_with(name, ".attention.bias") || ends_with(name, ".attention.masked_bias") ||
+           ends_with(name, ".rotary_emb.inv_freq");
+  }
+
+  std::string_view unexpected_tensor_hint() const override {
+    return "GPT-NeoX checkpoints hold only gpt_neox.embed_in, gpt_neox.layers.{layer}.*, gpt_neox.final_layer_norm and "
+           "embed_out; check that config.json (num_hidden_layers and sizes) matches the weights.";
+  }
+};
+
+}  // namespace
+
+const ArchitectureFamily& gpt_neox() {
+  static const GptNeox family;
+  return family;
+}
+
+}  // namespace hs::arch
