@@ -35,28 +35,6 @@
 
 namespace hs {
 
-// std::allocator, except that resize() leaves new elements uninitialized (default-, not
-// value-initialized). For buffers the forward pass writes in full: zero-filling the attention
-// patterns before writing them was a wasted pass over the largest buffer of a long run.
-template <class T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  UninitializedAllocator() noexcept = default;
-  template <class U>
-  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-
 struct LayerActivations {
   RowMatrixXf resid_pre;   // [pos, d_model]
   RowMatrixXf q;           // [pos, n_heads*d_head]  (= [pos, head, d_head]); rotated with rotary

@@ -20,7 +20,7 @@ namespace {
 class Binder {
  public:
   Binder(const std::vector<std::shared_ptr<const SafetensorsFile>>& files, std::string set_name,
-         const ArchitectureFamily& family, std::vector<std::vector<float>>& owned)
+         const ArchitectureFamily& family, std::vector<FloatBuffer>& owned)
       : files_(files), set_name_(std::move(set_name)), family_(family), owned_(owned) {}
 
   // The file's tensor of `spec` (with or without the family's base prefix when prefixable), and
@@ -63,16 +63,17 @@ class Binder {
       mapped_[p] = file;
       return p;
     }
-    owned_.push_back(file->to_f32(*t));
-    return owned_.back().data();
+    FloatBuffer& converted = owned_.emplace_back(static_cast<size_t>(t->numel()));
+    file->to_f32(*t, converted.data());
+    return converted.data();
   }
 
   // Drops the float32 copy at `p` (n floats) that a packed copy replaces: a conversion is freed,
   // the pages of a tensor read in place are released (mapped again if read).
   void drop(const float* p, int64_t n) {
-    for (std::vector<float>& v : owned_)
+    for (FloatBuffer& v : owned_)
       if (!v.empty() && v.data() == p) {
-        std::vector<float>().swap(v);
+        FloatBuffer().swap(v);
         return;
       }
     if (const auto it = mapped_.find(p); it != mapped_.end())
@@ -80,7 +81,7 @@ class Binder {
   }
 
   bool owned(const float* p) const {
-    for (const std::vector<float>& v : owned_)
+    for (const FloatBuffer& v : owned_)
       if (!v.empty() && v.data() == p) return true;
     return false;
   }
@@ -98,7 +99,7 @@ class Binder {
   const std::vector<std::shared_ptr<const SafetensorsFile>>& files_;
   std::string set_name_;
   const ArchitectureFamily& family_;
-  std::vector<std::vector<float>>& owned_;
+  std::vector<FloatBuffer>& owned_;
   std::set<std::pair<const SafetensorsFile*, std::string>> used_;
   std::map<const float*, const SafetensorsFile*> mapped_;
 };
@@ -231,7 +232,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
         bias_parts = {w->layers_[L].b_qkv, nullptr, nullptr};
       }
       const int64_t widths[3] = {qkv_layout == QkvLayout::Separate ? q_width : N, kv_width, kv_width};
-      std::vector<float>& joined = w->owned_.emplace_back(static_cast<size_t>(D * N));
+      FloatBuffer& joined = w->owned_.emplace_back(static_cast<size_t>(D * N));
       for (int64_t j = 0; j < N; ++j) {
         const auto [part, o] = source(j);
         const float* src = parts[static_cast<size_t>(part)];
@@ -242,7 +243,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
         if (parts[static_cast<size_t>(part)]) b.drop(parts[static_cast<size_t>(part)], D * widths[part]);
       w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)] = matrix(joined.data());
       if (c.architecture.qkv_bias) {
-        std::vector<float>& bias = w->owned_.emplace_back(static_cast<size_t>(N));
+        FloatBuffer& bias = w->owned_.emplace_back(static_cast<size_t>(N));
         for (int64_t j = 0; j < N; ++j) {
           const auto [part, o] = source(j);
           bias[static_cast<size_t>(j)] = bias_parts[static_cast<size_t>(part)][o];

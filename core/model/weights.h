@@ -22,6 +22,7 @@
 #include "core/model/config.h"
 #include "core/model/packed_gemm.h"
 #include "core/tensor/eigen.h"
+#include "core/tensor/float_buffer.h"
 
 namespace hs {
 
@@ -135,7 +136,7 @@ class Weights {
   Weights() = default;
   ModelConfig config_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
-  std::vector<std::vector<float>> owned_;
+  std::vector<FloatBuffer> owned_;  // float32 conversions of 16-bit tensors, joined Q/K/V
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<Matrix>> matrices_;  // per layer: W_qkv, W_O, W_in, W_out, W_gate (or null)
   std::unique_ptr<Matrix> W_E_, W_U_;  // W_U_ only when not tied
