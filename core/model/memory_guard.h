@@ -1,10 +1,11 @@
 // Refusing work that would not fit in memory, before allocating it.
 //
-// A 1.5B-parameter model stored in F16 needs 6 GB once converted to float32, and the activation
-// cache of a long prompt through it several more; running out of memory half-way kills the
-// program (or the machine) with no message. So Model::load and run_text/run_tokens first estimate
-// what they will allocate and compare it with what the system can give, and refuse with a
-// message that says how much is needed, how much is available and what to do.
+// A large model stored in 16 bits needs twice its file size once converted to float32, and the
+// activation cache of a long prompt through it several times more; running out of memory
+// half-way kills the program (or the machine) with no message. So Model::load and
+// run_text/run_tokens first estimate what they will allocate and compare it with what the system
+// can give, and refuse with a message that says how much is needed, how much is available and
+// what to do.
 #pragma once
 
 #include <cstdint>

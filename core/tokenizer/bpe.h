@@ -65,7 +65,7 @@ class MergeTable {
 void bpe_merge_reference(std::vector<int32_t>& word, const MergeTable& merges);
 
 // The same result in O(n log n) with a heap of candidate pairs, for long words (a hostile text can
-// be one 100 MB "word"). Equal to the reference even for merge lists that were not produced by
+// be one huge "word"). Equal to the reference even for merge lists that were not produced by
 // BPE training: all occurrences of the current lowest pair are merged before any pair they create.
 void bpe_merge_heap(std::vector<int32_t>& word, const MergeTable& merges);
 

@@ -23,7 +23,7 @@ std::string read_small_file(const fs::path& p, size_t limit) {
     throw Error(p.string() + ": is larger than " + std::to_string(limit >> 20) + " MB; not a tokenizer file.");
   std::ifstream in(p, std::ios::binary);
   if (!in) throw Error(p.string() + ": cannot open; check that it exists and is readable.");
-  // One read into a buffer of the file's size (a stream copy of a 10 MB tokenizer.json is slow),
+  // One read into a buffer of the file's size (a stream copy of a large tokenizer.json is slow),
   // then whatever is left in case the file grew.
   std::string s(ec ? 0 : static_cast<size_t>(fs::file_size(p, ec)), '\0');
   in.read(s.data(), static_cast<std::streamsize>(s.size()));

@@ -45,8 +45,7 @@ struct Vocabulary {
 };
 
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
-// Limits that keep hostile files from exhausting memory; real files are far below them
-// (GPT-2: 50,257 ids, vocab.json 1 MB, merges.txt 0.5 MB).
+// Limits that keep hostile files from exhausting memory; real files are far below them.
 inline constexpr int64_t kMaxTokenId = 9'999'999;
 inline constexpr size_t kMaxFileBytes = size_t{256} << 20;
 
