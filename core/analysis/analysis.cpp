@@ -116,7 +116,7 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   const LayerActivations& a = cache.layer(layer);
   ConcatVsSum r;
   r.layer = layer;
-  r.z_concat = a.z;
+  r.z_concat = a.z.to_matrix();
   r.W_O = cache.weights()->W_O_all(layer);
   r.b_O = cache.weights()->b_O(layer).transpose();
   // The forward pass's own kernel (linear_forward: W_O on the concatenated heads), so that
@@ -130,7 +130,7 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   r.via_sum.rowwise() += r.b_O;
   r.difference = r.via_concat - r.via_sum;
   r.max_abs_diff = r.difference.cwiseAbs().maxCoeff();
-  r.max_abs_vs_cache = (r.via_concat - a.attn_out).cwiseAbs().maxCoeff();
+  r.max_abs_vs_cache = (r.via_concat - a.attn_out.to_matrix()).cwiseAbs().maxCoeff();
   return r;
 }
 

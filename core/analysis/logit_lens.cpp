@@ -21,7 +21,7 @@ void check_full_cache(const ActivationCache& cache) {
 // Stream i's residual stream at positions first .. n_pos-1: [n_pos - first, d_model].
 RowMatrixXf stream_rows(const ActivationCache& cache, int stream, int first) {
   const int L = cache.n_layer(), rows = cache.n_pos() - first;
-  if (stream < L) return cache.layer(stream).resid_pre.bottomRows(rows);
+  if (stream < L) return cache.layer(stream).resid_pre.middle_rows(first, rows);
   // The final resid_post is derived the way the forward pass built it (resid_pre + attn_out +
   // mlp_out, in that order), so its lens is the run's own logits bit for bit.
   return cache.resid_post(L - 1).bottomRows(rows);

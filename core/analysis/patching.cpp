@@ -62,7 +62,7 @@ void check_metrics(float m_clean, float m_corrupt) {
 }
 
 // The activation at `hook` of layer l.
-const RowMatrixXf& at_hook(const ActivationCache& c, HookPoint hook, int l) {
+const PositionRows& at_hook(const ActivationCache& c, HookPoint hook, int l) {
   const LayerActivations& a = c.layer(l);
   switch (hook) {
     case HookPoint::ResidPre: return a.resid_pre;
@@ -183,11 +183,13 @@ class Sweep {
 
   // Whether patching cell (l, i) copies anything that differs from the corrupted run.
   bool changes_anything(int l, int i) const {
-    const RowMatrixXf& k = at_hook(K_, what_, l);
-    const RowMatrixXf& c = at_hook(C_, what_, l);
+    const PositionRows& k = at_hook(K_, what_, l);
+    const PositionRows& c = at_hook(C_, what_, l);
     if (what_ == HookPoint::Z) {
       const Eigen::Index dh = c_.d_head;
-      return k.middleCols(i * dh, dh) != c.middleCols(i * dh, dh);
+      for (Eigen::Index p = 0; p < k.rows(); ++p)
+        if (k.row(p).segment(i * dh, dh) != c.row(p).segment(i * dh, dh)) return true;
+      return false;
     }
     return k.row(i) != c.row(i);
   }
@@ -226,8 +228,8 @@ class Sweep {
     const LayerActivations& a = C_.layer(l);
     K.resize(S, kv_width);
     V.resize(S, kv_width);
-    K.topRows(p) = a.k.topRows(p);
-    V.topRows(p) = a.v.topRows(p);
+    K.topRows(p) = a.k.middle_rows(0, p);
+    V.topRows(p) = a.v.middle_rows(0, p);
     K.bottomRows(n) = qkv.block(m.row0, q_width, n, kv_width);
     V.bottomRows(n) = qkv.block(m.row0, q_width + kv_width, n, kv_width);
     const float scale = C_.attention_scale(l);
@@ -325,7 +327,7 @@ class Sweep {
       for (auto& [m, first_row] : entering) {
         const Eigen::Index n = S - m.first;
         m.row0 = rows_a;
-        resid.middleRows(rows_a, n) = Cl.resid_pre.middleRows(m.first, n);
+        resid.middleRows(rows_a, n) = Cl.resid_pre.middle_rows(m.first, n);
         resid.row(rows_a) = first_row;
         members.push_back(m);
         rows_a += n;
@@ -334,7 +336,7 @@ class Sweep {
       const Eigen::Index rows_z = static_cast<Eigen::Index>(z_cells.size()) * S;
       for (size_t i = 0; i < z_cells.size(); ++i) {
         const Eigen::Index r0 = rows_a + static_cast<Eigen::Index>(i) * S;
-        resid.middleRows(r0, S) = Cl.resid_pre;
+        resid.middleRows(r0, S) = Cl.resid_pre.to_matrix();
         members.push_back({z_cells[i].layer, z_cells[i].index, 0, r0});
       }
       const Eigen::Index rows_e = static_cast<Eigen::Index>(extra_cells.size());
@@ -380,8 +382,8 @@ class Sweep {
           z.row(r).segment(c0, dh) = Kl.z.row(S - 1).segment(c0, dh);
         } else {
           const Eigen::Index r0 = rows_a + static_cast<Eigen::Index>(i) * S;
-          z.middleRows(r0, S) = Cl.z;
-          z.block(r0, c0, S, dh) = Kl.z.middleCols(c0, dh);
+          z.middleRows(r0, S) = Cl.z.to_matrix();
+          z.block(r0, c0, S, dh) = Kl.z.middle_cols(c0, dh);
         }
       }
 

@@ -30,6 +30,11 @@ void check_has_layers(const ActivationCache& cache) {
 }  // namespace
 
 PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int max_side) {
+  return pooled_pattern(cache, layer, head, max_side, nullptr, 0);
+}
+
+PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int max_side, const PooledGrid* previous,
+                          int reused) {
   check_cells(max_side, max_side);
   if (layer < 0 || layer >= cache.n_layer())
     throw Error("layer " + std::to_string(layer) + " does not exist (0.." + std::to_string(cache.n_layer() - 1) + ").");
@@ -44,17 +49,29 @@ PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int
   grid.rows = grid.cols = side;
   grid.block_rows = grid.block_cols = block;
   grid.values.resize(static_cast<size_t>(side) * static_cast<size_t>(side));
+  // Rows of cells whose queries all lie in the reused prefix, from the earlier grid (whose cells to
+  // the right of its last column are masked, as they are here).
+  int first_row = 0;
+  if (previous && previous->block_rows == block && reused > 0) {
+    first_row = std::min(reused / block, previous->rows);
+    for (int py = 0; py < first_row; ++py)
+      for (int px = 0; px < side; ++px)
+        grid.values[static_cast<size_t>(py) * static_cast<size_t>(side) + static_cast<size_t>(px)] =
+            px < previous->cols ? previous->values[static_cast<size_t>(py) * static_cast<size_t>(previous->cols) +
+                                                   static_cast<size_t>(px)]
+                                : std::numeric_limits<float>::quiet_NaN();
+  }
   std::vector<float> peak(static_cast<size_t>(side));  // [key cell] of one row of cells
-  for (int py = 0; py < side; ++py) {
+  for (int py = first_row; py < side; ++py) {
     // The largest weight of each block of keys over this block of queries, read row by row from
-    // the cache's packed lower triangle.
+    // the cache's lower triangles, one block of keys at a time.
     std::fill(peak.begin(), peak.end(), 0.0f);
     const int q0 = py * block, q1 = std::min(n, q0 + block);
     for (int q = q0; q < q1; ++q) {
       const ConstRowVectorRef row = cache.pattern_row(layer, head, q);  // keys 0..q
-      for (int k = 0; k <= q; ++k) {
-        float& p = peak[static_cast<size_t>(k / block)];
-        p = std::max(p, row[k]);
+      for (int k0 = 0, px = 0; k0 <= q; k0 += block, ++px) {
+        float& p = peak[static_cast<size_t>(px)];
+        p = std::max(p, row.segment(k0, std::min(block, q + 1 - k0)).maxCoeff());
       }
     }
     float* out = grid.values.data() + static_cast<size_t>(py) * static_cast<size_t>(side);
@@ -137,13 +154,22 @@ LayerAnalysis analyze_layer(const ActivationCache& cache, int layer) {
 }
 
 RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side) {
+  return overview_of_run(cache, top_k, thumbnail_side, nullptr);
+}
+
+RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side, const RunOverview* previous) {
   check_has_tokens(cache);
   RunOverview o;
   o.next = top_predictions(cache, cache.n_pos() - 1, top_k);
   const int n_head = cache.config().n_heads;
   o.thumbnails.reserve(static_cast<size_t>(cache.n_layer()) * static_cast<size_t>(n_head));
+  const bool reuse = previous && cache.reused_prefix > 0 &&
+                     previous->thumbnails.size() == static_cast<size_t>(cache.n_layer()) * static_cast<size_t>(n_head);
   for (int l = 0; l < cache.n_layer(); ++l)
-    for (int h = 0; h < n_head; ++h) o.thumbnails.push_back(pooled_pattern(cache, l, h, thumbnail_side));
+    for (int h = 0; h < n_head; ++h)
+      o.thumbnails.push_back(pooled_pattern(cache, l, h, thumbnail_side,
+                                            reuse ? &previous->thumbnails[o.thumbnails.size()] : nullptr,
+                                            cache.reused_prefix));
   return o;
 }
 

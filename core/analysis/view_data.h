@@ -27,6 +27,13 @@ struct PooledGrid {
 // rows (pattern_row), never a [pos, pos] copy. An empty grid for a run without tokens; throws
 // hs::Error for a layer or head that does not exist.
 PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int max_side = 64);
+// The same, reusing the rows of cells of `previous` (the grid of the same head in the run whose
+// first `reused` positions this cache reused, made with the same max_side): a row of cells whose
+// queries all lie in that prefix has the same values as long as the block size is the same, which
+// it is while the prompt's length stays within one multiple of max_side. Typing at the end of a
+// long prompt then pools only the last row of cells.
+PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int max_side, const PooledGrid* previous,
+                          int reused);
 
 // A signed matrix pooled to at most max_rows x max_cols cells; each cell holds the entry of largest
 // magnitude in its block (the first one in row-major order on ties; 0 for an all-zero block).
@@ -66,5 +73,9 @@ struct RunOverview {
   std::vector<PooledGrid> thumbnails;     // [layer * n_head + head] pooled_pattern(.., thumbnail_side)
 };
 RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side = 64);
+// The same, reusing `previous`'s thumbnails where they cannot have changed: `previous` must be the
+// overview (with the same thumbnail_side) of the run whose prefix `cache` reused
+// (cache.reused_prefix positions of it).
+RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side, const RunOverview* previous);
 
 }  // namespace hs

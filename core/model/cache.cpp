@@ -33,6 +33,12 @@ Tensor from_matrix(const RowMatrixXf& m, std::vector<int64_t> shape) {
   return Tensor(std::move(shape), std::vector<float>(m.data(), m.data() + m.size()));
 }
 
+Tensor from_matrix(const PositionRows& m, std::vector<int64_t> shape) {
+  Tensor t(std::move(shape));
+  for (Eigen::Index i = 0; i < m.rows(); ++i) std::copy_n(m.row_data(i), m.cols(), t.data.data() + i * m.cols());
+  return t;
+}
+
 }  // namespace
 
 ActivationCache::ActivationCache(std::shared_ptr<const Weights> weights, std::vector<int32_t> tokens)
@@ -81,23 +87,26 @@ RowMatrixXf ActivationCache::head_pattern(int l, int h) const {
   return p;
 }
 
-ConstRowVectorRef ActivationCache::pattern_row(int l, int h, int q) const {
-  const int64_t S = n_pos(), tri = S * (S + 1) / 2;
-  return ConstRowVectorRef(layer(l).pattern_tri.data() + h * tri + static_cast<int64_t>(q) * (q + 1) / 2, q + 1);
-}
+ConstRowVectorRef ActivationCache::pattern_row(int l, int h, int q) const { return layer(l).pattern.row(h, q); }
 
-RowMatrixXf ActivationCache::resid_mid(int l) const { return layer(l).resid_pre + layer(l).attn_out; }
+RowMatrixXf ActivationCache::resid_mid(int l) const {
+  RowMatrixXf r = layer(l).resid_pre.to_matrix();
+  r += layer(l).attn_out.to_matrix();
+  return r;
+}
 
 RowMatrixXf ActivationCache::resid_post(int l) const {
   RowMatrixXf r = resid_mid(l);
-  r += layer(l).mlp_out;
+  r += layer(l).mlp_out.to_matrix();
   return r;
 }
 
 RowMatrixXf ActivationCache::mlp_post(int l) const {
   RowMatrixXf out;
-  if (has_gated_mlp()) gated_activation_forward(out, layer(l).mlp_pre, layer(l).mlp_pre_linear, config().activation);
-  else activation_forward(out, layer(l).mlp_pre, config().activation);
+  if (has_gated_mlp())
+    gated_activation_forward(out, layer(l).mlp_pre.to_matrix(), layer(l).mlp_pre_linear.to_matrix(), config().activation);
+  else
+    activation_forward(out, layer(l).mlp_pre.to_matrix(), config().activation);
   return out;
 }
 
@@ -110,7 +119,7 @@ RowMatrixXf ActivationCache::block_norm(int l, int which, VectorXf* scale) const
   // sum), so the values are the ones the layer read. Parallel blocks feed both norms resid_pre.
   RowMatrixXf out;
   if (which == 1 || c.architecture.parallel_blocks)
-    norm_forward(out, scale, layer(l).resid_pre, w, b, c.norm_eps, c.architecture.norm);
+    norm_forward(out, scale, layer(l).resid_pre.to_matrix(), w, b, c.norm_eps, c.architecture.norm);
   else
     norm_forward(out, scale, resid_mid(l), w, b, c.norm_eps, c.architecture.norm);
   return out;
@@ -133,7 +142,9 @@ RowMatrixXf ActivationCache::head_result(int l, int h) const {
     return r;
   }
   RowMatrixXf r(n_pos(), c.d_model);
-  head_result_forward(r.data(), c.d_model, a.z, h, c.d_head, weights_->packed(l).W_O);
+  a.z.for_each_block(0, n_pos(), [&](Eigen::Index i, const ConstStridedMatrixRef& z) {
+    head_result_forward(r.row(i).data(), c.d_model, z, h, c.d_head, weights_->packed(l).W_O);
+  });
   return r;
 }
 
@@ -145,7 +156,7 @@ RowMatrixXf ActivationCache::head_scores(int l, int h) const {
   if (!a.scores_hqk.empty()) return ConstMatrixRef(a.scores_hqk.data() + h * S * S, S, S);
   // The same operations in the same order as the forward pass, so the values are identical.
   RowMatrixXf s(S, S);
-  s.noalias() = a.q.middleCols(h * c.d_head, c.d_head) * a.k.middleCols(c.kv_head(h) * c.d_head, c.d_head).transpose();
+  s.noalias() = a.q.middle_cols(h * c.d_head, c.d_head) * a.k.middle_cols(c.kv_head(h) * c.d_head, c.d_head).transpose();
   const float scale = attention_scale(l);
   for (int64_t i = 0; i < S; ++i) {
     s.row(i).head(i + 1).array() *= scale;
@@ -231,14 +242,13 @@ Tensor ActivationCache::get(std::string_view key) const {
 }
 
 size_t ActivationCache::stored_bytes() const {
-  size_t n = static_cast<size_t>(embed.size() + pos_embed.size() + ln_final_normalized.size() + ln_final_scale.size() +
-                                 logits.size());
+  size_t n = embed.bytes() + pos_embed.bytes() + ln_final_normalized.bytes() +
+             static_cast<size_t>(ln_final_scale.size()) * sizeof(float) + logits.bytes();
   for (const auto& a : layers_)
-    n += static_cast<size_t>(a.resid_pre.size() + a.q.size() + a.k.size() + a.v.size() + a.z.size() +
-                             a.q_pre_rotary.size() + a.k_pre_rotary.size() + a.attn_out.size() + a.mlp_pre.size() +
-                             a.mlp_pre_linear.size() + a.mlp_out.size()) +
-         a.scores_hqk.size() + a.pattern_tri.size() + a.result_phd.size();
-  return n * sizeof(float);
+    n += a.resid_pre.bytes() + a.q.bytes() + a.k.bytes() + a.v.bytes() + a.z.bytes() + a.q_pre_rotary.bytes() +
+         a.k_pre_rotary.bytes() + a.attn_out.bytes() + a.mlp_pre.bytes() + a.mlp_pre_linear.bytes() +
+         a.mlp_out.bytes() + a.pattern.bytes() + (a.scores_hqk.size() + a.result_phd.size()) * sizeof(float);
+  return n;
 }
 
 }  // namespace hs

@@ -14,6 +14,10 @@
 // Attention patterns are causal, so only their lower triangle is kept (row i holds keys 0..i):
 // at long context the patterns are most of the cache.
 //
+// Activations indexed by position are stored in blocks of positions (position_rows.h) that a run
+// extending an earlier prompt shares with the earlier run's cache, so a typed key costs only its
+// new positions. Read a row at a time (row(i)), or copy out a matrix (to_matrix()).
+//
 // The layout follows the architecture: k and v hold n_key_value_heads heads (query head h reads
 // key/value head config().kv_head(h)), and hook_pos_embed exists only with learned positions.
 // With rotary positions q and k hold the rotated values attention reads (hook_rot_q, hook_rot_k)
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "core/model/intervention.h"
+#include "core/model/position_rows.h"
 #include "core/model/weights.h"
 #include "core/tensor/eigen.h"
 #include "core/tensor/tensor.h"
@@ -36,22 +41,20 @@
 namespace hs {
 
 struct LayerActivations {
-  RowMatrixXf resid_pre;   // [pos, d_model]
-  RowMatrixXf q;           // [pos, n_heads*d_head]  (= [pos, head, d_head]); rotated with rotary
-  RowMatrixXf k;           // [pos, n_kv*d_head]     (= [pos, kv_head, d_head]); rotated with rotary
-  RowMatrixXf q_pre_rotary;  // [pos, n_heads*d_head]; empty without rotary positions
-  RowMatrixXf k_pre_rotary;  // [pos, n_kv*d_head]; empty without rotary positions
-  RowMatrixXf v;           // [pos, n_kv*d_head]
+  PositionRows resid_pre;     // [pos, d_model]
+  PositionRows q;             // [pos, n_heads*d_head]  (= [pos, head, d_head]); rotated with rotary
+  PositionRows k;             // [pos, n_kv*d_head]     (= [pos, kv_head, d_head]); rotated with rotary
+  PositionRows q_pre_rotary;  // [pos, n_heads*d_head]; empty without rotary positions
+  PositionRows k_pre_rotary;  // [pos, n_kv*d_head]; empty without rotary positions
+  PositionRows v;             // [pos, n_kv*d_head]
   std::vector<float> scores_hqk;   // [head, query_pos, key_pos] only when stored; masked = -inf
-  // The patterns' lower triangles, [head][query_pos][0..query_pos]: row i of head h starts at
-  // h * tri(pos) + i * (i + 1) / 2, tri(pos) = pos * (pos + 1) / 2.
-  std::vector<float, UninitializedAllocator<float>> pattern_tri;
-  RowMatrixXf z;           // [pos, n_heads*d_head]
+  PatternRows pattern;        // the patterns' lower triangles: row q of head h holds keys 0..q
+  PositionRows z;             // [pos, n_heads*d_head]
   std::vector<float> result_phd;   // [pos, head, d_model] only when stored
-  RowMatrixXf attn_out;    // [pos, d_model]  concat(z) @ W_O + b_O
-  RowMatrixXf mlp_pre;     // [pos, d_mlp]  (a gated MLP's gate pre-activation)
-  RowMatrixXf mlp_pre_linear;  // [pos, d_mlp]  a gated MLP's up projection; empty otherwise
-  RowMatrixXf mlp_out;     // [pos, d_model]
+  PositionRows attn_out;      // [pos, d_model]  concat(z) @ W_O + b_O
+  PositionRows mlp_pre;       // [pos, d_mlp]  (a gated MLP's gate pre-activation)
+  PositionRows mlp_pre_linear;  // [pos, d_mlp]  a gated MLP's up projection; empty otherwise
+  PositionRows mlp_out;       // [pos, d_model]
 };
 
 class ActivationCache {
@@ -81,11 +84,11 @@ class ActivationCache {
   // Typed access for analyses.
   const LayerActivations& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   LayerActivations& layer(int l) { return layers_[static_cast<size_t>(l)]; }
-  RowMatrixXf embed;                // [pos, d_model]
-  RowMatrixXf pos_embed;            // [pos, d_model]; empty without learned positions
-  RowMatrixXf ln_final_normalized;  // [pos, d_model]
+  PositionRows embed;                // [pos, d_model]
+  PositionRows pos_embed;            // [pos, d_model]; empty without learned positions
+  PositionRows ln_final_normalized;  // [pos, d_model]
   VectorXf ln_final_scale;          // [pos]  what the final norm divided by (sqrt(var + eps)), for DLA
-  RowMatrixXf logits;               // [pos, d_vocab]
+  PositionRows logits;               // [pos, d_vocab]
 
   // Derived on request (also used by get()).
   // One head's result z_h @ W_O[h] at every position: [pos, d_model].

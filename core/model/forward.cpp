@@ -21,7 +21,6 @@
 #endif
 
 #include "core/error.h"
-#include "core/model/huge_pages.h"
 #include "core/model/ops.h"
 #include "core/model/thread_scope.h"
 
@@ -46,42 +45,30 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Grows `m` to `rows` rows, keeping the first `keep` rows of `from`.
-//
-// A block that receives a prefix gets huge pages (advise_huge_pages). A run's cache is fresh
-// memory, faulted in a small page at a time: a typed key that extends a long prompt spent much of
-// its time in the kernel's page-fault path, more than in copying the prefix. A full run is the other
-// way round in this VM, slower with huge pages, so runs without a prefix do not ask (figures in
-// docs/benchmarks.md, "Long prompts while typing").
-void with_prefix(RowMatrixXf& m, const RowMatrixXf* from, Eigen::Index keep, Eigen::Index rows, Eigen::Index cols) {
-  m.resize(rows, cols);
-  if (keep == 0) return;
-  advise_huge_pages(m.data(), static_cast<size_t>(m.size()) * sizeof(float));
-  m.topRows(keep) = from->topRows(keep);
-}
-
 // Attention is the only layer that mixes information across positions. For each head and each
 // new query i in [P, S): scores = q_h[i] k_kv^T * scale over keys 0..i, pattern = softmax(scores),
-// z_h[i] = pattern v_kv, where kv = c.kv_head(h) is the key/value head that h shares.
+// z_h[i] = pattern v_kv, where kv = c.kv_head(h) is the key/value head that h shares. `q_new` holds
+// the new queries [S - P, n_heads*d_head]; keys and values are read from the cache's position
+// blocks, one block of keys at a time, and z of the new positions goes to `z_new`.
 // `scratch` holds one [new pos, pos] buffer per OpenMP thread, reused across heads and layers:
 // a fresh one per head was, at long context, an allocation that glibc served by mmap, each
 // faulting in and zeroing new pages.
-void attention_forward(LayerActivations& a, Eigen::Index P, const ModelConfig& c, float scale, bool store_scores,
-                       std::vector<RowMatrixXf>& scratch) {
-  const Eigen::Index S = a.q.rows(), N = S - P;
+void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixXf& z_new, Eigen::Index P,
+                       const ModelConfig& c, float scale, bool store_scores, std::vector<RowMatrixXf>& scratch) {
+  const Eigen::Index S = a.k.rows(), N = S - P;
   const int n_heads = c.n_heads, d_head = c.d_head;
-  const size_t tri = static_cast<size_t>(S * (S + 1) / 2), SS = static_cast<size_t>(S * S);
+  const size_t SS = static_cast<size_t>(S * S);
   if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_heads) * SS, kNegInf);
+  z_new.resize(N, q_new.cols());
 #pragma omp parallel for schedule(static) if (N * S >= 4096)
   for (int h = 0; h < n_heads; ++h) {
     const int kv = c.kv_head(h);
-    const auto q_h = a.q.middleCols(h * d_head, d_head).bottomRows(N);
-    const auto k_h = a.k.middleCols(kv * d_head, d_head);
-    const auto v_h = a.v.middleCols(kv * d_head, d_head);
+    const auto q_h = q_new.middleCols(h * d_head, d_head);
     RowMatrixXf& pattern = scratch[static_cast<size_t>(omp_get_thread_num())];
     pattern.resize(N, S);  // [new query_pos, key_pos]; no reallocation when the size is unchanged
-    pattern.noalias() = q_h * k_h.transpose();
-    float* tri_h = a.pattern_tri.data() + h * tri;
+    a.k.for_each_block(0, S, [&](Eigen::Index k0, const ConstStridedMatrixRef& keys) {
+      pattern.middleCols(k0, keys.rows()).noalias() = q_h * keys.middleCols(kv * d_head, d_head).transpose();
+    });
     for (Eigen::Index r = 0; r < N; ++r) {
       const Eigen::Index i = P + r;
       auto row = pattern.row(r).head(i + 1).array();
@@ -91,9 +78,13 @@ void attention_forward(LayerActivations& a, Eigen::Index P, const ModelConfig& c
       row = (row - m).exp();
       row /= row.sum();
       pattern.row(r).tail(S - i - 1).setZero();
-      std::copy_n(row.data(), i + 1, tri_h + i * (i + 1) / 2);
+      std::copy_n(row.data(), i + 1, a.pattern.mutable_row(h, i));
     }
-    a.z.middleCols(h * d_head, d_head).bottomRows(N).noalias() = pattern * v_h;
+    auto z_h = z_new.middleCols(h * d_head, d_head);
+    z_h.setZero();
+    a.v.for_each_block(0, S, [&](Eigen::Index k0, const ConstStridedMatrixRef& values) {
+      z_h.noalias() += pattern.middleCols(k0, values.rows()) * values.middleCols(kv * d_head, d_head);
+    });
   }
 }
 
@@ -136,7 +127,7 @@ std::vector<LayerHooks> hooks_by_layer(const Interventions& interventions, int n
 }
 
 // The stored activation a patch copies from: `hook` of layer l of `source`.
-const RowMatrixXf& hooked(const ActivationCache& source, HookPoint hook, int l) {
+const PositionRows& hooked(const ActivationCache& source, HookPoint hook, int l) {
   const LayerActivations& a = source.layer(l);
   switch (hook) {
     case HookPoint::ResidPre: return a.resid_pre;
@@ -172,7 +163,7 @@ void apply_hooks(const std::vector<const Intervention*>& hooks, Eigen::Ref<RowMa
         break;
       }
       case InterventionKind::Patch:
-        block = hooked(*i->source, i->hook, i->layer).block(P + r0, c0, n, width);
+        block = hooked(*i->source, i->hook, i->layer).middle_rows(P + r0, n).middleCols(c0, width);
         break;
     }
   }
@@ -217,15 +208,14 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   const Eigen::Index q_width = H * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
 
   // hook_embed [pos, d_model], and hook_pos_embed [pos, d_model] with learned positions
-  with_prefix(cache->embed, prev ? &prev->embed : nullptr, P, S, D);
-  for (Eigen::Index i = P; i < S; ++i) weights->embedding_row(tokens[static_cast<size_t>(i)], cache->embed.row(i).data());
-  RowMatrixXf resid;  // [new pos, d_model]
+  cache->embed.extend(prev ? &prev->embed : nullptr, P, S, D);
+  for (Eigen::Index i = P; i < S; ++i) weights->embedding_row(tokens[static_cast<size_t>(i)], cache->embed.mutable_row(i));
+  RowMatrixXf resid = cache->embed.middle_rows(P, N);  // [new pos, d_model]
   if (cache->has_pos_embed()) {
-    with_prefix(cache->pos_embed, prev ? &prev->pos_embed : nullptr, P, S, D);
-    for (Eigen::Index i = P; i < S; ++i) cache->pos_embed.row(i) = ConstRowVectorRef(weights->W_pos() + i * D, D);
-    resid = cache->embed.bottomRows(N) + cache->pos_embed.bottomRows(N);
-  } else {
-    resid = cache->embed.bottomRows(N);
+    cache->pos_embed.extend(prev ? &prev->pos_embed : nullptr, P, S, D);
+    const ConstMatrixRef positions(weights->W_pos() + P * D, N, D);
+    cache->pos_embed.set_rows(P, positions);
+    resid += positions;
   }
 
   // The block's variant: the norm's kind, whether queries and keys are rotated (with the angles of
@@ -241,7 +231,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
 
   LayerActivations scratch;  // reused across layers when only logits are kept
   std::vector<RowMatrixXf> attention_scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
-  RowMatrixXf normalized, qkv, mlp_post, block_out, mlp_gate;
+  RowMatrixXf normalized, qkv, mlp_post, block_out, mlp_gate, z_new;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& W = weights->layer(l);
     const PackedLayer& WP = weights->packed(l);
@@ -249,39 +239,34 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     const LayerActivations* pa = prev ? &prev->layer(l) : nullptr;
     const LayerHooks* hook = hooks.empty() ? nullptr : &hooks[static_cast<size_t>(l)];
     if (hook) apply_hooks((*hook)[HookPoint::ResidPre], resid, P, c.d_head);
-    with_prefix(a.resid_pre, pa ? &pa->resid_pre : nullptr, P, S, D);
-    a.resid_pre.bottomRows(N) = resid;
+    a.resid_pre.extend(pa ? &pa->resid_pre : nullptr, P, S, D);
+    a.resid_pre.set_rows(P, resid);
 
     norm_forward(normalized, nullptr, resid, W.norm1_w, W.norm1_b, c.norm_eps, norm);
     linear_forward(qkv, normalized, WP.W_qkv, W.b_qkv);  // [new pos, Q | K | V]
-    with_prefix(a.q, pa ? &pa->q : nullptr, P, S, q_width);
-    with_prefix(a.k, pa ? &pa->k : nullptr, P, S, kv_width);
-    with_prefix(a.v, pa ? &pa->v : nullptr, P, S, kv_width);
-    a.q.bottomRows(N) = qkv.leftCols(q_width);
-    a.k.bottomRows(N) = qkv.middleCols(q_width, kv_width);
-    a.v.bottomRows(N) = qkv.rightCols(kv_width);
+    a.q.extend(pa ? &pa->q : nullptr, P, S, q_width);
+    a.k.extend(pa ? &pa->k : nullptr, P, S, kv_width);
+    a.v.extend(pa ? &pa->v : nullptr, P, S, kv_width);
     if (rotary) {
       // Position enters here and nowhere else: each query and key is turned by its position's
       // angles, so a score depends on the distance between the two. The cache keeps both sides.
-      with_prefix(a.q_pre_rotary, pa ? &pa->q_pre_rotary : nullptr, P, S, q_width);
-      with_prefix(a.k_pre_rotary, pa ? &pa->k_pre_rotary : nullptr, P, S, kv_width);
-      a.q_pre_rotary.bottomRows(N) = a.q.bottomRows(N);
-      a.k_pre_rotary.bottomRows(N) = a.k.bottomRows(N);
-      rotary_forward(a.q.bottomRows(N), H, c.d_head, rotary_dim, rotary_cos, rotary_sin);
-      rotary_forward(a.k.bottomRows(N), c.n_key_value_heads, c.d_head, rotary_dim, rotary_cos, rotary_sin);
+      a.q_pre_rotary.extend(pa ? &pa->q_pre_rotary : nullptr, P, S, q_width);
+      a.k_pre_rotary.extend(pa ? &pa->k_pre_rotary : nullptr, P, S, kv_width);
+      a.q_pre_rotary.set_rows(P, qkv.leftCols(q_width));
+      a.k_pre_rotary.set_rows(P, qkv.middleCols(q_width, kv_width));
+      rotary_forward(qkv.leftCols(q_width), H, c.d_head, rotary_dim, rotary_cos, rotary_sin);
+      rotary_forward(qkv.middleCols(q_width, kv_width), c.n_key_value_heads, c.d_head, rotary_dim, rotary_cos,
+                     rotary_sin);
     }
-    // The triangles of a shorter prompt are a prefix of each head's triangle.
-    const size_t tri = static_cast<size_t>(S * (S + 1) / 2), old_tri = static_cast<size_t>(P * (P + 1) / 2);
-    a.pattern_tri.reserve(static_cast<size_t>(H) * tri);
-    if (pa) advise_huge_pages(a.pattern_tri.data(), a.pattern_tri.capacity() * sizeof(float));
-    a.pattern_tri.resize(static_cast<size_t>(H) * tri);
-    if (pa)
-      for (int h = 0; h < H; ++h)
-        std::copy_n(pa->pattern_tri.data() + h * (pa->pattern_tri.size() / static_cast<size_t>(H)), old_tri,
-                    a.pattern_tri.data() + h * tri);
-    with_prefix(a.z, pa ? &pa->z : nullptr, P, S, q_width);
-    attention_forward(a, P, c, cache->attention_scale(l), options.store_scores, attention_scratch);
-    if (hook) apply_hooks((*hook)[HookPoint::Z], a.z.bottomRows(N), P, c.d_head);
+    a.q.set_rows(P, qkv.leftCols(q_width));
+    a.k.set_rows(P, qkv.middleCols(q_width, kv_width));
+    a.v.set_rows(P, qkv.rightCols(kv_width));
+    a.pattern.extend(pa ? &pa->pattern : nullptr, P, S, H);
+    const RowMatrixXf q_new = qkv.leftCols(q_width);
+    attention_forward(a, q_new, z_new, P, c, cache->attention_scale(l), options.store_scores, attention_scratch);
+    if (hook) apply_hooks((*hook)[HookPoint::Z], z_new, P, c.d_head);
+    a.z.extend(pa ? &pa->z : nullptr, P, S, q_width);
+    a.z.set_rows(P, z_new);
     if (pa && options.store_scores) {
       // The earlier run's scores are [head, S_prev, S_prev]; its first P query rows carry over.
       const size_t S_prev = static_cast<size_t>(prev->n_pos()), SS = static_cast<size_t>(S);
@@ -295,11 +280,10 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // on request with the same kernel and bits, and concat_vs_sum (core/analysis) checks the
     // identity for the view. Computing them every run, for a check nothing read, was a noticeable
     // share of a short pass.
-    const RowMatrixXf z_new = a.z.bottomRows(N);
     linear_forward(block_out, z_new, WP.W_O, W.b_O);
     if (hook) apply_hooks((*hook)[HookPoint::AttnOut], block_out, P, c.d_head);
-    with_prefix(a.attn_out, pa ? &pa->attn_out : nullptr, P, S, D);
-    a.attn_out.bottomRows(N) = block_out;
+    a.attn_out.extend(pa ? &pa->attn_out : nullptr, P, S, D);
+    a.attn_out.set_rows(P, block_out);
     if (options.store_results) {
       a.result_phd.resize(static_cast<size_t>(S * H * D));
       if (pa) std::copy_n(pa->result_phd.data(), static_cast<size_t>(P * H * D), a.result_phd.data());
@@ -314,26 +298,26 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     resid += block_out;  // resid_mid
     if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
     linear_forward(block_out, normalized, WP.W_in, W.b_in);  // plain: pre; gated: the up projection
-    with_prefix(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
+    a.mlp_pre.extend(pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
     if (gated) {
       linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
-      a.mlp_pre.bottomRows(N) = mlp_gate;
-      with_prefix(a.mlp_pre_linear, pa ? &pa->mlp_pre_linear : nullptr, P, S, c.d_mlp);
-      a.mlp_pre_linear.bottomRows(N) = block_out;
+      a.mlp_pre.set_rows(P, mlp_gate);
+      a.mlp_pre_linear.extend(pa ? &pa->mlp_pre_linear : nullptr, P, S, c.d_mlp);
+      a.mlp_pre_linear.set_rows(P, block_out);
       gated_activation_forward(mlp_post, mlp_gate, block_out, c.activation);
     } else {
-      a.mlp_pre.bottomRows(N) = block_out;
+      a.mlp_pre.set_rows(P, block_out);
       activation_forward(mlp_post, block_out, c.activation);
     }
     linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
     if (hook) apply_hooks((*hook)[HookPoint::MlpOut], block_out, P, c.d_head);
-    with_prefix(a.mlp_out, pa ? &pa->mlp_out : nullptr, P, S, D);
-    a.mlp_out.bottomRows(N) = block_out;
+    a.mlp_out.extend(pa ? &pa->mlp_out : nullptr, P, S, D);
+    a.mlp_out.set_rows(P, block_out);
     resid += block_out;  // resid_post
   }
   // The layers' temporaries go before the logits are written, so they are not held at the run's
   // peak of resident memory.
-  for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out, &mlp_gate}) m->resize(0, 0);
+  for (RowMatrixXf* m : {&normalized, &qkv, &mlp_post, &block_out, &mlp_gate, &z_new}) m->resize(0, 0);
   scratch = LayerActivations();
   attention_scratch.clear();
   if (options.logits_only) cache->layers().clear();
@@ -342,17 +326,19 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   RowMatrixXf ln_new;
   VectorXf scale_new;
   norm_forward(ln_new, &scale_new, resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps, norm);
-  with_prefix(cache->ln_final_normalized, prev ? &prev->ln_final_normalized : nullptr, P, S, D);
-  cache->ln_final_normalized.bottomRows(N) = ln_new;
+  cache->ln_final_normalized.extend(prev ? &prev->ln_final_normalized : nullptr, P, S, D);
+  cache->ln_final_normalized.set_rows(P, ln_new);
   cache->ln_final_scale.resize(S);
   if (prev) cache->ln_final_scale.head(P) = prev->ln_final_scale.head(P);
   cache->ln_final_scale.tail(N) = scale_new;
   // logits [pos, d_vocab] = ln_final [pos, d_model] @ W_U; W_U's rows are kept [d_vocab, d_model].
-  // Written straight into the cache's rows: a separate block of new logits, copied in afterwards,
-  // had been the peak of a long run's resident memory.
-  with_prefix(cache->logits, prev ? &prev->logits : nullptr, P, S, c.d_vocab);
-  unembed_forward(cache->logits.bottomRows(N), ln_new, weights->packed_unembed());
-  cache->logits_finite = (!prev || prev->logits_finite) && cache->logits.bottomRows(N).allFinite();
+  // Written straight into the cache's blocks, in one product: a separate matrix of new logits,
+  // copied in afterwards, had been the peak of a long run's resident memory.
+  cache->logits.extend(prev ? &prev->logits : nullptr, P, S, c.d_vocab);
+  unembed_forward(cache->logits.row_segments(P, S), ln_new, weights->packed_unembed());
+  bool finite = !prev || prev->logits_finite;
+  cache->logits.for_each_block(P, S, [&](Eigen::Index, const ConstStridedMatrixRef& rows) { finite = finite && rows.allFinite(); });
+  cache->logits_finite = finite;
   return cache;
 }
 

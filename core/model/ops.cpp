@@ -49,12 +49,12 @@ void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& 
   packed_gemm(x.rows(), x.data(), x.cols(), W, 0, W.rows(), b, out.data(), W.cols());
 }
 
-void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const PackedMatrix& W_O) {
+void head_result_forward(float* out, int64_t ldo, const ConstStridedRowsRef& z, int h, int d_head, const PackedMatrix& W_O) {
   // The same kernel as W_O on the concatenated heads, over this head's rows of it: each
   // output is its own chain in k order, so a row's result is the same bits whether it was
   // computed in a run of 20 tokens, a typed extension of 1, or on request for all of them.
   const int64_t k0 = static_cast<int64_t>(h) * d_head;
-  packed_gemm(z.rows(), z.data() + k0, z.cols(), W_O, k0, k0 + d_head, nullptr, out, ldo);
+  packed_gemm(z.rows(), z.data() + k0, z.outerStride(), W_O, k0, k0 + d_head, nullptr, out, ldo);
 }
 
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act) {
@@ -122,6 +122,10 @@ void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
 
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U) {
   packed_gemm(x.rows(), x.data(), x.cols(), W_U, 0, W_U.rows(), nullptr, out.data(), out.outerStride());
+}
+
+void unembed_forward(std::span<const std::pair<float*, int64_t>> out, const RowMatrixXf& x, const PackedMatrix& W_U) {
+  packed_gemm(x.data(), x.cols(), W_U, 0, W_U.rows(), nullptr, out, W_U.cols());
 }
 
 }  // namespace hs

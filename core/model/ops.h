@@ -29,7 +29,7 @@ void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& 
 // The result of head h: rows of out (stride ldo floats) = z[:, h*d_head : (h+1)*d_head] @ W_O[h],
 // W_O[h] being rows h*d_head .. (h+1)*d_head - 1 of the packed attention output weight. No bias:
 // b_O belongs to no head.
-void head_result_forward(float* out, int64_t ldo, const RowMatrixXf& z, int h, int d_head, const PackedMatrix& W_O);
+void head_result_forward(float* out, int64_t ldo, const ConstStridedRowsRef& z, int h, int d_head, const PackedMatrix& W_O);
 // out = act(pre), elementwise.
 void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act);
 // The same over n floats of any buffers (out may be pre): for callers that keep their own
@@ -52,5 +52,7 @@ void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
 // out[S, V] = x[S, D] @ W_U[D, V] (packed), split over vocabulary panels on all threads.
 // out must already be [S, V] (a block of the cache's logits, written in place).
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U);
+// The same, out's rows given as segments (pointer, rows) of a position-blocked activation.
+void unembed_forward(std::span<const std::pair<float*, int64_t>> out, const RowMatrixXf& x, const PackedMatrix& W_U);
 
 }  // namespace hs

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <utility>
 
 #include "core/model/huge_pages.h"
@@ -211,13 +212,18 @@ void PackedMatrix::column(int64_t j, float* out) const {
   for (int64_t k = 0; k < K_; ++k) out[k] = src[k * kLanes];
 }
 
-void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
-                 const float* bias, float* out, int64_t ldo) {
+namespace {
+
+// out rows in segments: segment s holds its rows contiguously (stride ldo) from its pointer. Row
+// tiles never cross a segment, and each tile's arithmetic is the same wherever its rows live.
+void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
+                   const float* bias, std::span<const std::pair<float*, int64_t>> segments, int64_t ldo) {
   const int64_t N = W.cols();
   if (M <= 0 || N <= 0) return;
   if (k1 <= k0) {  // an empty sum: the bias alone
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) out[i * ldo + j] = bias ? bias[j] : 0.0f;
+    for (const auto& [out, rows] : segments)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < N; ++j) out[i * ldo + j] = bias ? bias[j] : 0.0f;
     return;
   }
   const int64_t panels = (N + kLanes - 1) / kLanes;
@@ -225,9 +231,6 @@ void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, 
   const int width = M <= kFewRows ? kWide : M < kTallFrom ? 2 : kTallWidth;  // panels per tile
   const int max_rows = M <= kFewRows ? kFewRows : M < kTallFrom ? kMidRows : kTallRows;
   const int64_t groups = (panels + width - 1) / width;
-  // Row tiles of near-equal height: 20 rows as 10 + 10, not 12 + 8.
-  const int64_t row_tiles = (M + max_rows - 1) / max_rows;
-  const int64_t base_rows = M / row_tiles, extra_rows = M % row_tiles;
   // Below ~2 MFLOP a second thread costs more to wake than it saves.
   const bool parallel = groups > 1 && M * N * (k1 - k0) >= (int64_t{1} << 20);
 #pragma omp parallel for schedule(static) if (parallel)
@@ -238,17 +241,39 @@ void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, 
     for (int64_t kb = k0; kb < k1; kb += kKBlock) {
       const int64_t ke = std::min(k1, kb + kKBlock);
       TileArgs a{ke - kb, x + (kb - k0), ldx, W.panel(p0) + kb * kLanes, pstride, kb > k0,
-                 ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, out + p0 * kLanes, ldo};
-      for (int64_t t = 0, i = 0; t < row_tiles; ++t) {
-        const int rows = static_cast<int>(base_rows + (t < extra_rows ? 1 : 0));
-        TileArgs at = a;
-        at.x = a.x + i * ldx;
-        at.out = a.out + i * ldo;
-        tile_for(rows, np)(at);
-        i += rows;
+                 ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, nullptr, ldo};
+      int64_t i = 0;  // the segment's first row among the M
+      for (const auto& [out, rows_in_segment] : segments) {
+        // Row tiles of near-equal height: 20 rows as 10 + 10, not 12 + 8.
+        const int64_t row_tiles = (rows_in_segment + max_rows - 1) / max_rows;
+        const int64_t base_rows = rows_in_segment / row_tiles, extra_rows = rows_in_segment % row_tiles;
+        for (int64_t t = 0, r0 = 0; t < row_tiles; ++t) {
+          const int rows = static_cast<int>(base_rows + (t < extra_rows ? 1 : 0));
+          TileArgs at = a;
+          at.x = a.x + (i + r0) * ldx;
+          at.out = out + r0 * ldo + p0 * kLanes;
+          tile_for(rows, np)(at);
+          r0 += rows;
+        }
+        i += rows_in_segment;
       }
     }
   }
+}
+
+}  // namespace
+
+void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
+                 const float* bias, float* out, int64_t ldo) {
+  const std::pair<float*, int64_t> all{out, M};
+  gemm_segments(M, x, ldx, W, k0, k1, bias, {&all, 1}, ldo);
+}
+
+void packed_gemm(const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1, const float* bias,
+                 std::span<const std::pair<float*, int64_t>> out_segments, int64_t ldo) {
+  int64_t M = 0;
+  for (const auto& segment : out_segments) M += segment.second;
+  gemm_segments(M, x, ldx, W, k0, k1, bias, out_segments, ldo);
 }
 
 }  // namespace hs

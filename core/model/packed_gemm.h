@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <utility>
 
 namespace hs {
 
@@ -60,5 +62,10 @@ class PackedMatrix {
 // shared among the calling thread's OpenMP team when the product is large enough to be worth it.
 void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
                  const float* bias, float* out, int64_t ldo);
+// The same product with the output rows in segments (pointer, rows), one after another: the rows of
+// an activation stored in position blocks (position_rows.h), written in place. The weights are
+// streamed once for all the rows, and each row's bits are those of the call above.
+void packed_gemm(const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1, const float* bias,
+                 std::span<const std::pair<float*, int64_t>> out_segments, int64_t ldo);
 
 }  // namespace hs

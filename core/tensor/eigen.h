@@ -18,5 +18,7 @@ using ConstRowVectorRef = Eigen::Map<const RowVectorXf>;
 // A column block of a wider row-major matrix (e.g. one head's columns of the fused QKV weight).
 using ConstStridedMatrixRef = Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>>;
 using StridedMatrixRef = Eigen::Map<RowMatrixXf, 0, Eigen::OuterStride<>>;
+// Any row-major matrix, map or block of one whose rows are contiguous, without a copy.
+using ConstStridedRowsRef = Eigen::Ref<const RowMatrixXf, 0, Eigen::OuterStride<>>;
 
 }  // namespace hs

@@ -163,7 +163,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     a.k = to_matrix(k);
     a.v = to_matrix(v);
     const double scale = cache->attention_scale(l);
-    a.pattern_tri.assign(H * S * (S + 1) / 2, 0.0f);
+    a.pattern.extend(nullptr, 0, static_cast<Eigen::Index>(S), static_cast<int>(H));
     a.scores_hqk.assign(H * S * S, -std::numeric_limits<float>::infinity());
     for (size_t h = 0; h < H; ++h) {
       const size_t kv = h / group;
@@ -181,7 +181,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
         for (double& x : s) total += (x = std::exp(x - m));
         for (size_t j = 0; j <= i; ++j) {
           const double p = s[j] / total;
-          a.pattern_tri[h * S * (S + 1) / 2 + i * (i + 1) / 2 + j] = static_cast<float>(p);
+          a.pattern.mutable_row(static_cast<int>(h), static_cast<Eigen::Index>(i))[j] = static_cast<float>(p);
           for (size_t e = 0; e < dh; ++e) z[i][h * dh + e] += p * v[j][kv * dh + e];
         }
       }
@@ -217,15 +217,16 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
   cache->ln_final_normalized = to_matrix(lnf);
   cache->ln_final_scale.resize(static_cast<Eigen::Index>(S));
   for (size_t i = 0; i < S; ++i) cache->ln_final_scale(static_cast<Eigen::Index>(i)) = static_cast<float>(scales[i]);
-  cache->logits.resize(static_cast<Eigen::Index>(S), c.d_vocab);
+  RowMatrixXf logits(static_cast<Eigen::Index>(S), c.d_vocab);
   for (size_t i = 0; i < S; ++i)
     for (int t = 0; t < c.d_vocab; ++t) {
       double acc = 0;
       const float* u = weights->unembed_rows() + static_cast<size_t>(t) * D;
       for (size_t d = 0; d < D; ++d) acc += lnf[i][d] * u[d];
-      cache->logits(static_cast<Eigen::Index>(i), t) = static_cast<float>(acc);
+      logits(static_cast<Eigen::Index>(i), t) = static_cast<float>(acc);
     }
-  cache->logits_finite = cache->logits.allFinite();
+  cache->logits = logits;
+  cache->logits_finite = logits.allFinite();
   return cache;
 }
 

@@ -201,7 +201,7 @@ TEST_CASE("an incremental run equals a full run", "[forward][incremental]") {
       while (common < first.size() && common < next->size() && first[common] == (*next)[common]) ++common;
       CHECK(incremental->reused_prefix == static_cast<int>(std::min(common, next->size() - 1)));
       CHECK(full->reused_prefix == 0);
-      CHECK(incremental->logits_finite == incremental->logits.allFinite());
+      CHECK(incremental->logits_finite == incremental->logits.all_finite());
       for (const std::string& key : full->keys()) {
         INFO(key << " after reusing " << incremental->reused_prefix);
         const test::Comparison c = test::compare(full->get(key).data, incremental->get(key).data);
@@ -230,7 +230,7 @@ TEST_CASE("Hugging Face's tiny-random-gpt2 folder loads and runs", "[forward][sh
   const auto ids = model->encode("Hello world, it's me", true);
   CHECK(ids == std::vector<int32_t>{0, 40, 416, 79, 206, 750, 12, 322, 7, 83, 701});
   const auto cache = model->run(ids);
-  CHECK(cache->logits.allFinite());
+  CHECK(cache->logits.all_finite());
   for (int l = 0; l < cache->n_layer(); ++l) CHECK(concat_vs_sum(*cache, l).max_abs_diff < 1e-5f);
 }
 

@@ -89,7 +89,7 @@ TEST_CASE("Ablating a head from the grid re-runs every view with it; the panel c
   REQUIRE(waitFor([&] { return ablationsOf(w.run()) == 1; }));
   const auto ablated = w.run();
   const int dh = ablated->run.cache->config().d_head;
-  CHECK(ablated->run.cache->layer(layer).z.middleCols(head * dh, dh).isZero(0.0f));
+  CHECK(ablated->run.cache->layer(layer).z.middle_cols(head * dh, dh).isZero(0.0f));
   CHECK(ablated->run.tokens == plain->run.tokens);
   // Every view follows the ablated run: the grid marks the head, the analyses are of that run.
   CHECK(w.window.headGrid()->item(index).tag == QStringLiteral("0"));
@@ -153,8 +153,8 @@ TEST_CASE("Heads picked with Ctrl+click are mean-ablated together, and typing ke
   o.interventions = {hs::mean_ablation(0, 1), hs::mean_ablation(1, 3)};
   CHECK(run->run.cache->logits == run->run.model->run(run->run.tokens, o)->logits);  // a mean: never a reused prefix
   // The plain run reused the previous prompt's plain run: equal up to float rounding.
-  const hs::RowMatrixXf fresh = run->run.model->run(run->run.tokens)->logits;
-  CHECK((run->baseline->logits - fresh).cwiseAbs().maxCoeff() <= 1e-5f * fresh.cwiseAbs().maxCoeff());
+  const hs::RowMatrixXf fresh = run->run.model->run(run->run.tokens)->logits.to_matrix();
+  CHECK((run->baseline->logits.to_matrix() - fresh).cwiseAbs().maxCoeff() <= 1e-5f * fresh.cwiseAbs().maxCoeff());
 }
 
 TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers", "[window][patching]") {

@@ -38,7 +38,7 @@ void run(benchmark::State& state, bool logits_only) {
   o.logits_only = logits_only;
   for (auto _ : state) {
     auto cache = m->run(ids, o);
-    benchmark::DoNotOptimize(cache->logits.data());
+    benchmark::DoNotOptimize(cache->logits.row_data(0));
   }
 }
 

@@ -41,6 +41,7 @@
 
 #include <omp.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -49,9 +50,12 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/analysis/head_scores.h"
+#include "core/analysis/view_data.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
@@ -357,12 +361,154 @@ int loadStall(MainWindow& window, const std::string& dir) {
   return 0;
 }
 
+
+double rssMb() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+// --long N: the window holds a document of about N tokens, and keys are typed one at a time,
+// each waited for: first at the end of the document ("end"), then in its middle ("middle"). Per key:
+// request -> every view's data (views_ms, what the step phase measures; the debounce before the
+// request is a fixed setting and reported apart), the reused prefix, and the process's resident
+// memory after the key, so that growth per key shows. One JSON object.
+int longPrompt(MainWindow& window, const QString& document, const std::string& model_dir, int n_tokens, int keys,
+               int middle_keys) {
+  AnalysisController* controller = window.controller();
+  auto* prompt = window.promptEdit();
+  QElapsedTimer clock;
+  clock.start();
+  auto now_ms = [&] { return static_cast<double>(clock.nsecsElapsed()) / 1e6; };
+  double t_request = 0, t_run = 0, t_pos = 0, t_layer = 0, worker_ms = 0;
+  quint64 job = 0;
+  bool have_run = false, have_pos = false, have_layer = false, failed = false;
+  int reused = 0, n_pos = 0;
+  QObject::connect(controller, &AnalysisController::runStarted, [&](quint64 j) {
+    job = j;
+    t_request = now_ms();
+    have_run = have_pos = have_layer = false;
+  });
+  QObject::connect(controller, &AnalysisController::runReady, [&](std::shared_ptr<const RunResult> r) {
+    if (r->job != job) return;
+    t_run = now_ms();
+    have_run = true;
+    worker_ms = r->worker_ms;
+    reused = r->run.cache->reused_prefix;
+    n_pos = r->n_pos();
+  });
+  QObject::connect(controller, &AnalysisController::analysisReady, [&](const QString& id, std::shared_ptr<const ViewResult> r) {
+    if (r->run_job != job) return;
+    const bool is_layer = id == QStringLiteral("concat");
+    bool& have = is_layer ? have_layer : have_pos;
+    if (have) return;
+    (is_layer ? t_layer : t_pos) = now_ms();
+    have = true;
+  });
+  QObject::connect(controller, &AnalysisController::runFailed, [&](const QString& m) {
+    std::cerr << "hs_bench_keys: run failed: " << m.toStdString() << "\n";
+    failed = true;
+  });
+  prompt->setPlainText(document);
+  if (!waitUntil([&] { return have_run && have_pos && have_layer && n_pos > 0 && !controller->isRunning(); }, 120000)) {
+    std::cerr << "hs_bench_keys: the document produced no run within 120 s\n";
+    return 1;
+  }
+  idle(500);
+  const int document_positions = n_pos;
+  const QString typed = QStringLiteral(" and then the quick brown fox jumped");
+
+  struct Phase {
+    std::vector<double> views, run, worker, rss;
+    std::vector<int> reused, positions;
+  };
+  auto type_keys = [&](Phase& ph, int cursor_at, int keys) -> bool {
+    QTextCursor cursor = prompt->textCursor();
+    cursor.setPosition(cursor_at);
+    prompt->setTextCursor(cursor);
+    for (int i = 0; i < keys && !failed; ++i) {
+      const quint64 job_before = job;
+      typeChar(prompt, typed[i % typed.size()]);
+      if (!waitUntil([&] { return job != job_before && have_run && have_pos && have_layer; }, 60000)) {
+        std::cerr << "hs_bench_keys: no result within 60 s\n";
+        return false;
+      }
+      ph.views.push_back(std::max({t_run, t_pos, t_layer}) - t_request);
+      ph.run.push_back(t_run - t_request);
+      ph.worker.push_back(worker_ms);
+      ph.reused.push_back(reused);
+      ph.positions.push_back(n_pos);
+      idle(50);
+      ph.rss.push_back(rssMb());
+    }
+    return !failed;
+  };
+  Phase end, middle;
+  if (!type_keys(end, static_cast<int>(prompt->toPlainText().size()), keys)) return 1;
+  // The work of one key at the end, without threads or hops: the incremental run alone, the run's
+  // overview (top-k, thumbnails), and the worker's whole computeRun.
+  std::vector<double> sync_forward, sync_overview, sync_compute, sync_position, sync_layer;
+  waitUntil([&] { return !controller->isRunning(); }, 60000);
+  if (auto last = controller->currentRun()) {
+    const QString full = QString::fromStdString(last->run.text);
+    const auto prev = AnalysisController::computeRun(last->run.model, full.left(full.size() - 1));
+    QElapsedTimer t;
+    for (int rep = 0; rep < 7; ++rep) {
+      hs::TextRunOptions o;
+      o.overlong = hs::OverlongPolicy::TruncateWithWarning;
+      o.previous = prev->run.cache;
+      t.start();
+      const hs::TextRun r = hs::run_text(last->run.model, full.toStdString(), o);
+      sync_forward.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      t.start();
+      const hs::RunOverview overview = hs::overview_of_run(*r.cache, 10);
+      sync_overview.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      t.start();
+      AnalysisController::computeRun(last->run.model, full, prev->run.cache, {}, nullptr, prev);
+      sync_compute.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      const int saved_threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      t.start();
+      AnalysisController::computeAnalysis(findView(QStringLiteral("contributions"))->analysis, last,
+                                          keyFromSelection(*window.selection(), kReadsPosition | kReadsTarget));
+      sync_position.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      t.start();
+      AnalysisController::computeAnalysis(findView(QStringLiteral("concat"))->analysis, last,
+                                          keyFromSelection(*window.selection(), kReadsLayer));
+      sync_layer.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+      omp_set_num_threads(saved_threads);
+    }
+  }
+  if (!type_keys(middle, static_cast<int>(document.size() / 2), middle_keys)) return 1;
+  auto ints = [](const std::vector<int>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  auto phase = [&](const Phase& ph) {
+    return "{\"views_ms\": " + jstats(stats(ph.views)) + ", \"run_ms\": " + jstats(stats(ph.run)) +
+           ", \"worker_ms\": " + jstats(stats(ph.worker)) + ", \"views_ms_per_key\": " + list(ph.views) +
+           ", \"reused_prefix\": " + ints(ph.reused) + ", \"positions\": " + ints(ph.positions) +
+           ", \"rss_mb_per_key\": " + list(ph.rss) + "}";
+  };
+  std::printf("{\"model\": %s, \"document_tokens\": %d, \"document_positions\": %d, \"keys\": %d, \"middle_keys\": %d, "
+              "\"debounce_setting_ms\": %d, \"end\": %s, \"middle\": %s, \"sync_end_run_text_ms\": %s, "
+              "\"sync_end_overview_ms\": %s, \"sync_end_compute_run_ms\": %s, \"sync_end_position_ms\": %s, "
+              "\"sync_end_layer_ms\": %s}\n",
+              jstr(model_dir).c_str(), n_tokens, document_positions, keys, middle_keys, MainWindow::kDebounceMs, phase(end).c_str(),
+              phase(middle).c_str(), jstats(stats(sync_forward)).c_str(), jstats(stats(sync_overview)).c_str(),
+              jstats(stats(sync_compute)).c_str(), jstats(stats(sync_position)).c_str(), jstats(stats(sync_layer)).c_str());
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!std::getenv("QT_QPA_PLATFORM")) setenv("QT_QPA_PLATFORM", "offscreen", 1);
   std::string model_dir, sentence = kSentence, load_dir;
-  int interval_ms = 100, settle_ms = 50;
+  int interval_ms = 100, settle_ms = 50, long_tokens = 0, long_keys = 24, middle_keys = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto value = [&]() -> std::string {
@@ -377,9 +523,14 @@ int main(int argc, char** argv) {
     else if (k == "--interval-ms") interval_ms = std::atoi(value().c_str());
     else if (k == "--settle-ms") settle_ms = std::atoi(value().c_str());
     else if (k == "--load") load_dir = value();
+    else if (k == "--long") long_tokens = std::atoi(value().c_str());
+    else if (k == "--long-keys") long_keys = std::atoi(value().c_str());
+    else if (k == "--middle-keys") middle_keys = std::atoi(value().c_str());
     else {
       std::cerr << "usage: hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50]\n"
-                   "       hs_bench_keys --load DIR   (GUI-thread stall while the window loads DIR)\n";
+                   "       hs_bench_keys --load DIR   (GUI-thread stall while the window loads DIR)\n"
+                   "       hs_bench_keys --long N [--long-keys K] [--middle-keys M]   (keys typed at the end, then in the middle, of\n"
+                   "                                                 a document of about N tokens)\n";
       return 2;
     }
   }
@@ -407,6 +558,26 @@ int main(int argc, char** argv) {
     sentence.pop_back();
   const int n_tokens = static_cast<int>(probe->encode(sentence, true).size());
   const hs::ModelConfig cfg = probe->config();
+  // --long: an original paragraph repeated to about N tokens (with BOS), leaving room for the keys.
+  std::string document;
+  int document_tokens = 0;
+  if (long_tokens > 0) {
+    const int limit = std::min(long_tokens, cfg.n_ctx - long_keys - 2);
+    std::string next = hs::kHeadScoreProse;
+    while (static_cast<int>(probe->encode(next, true).size()) <= limit) {
+      document = next;
+      next += " ";
+      next += hs::kHeadScoreProse;
+    }
+    // Then word by word up to the limit.
+    std::istringstream words(hs::kHeadScoreProse);
+    for (std::string w; words >> w;) {
+      const std::string candidate = document.empty() ? w : document + " " + w;
+      if (static_cast<int>(probe->encode(candidate, true).size()) > limit) break;
+      document = candidate;
+    }
+    document_tokens = static_cast<int>(probe->encode(document, true).size());
+  }
   probe.reset();
 
   TimedApplication app(argc, argv);
@@ -429,6 +600,8 @@ int main(int argc, char** argv) {
   }
 
   if (!load_dir.empty()) return loadStall(window, load_dir);
+  if (long_tokens > 0)
+    return longPrompt(window, QString::fromStdString(document), model_dir, document_tokens, long_keys, middle_keys);
 
   // Timestamps, on one clock, from the signals the views listen to (connected after the
   // window's own slots, so a view has taken the result when we note it).

@@ -120,7 +120,10 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
 std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
                                                          std::shared_ptr<const hs::ActivationCache> previous,
                                                          const hs::Interventions& ablations,
-                                                         std::shared_ptr<const hs::ActivationCache> previous_plain) {
+                                                         std::shared_ptr<const hs::ActivationCache> previous_plain,
+                                                         std::shared_ptr<const RunResult> previous_result) {
+  // The earlier run's thumbnails can be reused only if they belong to the cache the run extends.
+  const bool same_cache = previous_result && previous && previous_result->run.cache == previous;
   if (!model) throw hs::Error("No model is loaded. Open a model folder (File > Open Model Folder).");
   const auto t0 = std::chrono::steady_clock::now();
   auto result = std::make_shared<RunResult>();
@@ -136,10 +139,13 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
     result->ablation = hs::compare_runs(*result->baseline, *result->run.cache, kTopK);
   }
   for (const std::string& label : result->run.token_labels) result->labels << QString::fromStdString(label);
-  hs::RunOverview overview = hs::overview_of_run(*result->run.cache, kTopK);
+  hs::RunOverview earlier;
+  if (same_cache) earlier.thumbnails = previous_result->thumbnail_grids;
+  hs::RunOverview overview = hs::overview_of_run(*result->run.cache, kTopK, 64, same_cache ? &earlier : nullptr);
   result->next = std::move(overview.next);
   result->thumbnails.reserve(overview.thumbnails.size());
   for (const hs::PooledGrid& grid : overview.thumbnails) result->thumbnails.push_back(patternImage(grid));
+  result->thumbnail_grids = std::move(overview.thumbnails);
   result->head_metrics = computeHeadMetrics(*result);
   result->worker_ms = msSince(t0);
   return result;
@@ -201,9 +207,11 @@ void AnalysisController::requestRun(const QString& text) {
   const qint64 requested_at = clock_.nsecsElapsed();
   // Typing at the end of the prompt extends the previous tokens: the core reuses that prefix.
   std::shared_ptr<const hs::ActivationCache> previous, previous_plain;
+  std::shared_ptr<const RunResult> previous_result;
   if (run_ && run_->run.model == model_) {
     previous = run_->run.cache;
     previous_plain = run_->plainCache();
+    previous_result = run_;
   }
   // The analyses the views will ask for once this run lands, computed right after it on the same
   // worker (one hop instead of one per view: a keystroke's views are ready with the run).
@@ -216,10 +224,11 @@ void AnalysisController::requestRun(const QString& text) {
   auto ahead = std::make_shared<std::vector<Ahead>>();
   for (const auto& slot : slots_)
     if (slot->spec.with_every_run) ahead->push_back({slot->spec, slot->wanted, slot->wanted_pos_is_last, nullptr});
-  auto ran = QtConcurrent::run([model = model_, text, job, latest, previous, previous_plain, ablations = ablations_, ahead] {
+  auto ran = QtConcurrent::run([model = model_, text, job, latest, previous, previous_plain, previous_result,
+                                ablations = ablations_, ahead] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
       if (latest->load() != job) return nullptr;  // superseded before it started
-      auto result = computeRun(model, text, previous, ablations, previous_plain);
+      auto result = computeRun(model, text, previous, ablations, previous_plain, previous_result);
       result->job = job;
       for (Ahead& a : *ahead) {
         if (latest->load() != job) break;

@@ -54,7 +54,8 @@ class AnalysisController : public QObject {
   static std::shared_ptr<RunResult> computeRun(std::shared_ptr<const hs::Model> model, const QString& text,
                                                std::shared_ptr<const hs::ActivationCache> previous,
                                                const hs::Interventions& ablations,
-                                               std::shared_ptr<const hs::ActivationCache> previous_plain);
+                                               std::shared_ptr<const hs::ActivationCache> previous_plain,
+                                               std::shared_ptr<const RunResult> previous_result = nullptr);
   // Computes `spec`'s analysis of `run` for `key` on the calling thread, with its bookkeeping
   // filled in. Throws hs::Error (hs::Cancelled when `job` says so).
   static std::shared_ptr<const ViewResult> computeAnalysis(const AnalysisSpec& spec,

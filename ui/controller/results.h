@@ -18,6 +18,7 @@
 
 #include "core/analysis/ablation.h"
 #include "core/analysis/analysis.h"
+#include "core/analysis/view_data.h"
 #include "core/session/session.h"
 
 namespace hs::ui {
@@ -38,6 +39,9 @@ struct RunResult {
   // [layer * n_head + head]: each head's pattern as a small image (max-pooled when long), with
   // masked cells in the masked colour. Painted scaled without smoothing by the head grid.
   std::vector<QImage> thumbnails;
+  // The pooled grids the thumbnails were drawn from: the next run, when it reuses this run's
+  // prefix, pools only the rows of cells that can have changed (hs::overview_of_run).
+  std::vector<hs::PooledGrid> thumbnail_grids;
   // Every head metric computed with the run (headMetrics() with a per-run or per-model source),
   // in registry order.
   std::vector<HeadMetricValues> head_metrics;

@@ -1,0 +1,136 @@
+#include "core/model/position_rows.h"
+
+#include <cstring>
+
+namespace hs {
+namespace {
+
+using Index = Eigen::Index;
+
+// Uninitialized: a block is written before it is read (the rows a run keeps are copied in, the
+// rest computed).
+std::shared_ptr<float[]> new_block(Index floats) {
+  return std::make_shared_for_overwrite<float[]>(static_cast<size_t>(std::max<Index>(floats, 1)));
+}
+
+Index blocks_for(Index rows) { return (rows + kPositionBlock - 1) / kPositionBlock; }
+
+// The blocks of a run that keeps `keep` rows of `from` and has `rows` in all: those wholly inside
+// the kept rows are shared; `copy_partial(block, from_block)` fills the one they end in.
+template <class CopyPartial>
+void extend_blocks(std::vector<std::shared_ptr<float[]>>& blocks, const std::vector<std::shared_ptr<float[]>>* from,
+                   Index keep, Index rows, Index (*block_floats)(Index, Index), Index width, CopyPartial copy_partial) {
+  blocks.clear();
+  blocks.reserve(static_cast<size_t>(blocks_for(rows)));
+  const Index shared = keep / kPositionBlock;
+  for (Index b = 0; b < shared; ++b) blocks.push_back((*from)[static_cast<size_t>(b)]);
+  for (Index b = shared; b < blocks_for(rows); ++b) blocks.push_back(new_block(block_floats(b, width)));
+  if (keep % kPositionBlock != 0)
+    copy_partial(blocks[static_cast<size_t>(shared)].get(), (*from)[static_cast<size_t>(shared)].get(),
+                 keep - shared * kPositionBlock);
+}
+
+Index row_block_floats(Index, Index cols) { return kPositionBlock * cols; }
+
+}  // namespace
+
+PositionRows& PositionRows::operator=(const RowMatrixXf& m) {
+  extend(nullptr, 0, m.rows(), m.cols());
+  set_rows(0, m);
+  return *this;
+}
+
+void PositionRows::extend(const PositionRows* from, Index keep, Index rows, Index cols) {
+  extend_blocks(blocks_, from ? &from->blocks_ : nullptr, keep, rows, row_block_floats, cols,
+                [cols](float* to, const float* src, Index n) { std::memcpy(to, src, sizeof(float) * n * cols); });
+  rows_ = rows;
+  cols_ = cols;
+}
+
+void PositionRows::set_rows(Index first, const ConstStridedRowsRef& src) {
+  for (Index r = 0; r < src.rows(); ++r)
+    std::memcpy(mutable_row(first + r), src.row(r).data(), sizeof(float) * static_cast<size_t>(cols_));
+}
+
+std::vector<std::pair<float*, Index>> PositionRows::row_segments(Index first, Index last) {
+  std::vector<std::pair<float*, Index>> out;
+  for (Index i = first; i < last;) {
+    const Index end = std::min(last, (i / kPositionBlock + 1) * kPositionBlock);
+    out.emplace_back(mutable_row(i), end - i);
+    i = end;
+  }
+  return out;
+}
+
+RowMatrixXf PositionRows::middle_rows(Index first, Index n) const {
+  RowMatrixXf out(n, cols_);
+  for_each_block(first, first + n, [&](Index i, const ConstStridedMatrixRef& rows) { out.middleRows(i - first, rows.rows()) = rows; });
+  return out;
+}
+
+RowMatrixXf PositionRows::middle_cols(Index c0, Index n) const {
+  RowMatrixXf out(rows_, n);
+  for_each_block(0, rows_, [&](Index i, const ConstStridedMatrixRef& rows) { out.middleRows(i, rows.rows()) = rows.middleCols(c0, n); });
+  return out;
+}
+
+bool PositionRows::all_finite() const {
+  bool finite = true;
+  for_each_block(0, rows_, [&](Index, const ConstStridedMatrixRef& rows) { finite = finite && rows.allFinite(); });
+  return finite;
+}
+
+size_t PositionRows::bytes() const {
+  return blocks_.size() * static_cast<size_t>(kPositionBlock * cols_) * sizeof(float);
+}
+
+bool PositionRows::shares_block(const PositionRows& other, Index b) const {
+  const auto i = static_cast<size_t>(b);
+  return i < blocks_.size() && i < other.blocks_.size() && blocks_[i] == other.blocks_[i];
+}
+
+bool operator==(const PositionRows& a, const PositionRows& b) {
+  if (a.rows_ != b.rows_ || a.cols_ != b.cols_) return false;
+  for (Index i = 0; i < a.rows_; ++i)
+    if (a.row(i) != b.row(i)) return false;
+  return true;
+}
+
+Index PatternRows::head_floats(Index b) {
+  const Index s = b * kPositionBlock;
+  return kPositionBlock * (2 * s + kPositionBlock + 1) / 2;
+}
+
+void PatternRows::extend(const PatternRows* from, Index keep, Index rows, int heads) {
+  const auto block_floats = [](Index b, Index h) { return h * head_floats(b); };
+  extend_blocks(blocks_, from ? &from->blocks_ : nullptr, keep, rows, +block_floats, heads,
+                [&](float* to, const float* src, Index n) {
+                  // Each head's first n rows of the block: (n rows of s + 1, s + 2, ... floats).
+                  const Index b = keep / kPositionBlock, s = b * kPositionBlock, hf = head_floats(b);
+                  const Index floats = n * (2 * s + n + 1) / 2;
+                  for (int h = 0; h < heads; ++h) std::memcpy(to + h * hf, src + h * hf, sizeof(float) * floats);
+                });
+  rows_ = rows;
+  heads_ = heads;
+}
+
+size_t PatternRows::bytes() const {
+  size_t n = 0;
+  for (size_t b = 0; b < blocks_.size(); ++b) n += static_cast<size_t>(heads_ * head_floats(static_cast<Index>(b)));
+  return n * sizeof(float);
+}
+
+bool PatternRows::shares_block(const PatternRows& other, Index b) const {
+  const auto i = static_cast<size_t>(b);
+  return i < blocks_.size() && i < other.blocks_.size() && blocks_[i] == other.blocks_[i];
+}
+
+bool operator==(const PatternRows& a, const PatternRows& b) {
+  if (a.rows_ != b.rows_ || a.heads_ != b.heads_) return false;
+  for (int h = 0; h < a.heads_; ++h)
+    for (Index q = 0; q < a.rows_; ++q)
+      if (a.row(h, q) != b.row(h, q)) return false;
+  return true;
+}
+
+}  // namespace hs
