@@ -4,6 +4,8 @@
 //   hs_bench_row --model DIR --mode open --runs R [--cold]
 //   hs_bench_row --model DIR --mode patch --tokens N --threads T --what resid_pre|attn_out|mlp_out|z
 //                [--answer ID --wrong ID]
+//   hs_bench_row --model DIR --mode peak --tokens N --threads T   (the cores' multiply-add peak and
+//                the multiply-adds of one pass: the compute floor the 20-token row is held to)
 //
 // Prints one JSON object with the fields of torch_bench.py (median_ms, min_ms, runs, peak_rss_mb)
 // so tools/bench/suite.py reads both sides the same way.
@@ -84,7 +86,7 @@ struct Args {
 
 [[noreturn]] void usage(const char* why) {
   std::cerr << "hs_bench_row: " << why << "\n"
-            << "usage: hs_bench_row --model DIR [--mode cache|logits|patch|open] [--tokens N | --token-ids 1,2,3]\n"
+            << "usage: hs_bench_row --model DIR [--mode cache|logits|views|patch|open|peak] [--tokens N | --token-ids 1,2,3]\n"
             << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n"
             << "                    [--what resid_pre|attn_out|mlp_out|z] [--answer ID] [--wrong ID]\n";
   std::exit(2);
@@ -122,8 +124,9 @@ Args parse(int argc, char** argv) {
     else usage(("unknown argument " + k).c_str());
   }
   if (a.model.empty()) usage("--model is required");
-  if (a.mode != "cache" && a.mode != "logits" && a.mode != "views" && a.mode != "open" && a.mode != "patch")
-    usage("--mode is cache, logits, patch or open");
+  if (a.mode != "cache" && a.mode != "logits" && a.mode != "views" && a.mode != "open" && a.mode != "patch" &&
+      a.mode != "peak")
+    usage("--mode is cache, logits, views, patch, open or peak");
   if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
   return a;
 }
@@ -407,12 +410,71 @@ int run_patch(const Args& a) {
   return 0;
 }
 
+
+// --mode peak: the compute floor. Each thread runs 12 independent chains of vector multiply-adds
+// (enough to cover the FMA units' latency) for about a third of a second; the figure is the
+// sustained multiply-add rate of the cores, which no product can beat. Also prints the
+// multiply-adds of one forward pass of --tokens tokens through --model (every matrix product and
+// the attention scores and mixing), so floor_ms = pass_gflop / gflops.
+#if defined(__AVX512F__)
+constexpr int kPeakLanes = 16;
+#elif defined(__AVX__)
+constexpr int kPeakLanes = 8;
+#else
+constexpr int kPeakLanes = 4;
+#endif
+typedef float PeakVec __attribute__((vector_size(kPeakLanes * sizeof(float))));
+
+double peak_gflops(int threads) {
+  double total = 0;
+  const int64_t iterations = int64_t{1} << 24;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    PeakVec acc[12];
+    for (int i = 0; i < 12; ++i) acc[i] = PeakVec{} + static_cast<float>(i) * 1e-3f;
+    const PeakVec a = PeakVec{} + 0.999999f, b = PeakVec{} + 1e-7f;
+    const auto t0 = Clock::now();
+    for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+      for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;
+      asm volatile("" : "+x"(acc[0]));  // keep the loop
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    float sink = 0;
+    for (int i = 0; i < 12; ++i) sink += acc[i][0];
+    if (sink == 12345.0f) std::printf(" ");
+    total += 2.0 * 12 * kPeakLanes * static_cast<double>(iterations) / seconds / 1e9;
+  }
+  return total;
+}
+
+int run_peak(const Args& a) {
+  const auto model = hs::Model::load(a.model);
+  const hs::ModelConfig& c = model->config();
+  const double n = a.tokens, D = c.d_model, M = c.d_mlp, V = c.d_vocab, H = c.n_heads, dh = c.d_head;
+  const double qkv = D * (H + 2.0 * c.n_key_value_heads) * dh, o = H * dh * D;
+  const double mlp = (c.architecture.mlp == hs::MlpKind::Gated ? 3.0 : 2.0) * D * M;
+  const double attention = 2.0 * H * dh * n * (n + 1) / 2.0;  // scores and mixing over the causal half
+  const double flop = 2.0 * (c.n_layers * (n * (qkv + o + mlp) + attention) + n * D * V);
+  std::vector<double> one, two;
+  for (int rep = 0; rep < 3; ++rep) {
+    one.push_back(peak_gflops(1));
+    two.push_back(peak_gflops(std::max(1, a.threads)));
+  }
+  std::printf("{\"mode\": \"peak\", \"gflops_1\": %.2f, \"gflops_threads\": %.2f, \"threads\": %d, "
+              "\"tokens\": %d, \"pass_gflop\": %.4f, \"floor_ms_1\": %.3f, \"floor_ms_threads\": %.3f}\n",
+              *std::max_element(one.begin(), one.end()), *std::max_element(two.begin(), two.end()), a.threads, a.tokens,
+              flop / 1e9, flop / 1e6 / *std::max_element(one.begin(), one.end()),
+              flop / 1e6 / *std::max_element(two.begin(), two.end()));
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
     if (a.mode == "patch") return run_patch(a);
+    if (a.mode == "peak") return run_peak(a);
     return a.mode == "open" ? run_open(a) : run_forward(a);
   } catch (const std::exception& e) {
     std::cerr << "hs_bench_row: " << e.what() << "\n";

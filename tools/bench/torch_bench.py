@@ -81,7 +81,11 @@ class TorchGPT2:
         self.c = c = m.config
         t = lambda name: torch.from_numpy(np.ascontiguousarray(m.weights[name], dtype=np.float32))  # noqa: E731
         self.wte, self.wpe = t("wte.weight"), t("wpe.weight")
-        self.w_u = self.wte if m.lm_head_tied else t("lm_head.weight")               # [d_vocab, d_model]
+        # The unembedding as [d_model, d_vocab], contiguous, as TransformerLens stores W_U: the
+        # product with the tied [d_vocab, d_model] embedding's transpose took OpenBLAS's slower
+        # transposed path (docs/benchmarks.md). A tied model pays for its own copy.
+        w_u = self.wte if m.lm_head_tied else t("lm_head.weight")                    # [d_vocab, d_model]
+        self.w_u = w_u.t().contiguous()                                              # [d_model, d_vocab]
         self.lnf_w, self.lnf_b = t("ln_f.weight"), t("ln_f.bias")
         self.blocks = [Block(m.weights, f"h.{i}.", c.n_head, c.d_head, c.d_model) for i in range(c.n_layer)]
         self.act = _ACT[c.activation]
@@ -129,7 +133,7 @@ class TorchGPT2:
             if keep_cache:
                 cache[k_ + "hook_resid_post"] = resid
         final = F.layer_norm(resid, (D,), self.lnf_w, self.lnf_b, eps)
-        logits = final @ self.w_u.t()                                                # [pos, d_vocab]
+        logits = final @ self.w_u                                                    # [pos, d_vocab]
         if keep_cache:
             cache["ln_final.hook_normalized"] = final
             cache["logits"] = logits
