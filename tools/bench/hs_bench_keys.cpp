@@ -362,6 +362,25 @@ int loadStall(MainWindow& window, const std::string& dir) {
 }
 
 
+// The contributions and concat-vs-sum views' analyses of `run`, timed once each on one OpenMP
+// thread, as the controller's workers run them (omp's setting is per calling thread; the run
+// itself chooses its own, RunOptions::threads = 0: by size).
+void timeViewAnalyses(MainWindow& window, const std::shared_ptr<const RunResult>& run, std::vector<double>& position,
+                      std::vector<double>& layer) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  QElapsedTimer t;
+  t.start();
+  AnalysisController::computeAnalysis(findView(QStringLiteral("contributions"))->analysis, run,
+                                      keyFromSelection(*window.selection(), kReadsPosition | kReadsTarget));
+  position.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+  t.start();
+  AnalysisController::computeAnalysis(findView(QStringLiteral("concat"))->analysis, run,
+                                      keyFromSelection(*window.selection(), kReadsLayer));
+  layer.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
+  omp_set_num_threads(saved_threads);
+}
+
 double rssMb() {
   long pages = 0, resident = 0;
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
@@ -469,17 +488,7 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
       t.start();
       AnalysisController::computeRun(last->run.model, full, prev->run.cache, {}, nullptr, prev);
       sync_compute.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
-      const int saved_threads = omp_get_max_threads();
-      omp_set_num_threads(1);
-      t.start();
-      AnalysisController::computeAnalysis(findView(QStringLiteral("contributions"))->analysis, last,
-                                          keyFromSelection(*window.selection(), kReadsPosition | kReadsTarget));
-      sync_position.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
-      t.start();
-      AnalysisController::computeAnalysis(findView(QStringLiteral("concat"))->analysis, last,
-                                          keyFromSelection(*window.selection(), kReadsLayer));
-      sync_layer.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
-      omp_set_num_threads(saved_threads);
+      timeViewAnalyses(window, last, sync_position, sync_layer);
     }
   }
   if (!type_keys(middle, static_cast<int>(document.size() / 2), middle_keys)) return 1;
@@ -720,19 +729,7 @@ int main(int argc, char** argv) {
       t.start();
       auto r2 = AnalysisController::computeRun(last->run.model, full, prev->run.cache);
       c_incr.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
-      // One OpenMP thread for the analyses, as the controller's workers use (omp's setting is per
-      // calling thread); the run chooses its own (RunOptions::threads = 0: by size).
-      const int saved_threads = omp_get_max_threads();
-      omp_set_num_threads(1);
-      t.start();
-      AnalysisController::computeAnalysis(findView(QStringLiteral("contributions"))->analysis, last,
-                                          keyFromSelection(*window.selection(), kReadsPosition | kReadsTarget));
-      c_pos.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
-      t.start();
-      AnalysisController::computeAnalysis(findView(QStringLiteral("concat"))->analysis, last,
-                                          keyFromSelection(*window.selection(), kReadsLayer));
-      c_layer.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
-      omp_set_num_threads(saved_threads);
+      timeViewAnalyses(window, last, c_pos, c_layer);
     }
   }
 
