@@ -91,13 +91,23 @@ json MomentGrid::state() const {
 
 MomentGrid MomentGrid::from_state(const json& j, const std::string& name) {
   try {
-    MomentGrid g(j.at("rows").get<int>(), j.at("cols").get<int>());
-    g.count_ = j.at("count").get<std::vector<int64_t>>();
-    g.mean_ = j.at("mean").get<std::vector<double>>();
-    g.m2_ = j.at("m2").get<std::vector<double>>();
-    const size_t n = static_cast<size_t>(g.rows_) * static_cast<size_t>(g.cols_);
-    if (g.rows_ < 0 || g.cols_ < 0 || g.count_.size() != n || g.mean_.size() != n || g.m2_.size() != n)
+    const int64_t rows = j.at("rows").get<int64_t>(), cols = j.at("cols").get<int64_t>();
+    std::vector<int64_t> count = j.at("count").get<std::vector<int64_t>>();
+    std::vector<double> mean = j.at("mean").get<std::vector<double>>();
+    std::vector<double> m2 = j.at("m2").get<std::vector<double>>();
+    // Checked before anything is sized from them: the file may have been edited.
+    if (rows < 0 || cols < 0 || rows > (1 << 24) || cols > (1 << 24) ||
+        count.size() != static_cast<size_t>(rows * cols) || mean.size() != count.size() || m2.size() != count.size())
       throw Error("the arrays do not have rows x cols entries");
+    for (size_t i = 0; i < count.size(); ++i)
+      if (count[i] < 0 || !std::isfinite(mean[i]) || !std::isfinite(m2[i]) || m2[i] < 0)
+        throw Error("entry " + std::to_string(i) + " is not a count, mean and M2 of a sample");
+    MomentGrid g;
+    g.rows_ = static_cast<int>(rows);
+    g.cols_ = static_cast<int>(cols);
+    g.count_ = std::move(count);
+    g.mean_ = std::move(mean);
+    g.m2_ = std::move(m2);
     return g;
   } catch (const json::exception& e) {
     throw Error("accumulator \"" + name + "\": " + json_error_reason(e));
@@ -116,6 +126,13 @@ const std::vector<std::string>& scan_aggregate_names() {
 }
 
 namespace {
+
+// [rows, cols] of each aggregate for a model of this shape.
+std::pair<int, int> grid_shape(const std::string& name, int n_layers, int n_heads, int n_ctx) {
+  if (name == "loss_per_position") return {std::max(n_ctx - 1, 1), 1};
+  if (name == "patching_resid_pre") return {n_layers, n_ctx};
+  return {n_layers, n_heads};
+}
 
 struct InputSummary {
   uint64_t fnv1a64 = 0xcbf29ce484222325ull;
@@ -276,10 +293,10 @@ ScanState new_scan_state(const Model& model, const ScanOptions& o, json settings
   s.n_layers = c.n_layers;
   s.n_heads = c.n_heads;
   s.n_ctx = c.n_ctx;
-  for (const char* name : {"previous_token", "duplicate_token", "induction", "attention_entropy", "dla_next_token", "patching_z"})
-    s.grids[name] = MomentGrid(c.n_layers, c.n_heads);
-  s.grids["loss_per_position"] = MomentGrid(std::max(c.n_ctx - 1, 1), 1);
-  s.grids["patching_resid_pre"] = MomentGrid(c.n_layers, c.n_ctx);
+  for (const std::string& name : scan_aggregate_names()) {
+    const auto [rows, cols] = grid_shape(name, c.n_layers, c.n_heads, c.n_ctx);
+    s.grids[name] = MomentGrid(rows, cols);
+  }
   return s;
 }
 
@@ -695,9 +712,20 @@ ScanState scan_from_json(const json& j, const std::string& source) {
     s.n_heads = j.at("shape").at("n_heads").get<int>();
     s.n_ctx = j.at("shape").at("n_ctx").get<int>();
     s.per_prompt_bytes = j.at("state").at("per_prompt_bytes").get<int64_t>();
+    const json& model = s.settings.at("model");
+    if (s.n_layers != model.at("n_layers").get<int>() || s.n_heads != model.at("n_heads").get<int>() ||
+        s.n_ctx != model.at("n_ctx").get<int>() || s.n_layers < 0 || s.n_heads < 0 || s.n_ctx < 1)
+      throw Error("its \"shape\" does not match the model of its settings");
+    if (s.shard_count < 1 || s.shard_index < 0 || s.shard_index >= s.shard_count)
+      throw Error("its shard " + std::to_string(s.shard_index) + "/" + std::to_string(s.shard_count) + " does not exist");
+    if (s.next_index < 0 || s.per_prompt_bytes < 0) throw Error("its counts are negative");
+    // The shapes new_scan_state gives, so that a resumed scan indexes only cells that exist.
     for (const std::string& name : scan_aggregate_names()) {
       if (!j.at("state").at("grids").contains(name)) throw Error("the accumulator \"" + name + "\" is missing");
-      s.grids[name] = MomentGrid::from_state(j.at("state").at("grids").at(name), name);
+      MomentGrid g = MomentGrid::from_state(j.at("state").at("grids").at(name), name);
+      if (std::make_pair(g.rows(), g.cols()) != grid_shape(name, s.n_layers, s.n_heads, s.n_ctx))
+        throw Error("the accumulator \"" + name + "\" has the wrong shape for the model");
+      s.grids[name] = std::move(g);
     }
     return s;
   } catch (const json::exception& e) {

@@ -435,3 +435,28 @@ TEST_CASE("cli scan: shards merged equal one process", "[scan][cli]") {
   CHECK(r.code != 0);
   CHECK(r.err.find("limit") != std::string::npos);
 }
+
+TEST_CASE("scan outputs that were edited are refused before they are used", "[scan][errors]") {
+  const auto m = builtin();
+  const fs::path input = scratch("edited.txt");
+  write_lines(input, {"The cat sat. The cat sat."});
+  hs::ScanOptions o;
+  const hs::ScanState s = scan_file(input, o);
+  const json good = hs::scan_to_json(s, {});
+  CHECK(hs::scan_from_json(good, "good.json").prompts == 1);
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& why) {
+    json j = good;
+    edit(j);
+    CHECK_THROWS_WITH(hs::scan_from_json(j, "edited.json"), Catch::Contains("edited.json") && Catch::Contains(why));
+  };
+  refused([](json& j) { j["state"]["grids"]["induction"]["rows"] = 1; }, "rows x cols");
+  refused([](json& j) { j["state"]["grids"]["induction"]["rows"] = -4; }, "rows x cols");
+  refused([](json& j) {
+    j["state"]["grids"]["induction"] = j["state"]["grids"]["loss_per_position"];
+  }, "wrong shape");
+  refused([](json& j) { j["shard"]["index"] = 5; }, "does not exist");
+  refused([](json& j) { j["shape"]["n_layers"] = 99; }, "does not match");
+  refused([](json& j) { j["state"]["grids"]["induction"]["count"][0] = -1; }, "not a count");
+  refused([](json& j) { j.erase("counts"); }, "not a readable scan output");
+  refused([](json& j) { j["format"] = "other"; }, "not a scan output");
+}
