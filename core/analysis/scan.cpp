@@ -539,6 +539,9 @@ class Scanner {
     const auto corrupt_run = model_.run(corrupt, ro);
     SweepControl sc;
     sc.threads = o_.threads;
+    // A sweep of a long prompt can outlast a scheduler's grace period after SIGTERM: it stops
+    // too, the row is not counted, and a resume starts again from this row.
+    if (control_.stop) sc.cancelled = control_.stop;
     PatchingResult resid, z;
     try {
       resid = patching_sweep(*clean_run, *corrupt_run, answer, wrong, HookPoint::ResidPre, sc);
@@ -619,7 +622,11 @@ void run_scan(const Model& model, const ScanOptions& o, ScanState& s, const Scan
     if (total >= 0 && index >= total) break;
     if (index < s.next_index || index % s.shard_count != s.shard_index) continue;
     if (should_stop()) return;
-    scanner.handle_line(index, std::move(line));
+    try {
+      scanner.handle_line(index, std::move(line));
+    } catch (const Cancelled&) {
+      return;  // a patch row's sweep was stopped: nothing of it was added
+    }
     after(index);
   }
   if (in.bad()) throw Error("reading the input " + o.input.string() + " failed part way; check the disk and try again.");

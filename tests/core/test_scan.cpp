@@ -336,6 +336,25 @@ TEST_CASE("scan patch rows: the mean normalized effect of each row's sweep", "[s
   const hs::ScanState s = scan_file(jsonl, {});
   INFO(json(s.bad.size()).dump());
   REQUIRE(s.patch_rows == 2);
+
+  // Stopped inside a row's sweep (the first check is before the row, the next inside it): the
+  // row is not counted and a resume does it again, equal to the uninterrupted scan.
+  {
+    hs::ScanOptions o;
+    o.input = jsonl;
+    hs::ScanState part = hs::new_scan_state(*m, o, hs::scan_settings(*m, o));
+    int checks = 0;
+    hs::ScanControl stop_inside;
+    stop_inside.stop = [&] { return ++checks > 1; };
+    hs::run_scan(*m, o, part, stop_inside);
+    CHECK_FALSE(part.complete);
+    CHECK(part.next_index == 0);
+    CHECK(part.patch_rows == 0);
+    CHECK(part.grids.at("patching_z").count(0, 0) == 0);
+    hs::run_scan(*m, o, part);
+    REQUIRE(part.complete);
+    CHECK(hs::scan_to_json(part, {}) == hs::scan_to_json(s, {}));
+  }
   CHECK(s.prompts == 1);
   const int L = m->config().n_layers, H = m->config().n_heads, n_ctx = m->config().n_ctx;
   // Per cell: the sum and the count of the rows' normalized effects (the rows differ in length,
