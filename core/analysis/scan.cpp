@@ -1,11 +1,13 @@
 #include "core/analysis/scan.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/patching.h"

@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
