@@ -55,6 +55,7 @@ const std::vector<std::string> kProse = {
 hs::ScanState scan_file(const fs::path& input, hs::ScanOptions o, const hs::ScanControl& control = {}) {
   const auto m = builtin();
   o.input = input;
+  o.threads = 1;  // a busy machine makes threaded small runs wait on each other
   hs::ScanState s = hs::new_scan_state(*m, o, hs::scan_settings(*m, o));
   hs::run_scan(*m, o, s, control);
   return s;
@@ -163,7 +164,9 @@ TEST_CASE("scan aggregates equal the per-prompt analyses averaged", "[scan]") {
   std::vector<int> loss_count(16, 0);
   for (const std::string& text : kProse) {
     const std::vector<int32_t> tokens = m->encode(text, true);
-    const auto cache = m->run(tokens);
+    hs::RunOptions one_thread;
+    one_thread.threads = 1;
+    const auto cache = m->run(tokens, one_thread);
     const int T = cache->n_pos();
     const hs::PromptHeadScores scores = hs::score_heads_on_prompt(*cache, true);
     std::vector<hs::LogitAttribution> dla;
@@ -232,25 +235,28 @@ TEST_CASE("scan aggregates equal the per-prompt analyses averaged", "[scan]") {
 TEST_CASE("scan --repeat-random draws the fixed scores' sequences and scores each prompt", "[scan]") {
   const auto m = builtin();
   hs::ScanOptions o;
-  o.repeat_random = 50;
-  o.limit = 10;
+  o.repeat_random = 20;
+  o.limit = 6;
   o.seed = 3;
+  o.threads = 1;
   std::vector<std::string> rows;
   hs::ScanControl control;
   control.per_prompt = [&](const std::string& row) { rows.push_back(row); };
   hs::ScanState s = hs::new_scan_state(*m, o, hs::scan_settings(*m, o));
   hs::run_scan(*m, o, s, control);
-  REQUIRE(s.prompts == 10);
-  REQUIRE(rows.size() == 10);
+  REQUIRE(s.prompts == 6);
+  REQUIRE(rows.size() == 6);
   // The splitmix64 stream drawn in order, sequence after sequence, as head_scores.cpp draws it
   // for `headscope-cli heads` (docs/head-scores.md); BOS is the built-in model's last id.
   uint64_t state = 3;
   const int32_t bos = m->bos_id();
   const uint64_t vocab = static_cast<uint64_t>(std::min(m->config().d_vocab, m->tokenizer().vocab_size()));
   std::vector<double> induction_sum(static_cast<size_t>(m->config().n_layers * m->config().n_heads), 0.0);
-  for (int b = 0; b < 10; ++b) {
+  hs::RunOptions one_thread;
+  one_thread.threads = 1;
+  for (int b = 0; b < 6; ++b) {
     std::vector<int32_t> r;
-    for (int i = 0; i < 50; ++i) {
+    for (int i = 0; i < 20; ++i) {
       state += 0x9E3779B97F4A7C15ull;
       uint64_t z = state;
       z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -263,15 +269,15 @@ TEST_CASE("scan --repeat-random draws the fixed scores' sequences and scores eac
     std::vector<int32_t> seq = {bos};
     seq.insert(seq.end(), r.begin(), r.end());
     seq.insert(seq.end(), r.begin(), r.end());
-    REQUIRE(hs::repeat_random_prompt(*m, 3, 50, b) == seq);
+    REQUIRE(hs::repeat_random_prompt(*m, 3, 20, b) == seq);
     REQUIRE(json::parse(rows[static_cast<size_t>(b)])["tokens"].get<std::vector<int32_t>>() == seq);
-    const hs::DetectorScores d = hs::detect_heads(*m->run(seq), hs::HeadDetector::Induction);
+    const hs::DetectorScores d = hs::detect_heads(*m->run(seq, one_thread), hs::HeadDetector::Induction);
     for (int l = 0; l < d.scores.rows(); ++l)
       for (int h = 0; h < d.scores.cols(); ++h) induction_sum[static_cast<size_t>(l * d.scores.cols() + h)] += d.scores(l, h);
   }
   for (int l = 0; l < m->config().n_layers; ++l)
     for (int h = 0; h < m->config().n_heads; ++h)
-      CHECK(close(s.grids.at("induction").mean(l, h), induction_sum[static_cast<size_t>(l * m->config().n_heads + h)] / 10, 1e-9));
+      CHECK(close(s.grids.at("induction").mean(l, h), induction_sum[static_cast<size_t>(l * m->config().n_heads + h)] / 6, 1e-9));
 }
 
 TEST_CASE("scan counts bad lines by reason and goes on", "[scan][errors]") {
@@ -342,6 +348,7 @@ TEST_CASE("scan patch rows: the mean normalized effect of each row's sweep", "[s
   {
     hs::ScanOptions o;
     o.input = jsonl;
+    o.threads = 1;
     hs::ScanState part = hs::new_scan_state(*m, o, hs::scan_settings(*m, o));
     int checks = 0;
     hs::ScanControl stop_inside;
@@ -363,9 +370,13 @@ TEST_CASE("scan patch rows: the mean normalized effect of each row's sweep", "[s
   std::vector<int> resid_count(resid_sum.size(), 0);
   for (const auto& r : rows) {
     const hs::PatchingInputs in = hs::patching_inputs(*m, r[0], r[1], r[2], r[3]);
-    const auto clean = m->run(in.clean), corrupt = m->run(in.corrupt);
-    const hs::PatchingResult a = hs::patching_sweep(*clean, *corrupt, in.answer, in.wrong, hs::HookPoint::ResidPre);
-    const hs::PatchingResult b = hs::patching_sweep(*clean, *corrupt, in.answer, in.wrong, hs::HookPoint::Z);
+    hs::RunOptions one_thread;
+    one_thread.threads = 1;
+    hs::SweepControl sweep;
+    sweep.threads = 1;
+    const auto clean = m->run(in.clean, one_thread), corrupt = m->run(in.corrupt, one_thread);
+    const hs::PatchingResult a = hs::patching_sweep(*clean, *corrupt, in.answer, in.wrong, hs::HookPoint::ResidPre, sweep);
+    const hs::PatchingResult b = hs::patching_sweep(*clean, *corrupt, in.answer, in.wrong, hs::HookPoint::Z, sweep);
     for (int l = 0; l < L; ++l) {
       for (int p = 0; p < a.normalized.cols(); ++p) {
         resid_sum[static_cast<size_t>(l * n_ctx + p)] += a.normalized(l, p);
