@@ -1,8 +1,13 @@
 // headscope-cli: the engine without a window. See DESIGN.md, "Command line (contract)".
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -16,6 +21,7 @@
 #include "core/analysis/head_scores.h"
 #include "core/analysis/logit_lens.h"
 #include "core/analysis/patching.h"
+#include "core/analysis/scan.h"
 #include "core/error.h"
 #include "core/io/export.h"
 #include "core/model/architecture_text.h"
@@ -44,6 +50,10 @@ Usage:
   headscope-cli generate [--model DIR] --text TEXT -n N [--temperature T] [--seed S]
   headscope-cli lens     [--model DIR] (--text TEXT | --tokens 1,2,3) [--no-bos] -o OUT.npz|OUT.json
   headscope-cli circuits [--model DIR] --head L.H [--text TEXT | --tokens 1,2,3] -o OUT.json
+  headscope-cli scan     [--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]
+                         [--no-bos] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl] [--resume]
+                         -o OUT.json|OUT.npz
+  headscope-cli merge    -o OUT.json|OUT.npz SHARD.json...
   headscope-cli --version | --help
 
 Without --model, the built-in model is used. Run `headscope-cli COMMAND --help` for details.
@@ -128,6 +138,44 @@ descending real part) and "copying_score" (sum(lambda) / sum(|lambda|)). With --
 token, the --top-k (default 10) tokens its OV circuit promotes ("ov_top_ids", "ov_top_logits")
 and its own entry ("ov_self_logits", "ov_self_ranks").
 )"},
+    {"scan", R"(Usage: headscope-cli scan [--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]
+                          [--no-bos] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl] [--resume]
+                          [--threads N] -o OUT.json|OUT.npz
+
+Runs every prompt of a data set through the model, one at a time, and aggregates (docs/scan.md):
+per head the mean and standard deviation over prompts of the previous-token, duplicate-token and
+induction scores (docs/head-scores.md, "On any prompt"), of the attention entropy and of the
+direct logit attribution to the next token; the mean loss per position; and, for JSON Lines rows
+with "clean", "corrupt", "answer" and "wrong", the mean normalized patching effect per layer x
+position (resid_pre) and per layer x head (z). Memory does not grow with the number of prompts.
+  --input FILE        one prompt a line, or JSON Lines (.jsonl, or a first line starting with '{')
+                      with a "text" field (or "clean", "corrupt", "answer", "wrong")
+  --repeat-random N   no file: BOS + R + R prompts, R = N random ids (docs/head-scores.md);
+                      --limit says how many (default 10), --seed chooses the ids (default 0)
+  --limit N           only the first N lines (or prompts)
+  --max-tokens N      cut longer prompts to N tokens (BOS included) and count them; without it a
+                      prompt longer than the context is a bad line
+  --no-bos            do not prepend BOS to each prompt
+  --shard I/N         only lines whose index (from 0, counting every line) % N == I; run N of
+                      these side by side and combine them with `headscope-cli merge`
+  --per-prompt FILE   also write one JSON line per prompt, as it is scanned
+  --resume            continue the incomplete scan in OUT (same model, input and options)
+  --stop-after K      stop after K more lines, as Ctrl-C would (a time-boxed job; resume later)
+  --threads N         threads for the forward pass (default: the engine's choice)
+Lines that cannot be used (invalid UTF-8, empty, too long, bad JSON, patch rows whose prompts
+differ in length or whose answers are not one token) are counted by reason in "bad_lines", with
+their first line numbers. Progress goes to stderr. Ctrl-C or SIGTERM stops after the current
+prompt and writes OUT marked "complete": false; run the same command with --resume to go on.
+OUT.npz holds the mean, std and count arrays; its JSON (settings, counts, state) goes to
+OUT.npz.json. Every file is written atomically.
+)"},
+    {"merge", R"(Usage: headscope-cli merge -o OUT.json|OUT.npz SHARD.json...
+
+Combines the outputs of `headscope-cli scan --shard I/N` (every I from 0 to N-1, each complete,
+all with the same model, input and options) into the output one process would have written:
+counts added, means and variances merged exactly (Chan et al.), bad lines added. For shards
+written as .npz, give their .npz or .npz.json files.
+)"},
 };
 
 struct Args {
@@ -142,6 +190,12 @@ struct Args {
   uint64_t seed = 0;
   bool seed_given = false;
   bool help = false;
+  // scan and merge
+  std::optional<std::string> input, shard, per_prompt;
+  int64_t limit = -1, stop_after = -1;
+  int max_tokens = 0, repeat_random = 0;
+  bool resume = false;
+  std::vector<std::string> files;
 };
 
 int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
@@ -177,6 +231,15 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--answer" && a.command == "patch") a.answer = value(i, f);
     else if (f == "--wrong" && a.command == "patch") a.wrong = value(i, f);
     else if (f == "--what" && a.command == "patch") a.what = value(i, f);
+    else if (f == "--input" && a.command == "scan") a.input = value(i, f);
+    else if (f == "--repeat-random" && a.command == "scan") a.repeat_random = parse_int(f, value(i, f), 2, 1 << 20);
+    else if (f == "--limit" && a.command == "scan") a.limit = parse_int(f, value(i, f), 0, INT32_MAX);
+    else if (f == "--max-tokens" && a.command == "scan") a.max_tokens = parse_int(f, value(i, f), 1, 1 << 24);
+    else if (f == "--shard" && a.command == "scan") a.shard = value(i, f);
+    else if (f == "--per-prompt" && a.command == "scan") a.per_prompt = value(i, f);
+    else if (f == "--resume" && a.command == "scan") a.resume = true;
+    else if (f == "--stop-after" && a.command == "scan") a.stop_after = parse_int(f, value(i, f), 0, INT32_MAX);
+    else if (a.command == "merge" && !f.empty() && f[0] != '-') a.files.push_back(f);
     else if (f == "-n") a.n = parse_int(f, value(i, f), 0, 1 << 20);
     else if (f == "--threads") a.threads = parse_int(f, value(i, f), 1, 1024);
     else if (f == "--seed") {
@@ -591,6 +654,258 @@ int cmd_generate(const Args& a) {
   return 0;
 }
 
+// ---- scan and merge ---------------------------------------------------------------------------
+
+// Set by SIGINT / SIGTERM: the scan stops after the current prompt and writes a resumable output.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal, a plain line every few seconds
+// otherwise (a batch job's log should not fill with carriage returns).
+class ScanProgressPrinter {
+ public:
+  ScanProgressPrinter() : tty_(isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_(start_) {}
+
+  void operator()(const hs::ScanProgress& p) {
+    if (first_done_ < 0) first_done_ = p.done - 1;
+    const auto now = Clock::now();
+    const double since_last = std::chrono::duration<double>(now - last_).count();
+    const bool last_one = p.total >= 0 && p.done >= p.total;
+    if (since_last < (tty_ ? 0.1 : 5.0) && !last_one) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double rate = elapsed > 0 ? static_cast<double>(p.done - first_done_) / elapsed : 0.0;
+    const double left = p.total >= 0 && rate > 0 ? static_cast<double>(p.total - p.done) / rate : -1.0;
+    char line[160];
+    if (tty_) {
+      const int width = 30;
+      const int filled = p.total > 0 ? static_cast<int>(width * p.done / p.total) : 0;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(width, '.');
+      std::snprintf(line, sizeof line, "\r[%s] %lld/%lld  %.1f/s  %s left ", bar.c_str(), static_cast<long long>(p.done),
+                    static_cast<long long>(p.total), rate, duration_text(left).c_str());
+      std::cerr << line << std::flush;
+      drawn_ = true;
+    } else {
+      std::snprintf(line, sizeof line, "headscope-cli scan: %lld/%lld lines, %.1f/s, %s left\n",
+                    static_cast<long long>(p.done), static_cast<long long>(p.total), rate, duration_text(left).c_str());
+      std::cerr << line << std::flush;
+    }
+  }
+  void finish() {
+    if (drawn_) std::cerr << "\n";
+    drawn_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool tty_;
+  Clock::time_point start_, last_;
+  int64_t first_done_ = -1;
+  bool drawn_ = false;
+};
+
+std::vector<std::string> head_labels(int n_layers, int n_heads) {
+  std::vector<std::string> labels;
+  for (int l = 0; l < n_layers; ++l)
+    for (int h = 0; h < n_heads; ++h) labels.push_back("L" + std::to_string(l) + "H" + std::to_string(h));
+  return labels;
+}
+
+// Where the JSON of a scan output lives: OUT itself, or beside an .npz as OUT.npz.json.
+std::filesystem::path scan_json_path(const std::string& out) {
+  return std::filesystem::path(out).extension() == ".npz" ? std::filesystem::path(out + ".json")
+                                                          : std::filesystem::path(out);
+}
+
+// Writes a scan's output: the JSON (everything, state included), and with .npz the arrays too.
+void write_scan_output(const hs::ScanState& s, const std::string& out) {
+  const json j = hs::scan_to_json(s, head_labels(s.n_layers, s.n_heads));
+  if (std::filesystem::path(out).extension() == ".npz") {
+    std::vector<std::vector<float>> data;
+    std::vector<hs::NpzArrayView> arrays;
+    data.reserve(s.grids.size() * 3);
+    for (const auto& [name, g] : s.grids) {
+      std::vector<int64_t> shape = {g.rows()};
+      if (g.cols() != 1) shape.push_back(g.cols());
+      for (const char* part : {"mean", "std", "count"}) {
+        std::vector<float> v;
+        v.reserve(static_cast<size_t>(g.rows()) * static_cast<size_t>(g.cols()));
+        for (int r = 0; r < g.rows(); ++r)
+          for (int c = 0; c < g.cols(); ++c) {
+            const std::string p = part;
+            v.push_back(static_cast<float>(p == "mean" ? g.mean(r, c)
+                                           : p == "std" ? std::sqrt(g.variance(r, c))
+                                                        : static_cast<double>(g.count(r, c))));
+          }
+        data.push_back(std::move(v));
+        arrays.push_back({name + "." + part, shape, data.back().data()});
+      }
+    }
+    hs::write_atomically(out, [&](std::ostream& o) { hs::write_npz(o, arrays); });
+  }
+  hs::write_file_atomically(scan_json_path(out), j.dump(1) + "\n");
+}
+
+hs::ScanState read_scan_output(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw hs::Error("cannot read " + path.string() + ": it does not exist or is not readable.");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw hs::Error(path.string() + " is not JSON (" + hs::json_error_reason(e) + "); give a file written by `headscope-cli scan`.");
+  }
+  return hs::scan_from_json(j, path.string());
+}
+
+std::string bad_line_summary(const hs::ScanState& s) {
+  std::string out;
+  for (const auto& [reason, b] : s.bad) {
+    out += (out.empty() ? "" : ", ") + std::to_string(b.count) + " " + reason + " (line";
+    out += b.first_lines.size() > 1 ? "s " : " ";
+    for (size_t i = 0; i < b.first_lines.size(); ++i) out += (i ? "," : "") + std::to_string(b.first_lines[i]);
+    out += b.count > static_cast<int64_t>(b.first_lines.size()) ? ",...)" : ")";
+  }
+  return out;
+}
+
+int cmd_scan(const Args& a) {
+  if (a.input.has_value() == (a.repeat_random > 0))
+    throw UsageError("scan needs exactly one of --input FILE or --repeat-random N.");
+  if (!a.out) throw UsageError("scan needs -o OUT.json or -o OUT.npz.");
+  output_extension(a, {".json", ".npz"});
+  if (a.repeat_random > 0 && a.no_bos)
+    throw UsageError("--repeat-random prompts are BOS + R + R by definition; --no-bos does not apply.");
+  if (a.input && a.seed_given)
+    throw UsageError("--seed chooses the --repeat-random ids; it does not apply with --input.");
+  if (a.repeat_random > 0 && a.max_tokens > 0)
+    throw UsageError("--max-tokens would cut the second copy of R; choose a smaller --repeat-random instead.");
+  hs::ScanOptions o;
+  if (a.input) o.input = *a.input;
+  o.repeat_random = a.repeat_random;
+  o.limit = a.limit >= 0 ? a.limit : (a.repeat_random > 0 ? 10 : -1);
+  o.max_tokens = a.max_tokens;
+  o.prepend_bos = !a.no_bos;
+  o.seed = a.seed;
+  o.threads = g_threads;
+  if (a.shard) {
+    const std::string& v = *a.shard;
+    const size_t slash = v.find('/');
+    const std::string usage = "--shard expects I/N with 0 <= I < N, like 0/4, got \"" + v + "\".";
+    if (slash == std::string::npos) throw UsageError(usage);
+    try {
+      o.shard_index = parse_int("--shard", v.substr(0, slash), 0, 1 << 20);
+      o.shard_count = parse_int("--shard", v.substr(slash + 1), 1, 1 << 20);
+    } catch (const UsageError&) {
+      throw UsageError(usage);
+    }
+    if (o.shard_index >= o.shard_count) throw UsageError(usage);
+  }
+  const std::filesystem::path state_path = scan_json_path(*a.out);
+  const auto m = load_model(a);
+  json settings = hs::scan_settings(*m, o);
+  hs::ScanState state;
+  if (a.resume) {
+    if (!std::filesystem::exists(state_path))
+      throw UsageError("--resume: " + state_path.string() + " does not exist, so there is nothing to continue; run without --resume.");
+    state = read_scan_output(state_path);
+    hs::require_same_settings(settings, state.settings, state_path.string());
+    if (state.shard_index != o.shard_index || state.shard_count != o.shard_count)
+      throw UsageError("--resume: " + state_path.string() + " is shard " + std::to_string(state.shard_index) + "/" +
+                       std::to_string(state.shard_count) + ", not " + std::to_string(o.shard_index) + "/" +
+                       std::to_string(o.shard_count) + "; give the same --shard.");
+    if (state.complete) {
+      std::cerr << "headscope-cli: " << state_path.string() << " is already complete; nothing to resume.\n";
+      return 0;
+    }
+    state.settings = settings;  // the paths of this machine
+  } else {
+    if (std::filesystem::exists(state_path)) {
+      bool incomplete = false;
+      try {
+        incomplete = !read_scan_output(state_path).complete;
+      } catch (const hs::Error&) {
+      }
+      if (incomplete)
+        throw UsageError(state_path.string() + " holds an incomplete scan: continue it with --resume, or delete it to start again.");
+    }
+    state = hs::new_scan_state(*m, o, settings);
+  }
+
+  std::ofstream per_prompt;
+  if (a.per_prompt) {
+    if (a.resume) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(*a.per_prompt, ec);
+      if (ec || static_cast<int64_t>(size) < state.per_prompt_bytes)
+        throw UsageError("--resume: " + *a.per_prompt + " holds less than the " + std::to_string(state.per_prompt_bytes) +
+                         " bytes the partial scan wrote to it; give the same --per-prompt file, untouched.");
+      std::filesystem::resize_file(*a.per_prompt, static_cast<uintmax_t>(state.per_prompt_bytes));
+      per_prompt.open(*a.per_prompt, std::ios::binary | std::ios::app);
+    } else {
+      state.per_prompt_bytes = 0;
+      per_prompt.open(*a.per_prompt, std::ios::binary | std::ios::trunc);
+    }
+    if (!per_prompt) throw hs::Error("cannot write " + *a.per_prompt + "; check the folder exists and is writable.");
+  }
+
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  ScanProgressPrinter printer;
+  hs::ScanControl control;
+  control.progress = [&](const hs::ScanProgress& p) { printer(p); };
+  control.stop = [] { return g_stop_signal != 0; };
+  control.stop_after = a.stop_after;
+  if (a.per_prompt)
+    control.per_prompt = [&](const std::string& row) {
+      per_prompt << row;
+      if (!per_prompt) throw hs::Error("writing " + *a.per_prompt + " failed (is the disk full?).");
+    };
+  hs::run_scan(*m, o, state, control);
+  printer.finish();
+  if (a.per_prompt) {
+    per_prompt.flush();
+    if (!per_prompt) throw hs::Error("writing " + *a.per_prompt + " failed (is the disk full?).");
+  }
+  write_scan_output(state, *a.out);
+  const std::string bad = bad_line_summary(state);
+  std::cerr << "headscope-cli scan: " << state.prompts << " prompts" << (state.patch_rows ? ", " + std::to_string(state.patch_rows) + " patch rows" : "")
+            << (state.truncated ? ", " + std::to_string(state.truncated) + " truncated" : "")
+            << (bad.empty() ? ", no bad lines" : "; bad lines: " + bad) << "\n";
+  if (!state.complete) {
+    std::cerr << "headscope-cli scan: stopped before the end; " << state_path.string()
+              << " is marked incomplete. Run the same command with --resume to continue.\n";
+    if (g_stop_signal) return 128 + g_stop_signal;
+  }
+  return 0;
+}
+
+int cmd_merge(const Args& a) {
+  if (!a.out) throw UsageError("merge needs -o OUT.json (or OUT.npz).");
+  output_extension(a, {".json", ".npz"});
+  if (a.files.empty()) throw UsageError("merge needs the shard outputs to combine: merge -o OUT.json SHARD0.json SHARD1.json ...");
+  std::vector<hs::ScanState> shards;
+  std::vector<std::string> sources;
+  for (const std::string& f : a.files) {
+    const std::filesystem::path p = scan_json_path(f);
+    shards.push_back(read_scan_output(p));
+    sources.push_back(p.string());
+  }
+  write_scan_output(hs::merge_scans(shards, sources), *a.out);
+  return 0;
+}
+
 std::string one_line(std::string s) {
   for (size_t p; (p = s.find("\n  ")) != std::string::npos;) s.replace(p, 3, "; ");
   for (char& ch : s)
@@ -613,7 +928,7 @@ int main(int argc, char** argv) {
     const Args a = parse_args(argc, argv);
     const auto help = kCommandHelp.find(a.command);
     if (help == kCommandHelp.end())
-      throw UsageError("unknown command \"" + a.command + "\"; commands are info, tokenize, run, patch, heads, generate, lens, circuits.");
+      throw UsageError("unknown command \"" + a.command + "\"; commands are info, tokenize, run, patch, heads, generate, lens, circuits, scan, merge.");
     if (a.help) {
       std::cout << help->second;
       return 0;
@@ -626,6 +941,8 @@ int main(int argc, char** argv) {
     if (a.command == "patch") return cmd_patch(a);
     if (a.command == "lens") return cmd_lens(a);
     if (a.command == "circuits") return cmd_circuits(a);
+    if (a.command == "scan") return cmd_scan(a);
+    if (a.command == "merge") return cmd_merge(a);
     return cmd_generate(a);
   } catch (const UsageError& e) {
     std::cerr << "headscope-cli: " << one_line(e.what()) << "\n";

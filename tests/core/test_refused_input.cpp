@@ -169,7 +169,7 @@ const std::set<std::string> kTested = {
     "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
-    "R57", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R84", "R85",
+    "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R84", "R85",
     "R90", "R91", "R92", "R93",
 };
 
@@ -719,6 +719,37 @@ TEST_CASE("refused input: the command line (R53-R55)", "[refused]") {
   check_refused(cli("frobnicate"), expected("R53", {}), s, 2);
   check_refused(cli("info --bogus"), expected("R54", {}), s, 2);
   check_refused(cli("info --model"), expected("R55", {}), s, 2);
+}
+
+TEST_CASE("refused input: data-set scans (R60-R64)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model();
+  const fs::path input = s.dir / "prompts.txt", out = s.dir / "scan.json";
+  write_file(input, "The cat sat.\nThe cat sat on the mat.\nA dog.\nThe dog sat.\n");
+  const std::string scan = "scan --threads 1 --model " + quote(m.string()) + " --input " + quote(input.string());
+  const Subst sub = {{"<tmp>", s.dir.string()}, {"<out>", out.string()}};
+  SECTION("R60 an input that does not exist") {
+    check_refused(cli("scan --model " + quote(m.string()) + " --input " + quote((s.dir / "missing.txt").string()) +
+                      " -o " + quote(out.string())),
+                  expected("R60", sub), s);
+    CHECK(!fs::exists(out));
+  }
+  SECTION("R61 R62 an incomplete scan: not overwritten, not resumed with other settings") {
+    REQUIRE(cli(scan + " --max-tokens 16 --stop-after 1 -o " + quote(out.string())).code == 0);
+    const std::string partial = hs::test::read_text(out);
+    check_refused(cli(scan + " --max-tokens 16 -o " + quote(out.string())), expected("R61", sub), s, 2);
+    check_refused(cli(scan + " --max-tokens 8 --resume -o " + quote(out.string())), expected("R62", sub), s);
+    CHECK(hs::test::read_text(out) == partial);
+  }
+  SECTION("R63 R64 merging without every shard, or an incomplete one") {
+    const fs::path shard0 = s.dir / "shard0.json", shard1 = s.dir / "shard1.json";
+    REQUIRE(cli(scan + " --shard 0/2 -o " + quote(shard0.string())).code == 0);
+    check_refused(cli("merge -o " + quote(out.string()) + " " + quote(shard0.string())), expected("R63", sub), s);
+    REQUIRE(cli(scan + " --shard 1/2 --stop-after 1 -o " + quote(shard1.string())).code == 0);
+    check_refused(cli("merge -o " + quote(out.string()) + " " + quote(shard0.string()) + " " + quote(shard1.string())),
+                  expected("R64", sub), s);
+    CHECK(!fs::exists(out));
+  }
 }
 
 TEST_CASE("refused input: special files where a file belongs (R56-R57)", "[refused]") {

@@ -54,10 +54,25 @@ HeadMetric copyingMetric() {
   return m;
 }
 
+// A detector's mean over a data set (File > Scan Data Set, core/analysis/scan.h): no compute; the
+// scan hands its values over. The live badge's colour range, so the two read the same.
+HeadMetric datasetMetric(const HeadMetric& live) {
+  HeadMetric m = live;
+  m.id = live.id + QStringLiteral("_dataset");
+  m.name = live.name + QStringLiteral(" (data set)");
+  m.definition = QStringLiteral("The mean over the prompts of the last File > Scan Data Set of each prompt's score: ") +
+                 live.definition +
+                 QStringLiteral(" A prompt where the head has no score is left out of its mean.");
+  m.source = HeadMetric::Source::External;
+  m.compute = nullptr;
+  return m;
+}
+
 }  // namespace
 
 const std::vector<HeadMetric>& headMetrics() {
-  static const std::vector<HeadMetric> metrics = {
+  static const std::vector<HeadMetric> metrics = [] {
+    std::vector<HeadMetric> m = {
       detectorMetric(hs::HeadDetector::PreviousToken, QStringLiteral("previous-token"),
                      QStringLiteral("Attention from each position to the one before it, averaged over positions "
                                     "2 and later of this prompt.")),
@@ -68,7 +83,10 @@ const std::vector<HeadMetric>& headMetrics() {
                      QStringLiteral("Attention to the tokens right after earlier occurrences of the current token, "
                                     "summed and averaged over the positions that have one (A B … A → B).")),
       copyingMetric(),
-  };
+    };
+    for (size_t i = 0; i < 3; ++i) m.push_back(datasetMetric(m[i]));
+    return m;
+  }();
   return metrics;
 }
 

@@ -17,12 +17,16 @@ class QComboBox;
 class QDockWidget;
 class QLabel;
 class QProgressBar;
+class QToolButton;
 class QSplitter;
 class QTabWidget;
 class QMessageBox;
 class QMenu;
 
-namespace hs { class Model; }
+namespace hs {
+class Model;
+struct ScanOptions;
+}
 
 namespace hs::ui {
 
@@ -31,6 +35,7 @@ class Ablations;
 class AnalysisController;
 class AnalysisView;
 class ExportAllJob;
+class ScanJob;
 class HeadMetricsBar;
 class ImageGridView;
 class PromptEdit;
@@ -82,6 +87,9 @@ class MainWindow : public QMainWindow {
   void loadModel(const QString& dir);
   void exportCurrentView();
   void exportAll();
+  // File > Scan Data Set: asks what to scan, runs it on a worker with progress and cancel in the
+  // status bar, and shows the per-head means in the head grid ("… (data set)" metrics).
+  void scanDataSet();
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -109,6 +117,7 @@ class MainWindow : public QMainWindow {
   void rememberRecent(const QString& dir);
   void updateRecentMenu();
   void updateStatus();
+  void startScan(const hs::ScanOptions& options);
   void showShortcuts();
   void showAbout();
 
@@ -150,6 +159,8 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<const RunResult> run_;
   QPointer<QMessageBox> load_error_box_;
   std::unique_ptr<ExportAllJob> export_job_;
+  std::unique_ptr<ScanJob> scan_job_;
+  QToolButton* scan_cancel_ = nullptr;
   bool restore_settings_ = true;
 };
 

@@ -1,0 +1,149 @@
+// A data set through a model, aggregated (docs/scan.md): the same per-prompt analyses the window
+// shows for one prompt — the head detectors of head_detectors.h, attention entropy, each head's
+// direct logit attribution to the next token, the loss at each position, and activation patching
+// for rows that give a clean and a corrupted prompt — averaged over every prompt of the set.
+//
+// Memory does not grow with the data set: prompts are read and run one at a time (one cache
+// alive), and every aggregate is a fixed-size grid of exact, mergeable accumulators: count, mean
+// and M2 (the sum of squared deviations) per cell, in double, updated with Welford's step and
+// combined with Chan et al.'s parallel formula. A shard's or an interrupted run's state is those
+// three numbers per cell, so merging shards or resuming a run gives the result of one process
+// (to rounding: the order of additions differs).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace hs {
+
+class Model;
+
+// Count, mean and M2 per cell of a [rows, cols] grid (row-major).
+class MomentGrid {
+ public:
+  MomentGrid() = default;
+  MomentGrid(int rows, int cols);
+
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+  // Welford's step; a non-finite x (no score) is not counted.
+  void add(int r, int c, double x);
+  // Chan et al.: the grid of the union of both samples. Throws hs::Error for another shape.
+  void merge(const MomentGrid& other);
+
+  int64_t count(int r, int c) const { return count_[index(r, c)]; }
+  double mean(int r, int c) const;      // NaN when count is 0
+  // Population variance M2 / count (numpy's ddof=0); NaN when count is 0.
+  double variance(int r, int c) const;
+  double m2(int r, int c) const { return m2_[index(r, c)]; }
+
+  // {"rows", "cols", "count": [...], "mean": [...], "m2": [...]}: every double written so that it
+  // reads back bit for bit, so a resumed or merged scan starts from exactly this state.
+  nlohmann::json state() const;
+  static MomentGrid from_state(const nlohmann::json& j, const std::string& name);
+
+ private:
+  size_t index(int r, int c) const { return static_cast<size_t>(r) * static_cast<size_t>(cols_) + static_cast<size_t>(c); }
+  int rows_ = 0, cols_ = 0;
+  std::vector<int64_t> count_;
+  std::vector<double> mean_, m2_;
+};
+
+// What to read and how.
+struct ScanOptions {
+  std::filesystem::path input;   // a text file (a prompt a line) or JSON Lines; empty with repeat_random
+  int repeat_random = 0;         // > 0: no input file; prompts are BOS + R + R with |R| = this
+  int64_t limit = -1;            // only input lines (or generated prompts) with index < limit; -1: all
+  int max_tokens = 0;            // > 0: prompts longer than this are truncated to it (BOS included)
+  bool prepend_bos = true;
+  uint64_t seed = 0;             // the repeat-random stream (docs/head-scores.md)
+  int shard_index = 0, shard_count = 1;  // this process takes the prompts with index % count == index
+  int threads = 0;               // forward-pass threads; 0: the engine's choice
+};
+
+// Why a line was not used, counted per reason.
+struct BadLines {
+  int64_t count = 0;
+  std::vector<int64_t> first_lines;  // 1-based line numbers, the first kMaxListed
+  static constexpr size_t kMaxListed = 10;
+};
+
+// Everything a scan knows: the aggregates, the counts and how far it got. A complete scan, a
+// shard, a partial (interrupted) scan and a merge of shards are all one of these.
+struct ScanState {
+  nlohmann::json settings;       // what must match for resume and merge (model, input hash, options)
+  int shard_index = 0, shard_count = 1;
+  std::vector<int> merged_shards;  // the shards a merge combined (empty: not a merge)
+  bool complete = false;
+  int64_t next_index = 0;        // the input index to continue from
+  int64_t total_indices = 0;     // indices this scan covers (after --limit), all shards
+  int64_t prompts = 0;           // prompts aggregated (text rows)
+  int64_t patch_rows = 0;        // clean/corrupt rows aggregated
+  int64_t truncated = 0;         // prompts cut to max_tokens
+  int64_t per_prompt_bytes = 0;  // bytes of per-prompt output written so far (resume truncates to it)
+  std::map<std::string, BadLines> bad;  // reason -> lines
+  int n_layers = 0, n_heads = 0, n_ctx = 0;
+  // The aggregates by name (docs/scan.md): "previous_token", "duplicate_token", "induction",
+  // "attention_entropy", "dla_next_token" [layer, head]; "loss_per_position" [n_ctx - 1, 1];
+  // "patching_resid_pre" [layer, n_ctx]; "patching_z" [layer, head].
+  std::map<std::string, MomentGrid> grids;
+};
+
+// The names of ScanState::grids, in output order.
+const std::vector<std::string>& scan_aggregate_names();
+
+struct ScanProgress {
+  int64_t done = 0;     // indices of this shard handled (used or bad)
+  int64_t total = 0;    // indices of this shard; -1 when unknown
+  int64_t prompts = 0;  // rows aggregated so far
+};
+
+struct ScanControl {
+  // Called after each prompt (on the scanning thread).
+  std::function<void(const ScanProgress&)> progress;
+  // Checked before each prompt: true stops the scan after the current one (a partial state).
+  std::function<bool()> stop;
+  // One JSON line (with its '\n') per aggregated row, in order: stream it out, never keep it.
+  std::function<void(const std::string&)> per_prompt;
+  // Stop (as `stop` would) after this many rows in this call; -1: never. Tests of resume use it,
+  // and so can a time-boxed job.
+  int64_t stop_after = -1;
+};
+
+// The settings object of a scan of `options` with `model`: model identity, input path and hash
+// (FNV-1a 64 of the file's bytes), the options. Reads the whole input once to hash it. Throws
+// hs::Error for an input that cannot be read.
+nlohmann::json scan_settings(const Model& model, const ScanOptions& options);
+
+// A fresh state for the scan (empty accumulators of the model's shape).
+ScanState new_scan_state(const Model& model, const ScanOptions& options, nlohmann::json settings);
+
+// Runs the scan from state.next_index (0 for a fresh state) and returns the updated state:
+// complete when the input was exhausted, partial when control stopped it. Throws hs::Error when the
+// input cannot be opened; bad lines are counted in the state, never thrown.
+void run_scan(const Model& model, const ScanOptions& options, ScanState& state, const ScanControl& control = {});
+
+// The output file (docs/scan.md): settings, counts, bad lines, the aggregates as mean / std /
+// count, and "state" (every accumulator exactly), which scan_from_json reads back.
+nlohmann::json scan_to_json(const ScanState& state, const std::vector<std::string>& head_labels);
+ScanState scan_from_json(const nlohmann::json& j, const std::string& source);
+
+// Checks that `state` can be continued with `settings` (the same model, input hash and options);
+// throws hs::Error naming the first setting that differs.
+void require_same_settings(const nlohmann::json& expected, const nlohmann::json& found, const std::string& what);
+
+// Combines shard outputs into the result of one process: the same settings but the shard, every
+// shard 0..N-1 present once and complete. Throws hs::Error saying which shard is missing, repeated,
+// incomplete or made with other settings.
+ScanState merge_scans(const std::vector<ScanState>& shards, const std::vector<std::string>& sources);
+
+// BOS + R + R with |R| = n, the index-th sequence of the splitmix64 stream with this seed
+// (head_scores.h: the same ids as `headscope-cli heads`, sequence after sequence).
+std::vector<int32_t> repeat_random_prompt(const Model& model, uint64_t seed, int n, int64_t index);
+
+}  // namespace hs

@@ -1,0 +1,137 @@
+// File > Scan Data Set: the dialog's choice runs core/analysis/scan.h on a worker, and the data
+// set's per-head means reach the head grid as External metrics with the live badges' colouring.
+#include <catch2/catch.hpp>
+
+#include <QAction>
+#include <QApplication>
+#include <QComboBox>
+#include <QLabel>
+#include <QMessageBox>
+#include <QTest>
+#include <QTimer>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/analysis/scan.h"
+#include "ui/controller/head_metrics.h"
+#include "ui/views/head_metrics_bar.h"
+#include "ui/widgets/image_grid_view.h"
+#include "ui/window/main_window.h"
+#include "ui/window/scan_dialog.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using hs::ui::test::waitFor;
+
+namespace {
+
+std::filesystem::path scratchFile(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("hs_ui_scan_" + std::to_string(QCoreApplication::applicationPid()));
+  std::filesystem::create_directories(dir);
+  return dir / name;
+}
+
+struct Window {
+  MainWindow window;
+  Window() : window(MainWindowOptions{test::fixtureModelDir(), QStringLiteral("The cat sat. The cat"), false}) {
+    window.resize(1400, 900);
+    window.show();
+    window.activateWindow();
+    REQUIRE(QTest::qWaitForWindowActive(&window));
+    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }));
+  }
+};
+
+// Opens File > Scan Data Set and fills its dialog with `fill` once it is on screen.
+void scanFromMenu(MainWindow& window, const std::function<void(ScanDialog&)>& fill) {
+  bool filled = false;
+  QTimer::singleShot(0, &window, [&] {
+    if (auto* dialog = qobject_cast<ScanDialog*>(QApplication::activeModalWidget())) {
+      fill(*dialog);
+      filled = true;
+      dialog->accept();
+    }
+  });
+  auto* action = window.findChild<QAction*>(QStringLiteral("actionScanDataSet"));
+  REQUIRE(action != nullptr);
+  action->trigger();
+  REQUIRE(filled);
+}
+
+}  // namespace
+
+TEST_CASE("File > Scan Data Set shows the data set's mean scores in the head grid", "[scan][window]") {
+  const auto input = scratchFile("prompts.txt");
+  {
+    std::ofstream out(input);
+    out << "The cat sat. The cat sat\nA dog ran and a dog ran\n\nThe cat ran. The dog sat. The cat\n";
+  }
+  Window w;
+  scanFromMenu(w.window, [&](ScanDialog& d) {
+    d.setInputFile(QString::fromStdString(input.string()));
+    d.setMaxTokens(20);
+  });
+  HeadMetricsBar* bar = w.window.headMetricsBar();
+  REQUIRE(waitFor([&] { return bar->metricId() == QStringLiteral("induction_dataset"); }));
+
+  // The same scan in the core, directly.
+  hs::ScanOptions o;
+  o.input = input;
+  o.max_tokens = 20;
+  const auto model = test::fixtureModel();
+  hs::ScanState expected = hs::new_scan_state(*model, o, hs::scan_settings(*model, o));
+  hs::run_scan(*model, o, expected);
+  REQUIRE(expected.prompts == 3);
+
+  const HeadMetricValues* shown = bar->currentValues();
+  REQUIRE(shown != nullptr);
+  const HeadMetric* metric = findHeadMetric(QStringLiteral("induction_dataset"));
+  REQUIRE(metric != nullptr);
+  CHECK(metric->source == HeadMetric::Source::External);
+  // The live badge's colouring.
+  const HeadMetric* live = findHeadMetric(QStringLiteral("induction"));
+  CHECK(metric->low == live->low);
+  CHECK(metric->high == live->high);
+  CHECK(metric->colors == live->colors);
+  const int n_head = model->config().n_heads;
+  ImageGridView* grid = w.window.headGrid();
+  REQUIRE(grid->itemCount() == model->config().n_layers * n_head);
+  REQUIRE(shown->values.rows() == model->config().n_layers);
+  for (int l = 0; l < model->config().n_layers; ++l)
+    for (int h = 0; h < n_head; ++h) CHECK(shown->values(l, h) == static_cast<float>(expected.grids.at("induction").mean(l, h)));
+  // The grid's badges (sorted or not, the item of a head carries its label).
+  for (int i = 0; i < grid->itemCount(); ++i) {
+    const QString label = grid->item(i).label;
+    bool found = false;
+    for (int l = 0; l < model->config().n_layers && !found; ++l)
+      for (int h = 0; h < n_head && !found; ++h)
+        if (label == QStringLiteral("L%1H%2").arg(l).arg(h)) {
+          found = true;
+          CHECK(grid->item(i).badge == headMetricText(*metric, shown->values(l, h)));
+        }
+    CHECK(found);
+  }
+  CHECK(bar->metricCombo()->findData(QStringLiteral("induction_dataset")) >= 0);
+  CHECK(bar->noteLabel()->text().contains(QStringLiteral("3 prompts")));
+}
+
+TEST_CASE("File > Scan Data Set on a file that cannot be read says so", "[scan][window]") {
+  Window w;
+  QString message;
+  QTimer watcher;
+  QObject::connect(&watcher, &QTimer::timeout, [&] {
+    if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
+      message = box->text();
+      box->close();
+    }
+  });
+  watcher.start(20);
+  scanFromMenu(w.window, [&](ScanDialog& d) {
+    d.setInputFile(QString::fromStdString(scratchFile("no-such-file.txt").string()));
+  });
+  REQUIRE(waitFor([&] { return !message.isEmpty(); }));
+  CHECK(message.contains(QStringLiteral("cannot read the input")));
+  CHECK(message.contains(QStringLiteral("no-such-file.txt")));
+  CHECK(w.window.headMetricsBar()->metricId() == QStringLiteral("induction"));
+}
