@@ -372,7 +372,7 @@ RowMatrixXf dla_next_token(const ActivationCache& cache) {
   }
   RowMatrixXf back(T - 1, dh);  // [pos, d_head]
   for (int l = 0; l < L; ++l) {
-    const RowMatrixXf& z = cache.layer(l).z;  // [pos, head*d_head]
+    const RowMatrixXf z = cache.layer(l).z.to_matrix();  // [pos, head*d_head]
     for (int h = 0; h < H; ++h) {
       back.noalias() = direction * w.W_O(l, h).transpose();
       const double total = z.block(0, h * dh, T - 1, dh).cwiseProduct(back).cast<double>().sum();
