@@ -60,7 +60,7 @@ TEST_CASE("memory guard: the cache estimate covers what a run stores", "[memory]
   }
 }
 
-TEST_CASE("memory guard: loading counts weights converted to float32 and the packed copies", "[memory]") {
+TEST_CASE("memory guard: loading counts the packed copies and the weights converted to float32", "[memory]") {
   // The forward pass's packed copy of every matrix (Weights::packed): per layer c_attn, c_proj,
   // c_fc and the MLP's c_proj, and the unembedding.
   auto packed_elements = [](const hs::ModelConfig& c) {
@@ -74,14 +74,9 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
   CHECK(hs::estimate_load_bytes(*f32, f32_model->config()) == 4 * packed_elements(f32_model->config()));
   // The packed copies hold at least the matrices' bytes (their last panel is padded).
   CHECK(f32_model->weights()->packed_bytes() >= hs::estimate_load_bytes(*f32, f32_model->config()));
-  // F16 and BF16 weights become float32 copies: 4 bytes per element (mask buffers are ignored).
-  // Loading converts them all, then packs the matrices one at a time and frees each conversion
-  // once it is packed: the peak is every conversion plus the largest packed matrix, and what
-  // stays converted afterwards is what is not packed (vectors, wpe).
-  auto largest_packed = [](const hs::ModelConfig& c) {
-    const uint64_t D = static_cast<uint64_t>(c.d_model), M = static_cast<uint64_t>(c.d_mlp);
-    return std::max({D * 3 * D, D * D, D * M, static_cast<uint64_t>(c.d_vocab) * D});
-  };
+  // F16 and BF16 matrices are packed from the file in 16 bits, never converted: 2 bytes per
+  // element. What is not packed (vectors, wpe, an untied embedding) becomes float32 copies of 4
+  // bytes per element (mask buffers are ignored), and stays converted.
   for (const char* fixture : {"f16_plain", "bf16_prefixed"}) {
     const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fixture) / "model.safetensors");
     uint64_t elements = 0;
@@ -91,7 +86,10 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
     const auto model = hs::Model::load(hs::test::fixture_model(fixture));
     const hs::ModelConfig& c = model->config();
     CHECK(model->weights()->owned_bytes() == 4 * (elements - packed_elements(c)));
-    CHECK(hs::estimate_load_bytes(*f, c) == 4 * elements + 4 * largest_packed(c));
+    CHECK(hs::estimate_load_bytes(*f, c) == 4 * (elements - packed_elements(c)) + 2 * packed_elements(c));
+    // The packed copies are 16-bit: at least the matrices' bytes, and less than float32 panels.
+    CHECK(model->weights()->packed_bytes() >= 2 * packed_elements(c));
+    CHECK(model->weights()->packed_bytes() < 4 * packed_elements(c));
   }
 }
 
@@ -134,18 +132,21 @@ TEST_CASE("memory guard: a 16-bit model's matrices are kept once, and read in pl
 TEST_CASE("memory guard: refuses a load that does not fit, with numbers and advice", "[memory]") {
   const auto dir = hs::test::fixture_model("f16_plain");
   {
-    AvailableMemory limit(160'000);
+    AvailableMemory limit(80'000);
     try {
       (void)hs::Model::load(dir);
-      FAIL("loaded with 160 KB available");
+      FAIL("loaded with 80 KB available");
     } catch (const hs::Error& e) {
       CHECK(std::string(e.what()) ==
-            "loading f16_plain needs about 177 KB for its weights converted to float32 and laid out for the forward "
-            "pass but only 160 KB is available; close other programs, or use a float32 (F32) copy of the model, "
-            "which is read in place from the file and needs 82 KB less.");
+            "loading f16_plain needs about 92 KB for its weights laid out for the forward pass but only 80 KB is "
+            "available; close other programs, or choose a smaller model.");
     }
-    // F32 needs no conversion room, only the packed copy (136 KB).
-    CHECK_NOTHROW(hs::Model::load(hs::test::fixture_model("f32_prefixed")));
+  }
+  {
+    // 16-bit matrices are packed in 16 bits: the F16 model fits where its F32 twin (136 KB) does not.
+    AvailableMemory limit(100'000);
+    CHECK_NOTHROW(hs::Model::load(dir));
+    CHECK_THROWS_AS(hs::Model::load(hs::test::fixture_model("f32_prefixed")), hs::Error);
   }
   AvailableMemory plenty(1'000'000'000);
   CHECK_NOTHROW(hs::Model::load(dir));
