@@ -208,3 +208,40 @@ TEST_CASE("memory guard: absurd configs saturate instead of wrapping around", "[
   AvailableMemory limit(uint64_t{1} << 40);
   CHECK_THROWS_WITH(hs::check_run_memory(huge, 1 << 20, {}, "huge"), Catch::Contains("but only 1099.5 GB is available"));
 }
+
+TEST_CASE("memory guard: 16-bit q, k and v are joined from the file without a float32 copy", "[memory]") {
+  // Llama's separate q/k/v (F16; BF16 with biases and head_dim) and GPT-NeoX's per-head fused
+  // matrix (F16) are packed as one 16-bit W_qkv straight from the file's rows. The per-head views
+  // rebuilt from it hold the file's values, at the places the joined layout puts them.
+  struct Fixture {
+    const char* name;
+    const char* prefix;  // the file's names of layer 0
+  };
+  for (const Fixture& fx : {Fixture{"llama_gqa", "model.layers.0."}, Fixture{"llama_tied_headdim", "layers.0."},
+                            Fixture{"neox_parallel", "gpt_neox.layers.0."}}) {
+    INFO(fx.name);
+    const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fx.name) / "model.safetensors");
+    const auto model = hs::Model::load(hs::test::fixture_model(fx.name));
+    const auto& w = *model->weights();
+    const hs::ModelConfig& c = model->config();
+    CHECK(w.packed(0).W_qkv.type() != hs::PanelType::F32);
+    CHECK(w.packed_unembed().type() != hs::PanelType::F32);
+    const int D = c.d_model, dh = c.d_head, H = c.n_heads;
+    // The file's value of part (0 q, 1 k, 2 v) for head h's output i and input d.
+    auto file_value = [&](int part, int h, int i, int d) -> float {
+      if (const hs::TensorInfo* fused = f->find(std::string(fx.prefix) + "attention.query_key_value.weight")) {
+        const std::vector<float> rows = f->to_f32(*fused);  // head h's rows: q_h, k_h, v_h
+        return rows[static_cast<size_t>((h * 3 * dh + part * dh + i) * D + d)];
+      }
+      const char* names[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"};
+      const std::vector<float> rows = f->to_f32(*f->find(std::string(fx.prefix) + names[part]));
+      return rows[static_cast<size_t>((h * dh + i) * D + d)];
+    };
+    for (int d : {0, D - 1})
+      for (int i : {0, dh - 1}) {
+        CHECK(w.W_Q(0, H - 1)(d, i) == file_value(0, H - 1, i, d));
+        CHECK(w.W_K(0, c.n_key_value_heads - 1)(d, i) == file_value(1, c.n_key_value_heads - 1, i, d));
+        CHECK(w.W_V(0, 0)(d, i) == file_value(2, 0, i, d));
+      }
+  }
+}
