@@ -295,17 +295,19 @@ PackedMatrix PackedMatrix::from_transposed_rows(PanelType type, int64_t N, int64
   PackedMatrix m = allocate(type, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
   uint16_t* base = reinterpret_cast<uint16_t*>(m.data_.get());
+  // A block of 64 k-steps of a panel (2 KB) stays in L1 while its 16 source rows fill it: a
+  // panel of a long K (the MLP's output, K = d_mlp) is larger than L1.
+  constexpr int64_t kKAtOnce = 64;
 #pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
   for (int64_t p = 0; p < panels; ++p) {
     uint16_t* dst = base + p * K * kLanes;
-    for (int l = 0; l < kLanes; ++l) {
-      const int64_t j = p * kLanes + l;
-      if (j < N) {
-        const auto* src = static_cast<const unsigned char*>(row(j));
-        for (int64_t k = 0; k < K; ++k) dst[k * kLanes + l] = read16(src + 2 * k);
-      } else {
-        for (int64_t k = 0; k < K; ++k) dst[k * kLanes + l] = 0;
-      }
+    const unsigned char* src[kLanes];
+    for (int l = 0; l < kLanes; ++l)
+      src[l] = p * kLanes + l < N ? static_cast<const unsigned char*>(row(p * kLanes + l)) : nullptr;
+    for (int64_t k0 = 0; k0 < K; k0 += kKAtOnce) {
+      const int64_t k1 = std::min(K, k0 + kKAtOnce);
+      for (int l = 0; l < kLanes; ++l)
+        for (int64_t k = k0; k < k1; ++k) dst[k * kLanes + l] = src[l] ? read16(src[l] + 2 * k) : uint16_t{0};
     }
   }
   return m;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <array>
+#include <bit>
 #include <functional>
 #include <map>
 #include <set>
@@ -242,10 +243,19 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     }
     return bad;
   };
+  // Four 16-bit values per 64-bit word: a lane is bad when its exponent bits XOR the all-ones
+  // exponent are zero, found with the exact zero-lane test (no carries between lanes).
   auto count_bad16 = [](const unsigned char* p, int64_t n, uint16_t exponent) {
+    const uint64_t e4 = exponent * 0x0001000100010001ull, low = 0x7fff7fff7fff7fffull;
     int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad) schedule(static) if (n >= (int64_t{1} << 22))
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n / 4; ++i) {
+      uint64_t w;
+      std::memcpy(&w, p + 8 * i, sizeof w);
+      const uint64_t y = (w & e4) ^ e4;  // lane zero: all exponent bits set
+      bad += std::popcount(~(((y & low) + low) | y) & ~low);
+    }
+    for (int64_t i = n / 4 * 4; i < n; ++i) {
       uint16_t bits;
       std::memcpy(&bits, p + 2 * i, sizeof bits);
       bad += (bits & exponent) == exponent;

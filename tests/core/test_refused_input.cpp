@@ -509,6 +509,35 @@ TEST_CASE("refused input: NaN weights load with a warning (R35)", "[refused]") {
   CHECK(tok.err == model_warning);
 }
 
+TEST_CASE("refused input: NaN and infinite 16-bit weights are counted in the file's format (R35)", "[refused]") {
+  // 16-bit matrices are packed from the file without a float32 copy, so their scan reads the
+  // 16-bit values: all exponent bits set is NaN or infinity (the largest finite value is not).
+  struct Case {
+    const char* fixture;
+    const char* tensor;
+    std::vector<uint16_t> bad, finite;
+  };
+  for (const Case& c : {Case{"bf16_prefixed", "transformer.h.0.mlp.c_fc.weight", {0x7fc0, 0xff80, 0x7f80}, {0x7f7f, 0xff7f}},
+                        Case{"f16_plain", "h.0.mlp.c_fc.weight", {0x7c00, 0xfe00, 0x7c01}, {0x7bff, 0xfbff}}}) {
+    INFO(c.fixture);
+    Scratch s;
+    const fs::path m = s.model(c.fixture);
+    std::vector<Entry> entries = read_entries(m / "model.safetensors");
+    Entry* e = find_entry(entries, c.tensor);
+    const size_t n = e->bytes.size() / 2;
+    const size_t at[] = {0, 5, n - 1, 2, n - 2};  // the first and last values, and some between
+    for (size_t i = 0; i < 5; ++i) {
+      const uint16_t v = i < 3 ? c.bad[i] : c.finite[i - 3];
+      std::memcpy(e->bytes.data() + 2 * at[i], &v, 2);
+    }
+    write_file(m / "model.safetensors", build_safetensors(entries));
+    const auto model = hs::Model::load(m);
+    REQUIRE(model->weights()->warnings().size() == 1);
+    CHECK(model->weights()->warnings()[0].find(": 3 non-finite value(s) (NaN or infinity) in h.0.mlp.c_fc.weight;") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("refused input: tokenizer files (R36-R39)", "[refused]") {
   Scratch s;
   const fs::path m = s.model();
