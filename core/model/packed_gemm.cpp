@@ -330,6 +330,20 @@ void PackedMatrix::unpack_rows(float* W) const {
   }
 }
 
+int64_t PackedMatrix::count_non_finite() const {
+  const int64_t n = (N_ + kLanes - 1) / kLanes * K_ * kLanes;  // the padding columns are zeros
+  int64_t bad = 0;
+  if (type_ == PanelType::F32) {
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(data_.get());
+    for (int64_t i = 0; i < n; ++i) bad += (bits[i] & 0x7f800000u) == 0x7f800000u;
+  } else {
+    const uint16_t exponent = type_ == PanelType::BF16 ? 0x7f80 : 0x7c00;
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(data_.get());
+    for (int64_t i = 0; i < n; ++i) bad += (bits[i] & exponent) == exponent;
+  }
+  return bad;
+}
+
 void PackedMatrix::column(int64_t j, float* out) const {
   if (type_ == PanelType::F32) {
     const float* src = static_cast<const float*>(panel(j / kLanes)) + j % kLanes;

@@ -57,6 +57,8 @@ class PackedMatrix {
   void column(int64_t j, float* out) const;
   // The matrix back as float32 rows: W[k * cols() + j] for a matrix packed by from_rows.
   void unpack_rows(float* W) const;
+  // How many of its values are NaN or infinite (all exponent bits set, in its own type).
+  int64_t count_non_finite() const;
   // Panel p: columns [p * panel_width(), ...), K rows of panel_width() elements of type(); columns
   // past N are 0.
   const void* panel(int64_t p) const { return data_.get() + static_cast<size_t>(p * K_ * panel_width()) * element_bytes(); }

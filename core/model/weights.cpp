@@ -262,7 +262,10 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     }
     return bad;
   };
-  for (const Bound& t : bound) {
+  // A tensor packed from the file in 16 bits is checked in its packed copy, just written and still
+  // in cache, rather than by another pass over the file; only a packed copy with a bad value has
+  // its tensors scanned in the file, for the count per tensor.
+  auto warn_bad = [&](const Bound& t) {
     const Source& src = t.source;
     const int64_t n = numel(t.spec->shape);
     const int64_t bad = src.is16() ? count_bad16(src.raw(), n, src.type == PanelType::BF16 ? 0x7f80u : 0x7c00u)
@@ -270,7 +273,20 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     if (bad)
       w->warnings_.push_back(index_name + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
                              t.spec->name + "; activations computed from them are not meaningful.");
-  }
+  };
+  auto packed_from_file = [&](const Bound& t) { return t.source.is16() && t.source.f32 == nullptr; };
+  for (const Bound& t : bound)
+    if (!packed_from_file(t) || (!w->tied_ && t.spec->role == TensorRole::TokenEmbedding)) warn_bad(t);
+  // The file scan of layer l's 16-bit tensors of a matrix (q, k and v for the QKV).
+  auto warn_layer16 = [&](int l, TensorRole role) {
+    const bool qkv = role == TensorRole::QkvWeight;
+    for (const Bound& t : bound) {
+      const TensorRole r = t.spec->role;
+      if (t.spec->layer == l && packed_from_file(t) &&
+          (r == role || (qkv && (r == TensorRole::QWeight || r == TensorRole::KWeight || r == TensorRole::VWeight))))
+        warn_bad(t);
+    }
+  };
 
   const int64_t D = c.d_model, V = c.d_vocab;
   const int64_t q_width = int64_t{c.n_heads} * c.d_head, kv_width = int64_t{c.n_key_value_heads} * c.d_head;
@@ -318,6 +334,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
         joined_type16[L] = parts[0].type;
         w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)] = matrix(nullptr);
       } else {
+        warn_layer16(l, TensorRole::QkvWeight);  // 16-bit parts joined in float32 are not checked when packed
         std::array<const float*, 3> f32{};
         for (int part = 0; part < n_parts; ++part) {
           Source& src = parts[static_cast<size_t>(part)];
@@ -393,6 +410,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       if (joined && joined_rows16[static_cast<size_t>(l)]) {
         *targets[which] = PackedMatrix::from_transposed_rows(joined_type16[static_cast<size_t>(l)], N, K,
                                                              joined_rows16[static_cast<size_t>(l)]);
+        if (targets[which]->count_non_finite() > 0) warn_layer16(l, TensorRole::QkvWeight);
         if (qkv_layout == QkvLayout::Separate)
           for (const Source& part : qkv_parts[static_cast<size_t>(l)]) release16(m, *targets[which], false, part);
         else
@@ -400,6 +418,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       } else if (!joined && src.is16()) {
         *targets[which] = out_in ? PackedMatrix::from_transposed_rows(src.type, N, K, rows16(src, K))
                                  : PackedMatrix::from_rows(src.type, src.raw(), K, N, N);
+        if (targets[which]->count_non_finite() > 0) warn_layer16(l, roles[which]);
         release16(m, *targets[which], false, src);
       } else {
         *targets[which] = out_in ? PackedMatrix::from_transposed_rows(m.rows, N, K, K)
@@ -412,6 +431,10 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   const Source& unembed_src = w->tied_ ? embed_source : unembed_source;
   if (unembed_src.is16()) {
     w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed_src.type, V, D, rows16(unembed_src, D));
+    if (w->packed_unembed_.count_non_finite() > 0)
+      for (const Bound& t : bound)
+        if (packed_from_file(t) && (t.spec->role == TensorRole::Unembedding || (w->tied_ && t.spec->role == TensorRole::TokenEmbedding)))
+          warn_bad(t);
     release16(unembed, w->packed_unembed_, true, unembed_src);
   } else {
     w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed.rows, V, D, D);
