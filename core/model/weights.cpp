@@ -18,7 +18,8 @@
 namespace hs {
 namespace {
 
-// Finds and converts the tensors a description names, in one file or in the shards of one.
+// Finds and checks the tensors a description names, in one file or in the shards of one, and
+// converts those that are not read in place.
 class Binder {
  public:
   Binder(const std::vector<std::shared_ptr<const SafetensorsFile>>& files, std::string set_name,
@@ -62,12 +63,6 @@ class Binder {
       throw Error(file->name() + ": tensor \"" + t->name + "\" has dtype " + t->dtype_text +
                   "; weights must be F32, F16 or BF16 (quantized or integer checkpoints are not supported).");
     return {t, file};
-  }
-
-  // The tensor of `spec` as float32 of its shape.
-  const float* bind(const TensorSpec& spec) {
-    const auto [t, file] = bind_source(spec);
-    return as_f32(*t, *file);
   }
 
   // A bound tensor as float32: in place when it is aligned F32, else converted into owned memory.
