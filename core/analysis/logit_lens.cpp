@@ -151,31 +151,38 @@ LogitLensSummary logit_lens_summary(const ActivationCache& cache, std::optional<
   }
   const int block = std::min(kBlockRows, rows);
   RowMatrixXf x, logits(block, V);  // [block rows, d_model], [block rows, d_vocab]
-  std::vector<std::pair<float, int32_t>> best;  // the row's top_k, largest first
-  RowVectorXf scratch;
   for (int first = 0; first < rows; first += block) {
     const int n = std::min(block, rows - first);
     x = normalized.middleRows(first, n);
     unembed_forward(logits.topRows(n), x, cache.weights()->packed_unembed());
-    for (int r = 0; r < n; ++r) {
-      const auto row = logits.row(r);
-      const float lse = log_sum_exp(row, scratch);
-      const size_t cell = s.cell((first + r) / N, reused + (first + r) % N);
-      top_k_entries(row, top_k, best);
-      // A row with a NaN has a NaN lse, so every probability of it is NaN (drawn as masked).
-      for (int k = 0; k < top_k; ++k) {
-        const bool have = k < static_cast<int>(best.size());
-        s.top_ids[cell * top_k + k] = have ? best[static_cast<size_t>(k)].second : 0;
-        s.top_probs[cell * top_k + k] =
-            have ? std::exp(best[static_cast<size_t>(k)].first - lse) : std::numeric_limits<float>::quiet_NaN();
-      }
-      if (target) {
-        const float tv = row(*target);
-        s.target_probs[cell] = std::exp(tv - lse);
-        s.target_ranks[cell] = static_cast<int32_t>((row.array() > tv).count());
-        s.colour_values[cell] = s.target_probs[cell];
-      } else {
-        s.colour_values[cell] = s.top_probs[cell * top_k];
+    // Each row's scan (a log-sum-exp and a top-k over the vocabulary) is its own: the rows of a
+    // block are shared among the threads, as the product's columns were. A row's values do not
+    // depend on the thread that scans it.
+#pragma omp parallel if (n > 1 && V >= 4096)
+    {
+      std::vector<std::pair<float, int32_t>> best;  // the row's top_k, largest first
+      RowVectorXf scratch;
+#pragma omp for schedule(static)
+      for (int r = 0; r < n; ++r) {
+        const auto row = logits.row(r);
+        const float lse = log_sum_exp(row, scratch);
+        const size_t cell = s.cell((first + r) / N, reused + (first + r) % N);
+        top_k_entries(row, top_k, best);
+        // A row with a NaN has a NaN lse, so every probability of it is NaN (drawn as masked).
+        for (int k = 0; k < top_k; ++k) {
+          const bool have = k < static_cast<int>(best.size());
+          s.top_ids[cell * top_k + k] = have ? best[static_cast<size_t>(k)].second : 0;
+          s.top_probs[cell * top_k + k] =
+              have ? std::exp(best[static_cast<size_t>(k)].first - lse) : std::numeric_limits<float>::quiet_NaN();
+        }
+        if (target) {
+          const float tv = row(*target);
+          s.target_probs[cell] = std::exp(tv - lse);
+          s.target_ranks[cell] = static_cast<int32_t>((row.array() > tv).count());
+          s.colour_values[cell] = s.target_probs[cell];
+        } else {
+          s.colour_values[cell] = s.top_probs[cell * top_k];
+        }
       }
     }
   }

@@ -108,16 +108,18 @@ void refuse_if_short(uint64_t needed, const std::string& doing, const std::strin
 }
 
 struct LoadBytes {
-  uint64_t converted = 0;  // F16/BF16/F64 (or unaligned F32) tensors copied into float32
+  uint64_t converted = 0;  // F64 (or unaligned F32) tensors, and 16-bit vectors, copied into float32
   uint64_t packed = 0;     // the forward pass's packed copies (Weights::packed)
   uint64_t packed_converted = 0;    // of which packed from a conversion (freed once packed)
   uint64_t largest_converted_packed = 0;
-  // Weights::load converts every tensor first, then packs the matrices one by one, freeing each
-  // conversion once its packed copy exists: the peak is every conversion, the packed copies of
-  // tensors read in place, and one packed matrix whose conversion is not freed yet.
+  uint64_t packed_as_f32 = 0;  // the packed copies, were they float32 panels
+  // Weights::load converts every such tensor first, then packs the matrices one by one, freeing
+  // each conversion once its packed copy exists: the peak is every conversion, the packed copies
+  // of tensors read in place (16-bit matrices are packed from the file in 16 bits), and one packed
+  // matrix whose conversion is not freed yet.
   uint64_t peak() const { return converted + (packed - packed_converted) + largest_converted_packed; }
   // What a float32 file of the same model would need: only the packed copies.
-  uint64_t peak_as_f32() const { return packed; }
+  uint64_t peak_as_f32() const { return packed_as_f32; }
 };
 
 LoadBytes load_bytes(const std::vector<const SafetensorsFile*>& files, const ModelConfig& config) {
@@ -148,12 +150,19 @@ LoadBytes load_bytes(const std::vector<const SafetensorsFile*>& files, const Mod
     for (const TensorInfo& t : file->tensors()) {
       if (family && family->is_ignorable(t.name)) continue;  // ignored by the loader
       const uint64_t n = static_cast<uint64_t>(t.numel()) * sizeof(float);
-      const bool converted = t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F64 ||
-                             (t.dtype == DType::F32 && file->f32_in_place(t) == nullptr);
-      if (converted) bytes.converted += n;
       const auto it = packed_by_name.find(t.name);
-      if (it != packed_by_name.end() && it->second) {
+      const bool packed = it != packed_by_name.end() && it->second;
+      const bool half = t.dtype == DType::F16 || t.dtype == DType::BF16;
+      if (packed && half) {  // packed from the file in its own 16 bits
+        bytes.packed += n / 2;
+        bytes.packed_as_f32 += n;
+        continue;
+      }
+      const bool converted = half || t.dtype == DType::F64 || (t.dtype == DType::F32 && file->f32_in_place(t) == nullptr);
+      if (converted) bytes.converted += n;
+      if (packed) {
         bytes.packed += n;
+        bytes.packed_as_f32 += n;
         if (converted) {
           bytes.packed_converted += n;
           bytes.largest_converted_packed = std::max(bytes.largest_converted_packed, n);
@@ -237,7 +246,9 @@ void check_load_memory(const std::vector<const SafetensorsFile*>& shards, const 
                        const std::string& model_name) {
   const LoadBytes b = load_bytes(shards, config);
   if (b.peak() == 0) return;
-  if (b.converted == 0) {
+  // A float32 copy helps only when the conversions are what costs (F64, unaligned F32): 16-bit
+  // matrices are packed in 16 bits, half what float32 panels need.
+  if (b.converted == 0 || b.peak_as_f32() >= b.peak()) {
     refuse_if_short(b.peak(), "loading " + model_name, "for its weights laid out for the forward pass",
                     "close other programs, or choose a smaller model.");
     return;

@@ -1,8 +1,8 @@
 // Refusing work that would not fit in memory, before allocating it.
 //
-// A large model stored in 16 bits needs twice its file size once converted to float32, and the
-// activation cache of a long prompt through it several times more; running out of memory
-// half-way kills the program (or the machine) with no message. So Model::load and
+// A large model needs its weights laid out for the forward pass, and the activation cache of a
+// long prompt through it several times more; running out of memory half-way kills the program
+// (or the machine) with no message. So Model::load and
 // run_text/run_tokens first estimate what they will allocate and compare it with what the system
 // can give, and refuse with a message that says how much is needed, how much is available and
 // what to do.
@@ -20,12 +20,13 @@ namespace hs {
 
 class SafetensorsFile;
 
-// Bytes Model::load allocates for the weights of `file`, a model of `config`: every F16, BF16 or
-// F64 tensor (and any F32 tensor that is not 4-byte aligned in the file) is converted into an
-// owned float32 buffer; aligned F32 tensors are read in place from the memory map and cost
-// nothing here (the kernel pages them in from the file and can drop them again). The matrices the
-// forward pass multiplies by are also packed (Weights::packed); the architecture description
-// says which tensors those are, and which a checkpoint may carry that are not weights.
+// Bytes Model::load allocates for the weights of `file`, a model of `config`: the matrices the
+// forward pass multiplies by are packed (Weights::packed), in 16 bits when the file's are 16-bit;
+// every other F16 or BF16 tensor, and every F64 tensor (and any F32 tensor that is not 4-byte
+// aligned in the file), is converted into an owned float32 buffer; aligned F32 tensors are read
+// in place from the memory map and cost nothing here (the kernel pages them in from the file and
+// can drop them again). The architecture description says which tensors are packed, and which a
+// checkpoint may carry that are not weights.
 uint64_t estimate_load_bytes(const SafetensorsFile& file, const ModelConfig& config);
 
 // Bytes one run of `n_tokens` tokens needs: the arrays the ActivationCache stores (see cache.h;

@@ -1,16 +1,20 @@
 #include "core/model/packed_gemm.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "core/model/huge_pages.h"
+#include "core/tensor/half.h"
 
 namespace hs {
 namespace {
@@ -47,6 +51,55 @@ inline void store_n(float* p, Vec v, int n) {
   std::memcpy(p, &v, static_cast<size_t>(n) * sizeof(float));
 }
 
+static_assert(std::endian::native == std::endian::little, "16-bit panels are read as little-endian values");
+
+// How each kind of panel is read into a float32 vector. Widening is exact, so a tile computes
+// the same bits from 16-bit panels as from their float32 conversion.
+struct F32Panels {
+  using T = float;
+  static Vec load(const float* p) { return hs::load(p); }
+};
+struct BF16Panels {
+  using T = uint16_t;
+  static Vec load(const uint16_t* p) {  // bf16 -> f32 is a 16-bit shift
+    typedef uint16_t Half __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+    typedef uint32_t Wide __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+    Half h;
+    std::memcpy(&h, p, sizeof h);
+    const Wide w = __builtin_convertvector(h, Wide) << 16;
+    Vec v;
+    std::memcpy(&v, &w, sizeof v);
+    return v;
+  }
+};
+struct F16Panels {
+  using T = uint16_t;
+  static Vec load(const uint16_t* p) {
+    Vec v;
+#if defined(__AVX512F__)
+    const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    std::memcpy(&v, &f, sizeof v);
+#elif defined(__F16C__) && defined(__AVX__)
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    std::memcpy(&v, &f, sizeof v);
+#else  // a portable build: the same exact conversion, one lane at a time
+    for (int l = 0; l < kLanes; ++l) {
+      uint16_t h;
+      std::memcpy(&h, p + l, sizeof h);
+      v[l] = f16_to_f32(h);
+    }
+#endif
+    return v;
+  }
+};
+
+inline uint16_t read16(const unsigned char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  return h;
+}
+inline float widen(PanelType type, uint16_t h) { return type == PanelType::BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+
 // Register tiles: R rows x V panels of accumulators, plus V weight vectors and one broadcast.
 // AVX-512 has 32 vector registers. bench_kernels (weights from memory) chose, with the figures in
 // docs/benchmarks.md:
@@ -71,13 +124,16 @@ constexpr int64_t kTallFrom = 128;
 // K is taken in blocks so that a pair of panels' block stays in L2 while every row tile passes
 // over it; K is d_model in most products, d_mlp in the MLP's output.
 constexpr int64_t kKBlock = 768;
+// Row tiles per K block from which a 16-bit matrix's block is widened to float32 once, rather
+// than in every tile (see packed_gemm).
+constexpr int64_t kWidenFromRowTiles = 3;
 
 struct TileArgs {
   int64_t n;            // k steps in this block
   const float* x;       // first row, at this block's first k
   int64_t ldx;
-  const float* p;       // first panel, at this block's first k
-  int64_t pstride;      // floats from one panel to the next
+  const void* p;        // first panel, at this block's first k
+  int64_t pstride;      // elements from one panel to the next
   bool resume;          // continue the partial sums stored in out (an earlier K block)
   const float* bias;    // this tile's columns of the bias on the last K block, else null
   int last_cols;        // valid columns of the tile's last panel
@@ -85,18 +141,18 @@ struct TileArgs {
   int64_t ldo;
 };
 
-template <int R, int V>
+template <int R, int V, class Panels>
 void tile(const TileArgs& a) {
   Vec acc[R][V];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v)
       acc[r][v] = a.resume ? load_n(a.out + r * a.ldo + v * kLanes, v + 1 == V ? a.last_cols : kLanes) : Vec{};
   const float* x = a.x;
-  const float* p = a.p;
+  const auto* p = static_cast<const typename Panels::T*>(a.p);
   for (int64_t k = 0; k < a.n; ++k) {
     Vec w[V];
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) w[v] = load(p + v * a.pstride + k * kLanes);
+    for (int v = 0; v < V; ++v) w[v] = Panels::load(p + v * a.pstride + k * kLanes);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const float s = x[r * a.ldx + k];
@@ -114,16 +170,17 @@ void tile(const TileArgs& a) {
 }
 
 using TileFn = void (*)(const TileArgs&);
-template <int V, int... R>
+template <int V, class Panels, int... R>
 constexpr std::array<TileFn, sizeof...(R)> tiles_of(std::integer_sequence<int, R...>) {
-  return {&tile<R + 1, V>...};
+  return {&tile<R + 1, V, Panels>...};
 }
 // The tile of `rows` rows and `panels` panels; rows never exceed the limit of that width.
+template <class Panels>
 TileFn tile_for(int rows, int panels) {
-  static const auto t1 = tiles_of<1>(std::make_integer_sequence<int, kMidRows>{});
-  static const auto t2 = tiles_of<2>(std::make_integer_sequence<int, kMidRows>{});
-  static const auto t3 = tiles_of<3>(std::make_integer_sequence<int, kTallRows>{});
-  static const auto t4 = tiles_of<4>(std::make_integer_sequence<int, kFewRows>{});
+  static const auto t1 = tiles_of<1, Panels>(std::make_integer_sequence<int, kMidRows>{});
+  static const auto t2 = tiles_of<2, Panels>(std::make_integer_sequence<int, kMidRows>{});
+  static const auto t3 = tiles_of<3, Panels>(std::make_integer_sequence<int, kTallRows>{});
+  static const auto t4 = tiles_of<4, Panels>(std::make_integer_sequence<int, kFewRows>{});
   const auto i = static_cast<size_t>(rows - 1);
   switch (panels) {
     case 1: return t1[i];
@@ -132,19 +189,36 @@ TileFn tile_for(int rows, int panels) {
     default: return t4[i];
   }
 }
+TileFn tile_for(PanelType type, int rows, int panels) {
+  switch (type) {
+    case PanelType::BF16: return tile_for<BF16Panels>(rows, panels);
+    case PanelType::F16: return tile_for<F16Panels>(rows, panels);
+    default: return tile_for<F32Panels>(rows, panels);
+  }
+}
+
+// Widens n k-steps of np 16-bit panels (pstride elements apart) into float32 panels, n * kLanes
+// floats apart in `out`: how a tall product reads a 16-bit matrix (see packed_gemm).
+template <class Panels>
+void widen_panels(const void* first, int64_t pstride, int np, int64_t n, float* out) {
+  const auto* src = static_cast<const typename Panels::T*>(first);
+  for (int q = 0; q < np; ++q)
+    for (int64_t k = 0; k < n; ++k) store(out + (q * n + k) * kLanes, Panels::load(src + q * pstride + k * kLanes));
+}
 
 }  // namespace
 
 int64_t PackedMatrix::panel_width() { return kLanes; }
 
-void PackedMatrix::Free::operator()(float* p) const { std::free(p); }
+void PackedMatrix::Free::operator()(unsigned char* p) const { std::free(p); }
 
-PackedMatrix PackedMatrix::allocate(int64_t K, int64_t N) {
+PackedMatrix PackedMatrix::allocate(PanelType type, int64_t K, int64_t N) {
   PackedMatrix m;
   m.K_ = K;
   m.N_ = N;
+  m.type_ = type;
   const int64_t panels = (N + kLanes - 1) / kLanes;
-  const size_t want = static_cast<size_t>(std::max<int64_t>(1, panels * K * kLanes)) * sizeof(float);
+  const size_t want = static_cast<size_t>(std::max<int64_t>(1, panels * K * kLanes)) * m.element_bytes();
   // Huge pages for large matrices: far fewer TLB entries and page faults per stream. Only the
   // advice: rounding the allocation itself up to a huge page held more resident memory
   // (docs/benchmarks.md).
@@ -152,14 +226,14 @@ PackedMatrix PackedMatrix::allocate(int64_t K, int64_t N) {
   void* p = std::aligned_alloc(64, m.bytes_);
   if (!p) throw std::bad_alloc();
   advise_huge_pages(p, m.bytes_);
-  m.data_.reset(static_cast<float*>(p));
+  m.data_.reset(static_cast<unsigned char*>(p));
   return m;
 }
 
 PackedMatrix PackedMatrix::from_rows(const float* W, int64_t K, int64_t N, int64_t ldw) {
-  PackedMatrix m = allocate(K, N);
+  PackedMatrix m = allocate(PanelType::F32, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
-  float* base = m.data_.get();
+  float* base = reinterpret_cast<float*>(m.data_.get());
   // Sixteen rows of W at a time across a thread's panels: the source rows stay in L2 while each
   // panel takes its 64-byte piece of them.
   constexpr int64_t kRowsAtOnce = 16;
@@ -178,9 +252,9 @@ PackedMatrix PackedMatrix::from_rows(const float* W, int64_t K, int64_t N, int64
 }
 
 PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64_t K, int64_t ldu) {
-  PackedMatrix m = allocate(K, N);
+  PackedMatrix m = allocate(PanelType::F32, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
-  float* base = m.data_.get();
+  float* base = reinterpret_cast<float*>(m.data_.get());
 #pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
   for (int64_t p = 0; p < panels; ++p) {
     float* dst = base + p * K * kLanes;
@@ -197,19 +271,88 @@ PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64
   return m;
 }
 
+PackedMatrix PackedMatrix::from_rows(PanelType type, const void* W, int64_t K, int64_t N, int64_t ldw) {
+  PackedMatrix m = allocate(type, K, N);
+  const int64_t panels = (N + kLanes - 1) / kLanes;
+  uint16_t* base = reinterpret_cast<uint16_t*>(m.data_.get());
+  const auto* src = static_cast<const unsigned char*>(W);
+  constexpr int64_t kRowsAtOnce = 16;  // as for float32 rows
+#pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t j = p * kLanes;
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, N - j));
+    uint16_t* dst = base + p * K * kLanes;
+    for (int64_t k0 = 0; k0 < K; k0 += kRowsAtOnce)
+      for (int64_t k = k0; k < std::min(K, k0 + kRowsAtOnce); ++k) {
+        std::memcpy(dst + k * kLanes, src + 2 * (k * ldw + j), static_cast<size_t>(n) * sizeof(uint16_t));
+        std::fill(dst + k * kLanes + n, dst + (k + 1) * kLanes, uint16_t{0});
+      }
+  }
+  return m;
+}
+
+PackedMatrix PackedMatrix::from_transposed_rows(PanelType type, int64_t N, int64_t K,
+                                                const std::function<const void*(int64_t j)>& row) {
+  PackedMatrix m = allocate(type, K, N);
+  const int64_t panels = (N + kLanes - 1) / kLanes;
+  uint16_t* base = reinterpret_cast<uint16_t*>(m.data_.get());
+  // A block of 64 k-steps of a panel (2 KB) stays in L1 while its 16 source rows fill it: a
+  // panel of a long K (the MLP's output, K = d_mlp) is larger than L1.
+  constexpr int64_t kKAtOnce = 64;
+#pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* dst = base + p * K * kLanes;
+    const unsigned char* src[kLanes];
+    for (int l = 0; l < kLanes; ++l)
+      src[l] = p * kLanes + l < N ? static_cast<const unsigned char*>(row(p * kLanes + l)) : nullptr;
+    for (int64_t k0 = 0; k0 < K; k0 += kKAtOnce) {
+      const int64_t k1 = std::min(K, k0 + kKAtOnce);
+      for (int l = 0; l < kLanes; ++l)
+        for (int64_t k = k0; k < k1; ++k) dst[k * kLanes + l] = src[l] ? read16(src[l] + 2 * k) : uint16_t{0};
+    }
+  }
+  return m;
+}
+
 void PackedMatrix::unpack_rows(float* W) const {
   const int64_t panels = (N_ + kLanes - 1) / kLanes;
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t j = p * kLanes;
-    const size_t n = static_cast<size_t>(std::min<int64_t>(kLanes, N_ - j));
-    const float* src = panel(p);
-    for (int64_t k = 0; k < K_; ++k) std::memcpy(W + k * N_ + j, src + k * kLanes, n * sizeof(float));
+    const int64_t n = std::min<int64_t>(kLanes, N_ - j);
+    if (type_ == PanelType::F32) {
+      const float* src = static_cast<const float*>(panel(p));
+      for (int64_t k = 0; k < K_; ++k)
+        std::memcpy(W + k * N_ + j, src + k * kLanes, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(panel(p));
+      for (int64_t k = 0; k < K_; ++k)
+        for (int64_t l = 0; l < n; ++l) W[k * N_ + j + l] = widen(type_, src[k * kLanes + l]);
+    }
   }
 }
 
+int64_t PackedMatrix::count_non_finite() const {
+  const int64_t n = (N_ + kLanes - 1) / kLanes * K_ * kLanes;  // the padding columns are zeros
+  int64_t bad = 0;
+  if (type_ == PanelType::F32) {
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(data_.get());
+    for (int64_t i = 0; i < n; ++i) bad += (bits[i] & 0x7f800000u) == 0x7f800000u;
+  } else {
+    const uint16_t exponent = type_ == PanelType::BF16 ? 0x7f80 : 0x7c00;
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(data_.get());
+    for (int64_t i = 0; i < n; ++i) bad += (bits[i] & exponent) == exponent;
+  }
+  return bad;
+}
+
 void PackedMatrix::column(int64_t j, float* out) const {
-  const float* src = panel(j / kLanes) + j % kLanes;
-  for (int64_t k = 0; k < K_; ++k) out[k] = src[k * kLanes];
+  if (type_ == PanelType::F32) {
+    const float* src = static_cast<const float*>(panel(j / kLanes)) + j % kLanes;
+    for (int64_t k = 0; k < K_; ++k) out[k] = src[k * kLanes];
+    return;
+  }
+  const uint16_t* src = static_cast<const uint16_t*>(panel(j / kLanes)) + j % kLanes;
+  for (int64_t k = 0; k < K_; ++k) out[k] = widen(type_, src[k * kLanes]);
 }
 
 namespace {
@@ -231,31 +374,52 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
   const int width = M <= kFewRows ? kWide : M < kTallFrom ? 2 : kTallWidth;  // panels per tile
   const int max_rows = M <= kFewRows ? kFewRows : M < kTallFrom ? kMidRows : kTallRows;
   const int64_t groups = (panels + width - 1) / width;
+  // Row tiles of near-equal height within each segment: 20 rows as 10 + 10, not 12 + 8.
+  int64_t row_tiles = 0;
+  for (const auto& segment : segments) row_tiles += (segment.second + max_rows - 1) / max_rows;
+  // A 16-bit matrix is widened inside the tile while few row tiles read each K block; with more,
+  // the block is widened once into float32 panels that every row tile then reads, as a float32
+  // matrix's would be. Either way the tiles do the same arithmetic on the same floats.
+  const bool widen_first = W.type() != PanelType::F32 && row_tiles >= kWidenFromRowTiles;
+  const PanelType tile_type = widen_first ? PanelType::F32 : W.type();
+  const size_t element_bytes = W.type() == PanelType::F32 ? sizeof(float) : sizeof(uint16_t);
   // Below ~2 MFLOP a second thread costs more to wake than it saves.
   const bool parallel = groups > 1 && M * N * (k1 - k0) >= (int64_t{1} << 20);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t p0 = g * width;
-    const int np = static_cast<int>(std::min<int64_t>(width, panels - p0));
-    const int last_cols = p0 + np == panels ? static_cast<int>(N - (panels - 1) * kLanes) : kLanes;
-    for (int64_t kb = k0; kb < k1; kb += kKBlock) {
-      const int64_t ke = std::min(k1, kb + kKBlock);
-      TileArgs a{ke - kb, x + (kb - k0), ldx, W.panel(p0) + kb * kLanes, pstride, kb > k0,
-                 ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, nullptr, ldo};
-      int64_t i = 0;  // the segment's first row among the M
-      for (const auto& [out, rows_in_segment] : segments) {
-        // Row tiles of near-equal height: 20 rows as 10 + 10, not 12 + 8.
-        const int64_t row_tiles = (rows_in_segment + max_rows - 1) / max_rows;
-        const int64_t base_rows = rows_in_segment / row_tiles, extra_rows = rows_in_segment % row_tiles;
-        for (int64_t t = 0, r0 = 0; t < row_tiles; ++t) {
-          const int rows = static_cast<int>(base_rows + (t < extra_rows ? 1 : 0));
-          TileArgs at = a;
-          at.x = a.x + (i + r0) * ldx;
-          at.out = out + r0 * ldo + p0 * kLanes;
-          tile_for(rows, np)(at);
-          r0 += rows;
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> widened;  // [width panels, K block, kLanes] when widen_first
+    if (widen_first) widened.resize(static_cast<size_t>(width * std::min(kKBlock, k1 - k0) * kLanes));
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t p0 = g * width;
+      const int np = static_cast<int>(std::min<int64_t>(width, panels - p0));
+      const int last_cols = p0 + np == panels ? static_cast<int>(N - (panels - 1) * kLanes) : kLanes;
+      for (int64_t kb = k0; kb < k1; kb += kKBlock) {
+        const int64_t ke = std::min(k1, kb + kKBlock);
+        const void* block = static_cast<const unsigned char*>(W.panel(p0)) + static_cast<size_t>(kb * kLanes) * element_bytes;
+        int64_t block_stride = pstride;
+        if (widen_first) {
+          if (W.type() == PanelType::BF16) widen_panels<BF16Panels>(block, pstride, np, ke - kb, widened.data());
+          else widen_panels<F16Panels>(block, pstride, np, ke - kb, widened.data());
+          block = widened.data();
+          block_stride = (ke - kb) * kLanes;
         }
-        i += rows_in_segment;
+        TileArgs a{ke - kb, x + (kb - k0), ldx, block, block_stride, kb > k0,
+                   ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, nullptr, ldo};
+        int64_t i = 0;  // the segment's first row among the M
+        for (const auto& [out, rows_in_segment] : segments) {
+          const int64_t tiles = (rows_in_segment + max_rows - 1) / max_rows;
+          const int64_t base_rows = rows_in_segment / tiles, extra_rows = rows_in_segment % tiles;
+          for (int64_t t = 0, r0 = 0; t < tiles; ++t) {
+            const int rows = static_cast<int>(base_rows + (t < extra_rows ? 1 : 0));
+            TileArgs at = a;
+            at.x = a.x + (i + r0) * ldx;
+            at.out = out + r0 * ldo + p0 * kLanes;
+            tile_for(tile_type, rows, np)(at);
+            r0 += rows;
+          }
+          i += rows_in_segment;
+        }
       }
     }
   }

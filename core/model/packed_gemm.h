@@ -9,6 +9,11 @@
 // (tools/bench/bench_kernels; docs/benchmarks.md has the figures). Eigen's GEMM packs too, but on
 // every product, which was half of a short pass before this kernel existed.
 //
+// A matrix from a 16-bit file keeps its panels in the file's type (BF16 or F16): half the bytes to
+// hold and to stream per pass. The kernel widens each weight vector to float32 as it reads it
+// (exact: every 16-bit value is a float32 value), so the arithmetic is that of a float32 matrix
+// converted first, bit for bit. Float32 matrices keep float32 panels.
+//
 // Every output is one chain of multiply-adds in k order, plus the bias at the end. So a row's
 // result does not depend on which rows come with it, how K is blocked, or how many threads run:
 // a position's activations are the same bits in a full run, in a typed extension of one token,
@@ -17,11 +22,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
 
 namespace hs {
+
+// What a matrix's panels hold: float32, or the 16-bit values of a BF16 or F16 file.
+enum class PanelType : uint8_t { F32, BF16, F16 };
 
 class PackedMatrix {
  public:
@@ -33,27 +42,39 @@ class PackedMatrix {
   static PackedMatrix from_rows(const float* W, int64_t K, int64_t N, int64_t ldw);
   // The transpose of U [N, K] given by its rows (stride ldu): the unembedding [d_vocab, d_model].
   static PackedMatrix from_transposed_rows(const float* U, int64_t N, int64_t K, int64_t ldu);
+  // The same from 16-bit values (type BF16 or F16; little-endian, any alignment), kept in 16 bits:
+  // W [K, N] with row stride ldw elements, and the transpose of an [N, K] matrix whose row j
+  // starts at row(j) (so separate q, k and v rows can be packed as one matrix).
+  static PackedMatrix from_rows(PanelType type, const void* W, int64_t K, int64_t N, int64_t ldw);
+  static PackedMatrix from_transposed_rows(PanelType type, int64_t N, int64_t K,
+                                           const std::function<const void*(int64_t j)>& row);
 
   int64_t rows() const { return K_; }  // K
   int64_t cols() const { return N_; }  // N
   bool empty() const { return N_ == 0; }
+  PanelType type() const { return type_; }
   size_t bytes() const { return bytes_; }
-  // Column j of the matrix (out[k] = W[k, j], k < rows()): for a matrix packed from transposed
-  // rows, row j of the original (a token's embedding, from the packed unembedding).
+  // Column j of the matrix as float32 (out[k] = W[k, j], k < rows()): for a matrix packed from
+  // transposed rows, row j of the original (a token's embedding, from the packed unembedding).
   void column(int64_t j, float* out) const;
-  // The matrix back as rows: W[k * cols() + j] for a matrix packed by from_rows (the same floats).
+  // The matrix back as float32 rows: W[k * cols() + j] for a matrix packed by from_rows.
   void unpack_rows(float* W) const;
-  // Panel p: columns [p * panel_width(), ...), K rows of panel_width() floats; columns past N are 0.
-  const float* panel(int64_t p) const { return data_.get() + p * K_ * panel_width(); }
+  // How many of its values are NaN or infinite (all exponent bits set, in its own type).
+  int64_t count_non_finite() const;
+  // Panel p: columns [p * panel_width(), ...), K rows of panel_width() elements of type(); columns
+  // past N are 0.
+  const void* panel(int64_t p) const { return data_.get() + static_cast<size_t>(p * K_ * panel_width()) * element_bytes(); }
 
  private:
   struct Free {
-    void operator()(float* p) const;
+    void operator()(unsigned char* p) const;
   };
-  static PackedMatrix allocate(int64_t K, int64_t N);
+  static PackedMatrix allocate(PanelType type, int64_t K, int64_t N);
+  size_t element_bytes() const { return type_ == PanelType::F32 ? 4 : 2; }
   int64_t K_ = 0, N_ = 0;
+  PanelType type_ = PanelType::F32;
   size_t bytes_ = 0;
-  std::unique_ptr<float[], Free> data_;
+  std::unique_ptr<unsigned char[], Free> data_;
 };
 
 // out[i, j] = sum over k in [k0, k1) of x[i, k - k0] * W[k, j], then + bias[j] when bias is not

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 #include <array>
+#include <bit>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -16,7 +18,8 @@
 namespace hs {
 namespace {
 
-// Finds and converts the tensors a description names, in one file or in the shards of one.
+// Finds and checks the tensors a description names, in one file or in the shards of one, and
+// converts those that are not read in place.
 class Binder {
  public:
   Binder(const std::vector<std::shared_ptr<const SafetensorsFile>>& files, std::string set_name,
@@ -44,8 +47,8 @@ class Binder {
     return found;
   }
 
-  // The tensor of `spec` as float32 of its shape.
-  const float* bind(const TensorSpec& spec) {
+  // The tensor of `spec`, checked against it, and the shard that holds it.
+  std::pair<const TensorInfo*, const SafetensorsFile*> bind_source(const TensorSpec& spec) {
     const auto [t, file] = find(spec);
     if (!t)
       throw Error(set_name_ + ": missing tensor \"" + spec.name + "\" (expected shape " + shape_string(spec.shape) +
@@ -59,12 +62,17 @@ class Binder {
     if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16 && t->dtype != DType::F64)
       throw Error(file->name() + ": tensor \"" + t->name + "\" has dtype " + t->dtype_text +
                   "; weights must be F32, F16 or BF16 (quantized or integer checkpoints are not supported).");
-    if (const float* p = file->f32_in_place(*t)) {
-      mapped_[p] = file;
+    return {t, file};
+  }
+
+  // A bound tensor as float32: in place when it is aligned F32, else converted into owned memory.
+  const float* as_f32(const TensorInfo& t, const SafetensorsFile& file) {
+    if (const float* p = file.f32_in_place(t)) {
+      mapped_[p] = &file;
       return p;
     }
-    FloatBuffer& converted = owned_.emplace_back(static_cast<size_t>(t->numel()));
-    file->to_f32(*t, converted.data());
+    FloatBuffer& converted = owned_.emplace_back(static_cast<size_t>(t.numel()));
+    file.to_f32(t, converted.data());
     return converted.data();
   }
 
@@ -134,33 +142,59 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   w->layers_.resize(static_cast<size_t>(c.n_layers));
   w->matrices_.resize(static_cast<size_t>(kLayerMatrices * c.n_layers));
   w->tied_ = true;
+  // The matrices of the products (and the token embedding, which a tied unembedding packs) in a
+  // 16-bit file are never converted to float32: they are packed from the mapping in their own
+  // type (packed_gemm.h), half the memory of float32 panels, and opening writes each weight once.
+  // Until packed, such a tensor is a Source with a 16-bit type and no float32 rows.
+  struct Source {
+    const float* f32 = nullptr;                // float32 rows (in place or converted)
+    PanelType type = PanelType::F32;           // BF16 or F16: a 16-bit tensor left in the file
+    const TensorInfo* info = nullptr;
+    const SafetensorsFile* file = nullptr;
+    bool is16() const { return type != PanelType::F32; }
+    const unsigned char* raw() const { return file->raw_bytes(*info).data(); }
+  };
+  std::vector<Source> layer_sources(static_cast<size_t>(kLayerMatrices * c.n_layers));
+  Source embed_source, unembed_source;
   // Separate Q, K, V (and their biases) as bound, per layer, until they are joined below.
-  std::vector<std::array<const float*, 3>> qkv_parts(static_cast<size_t>(c.n_layers)),
-      qkv_bias_parts(static_cast<size_t>(c.n_layers));
+  std::vector<std::array<Source, 3>> qkv_parts(static_cast<size_t>(c.n_layers));
+  std::vector<std::array<const float*, 3>> qkv_bias_parts(static_cast<size_t>(c.n_layers));
   // Each bound tensor with its canonical name, for the scan of non-finite values below.
   struct Bound {
     const TensorSpec* spec;
-    const float* data;
+    Source source;
   };
   std::vector<Bound> bound;
   bound.reserve(specs.size());
   for (const TensorSpec& spec : specs) {
     if (spec.optional && !b.find(spec).first) continue;  // an unembedding the file leaves tied
-    const float* p = b.bind(spec);
-    bound.push_back({&spec, p});
+    const auto [t, file] = b.bind_source(spec);
+    Source src{nullptr, PanelType::F32, t, file};
+    const bool matrix_role = is_packed_matrix(spec.role) || spec.role == TensorRole::TokenEmbedding;
+    if (matrix_role && t->dtype == DType::BF16) src.type = PanelType::BF16;
+    else if (matrix_role && t->dtype == DType::F16) src.type = PanelType::F16;
+    else src.f32 = b.as_f32(*t, *file);
+    bound.push_back({&spec, src});
+    const float* p = src.f32;
     const int l = spec.layer;
     LayerWeights* L = l >= 0 ? &w->layers_[static_cast<size_t>(l)] : nullptr;
-    auto set_matrix = [&](LayerMatrix which) { w->matrices_[static_cast<size_t>(kLayerMatrices * l + which)] = matrix(p); };
+    auto set_matrix = [&](LayerMatrix which) {
+      w->matrices_[static_cast<size_t>(kLayerMatrices * l + which)] = matrix(p);
+      layer_sources[static_cast<size_t>(kLayerMatrices * l + which)] = src;
+    };
     switch (spec.role) {
-      case TensorRole::TokenEmbedding: w->W_E_ = matrix(p); break;
+      case TensorRole::TokenEmbedding:
+        w->W_E_ = matrix(p);
+        embed_source = src;
+        break;
       case TensorRole::PositionEmbedding: w->W_pos_ = p; break;
       case TensorRole::Norm1Weight: L->norm1_w = p; break;
       case TensorRole::Norm1Bias: L->norm1_b = p; break;
       case TensorRole::QkvWeight: set_matrix(kQkv); break;
       case TensorRole::QkvBias: L->b_qkv = p; break;
-      case TensorRole::QWeight: qkv_parts[static_cast<size_t>(l)][0] = p; break;
-      case TensorRole::KWeight: qkv_parts[static_cast<size_t>(l)][1] = p; break;
-      case TensorRole::VWeight: qkv_parts[static_cast<size_t>(l)][2] = p; break;
+      case TensorRole::QWeight: qkv_parts[static_cast<size_t>(l)][0] = src; break;
+      case TensorRole::KWeight: qkv_parts[static_cast<size_t>(l)][1] = src; break;
+      case TensorRole::VWeight: qkv_parts[static_cast<size_t>(l)][2] = src; break;
       case TensorRole::QBias: qkv_bias_parts[static_cast<size_t>(l)][0] = p; break;
       case TensorRole::KBias: qkv_bias_parts[static_cast<size_t>(l)][1] = p; break;
       case TensorRole::VBias: qkv_bias_parts[static_cast<size_t>(l)][2] = p; break;
@@ -178,18 +212,22 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       case TensorRole::FinalNormBias: w->final_norm_b_ = p; break;
       case TensorRole::Unembedding:
         w->W_U_ = matrix(p);
+        unembed_source = src;
         w->tied_ = false;
         break;
     }
   }
   b.reject_unused();
   if (!c.architecture.attn_out_bias) w->zeros_.assign(static_cast<size_t>(c.d_model), 0.0f);
+  // An untied token embedding is read row by row, not packed: it is converted like the vectors.
+  if (!w->tied_ && embed_source.is16()) w->W_E_->rows = b.as_f32(*embed_source.info, *embed_source.file);
 
   // Non-finite weights make every view meaningless; say so up front rather than crash or mislead.
-  // A float is NaN or infinite when its exponent bits are all ones; testing the bits lets the
-  // compiler vectorize the scan (std::isfinite did not). Small tensors are scanned on the calling
-  // thread: an OpenMP team started for each of a model's many vectors cost more than the scan
-  // itself whenever the other core was busy.
+  // A value is NaN or infinite when its exponent bits are all ones; testing the bits lets the
+  // compiler vectorize the scan (std::isfinite did not). 16-bit tensors are scanned in the file,
+  // with their own exponent field. Small tensors are scanned on the calling thread: an OpenMP team
+  // started for each of a model's many vectors cost more than the scan itself whenever the other
+  // core was busy.
   auto count_bad = [](const float* p, int64_t n) {
     int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad) schedule(static) if (n >= (int64_t{1} << 22))
@@ -200,10 +238,50 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     }
     return bad;
   };
-  for (const Bound& t : bound)
-    if (int64_t bad = count_bad(t.data, numel(t.spec->shape)))
+  // Four 16-bit values per 64-bit word: a lane is bad when its exponent bits XOR the all-ones
+  // exponent are zero, found with the exact zero-lane test (no carries between lanes).
+  auto count_bad16 = [](const unsigned char* p, int64_t n, uint16_t exponent) {
+    const uint64_t e4 = exponent * 0x0001000100010001ull, low = 0x7fff7fff7fff7fffull;
+    int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static) if (n >= (int64_t{1} << 22))
+    for (int64_t i = 0; i < n / 4; ++i) {
+      uint64_t w;
+      std::memcpy(&w, p + 8 * i, sizeof w);
+      const uint64_t y = (w & e4) ^ e4;  // lane zero: all exponent bits set
+      bad += std::popcount(~(((y & low) + low) | y) & ~low);
+    }
+    for (int64_t i = n / 4 * 4; i < n; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, p + 2 * i, sizeof bits);
+      bad += (bits & exponent) == exponent;
+    }
+    return bad;
+  };
+  // A tensor packed from the file in 16 bits is checked in its packed copy, just written and still
+  // in cache, rather than by another pass over the file; only a packed copy with a bad value has
+  // its tensors scanned in the file, for the count per tensor.
+  auto warn_bad = [&](const Bound& t) {
+    const Source& src = t.source;
+    const int64_t n = numel(t.spec->shape);
+    const int64_t bad = src.is16() ? count_bad16(src.raw(), n, src.type == PanelType::BF16 ? 0x7f80u : 0x7c00u)
+                                   : count_bad(src.f32, n);
+    if (bad)
       w->warnings_.push_back(index_name + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
                              t.spec->name + "; activations computed from them are not meaningful.");
+  };
+  auto packed_from_file = [&](const Bound& t) { return t.source.is16() && t.source.f32 == nullptr; };
+  for (const Bound& t : bound)
+    if (!packed_from_file(t) || (!w->tied_ && t.spec->role == TensorRole::TokenEmbedding)) warn_bad(t);
+  // The file scan of layer l's 16-bit tensors of a matrix (q, k and v for the QKV).
+  auto warn_layer16 = [&](int l, TensorRole role) {
+    const bool qkv = role == TensorRole::QkvWeight;
+    for (const Bound& t : bound) {
+      const TensorRole r = t.spec->role;
+      if (t.spec->layer == l && packed_from_file(t) &&
+          (r == role || (qkv && (r == TensorRole::QWeight || r == TensorRole::KWeight || r == TensorRole::VWeight))))
+        warn_bad(t);
+    }
+  };
 
   const int64_t D = c.d_model, V = c.d_vocab;
   const int64_t q_width = int64_t{c.n_heads} * c.d_head, kv_width = int64_t{c.n_key_value_heads} * c.d_head;
@@ -212,13 +290,17 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   // per-head views (W_Q, W_K, W_V) read one layout whatever the file's.
   const QkvLayout qkv_layout = c.architecture.qkv;
   const bool join_qkv = qkv_layout != QkvLayout::FusedBlocks;
+  // A joined QKV from 16-bit [out, in] parts of one type is packed from their rows (row j of the
+  // joined matrix's transpose), per layer; empty when it was joined in float32.
+  std::vector<std::function<const void*(int64_t)>> joined_rows16(static_cast<size_t>(c.n_layers));
+  std::vector<PanelType> joined_type16(static_cast<size_t>(c.n_layers), PanelType::F32);
   if (join_qkv) {
     const int64_t N = q_width + 2 * kv_width, dh = c.d_head;
     const bool out_in = family.layout(qkv_layout == QkvLayout::Separate ? TensorRole::QWeight : TensorRole::QkvWeight) ==
                         Layout::OutIn;
     // Output j of the joined matrix: which stored matrix (0..2 for separate q, k, v; 0 for the
     // fused one) and which of its outputs.
-    auto source = [&](int64_t j) -> std::pair<int, int64_t> {
+    auto source = [=](int64_t j) -> std::pair<int, int64_t> {
       const int part = j < q_width ? 0 : j < q_width + kv_width ? 1 : 2;
       const int64_t within = j - (part == 0 ? 0 : part == 1 ? q_width : q_width + kv_width);
       if (qkv_layout == QkvLayout::Separate) return {part, within};
@@ -226,22 +308,43 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     };
     for (int l = 0; l < c.n_layers; ++l) {
       const size_t L = static_cast<size_t>(l);
-      std::array<const float*, 3> parts = qkv_parts[L], bias_parts = qkv_bias_parts[L];
+      std::array<Source, 3> parts = qkv_parts[L];
+      std::array<const float*, 3> bias_parts = qkv_bias_parts[L];
       if (qkv_layout == QkvLayout::FusedPerHead) {
-        parts = {w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)]->rows, nullptr, nullptr};
+        parts = {layer_sources[static_cast<size_t>(kLayerMatrices * l + kQkv)], Source{}, Source{}};
         bias_parts = {w->layers_[L].b_qkv, nullptr, nullptr};
       }
       const int64_t widths[3] = {qkv_layout == QkvLayout::Separate ? q_width : N, kv_width, kv_width};
-      FloatBuffer& joined = w->owned_.emplace_back(static_cast<size_t>(D * N));
-      for (int64_t j = 0; j < N; ++j) {
-        const auto [part, o] = source(j);
-        const float* src = parts[static_cast<size_t>(part)];
-        const int64_t n = widths[part];
-        for (int64_t i = 0; i < D; ++i) joined[static_cast<size_t>(i * N + j)] = out_in ? src[o * D + i] : src[i * n + o];
+      const int n_parts = qkv_layout == QkvLayout::Separate ? 3 : 1;
+      bool same16 = out_in;
+      for (int part = 0; part < n_parts; ++part)
+        same16 = same16 && parts[static_cast<size_t>(part)].is16() && parts[static_cast<size_t>(part)].type == parts[0].type;
+      if (same16) {
+        std::array<const unsigned char*, 3> rows{};
+        for (int part = 0; part < n_parts; ++part) rows[static_cast<size_t>(part)] = parts[static_cast<size_t>(part)].raw();
+        joined_rows16[L] = [rows, source, D](int64_t j) -> const void* {
+          const auto [part, o] = source(j);
+          return rows[static_cast<size_t>(part)] + 2 * o * D;
+        };
+        joined_type16[L] = parts[0].type;
+        w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)] = matrix(nullptr);
+      } else {
+        warn_layer16(l, TensorRole::QkvWeight);  // 16-bit parts joined in float32 are not checked when packed
+        std::array<const float*, 3> f32{};
+        for (int part = 0; part < n_parts; ++part) {
+          Source& src = parts[static_cast<size_t>(part)];
+          f32[static_cast<size_t>(part)] = src.is16() ? b.as_f32(*src.info, *src.file) : src.f32;
+        }
+        FloatBuffer& joined = w->owned_.emplace_back(static_cast<size_t>(D * N));
+        for (int64_t j = 0; j < N; ++j) {
+          const auto [part, o] = source(j);
+          const float* src = f32[static_cast<size_t>(part)];
+          const int64_t n = widths[part];
+          for (int64_t i = 0; i < D; ++i) joined[static_cast<size_t>(i * N + j)] = out_in ? src[o * D + i] : src[i * n + o];
+        }
+        for (int part = 0; part < n_parts; ++part) b.drop(f32[static_cast<size_t>(part)], D * widths[part]);
+        w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)] = matrix(joined.data());
       }
-      for (int part = 0; part < 3; ++part)
-        if (parts[static_cast<size_t>(part)]) b.drop(parts[static_cast<size_t>(part)], D * widths[part]);
-      w->matrices_[static_cast<size_t>(kLayerMatrices * l + kQkv)] = matrix(joined.data());
       if (c.architecture.qkv_bias) {
         FloatBuffer& bias = w->owned_.emplace_back(static_cast<size_t>(N));
         for (int64_t j = 0; j < N; ++j) {
@@ -256,11 +359,12 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   // The forward pass reads the products' weights from packed copies (packed_gemm.h: far faster
   // than reading them in place at few tokens). Once a tensor is packed, its other copy goes:
   // keeping both would hold every weight twice (docs/benchmarks.md has the resident figures).
-  // - In place in the mapped file (F32, [in, out]): its pages are released, and the few reads in
-  //   place that remain (embedding rows, a head's W_O for a view) map them again on demand.
-  // - A float32 conversion (F16/BF16), a joined QKV, or a matrix stored [out, in] (whose rows are
-  //   not the [in, out] rows the accessors give): the copy is dropped, and [in, out] rows are
-  //   rebuilt from the packed copy (the same floats) only if something reads the matrix in place.
+  // - In place in the mapped file (F32, [in, out], or any 16-bit matrix, packed in its own type):
+  //   its pages are released, and the few reads in place that remain (embedding rows, a head's W_O
+  //   for a view) map them again on demand or read the packed copy.
+  // - A float32 conversion (F64), a joined QKV, or a matrix stored [out, in] (whose rows are not
+  //   the [in, out] rows the accessors give): the copy is dropped, and [in, out] rows are rebuilt
+  //   from the packed copy (the same floats) only if something reads the matrix in place.
   w->packed_.reserve(static_cast<size_t>(c.n_layers));  // Matrix::packed points into it
   auto release = [&](Matrix& m, const PackedMatrix& packed, bool transposed, int64_t elements, bool keep_rows) {
     m.packed = &packed;
@@ -268,6 +372,19 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     const bool owned = b.owned(m.rows);
     b.drop(m.rows, elements);
     if (owned || !keep_rows) m.rows = nullptr;
+  };
+  // A 16-bit matrix's packed copy is made from the file; then the file's pages go, and rows read
+  // in place are rebuilt from the packed copy.
+  auto release16 = [](Matrix& m, const PackedMatrix& packed, bool transposed, const Source& src) {
+    m.packed = &packed;
+    m.transposed = transposed;
+    m.rows = nullptr;
+    if (src.info) src.file->release_resident(src.raw(), static_cast<size_t>(src.info->end - src.info->begin));
+  };
+  // The [out, in] rows of a 16-bit tensor, for packing its transpose.
+  auto rows16 = [](const Source& src, int64_t row_elements) {
+    const unsigned char* data = src.raw();
+    return [data, row_elements](int64_t j) -> const void* { return data + 2 * j * row_elements; };
   };
   // The layer matrices' [in, out] shapes and roles, in LayerMatrix order.
   const TensorRole roles[kLayerMatrices] = {TensorRole::QkvWeight, TensorRole::AttnOutWeight, TensorRole::MlpInWeight,
@@ -284,14 +401,40 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       // A joined QKV is [in, out] whatever the file's layout.
       const bool joined = which == kQkv && join_qkv;
       const bool out_in = !joined && family.layout(roles[which]) == Layout::OutIn;
-      *targets[which] = out_in ? PackedMatrix::from_transposed_rows(m.rows, N, K, K)
-                               : PackedMatrix::from_rows(m.rows, K, N, N);
-      release(m, *targets[which], false, K * N, !out_in);
+      const Source& src = layer_sources[static_cast<size_t>(kLayerMatrices * l + which)];
+      if (joined && joined_rows16[static_cast<size_t>(l)]) {
+        *targets[which] = PackedMatrix::from_transposed_rows(joined_type16[static_cast<size_t>(l)], N, K,
+                                                             joined_rows16[static_cast<size_t>(l)]);
+        if (targets[which]->count_non_finite() > 0) warn_layer16(l, TensorRole::QkvWeight);
+        if (qkv_layout == QkvLayout::Separate)
+          for (const Source& part : qkv_parts[static_cast<size_t>(l)]) release16(m, *targets[which], false, part);
+        else
+          release16(m, *targets[which], false, src);
+      } else if (!joined && src.is16()) {
+        *targets[which] = out_in ? PackedMatrix::from_transposed_rows(src.type, N, K, rows16(src, K))
+                                 : PackedMatrix::from_rows(src.type, src.raw(), K, N, N);
+        if (targets[which]->count_non_finite() > 0) warn_layer16(l, roles[which]);
+        release16(m, *targets[which], false, src);
+      } else {
+        *targets[which] = out_in ? PackedMatrix::from_transposed_rows(m.rows, N, K, K)
+                                 : PackedMatrix::from_rows(m.rows, K, N, N);
+        release(m, *targets[which], false, K * N, !out_in);
+      }
     }
   }
   Matrix& unembed = w->tied_ ? *w->W_E_ : *w->W_U_;
-  w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed.rows, V, D, D);
-  release(unembed, w->packed_unembed_, true, V * D, true);
+  const Source& unembed_src = w->tied_ ? embed_source : unembed_source;
+  if (unembed_src.is16()) {
+    w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed_src.type, V, D, rows16(unembed_src, D));
+    if (w->packed_unembed_.count_non_finite() > 0)
+      for (const Bound& t : bound)
+        if (packed_from_file(t) && (t.spec->role == TensorRole::Unembedding || (w->tied_ && t.spec->role == TensorRole::TokenEmbedding)))
+          warn_bad(t);
+    release16(unembed, w->packed_unembed_, true, unembed_src);
+  } else {
+    w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed.rows, V, D, D);
+    release(unembed, w->packed_unembed_, true, V * D, true);
+  }
   return w;
 }
 

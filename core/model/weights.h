@@ -1,12 +1,13 @@
 // A model's weights, bound by role through its architecture description (architecture.h) and held
 // per head in the TransformerLens layout, over the memory-mapped file.
 //
-// Float32 tensors are used in place from the mapping when aligned; F16/BF16 ones are converted
-// once into owned buffers. The matrices of the products are also packed for the forward pass
-// (packed_gemm.h), and that copy is the one kept: a float32 file's mapped pages of them are
-// released (mapped again on demand), and a 16-bit file's float32 conversion of them is freed
-// and rebuilt from the packed copy only if something reads it in place. Either way each matrix
-// is resident about once. Per-head matrices are views, not copies:
+// Float32 tensors are used in place from the mapping when aligned; the vectors of F16/BF16 files
+// are converted once into owned buffers. The matrices of the products are packed for the forward
+// pass (packed_gemm.h), and that copy is the one kept: a 16-bit file's matrices are packed
+// straight from the mapping and stay 16-bit (no float32 copy is ever made of them), and the
+// mapped pages of packed tensors are released (mapped again on demand). Float32 rows of a packed
+// matrix are rebuilt from the packed copy only if something reads it in place. Either way each
+// matrix is resident about once. Per-head matrices are views, not copies:
 //   W_Q[h]  [d_model, d_head] = column block h of W_qkv's Q part
 //   W_K[kv], W_V[kv] [d_model, d_head] = column block kv of its K and V parts
 //   W_O[h]  [d_head, d_model] = rows h*d_head .. (h+1)*d_head-1 of W_O_all
@@ -105,10 +106,11 @@ class Weights {
   // Warnings found while loading (e.g. non-finite values), one sentence each.
   const std::vector<std::string>& warnings() const { return warnings_; }
   // Bytes held in owned float32 buffers: the conversions of 16-bit tensors that are not packed
-  // (vectors, W_pos, an untied W_E), plus any packed matrix rebuilt for a read in place (0 for an
-  // aligned F32 file).
+  // (vectors, W_pos, an untied W_E), a QKV joined in float32, plus any packed matrix rebuilt for
+  // a read in place (0 for an aligned F32 file).
   size_t owned_bytes() const;
-  // Bytes of the packed copies (about the size of every matrix of the model).
+  // Bytes of the packed copies (about the size of every matrix of the model, in the file's
+  // 16 or 32 bits).
   size_t packed_bytes() const;
 
  private:

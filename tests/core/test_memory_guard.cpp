@@ -60,7 +60,7 @@ TEST_CASE("memory guard: the cache estimate covers what a run stores", "[memory]
   }
 }
 
-TEST_CASE("memory guard: loading counts weights converted to float32 and the packed copies", "[memory]") {
+TEST_CASE("memory guard: loading counts the packed copies and the weights converted to float32", "[memory]") {
   // The forward pass's packed copy of every matrix (Weights::packed): per layer c_attn, c_proj,
   // c_fc and the MLP's c_proj, and the unembedding.
   auto packed_elements = [](const hs::ModelConfig& c) {
@@ -74,14 +74,9 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
   CHECK(hs::estimate_load_bytes(*f32, f32_model->config()) == 4 * packed_elements(f32_model->config()));
   // The packed copies hold at least the matrices' bytes (their last panel is padded).
   CHECK(f32_model->weights()->packed_bytes() >= hs::estimate_load_bytes(*f32, f32_model->config()));
-  // F16 and BF16 weights become float32 copies: 4 bytes per element (mask buffers are ignored).
-  // Loading converts them all, then packs the matrices one at a time and frees each conversion
-  // once it is packed: the peak is every conversion plus the largest packed matrix, and what
-  // stays converted afterwards is what is not packed (vectors, wpe).
-  auto largest_packed = [](const hs::ModelConfig& c) {
-    const uint64_t D = static_cast<uint64_t>(c.d_model), M = static_cast<uint64_t>(c.d_mlp);
-    return std::max({D * 3 * D, D * D, D * M, static_cast<uint64_t>(c.d_vocab) * D});
-  };
+  // F16 and BF16 matrices are packed from the file in 16 bits, never converted: 2 bytes per
+  // element. What is not packed (vectors, wpe, an untied embedding) becomes float32 copies of 4
+  // bytes per element (mask buffers are ignored), and stays converted.
   for (const char* fixture : {"f16_plain", "bf16_prefixed"}) {
     const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fixture) / "model.safetensors");
     uint64_t elements = 0;
@@ -91,7 +86,10 @@ TEST_CASE("memory guard: loading counts weights converted to float32 and the pac
     const auto model = hs::Model::load(hs::test::fixture_model(fixture));
     const hs::ModelConfig& c = model->config();
     CHECK(model->weights()->owned_bytes() == 4 * (elements - packed_elements(c)));
-    CHECK(hs::estimate_load_bytes(*f, c) == 4 * elements + 4 * largest_packed(c));
+    CHECK(hs::estimate_load_bytes(*f, c) == 4 * (elements - packed_elements(c)) + 2 * packed_elements(c));
+    // The packed copies are 16-bit: at least the matrices' bytes, and less than float32 panels.
+    CHECK(model->weights()->packed_bytes() >= 2 * packed_elements(c));
+    CHECK(model->weights()->packed_bytes() < 4 * packed_elements(c));
   }
 }
 
@@ -134,18 +132,21 @@ TEST_CASE("memory guard: a 16-bit model's matrices are kept once, and read in pl
 TEST_CASE("memory guard: refuses a load that does not fit, with numbers and advice", "[memory]") {
   const auto dir = hs::test::fixture_model("f16_plain");
   {
-    AvailableMemory limit(160'000);
+    AvailableMemory limit(80'000);
     try {
       (void)hs::Model::load(dir);
-      FAIL("loaded with 160 KB available");
+      FAIL("loaded with 80 KB available");
     } catch (const hs::Error& e) {
       CHECK(std::string(e.what()) ==
-            "loading f16_plain needs about 177 KB for its weights converted to float32 and laid out for the forward "
-            "pass but only 160 KB is available; close other programs, or use a float32 (F32) copy of the model, "
-            "which is read in place from the file and needs 82 KB less.");
+            "loading f16_plain needs about 92 KB for its weights laid out for the forward pass but only 80 KB is "
+            "available; close other programs, or choose a smaller model.");
     }
-    // F32 needs no conversion room, only the packed copy (136 KB).
-    CHECK_NOTHROW(hs::Model::load(hs::test::fixture_model("f32_prefixed")));
+  }
+  {
+    // 16-bit matrices are packed in 16 bits: the F16 model fits where its F32 twin (136 KB) does not.
+    AvailableMemory limit(100'000);
+    CHECK_NOTHROW(hs::Model::load(dir));
+    CHECK_THROWS_AS(hs::Model::load(hs::test::fixture_model("f32_prefixed")), hs::Error);
   }
   AvailableMemory plenty(1'000'000'000);
   CHECK_NOTHROW(hs::Model::load(dir));
@@ -206,4 +207,41 @@ TEST_CASE("memory guard: absurd configs saturate instead of wrapping around", "[
   CHECK(hs::estimate_cache_bytes(huge, 1 << 20, {}) == std::numeric_limits<uint64_t>::max());
   AvailableMemory limit(uint64_t{1} << 40);
   CHECK_THROWS_WITH(hs::check_run_memory(huge, 1 << 20, {}, "huge"), Catch::Contains("but only 1099.5 GB is available"));
+}
+
+TEST_CASE("memory guard: 16-bit q, k and v are joined from the file without a float32 copy", "[memory]") {
+  // Llama's separate q/k/v (F16; BF16 with biases and head_dim) and GPT-NeoX's per-head fused
+  // matrix (F16) are packed as one 16-bit W_qkv straight from the file's rows. The per-head views
+  // rebuilt from it hold the file's values, at the places the joined layout puts them.
+  struct Fixture {
+    const char* name;
+    const char* prefix;  // the file's names of layer 0
+  };
+  for (const Fixture& fx : {Fixture{"llama_gqa", "model.layers.0."}, Fixture{"llama_tied_headdim", "layers.0."},
+                            Fixture{"neox_parallel", "gpt_neox.layers.0."}}) {
+    INFO(fx.name);
+    const auto f = hs::SafetensorsFile::open(hs::test::fixture_model(fx.name) / "model.safetensors");
+    const auto model = hs::Model::load(hs::test::fixture_model(fx.name));
+    const auto& w = *model->weights();
+    const hs::ModelConfig& c = model->config();
+    CHECK(w.packed(0).W_qkv.type() != hs::PanelType::F32);
+    CHECK(w.packed_unembed().type() != hs::PanelType::F32);
+    const int D = c.d_model, dh = c.d_head, H = c.n_heads;
+    // The file's value of part (0 q, 1 k, 2 v) for head h's output i and input d.
+    auto file_value = [&](int part, int h, int i, int d) -> float {
+      if (const hs::TensorInfo* fused = f->find(std::string(fx.prefix) + "attention.query_key_value.weight")) {
+        const std::vector<float> rows = f->to_f32(*fused);  // head h's rows: q_h, k_h, v_h
+        return rows[static_cast<size_t>((h * 3 * dh + part * dh + i) * D + d)];
+      }
+      const char* names[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"};
+      const std::vector<float> rows = f->to_f32(*f->find(std::string(fx.prefix) + names[part]));
+      return rows[static_cast<size_t>((h * dh + i) * D + d)];
+    };
+    for (int d : {0, D - 1})
+      for (int i : {0, dh - 1}) {
+        CHECK(w.W_Q(0, H - 1)(d, i) == file_value(0, H - 1, i, d));
+        CHECK(w.W_K(0, c.n_key_value_heads - 1)(d, i) == file_value(1, c.n_key_value_heads - 1, i, d));
+        CHECK(w.W_V(0, 0)(d, i) == file_value(2, 0, i, d));
+      }
+  }
 }

@@ -1,14 +1,17 @@
 // packed_gemm against a double-precision product, on shapes that hit every path: the wide tiles
 // of one to four rows, the two-panel tiles up to 12 rows, the three-panel tiles from 128 rows,
 // blocked K (over 768), a last panel narrower than a vector, row ranges of W (a head's rows of
-// W_O), strides wider than the matrices, with and without bias, on one and two threads.
+// W_O), strides wider than the matrices, with and without bias, on one and two threads; and
+// 16-bit panels against their float32 conversion, bit for bit.
 #include <omp.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/model/packed_gemm.h"
+#include "core/tensor/half.h"
 
 namespace {
 
@@ -124,5 +127,94 @@ TEST_CASE("a matrix packed from its transpose's rows multiplies like the matrix"
           worst = std::max(worst, std::abs(s - out_t[static_cast<size_t>(i * ldo + v)]));
         }
       CHECK(worst <= 1e-5 * static_cast<double>(c.K));
+    }
+}
+
+namespace {
+
+// Random 16-bit values of a type, and their float32 conversion. F16 covers subnormals, both signs
+// and large magnitudes; infinities and NaNs are left out (their products are no test of order).
+void random_halves(hs::PanelType type, size_t n, std::mt19937& gen, std::vector<uint16_t>& h, std::vector<float>& f) {
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  h.resize(n);
+  f.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t v;
+    if (type == hs::PanelType::BF16) {
+      const float x = u(gen);
+      uint32_t b;
+      std::memcpy(&b, &x, 4);
+      v = static_cast<uint16_t>(b >> 16);
+    } else {
+      v = static_cast<uint16_t>(bits(gen));
+      if ((v & 0x7c00) == 0x7c00) v &= 0xbfff;  // no infinity or NaN
+    }
+    h[i] = v;
+    f[i] = type == hs::PanelType::BF16 ? hs::bf16_to_f32(v) : hs::f16_to_f32(v);
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("16-bit panels give the bits of their float32 conversion", "[packed_gemm]") {
+  // A BF16 or F16 matrix is packed in 16 bits and widened inside the kernel (in the tile, or a K
+  // block at a time for tall products). Either way every output must be the float32 product's,
+  // bit for bit: the forward pass of a 16-bit model keeps the values it had when its weights were
+  // converted on load, and the fixtures' tolerances stay what they were.
+  std::mt19937 gen(17);
+  const Case cases[] = {{1, 33, 7, 0, 7},       {3, 100, 41, 0, 41},    {4, 129, 33, 0, 33},    {5, 17, 9, 0, 9},
+                        {20, 97, 65, 0, 65},    {37, 50, 33, 0, 33},    {13, 31, 800, 0, 800},  {130, 70, 21, 0, 21},
+                        {200, 47, 900, 0, 900}, {20, 65, 129, 64, 128}, {40, 19, 99, 33, 97},   {9, 33, 10, 4, 4},
+                        {2, 1, 1, 0, 1}};
+  for (hs::PanelType type : {hs::PanelType::BF16, hs::PanelType::F16})
+    for (const Case& c : cases) {
+      const int64_t ldw = c.N + 3, Kx = c.k1 - c.k0, ldx = Kx + 1, ldo = c.N + 2;
+      std::vector<uint16_t> W16, U16;
+      std::vector<float> W, U;
+      random_halves(type, static_cast<size_t>(c.K * ldw), gen, W16, W);
+      random_halves(type, static_cast<size_t>(c.N * c.K), gen, U16, U);  // [N, K] rows
+      const auto x = random_vector(static_cast<size_t>(c.M * ldx), gen);
+      const auto b = random_vector(static_cast<size_t>(c.N), gen);
+      const hs::PackedMatrix P16 = hs::PackedMatrix::from_rows(type, W16.data(), c.K, c.N, ldw);
+      const hs::PackedMatrix P32 = hs::PackedMatrix::from_rows(W.data(), c.K, c.N, ldw);
+      // The transposed packing reads each row through a pointer, as a joined QKV's parts are read.
+      const hs::PackedMatrix T16 = hs::PackedMatrix::from_transposed_rows(
+          type, c.N, c.K, [&](int64_t j) -> const void* { return U16.data() + j * c.K; });
+      const hs::PackedMatrix T32 = hs::PackedMatrix::from_transposed_rows(U.data(), c.N, c.K, c.K);
+      REQUIRE(P16.type() == type);
+      REQUIRE(P32.type() == hs::PanelType::F32);
+      CHECK(P16.bytes() <= P32.bytes() / 2 + 64);
+      for (int threads : {1, 2, 3})
+        for (bool with_bias : {false, true}) {
+          INFO((type == hs::PanelType::BF16 ? "BF16" : "F16") << " M " << c.M << " N " << c.N << " K " << c.K << " rows "
+                                                              << c.k0 << ".." << c.k1 << " threads " << threads << " bias "
+                                                              << with_bias);
+          const float* bias = with_bias ? b.data() : nullptr;
+          std::vector<float> out16(static_cast<size_t>(c.M * ldo), 5.0f), out32(out16), t16(out16), t32(out16);
+          omp_set_num_threads(threads);
+          hs::packed_gemm(c.M, x.data(), ldx, P16, c.k0, c.k1, bias, out16.data(), ldo);
+          hs::packed_gemm(c.M, x.data(), ldx, P32, c.k0, c.k1, bias, out32.data(), ldo);
+          hs::packed_gemm(c.M, x.data(), ldx, T16, c.k0, c.k1, bias, t16.data(), ldo);
+          hs::packed_gemm(c.M, x.data(), ldx, T32, c.k0, c.k1, bias, t32.data(), ldo);
+          omp_set_num_threads(omp_get_num_procs());
+          CHECK(same_bits(out16, out32));
+          CHECK(same_bits(t16, t32));
+        }
+      // Reads in place widen too: a column (an embedding row) and the whole matrix as rows.
+      std::vector<float> col16(static_cast<size_t>(c.K)), col32(col16);
+      for (int64_t j : {int64_t{0}, c.N / 2, c.N - 1}) {
+        T16.column(j, col16.data());
+        T32.column(j, col32.data());
+        CHECK(same_bits(col16, col32));
+      }
+      std::vector<float> rows16(static_cast<size_t>(c.K * c.N)), rows32(rows16);
+      P16.unpack_rows(rows16.data());
+      P32.unpack_rows(rows32.data());
+      CHECK(same_bits(rows16, rows32));
     }
 }
