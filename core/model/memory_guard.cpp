@@ -13,7 +13,6 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "core/model/position_rows.h"
 #include "core/tensor/safetensors.h"
 
 namespace hs {
@@ -192,17 +191,15 @@ uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunO
   // projection [pos, d_mlp] beside the gate's.
   const bool rotary = c.architecture.positions == PositionKind::Rotary;
   const bool gated = c.architecture.mlp == MlpKind::Gated;
-  // Stored by position are whole blocks of kPositionBlock positions (position_rows.h).
-  const double B = static_cast<double>(kPositionBlock), Sb = std::ceil(S / B) * B;
-  double per_layer = 3 * Sb * D + 2 * Sb * Q + 2 * Sb * KV + Sb * M + H * Sb * (Sb + 1) / 2;
-  if (rotary) per_layer += Sb * Q + Sb * KV;
-  if (gated) per_layer += Sb * M;
+  double per_layer = 3 * S * D + 2 * S * Q + 2 * S * KV + S * M + H * S * (S + 1) / 2;
+  if (rotary) per_layer += S * Q + S * KV;
+  if (gated) per_layer += S * M;
   if (options.store_scores) per_layer += H * S * S;
   if (options.store_results) per_layer += S * H * D;
   const double layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
   // embed, ln_final [pos, d_model], pos_embed too with learned positions; ln_final scale [pos];
   // logits [pos, d_vocab].
-  const double global = (learned_positions ? 3 : 2) * Sb * D + S + Sb * V;
+  const double global = (learned_positions ? 3 : 2) * S * D + S + S * V;
   // Transient: the forward pass's working matrices (the fused QKV [pos, (n_heads + 2*n_kv)*d_head],
   // the residual, the norm's output, two [pos, d_model] sums, the MLP activation [pos, d_mlp] (and
   // a gate's), the new logits [pos, d_vocab]) and the largest key an export or a view derives on request

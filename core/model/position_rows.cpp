@@ -16,21 +16,23 @@ std::shared_ptr<float[]> new_block(Index floats) {
 Index blocks_for(Index rows) { return (rows + kPositionBlock - 1) / kPositionBlock; }
 
 // The blocks of a run that keeps `keep` rows of `from` and has `rows` in all: those wholly inside
-// the kept rows are shared; `copy_partial(block, from_block)` fills the one they end in.
-template <class CopyPartial>
+// the kept rows are shared; `copy_partial(block, from_block)` fills the one they end in. Each new
+// block holds just the rows it has (block_floats(b, rows in it)): a block is never appended to in
+// place (the next run copies a partial one), so room for more rows would only be memory to fault
+// in.
+template <class BlockFloats, class CopyPartial>
 void extend_blocks(std::vector<std::shared_ptr<float[]>>& blocks, const std::vector<std::shared_ptr<float[]>>* from,
-                   Index keep, Index rows, Index (*block_floats)(Index, Index), Index width, CopyPartial copy_partial) {
+                   Index keep, Index rows, BlockFloats block_floats, CopyPartial copy_partial) {
   blocks.clear();
   blocks.reserve(static_cast<size_t>(blocks_for(rows)));
   const Index shared = keep / kPositionBlock;
   for (Index b = 0; b < shared; ++b) blocks.push_back((*from)[static_cast<size_t>(b)]);
-  for (Index b = shared; b < blocks_for(rows); ++b) blocks.push_back(new_block(block_floats(b, width)));
+  for (Index b = shared; b < blocks_for(rows); ++b)
+    blocks.push_back(new_block(block_floats(b, std::min(kPositionBlock, rows - b * kPositionBlock))));
   if (keep % kPositionBlock != 0)
     copy_partial(blocks[static_cast<size_t>(shared)].get(), (*from)[static_cast<size_t>(shared)].get(),
                  keep - shared * kPositionBlock);
 }
-
-Index row_block_floats(Index, Index cols) { return kPositionBlock * cols; }
 
 }  // namespace
 
@@ -41,7 +43,7 @@ PositionRows& PositionRows::operator=(const RowMatrixXf& m) {
 }
 
 void PositionRows::extend(const PositionRows* from, Index keep, Index rows, Index cols) {
-  extend_blocks(blocks_, from ? &from->blocks_ : nullptr, keep, rows, row_block_floats, cols,
+  extend_blocks(blocks_, from ? &from->blocks_ : nullptr, keep, rows, [cols](Index, Index n) { return n * cols; },
                 [cols](float* to, const float* src, Index n) { std::memcpy(to, src, sizeof(float) * n * cols); });
   rows_ = rows;
   cols_ = cols;
@@ -80,9 +82,7 @@ bool PositionRows::all_finite() const {
   return finite;
 }
 
-size_t PositionRows::bytes() const {
-  return blocks_.size() * static_cast<size_t>(kPositionBlock * cols_) * sizeof(float);
-}
+size_t PositionRows::bytes() const { return static_cast<size_t>(rows_ * cols_) * sizeof(float); }
 
 bool PositionRows::shares_block(const PositionRows& other, Index b) const {
   const auto i = static_cast<size_t>(b);
@@ -96,29 +96,28 @@ bool operator==(const PositionRows& a, const PositionRows& b) {
   return true;
 }
 
-Index PatternRows::head_floats(Index b) {
-  const Index s = b * kPositionBlock;
-  return kPositionBlock * (2 * s + kPositionBlock + 1) / 2;
+Index PatternRows::head_floats(Index b, Index rows) {
+  // Rows s .. e-1 of one head hold s + 1 .. e floats.
+  const Index s = b * kPositionBlock, e = std::min(s + kPositionBlock, rows);
+  return (e - s) * (e + s + 1) / 2;
 }
 
 void PatternRows::extend(const PatternRows* from, Index keep, Index rows, int heads) {
-  const auto block_floats = [](Index b, Index h) { return h * head_floats(b); };
-  extend_blocks(blocks_, from ? &from->blocks_ : nullptr, keep, rows, +block_floats, heads,
+  extend_blocks(blocks_, from ? &from->blocks_ : nullptr, keep, rows,
+                [heads, rows](Index b, Index) { return heads * head_floats(b, rows); },
                 [&](float* to, const float* src, Index n) {
-                  // Each head's first n rows of the block: (n rows of s + 1, s + 2, ... floats).
-                  const Index b = keep / kPositionBlock, s = b * kPositionBlock, hf = head_floats(b);
+                  // Each head's first n rows of the block, from a block laid out for from's length.
+                  const Index b = keep / kPositionBlock, s = b * kPositionBlock;
+                  const Index to_stride = head_floats(b, rows), from_stride = head_floats(b, from->rows_);
                   const Index floats = n * (2 * s + n + 1) / 2;
-                  for (int h = 0; h < heads; ++h) std::memcpy(to + h * hf, src + h * hf, sizeof(float) * floats);
+                  for (int h = 0; h < heads; ++h)
+                    std::memcpy(to + h * to_stride, src + h * from_stride, sizeof(float) * floats);
                 });
   rows_ = rows;
   heads_ = heads;
 }
 
-size_t PatternRows::bytes() const {
-  size_t n = 0;
-  for (size_t b = 0; b < blocks_.size(); ++b) n += static_cast<size_t>(heads_ * head_floats(static_cast<Index>(b)));
-  return n * sizeof(float);
-}
+size_t PatternRows::bytes() const { return static_cast<size_t>(heads_) * static_cast<size_t>(rows_ * (rows_ + 1) / 2) * sizeof(float); }
 
 bool PatternRows::shares_block(const PatternRows& other, Index b) const {
   const auto i = static_cast<size_t>(b);

@@ -76,7 +76,7 @@ class PositionRows {
   // Output blocks of rows [first, last) for a product writing them in place: (pointer, rows) each.
   std::vector<std::pair<float*, Eigen::Index>> row_segments(Eigen::Index first, Eigen::Index last);
 
-  // Bytes of the blocks this holds (a block shared with another cache counts in both).
+  // Bytes of the rows this holds (a block shared with another cache counts in both).
   size_t bytes() const;
   // Whether block b is the same memory here and in `other` (tests of the sharing).
   bool shares_block(const PositionRows& other, Eigen::Index b) const;
@@ -84,7 +84,7 @@ class PositionRows {
   friend bool operator==(const PositionRows& a, const PositionRows& b);
 
  private:
-  std::vector<std::shared_ptr<float[]>> blocks_;  // kPositionBlock * cols_ floats each
+  std::vector<std::shared_ptr<float[]>> blocks_;  // kPositionBlock rows of cols_ floats (the last: the rest)
   Eigen::Index rows_ = 0, cols_ = 0;
 };
 
@@ -107,11 +107,12 @@ class PatternRows {
   friend bool operator==(const PatternRows& a, const PatternRows& b);
 
  private:
-  // Floats of one head's rows in block b: rows s .. s + kPositionBlock - 1 hold s + 1 .. s + kPositionBlock.
-  static Eigen::Index head_floats(Eigen::Index b);
+  // Floats of one head's rows in block b of a pattern of `rows` rows (a block holds only the rows
+  // it has, so the last one's heads are closer together).
+  static Eigen::Index head_floats(Eigen::Index b, Eigen::Index rows);
   const float* locate(int h, Eigen::Index q) const {
     const Eigen::Index b = q / kPositionBlock, s = b * kPositionBlock;
-    return blocks_[static_cast<size_t>(b)].get() + h * head_floats(b) + (q - s) * (q + s + 1) / 2;
+    return blocks_[static_cast<size_t>(b)].get() + h * head_floats(b, rows_) + (q - s) * (q + s + 1) / 2;
   }
   std::vector<std::shared_ptr<float[]>> blocks_;
   Eigen::Index rows_ = 0;
