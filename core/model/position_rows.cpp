@@ -1,16 +1,66 @@
 #include "core/model/position_rows.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <new>
+#include <unordered_map>
 
 namespace hs {
 namespace {
 
 using Index = Eigen::Index;
 
+// Large blocks (a block of logits is megabytes) are kept for the next run when freed. malloc
+// serves them by mmap and returns them to the kernel on free, so every run, a typed key or a
+// data set's next prompt, faulted its logits in afresh, zeroed page by page; a run's blocks have
+// the sizes of the last run's, so a few kept ones serve it. At most kPoolBytes are kept.
+constexpr size_t kPoolFrom = size_t{1} << 20;   // bytes: smaller blocks come from the heap anyway
+constexpr size_t kPoolBytes = size_t{64} << 20;
+
+class BlockPool {
+ public:
+  float* take(size_t floats) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(floats);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    float* p = it->second.back();
+    it->second.pop_back();
+    held_ -= floats * sizeof(float);
+    return p;
+  }
+  void give(float* p, size_t floats) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (held_ + floats * sizeof(float) <= kPoolBytes) {
+        free_[floats].push_back(p);
+        held_ += floats * sizeof(float);
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<float*>> free_;
+  size_t held_ = 0;
+};
+
+BlockPool& pool() {
+  static BlockPool* p = new BlockPool;  // never destroyed: blocks may outlive static destruction
+  return *p;
+}
+
 // Uninitialized: a block is written before it is read (the rows a run keeps are copied in, the
 // rest computed).
-std::shared_ptr<float[]> new_block(Index floats) {
-  return std::make_shared_for_overwrite<float[]>(static_cast<size_t>(std::max<Index>(floats, 1)));
+std::shared_ptr<float[]> new_block(Index count) {
+  const size_t floats = static_cast<size_t>(std::max<Index>(count, 1));
+  if (floats * sizeof(float) < kPoolFrom) return std::make_shared_for_overwrite<float[]>(floats);
+  float* p = pool().take(floats);
+  if (!p) p = static_cast<float*>(std::malloc(floats * sizeof(float)));
+  if (!p) throw std::bad_alloc();
+  return std::shared_ptr<float[]>(p, [floats](float* q) { pool().give(q, floats); });
 }
 
 Index blocks_for(Index rows) { return (rows + kPositionBlock - 1) / kPositionBlock; }
