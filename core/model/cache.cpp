@@ -101,12 +101,35 @@ RowMatrixXf ActivationCache::resid_post(int l) const {
   return r;
 }
 
+namespace {
+
+// One of a layer's MLP input projections of ln2's output, as the forward pass computes it.
+RowMatrixXf mlp_projection(const ActivationCache& cache, int l, bool gate) {
+  const LayerWeights& W = cache.weights()->layer(l);
+  const PackedLayer& WP = cache.weights()->packed(l);
+  RowMatrixXf out;
+  linear_forward(out, cache.block_norm(l, 2, nullptr), gate ? WP.W_gate : WP.W_in, gate ? W.b_gate : W.b_in);
+  return out;
+}
+
+}  // namespace
+
+RowMatrixXf ActivationCache::mlp_pre(int l) const {
+  const PositionRows& stored = layer(l).mlp_pre;
+  return stored.rows() > 0 ? stored.to_matrix() : mlp_projection(*this, l, has_gated_mlp());
+}
+
+RowMatrixXf ActivationCache::mlp_pre_linear(int l) const {
+  const PositionRows& stored = layer(l).mlp_pre_linear;
+  return stored.rows() > 0 ? stored.to_matrix() : mlp_projection(*this, l, false);
+}
+
 RowMatrixXf ActivationCache::mlp_post(int l) const {
   RowMatrixXf out;
   if (has_gated_mlp())
-    gated_activation_forward(out, layer(l).mlp_pre.to_matrix(), layer(l).mlp_pre_linear.to_matrix(), config().activation);
+    gated_activation_forward(out, mlp_pre(l), mlp_pre_linear(l), config().activation);
   else
-    activation_forward(out, layer(l).mlp_pre.to_matrix(), config().activation);
+    activation_forward(out, mlp_pre(l), config().activation);
   return out;
 }
 
@@ -197,7 +220,7 @@ Tensor ActivationCache::get(std::string_view key) const {
         if (suffix.ends_with("hook_scale")) return Tensor({S, 1}, std::vector<float>(scale.data(), scale.data() + S));
         return from_matrix(normalized, {S, D});
       }
-      if (has_gated_mlp() && suffix == "mlp.hook_pre_linear") return from_matrix(a.mlp_pre_linear, {S, M});
+      if (has_gated_mlp() && suffix == "mlp.hook_pre_linear") return from_matrix(mlp_pre_linear(l), {S, M});
       if (suffix == "attn.hook_v") return from_matrix(a.v, {S, KV, dh});
       if (suffix == "attn.hook_z") return from_matrix(a.z, {S, H, dh});
       if (suffix == "attn.hook_pattern") {
@@ -229,7 +252,7 @@ Tensor ActivationCache::get(std::string_view key) const {
       }
       if (suffix == "hook_attn_out") return from_matrix(a.attn_out, {S, D});
       if (suffix == "hook_resid_mid") return from_matrix(resid_mid(l), {S, D});
-      if (suffix == "mlp.hook_pre") return from_matrix(a.mlp_pre, {S, M});
+      if (suffix == "mlp.hook_pre") return from_matrix(mlp_pre(l), {S, M});
       if (suffix == "mlp.hook_post") return from_matrix(mlp_post(l), {S, M});
       if (suffix == "hook_mlp_out") return from_matrix(a.mlp_out, {S, D});
       if (suffix == "hook_resid_post") return from_matrix(resid_post(l), {S, D});

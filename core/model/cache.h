@@ -6,6 +6,8 @@
 // the same operations in the same order, so get() returns identical values either way:
 //   blocks.{l}.hook_resid_mid        = resid_pre + attn_out
 //   blocks.{l}.hook_resid_post       = resid_mid + mlp_out
+//   blocks.{l}.mlp.hook_pre          = ln2(resid_mid) @ W_in + b_in (a gated MLP: the gate's W_gate)
+//   blocks.{l}.mlp.hook_pre_linear   = ln2(resid_mid) @ W_in + b_in (gated MLPs: the up projection)
 //   blocks.{l}.mlp.hook_post         = act(mlp_pre), or act(mlp_pre) * mlp_pre_linear when gated
 //   blocks.{l}.ln1.hook_scale, ln1.hook_normalized (RMSNorm models) = the norm of resid_pre,
 //   blocks.{l}.ln2.* likewise of resid_mid, with the forward pass's kernel
@@ -52,8 +54,11 @@ struct LayerActivations {
   PositionRows z;             // [pos, n_heads*d_head]
   std::vector<float> result_phd;   // [pos, head, d_model] only when stored
   PositionRows attn_out;      // [pos, d_model]  concat(z) @ W_O + b_O
-  PositionRows mlp_pre;       // [pos, d_mlp]  (a gated MLP's gate pre-activation)
-  PositionRows mlp_pre_linear;  // [pos, d_mlp]  a gated MLP's up projection; empty otherwise
+  // The MLP's pre-activations, only when stored (the forward pass derives them on request; the
+  // tests' reference forward stores its own): [pos, d_mlp], the gate's for a gated MLP, and its
+  // up projection.
+  PositionRows mlp_pre;
+  PositionRows mlp_pre_linear;
   PositionRows mlp_out;       // [pos, d_model]
 };
 
@@ -102,7 +107,9 @@ class ActivationCache {
   // Derived per-layer activations (see the file comment).
   RowMatrixXf resid_mid(int l) const;   // [pos, d_model]
   RowMatrixXf resid_post(int l) const;  // [pos, d_model]
-  RowMatrixXf mlp_post(int l) const;    // [pos, d_mlp]
+  RowMatrixXf mlp_pre(int l) const;         // [pos, d_mlp]
+  RowMatrixXf mlp_pre_linear(int l) const;  // [pos, d_mlp], gated MLPs
+  RowMatrixXf mlp_post(int l) const;        // [pos, d_mlp]
   // A block's norm (1: before attention, 2: before the MLP) of its input, weight applied, and its
   // scale per position: [pos, d_model] and [pos].
   RowMatrixXf block_norm(int l, int which, VectorXf* scale) const;

@@ -297,16 +297,13 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     if (parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
     resid += block_out;  // resid_mid
     if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
+    // The MLP's pre-activations are not kept: the widest activations of a layer, and cheap to
+    // derive on request from resid_mid with the same kernels (ActivationCache::mlp_pre).
     linear_forward(block_out, normalized, WP.W_in, W.b_in);  // plain: pre; gated: the up projection
-    a.mlp_pre.extend(pa ? &pa->mlp_pre : nullptr, P, S, c.d_mlp);
     if (gated) {
       linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
-      a.mlp_pre.set_rows(P, mlp_gate);
-      a.mlp_pre_linear.extend(pa ? &pa->mlp_pre_linear : nullptr, P, S, c.d_mlp);
-      a.mlp_pre_linear.set_rows(P, block_out);
       gated_activation_forward(mlp_post, mlp_gate, block_out, c.activation);
     } else {
-      a.mlp_pre.set_rows(P, block_out);
       activation_forward(mlp_post, block_out, c.activation);
     }
     linear_forward(block_out, mlp_post, WP.W_out, W.b_out);

@@ -185,27 +185,26 @@ uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunO
   const double Q = H * c.d_head, KV = static_cast<double>(c.n_key_value_heads) * c.d_head;
   const bool learned_positions = c.architecture.positions == PositionKind::LearnedAbsolute;
   // Per layer (cache.h): resid_pre, attn_out, mlp_out [pos, d_model]; q, z [pos, n_heads*d_head];
-  // k, v [pos, n_kv*d_head]; mlp_pre [pos, d_mlp]; the causal pattern's lower triangle
-  // [head, tri(pos)]; scores [head, pos, pos] and results [pos, head, d_model] only when stored.
-  // With rotary positions q and k are kept before rotation too; a gated MLP keeps its up
-  // projection [pos, d_mlp] beside the gate's.
+  // k, v [pos, n_kv*d_head]; the causal pattern's lower triangle [head, tri(pos)]; scores
+  // [head, pos, pos] and results [pos, head, d_model] only when stored. With rotary positions q
+  // and k are kept before rotation too. The MLP's pre-activations are derived on request.
   const bool rotary = c.architecture.positions == PositionKind::Rotary;
   const bool gated = c.architecture.mlp == MlpKind::Gated;
-  double per_layer = 3 * S * D + 2 * S * Q + 2 * S * KV + S * M + H * S * (S + 1) / 2;
+  double per_layer = 3 * S * D + 2 * S * Q + 2 * S * KV + H * S * (S + 1) / 2;
   if (rotary) per_layer += S * Q + S * KV;
-  if (gated) per_layer += S * M;
   if (options.store_scores) per_layer += H * S * S;
   if (options.store_results) per_layer += S * H * D;
   const double layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
   // embed, ln_final [pos, d_model], pos_embed too with learned positions; ln_final scale [pos];
   // logits [pos, d_vocab].
   const double global = (learned_positions ? 3 : 2) * S * D + S + S * V;
-  // Transient: the forward pass's working matrices (the fused QKV [pos, (n_heads + 2*n_kv)*d_head],
-  // the residual, the norm's output, two [pos, d_model] sums, the MLP activation [pos, d_mlp] (and
-  // a gate's), the new logits [pos, d_vocab]) and the largest key an export or a view derives on request
-  // (hook_attn_scores [head, pos, pos] or hook_result [pos, head, d_model]).
-  const double transient =
-      S * ((Q + 2 * KV) + 4 * D + (gated ? 2 : 1) * M + V) + std::max(H * S * S, S * H * D);
+  // Transient, at different times: the forward pass's working matrices (the fused QKV
+  // [pos, (n_heads + 2*n_kv)*d_head], the residual, the norm's output, two [pos, d_model] sums, the
+  // MLP activation [pos, d_mlp] (and a gate's), the new logits [pos, d_vocab]), or afterwards the
+  // largest key an export or a view derives on request (hook_attn_scores [head, pos, pos],
+  // hook_result [pos, head, d_model], or hook_post with the pre-activations it is derived from).
+  const double transient = std::max({S * ((Q + 2 * KV) + 4 * D + (gated ? 2 : 1) * M + V), H * S * S, S * H * D,
+                                     (gated ? 3 : 2) * S * M + S * D});
   const double bytes = (layers_kept * per_layer + global + transient) * sizeof(float);
   return bytes >= 1.8e19 ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(bytes);
 }

@@ -206,6 +206,47 @@ void widen_panels(const void* first, int64_t pstride, int np, int64_t n, float* 
     for (int64_t k = 0; k < n; ++k) store(out + (q * n + k) * kLanes, Panels::load(src + q * pstride + k * kLanes));
 }
 
+// Packing the transpose of rows: panel p's k-step k holds element k of rows p*kLanes .. +kLanes.
+// Done element by element, the stores go 64 bytes apart and the loop is several times slower than
+// reading the source; with AVX-512, one gather fetches a k-step of all 16 rows when they lie a
+// fixed stride apart (a tensor's rows always do; a panel that straddles two tensors joined as one
+// matrix does not, and takes the element loop). A 16-bit gather fetches two k-steps at once.
+// Returns the k-steps it packed (from 0); the caller packs the rest.
+int64_t gather_transposed(const unsigned char* const src[], int64_t K, size_t elem, void* dst) {
+#if defined(__AVX512F__)
+  static_assert(kLanes == 16);
+  for (int l = 0; l < kLanes; ++l)
+    if (!src[l]) return 0;
+  const std::ptrdiff_t stride = src[1] - src[0];
+  for (int l = 2; l < kLanes; ++l)
+    if (src[l] - src[l - 1] != stride) return 0;
+  if (stride * (kLanes - 1) > std::ptrdiff_t{1} << 30 || stride * (kLanes - 1) < -(std::ptrdiff_t{1} << 30)) return 0;
+  const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(static_cast<int>(stride)));
+  // The masked forms with a zero source: the unmasked ones start from an undefined register,
+  // which GCC warns about.
+  constexpr __mmask16 all = 0xffff;
+  if (elem == 4) {
+    float* out = static_cast<float*>(dst);
+    for (int64_t k = 0; k < K; ++k)
+      _mm512_storeu_ps(out + k * kLanes, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), all, offsets, src[0] + 4 * k, 1));
+    return K;
+  }
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  int64_t k = 0;
+  for (; k + 1 < K; k += 2) {  // 32 bits of each row: its k-th value in the low half, the next in the high
+    const __m512i pair = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), all, offsets, src[0] + 2 * k, 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k * kLanes), _mm512_maskz_cvtepi32_epi16(all, pair));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k + 1) * kLanes),
+                        _mm512_maskz_cvtepi32_epi16(all, _mm512_srli_epi32(pair, 16)));
+  }
+  return k;
+#else
+  (void)src, (void)K, (void)elem, (void)dst;
+  return 0;
+#endif
+}
+
 }  // namespace
 
 int64_t PackedMatrix::panel_width() { return kLanes; }
@@ -258,14 +299,13 @@ PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64
 #pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
   for (int64_t p = 0; p < panels; ++p) {
     float* dst = base + p * K * kLanes;
+    const unsigned char* src[kLanes];
+    for (int l = 0; l < kLanes; ++l)
+      src[l] = p * kLanes + l < N ? reinterpret_cast<const unsigned char*>(U + (p * kLanes + l) * ldu) : nullptr;
+    const int64_t done = gather_transposed(src, K, sizeof(float), dst);
     for (int l = 0; l < kLanes; ++l) {
-      const int64_t row = p * kLanes + l;
-      if (row < N) {
-        const float* src = U + row * ldu;
-        for (int64_t k = 0; k < K; ++k) dst[k * kLanes + l] = src[k];
-      } else {
-        for (int64_t k = 0; k < K; ++k) dst[k * kLanes + l] = 0.0f;
-      }
+      const float* row = reinterpret_cast<const float*>(src[l]);
+      for (int64_t k = done; k < K; ++k) dst[k * kLanes + l] = row ? row[k] : 0.0f;
     }
   }
   return m;
@@ -305,7 +345,7 @@ PackedMatrix PackedMatrix::from_transposed_rows(PanelType type, int64_t N, int64
     const unsigned char* src[kLanes];
     for (int l = 0; l < kLanes; ++l)
       src[l] = p * kLanes + l < N ? static_cast<const unsigned char*>(row(p * kLanes + l)) : nullptr;
-    for (int64_t k0 = 0; k0 < K; k0 += kKAtOnce) {
+    for (int64_t k0 = gather_transposed(src, K, sizeof(uint16_t), dst); k0 < K; k0 += kKAtOnce) {
       const int64_t k1 = std::min(K, k0 + kKAtOnce);
       for (int l = 0; l < kLanes; ++l)
         for (int64_t k = k0; k < k1; ++k) dst[k * kLanes + l] = src[l] ? read16(src[l] + 2 * k) : uint16_t{0};

@@ -218,3 +218,36 @@ TEST_CASE("16-bit panels give the bits of their float32 conversion", "[packed_ge
       CHECK(same_bits(rows16, rows32));
     }
 }
+
+TEST_CASE("a matrix packed from transposed rows holds each row, wherever the rows lie", "[packed_gemm]") {
+  // Rows a fixed stride apart are packed a k-step of a whole panel at a time; rows of two tensors
+  // joined as one matrix (q, k and v), whose panel straddles the join, element by element.
+  std::mt19937 gen(23);
+  for (hs::PanelType type : {hs::PanelType::BF16, hs::PanelType::F16, hs::PanelType::F32})
+    for (int64_t K : {1, 2, 7, 16, 33, 64})
+      for (int64_t N : {5, 16, 37, 70}) {
+        INFO("type " << static_cast<int>(type) << " N " << N << " K " << K);
+        const int64_t split = N / 2 + 1;  // rows [0, split) in one buffer, the rest in another
+        std::vector<float> rows_f;
+        std::vector<uint16_t> rows_h;
+        if (type == hs::PanelType::F32) rows_f = random_vector(static_cast<size_t>(N * K + K), gen);
+        else random_halves(type, static_cast<size_t>(N * K + K), gen, rows_h, rows_f);
+        // The second part starts one row later than it would if the parts were contiguous.
+        auto row = [&](int64_t j) -> const void* {
+          const int64_t at = (j < split ? j : j + 1) * K;
+          return type == hs::PanelType::F32 ? static_cast<const void*>(rows_f.data() + at)
+                                            : static_cast<const void*>(rows_h.data() + at);
+        };
+        const hs::PackedMatrix joined = type == hs::PanelType::F32
+                                            ? hs::PackedMatrix::from_transposed_rows(rows_f.data(), N, K, K)
+                                            : hs::PackedMatrix::from_transposed_rows(type, N, K, row);
+        std::vector<float> column(static_cast<size_t>(K));
+        bool all_equal = true;
+        for (int64_t j = 0; j < N; ++j) {
+          joined.column(j, column.data());
+          const int64_t at = type == hs::PanelType::F32 ? j * K : (j < split ? j : j + 1) * K;
+          all_equal = all_equal && std::memcmp(column.data(), rows_f.data() + at, sizeof(float) * static_cast<size_t>(K)) == 0;
+        }
+        CHECK(all_equal);
+      }
+}

@@ -61,7 +61,7 @@ void check_shared_blocks(const ActivationCache& a, const ActivationCache& b, int
   for (int l = 0; l < a.n_layer(); ++l) {
     for (Eigen::Index blk = 0; blk < shared; ++blk) {
       CHECK(a.layer(l).resid_pre.shares_block(b.layer(l).resid_pre, blk));
-      CHECK(a.layer(l).mlp_pre.shares_block(b.layer(l).mlp_pre, blk));
+      CHECK(a.layer(l).mlp_out.shares_block(b.layer(l).mlp_out, blk));
       CHECK(a.layer(l).pattern.shares_block(b.layer(l).pattern, blk));
     }
     CHECK_FALSE(a.layer(l).resid_pre.shares_block(b.layer(l).resid_pre, shared));

@@ -728,12 +728,12 @@ TEST_CASE("refused input: output files (R45-R50)", "[refused]") {
 TEST_CASE("refused input: memory (R51-R52)", "[refused]") {
   Scratch s;
   SECTION("R51 the activation cache does not fit") {
-    const fs::path m = s.model();
+    const fs::path m = s.model("f16_plain");
     const fs::path out = s.dir / "out.json";
-    // 150 KB holds the model (136 KB) but not the cache of 20 tokens.
+    // 100 KB holds the model (92 KB) but not the cache of 20 tokens.
     check_refused(cli("run --model " + quote(m.string()) + " --text 'The cat sat on the mat and the dog' -o " +
                           quote(out.string()),
-                      "HEADSCOPE_AVAILABLE_MEMORY=150K"),
+                      "HEADSCOPE_AVAILABLE_MEMORY=100K"),
                   expected("R51", {}), s);
     CHECK(!fs::exists(out));
   }
