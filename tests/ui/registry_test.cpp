@@ -9,6 +9,7 @@
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTemporaryDir>
+#include <QThread>
 
 #include <atomic>
 #include <set>
@@ -136,4 +137,57 @@ TEST_CASE("The controller schedules any registered analysis by id, newest reques
   QSignalSpy failed(&c, &AnalysisController::analysisFailed);
   c.request(QStringLiteral("unknown"), key);
   CHECK(failed.count() == 1);
+}
+
+TEST_CASE("A hidden view's analysis comes with each run only while it is cheap", "[registry][controller]") {
+  // Two analyses computed with every run, both hidden: one quick, one that takes longer than the
+  // controller's budget for a view nobody sees. After one measured computation each, runs keep
+  // computing the quick one and leave the slow one until it is asked for.
+  auto quick_runs = std::make_shared<std::atomic<int>>(0), slow_runs = std::make_shared<std::atomic<int>>(0);
+  auto spec = [](const char* id, std::shared_ptr<std::atomic<int>> count, int sleep_ms) {
+    AnalysisSpec s;
+    s.id = QString::fromLatin1(id);
+    s.reads = kReadsLayer;
+    s.compute = [count, sleep_ms](const RunResult&, const AnalysisKey&) {
+      ++*count;
+      if (sleep_ms > 0) QThread::msleep(static_cast<unsigned long>(sleep_ms));
+      return std::make_shared<ViewResult>();
+    };
+    return s;
+  };
+  const int slow_ms = static_cast<int>(3 * AnalysisController::kHiddenAheadMs);
+  AnalysisController c;
+  c.addAnalysis(spec("quick", quick_runs, 0));
+  c.addAnalysis(spec("slow", slow_runs, slow_ms));
+  c.setModel(test::fixtureModel());
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  c.requestRun(QStringLiteral("The cat"));  // both computed with it: neither has been measured
+  REQUIRE(waitFor([&] { return ready.count() == 1; }));
+  CHECK(*quick_runs == 1);
+  CHECK(*slow_runs == 1);
+  CHECK(c.isCheap(QStringLiteral("quick")));
+  CHECK_FALSE(c.isCheap(QStringLiteral("slow")));
+  c.setShown(QStringLiteral("quick"), false);
+  c.setShown(QStringLiteral("slow"), false);
+
+  c.requestRun(QStringLiteral("The cat sat"));
+  REQUIRE(waitFor([&] { return ready.count() == 2; }));
+  CHECK(*quick_runs == 2);
+  CHECK(*slow_runs == 1);  // hidden and slow: left out of the run
+  AnalysisKey key;
+  key.layer = 0;  // what the runs computed for: nothing asked yet, so the first layer
+  CHECK(c.hasReady(QStringLiteral("quick"), key));
+  CHECK_FALSE(c.hasReady(QStringLiteral("slow"), key));
+
+  // Shown again: computed when asked for, and with the runs after that.
+  c.setShown(QStringLiteral("slow"), true);
+  AnalysisSpy slow(&c, QStringLiteral("slow"));
+  c.request(QStringLiteral("slow"), key);
+  REQUIRE(waitFor([&] { return slow.count() == 1; }));
+  CHECK(*slow_runs == 2);
+  CHECK(slow.at<ViewResult>(0)->compute_ms >= slow_ms);
+  c.requestRun(QStringLiteral("The cat sat on"));
+  REQUIRE(waitFor([&] { return ready.count() == 3; }));
+  CHECK(*slow_runs == 3);
+  CHECK(c.hasReady(QStringLiteral("slow"), key));
 }

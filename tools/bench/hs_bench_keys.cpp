@@ -74,6 +74,9 @@ using hs::ui::keyFromSelection;
 using hs::ui::kReadsLayer;
 using hs::ui::kReadsPosition;
 using hs::ui::kReadsTarget;
+using hs::ui::AnalysisView;
+using hs::ui::ViewDescriptor;
+using hs::ui::viewRegistry;
 using hs::ui::MainWindow;
 using hs::ui::MainWindowOptions;
 using hs::ui::RunResult;
@@ -392,9 +395,13 @@ double rssMb() {
 
 // --long N: the window holds a document of about N tokens, and keys are typed one at a time,
 // each waited for: first at the end of the document ("end"), then in its middle ("middle"). Per key:
-// request -> every view's data (views_ms, what the step phase measures; the debounce before the
-// request is a fixed setting and reported apart), the reused prefix, and the process's resident
-// memory after the key, so that growth per key shows. One JSON object.
+// request -> the data of what is on screen (views_ms: the run, with the head grid's thumbnails,
+// and the analysis of the view on the current tab; the debounce before the request is a fixed
+// setting and reported apart), which analyses came with the run, the reused prefix, and the
+// process's resident memory after the key, so that growth per key shows. A hidden view's
+// analysis comes with the run only while it is cheap (AnalysisController::kHiddenAheadMs); after
+// the keys at the end, the concat-vs-sum tab is shown and the time until its data is there is
+// reported (show_concat_ms). One JSON object.
 int longPrompt(MainWindow& window, const QString& document, const std::string& model_dir, int n_tokens, int keys,
                int middle_keys) {
   AnalysisController* controller = window.controller();
@@ -402,14 +409,20 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
   QElapsedTimer clock;
   clock.start();
   auto now_ms = [&] { return static_cast<double>(clock.nsecsElapsed()) / 1e6; };
-  double t_request = 0, t_run = 0, t_pos = 0, t_layer = 0, worker_ms = 0;
+  double t_request = 0, t_run = 0, worker_ms = 0;
   quint64 job = 0;
-  bool have_run = false, have_pos = false, have_layer = false, failed = false;
+  bool have_run = false, failed = false;
   int reused = 0, n_pos = 0;
+  std::map<QString, double> arrived;  // analysis id -> when its data for `job` arrived
+  QString shown_id;
+  for (const ViewDescriptor& d : viewRegistry())
+    if (window.tabs()->currentWidget() == window.view(d.id)) shown_id = d.id;
+  auto have_shown = [&] { return shown_id.isEmpty() || arrived.count(shown_id) > 0; };
   QObject::connect(controller, &AnalysisController::runStarted, [&](quint64 j) {
     job = j;
     t_request = now_ms();
-    have_run = have_pos = have_layer = false;
+    have_run = false;
+    arrived.clear();
   });
   QObject::connect(controller, &AnalysisController::runReady, [&](std::shared_ptr<const RunResult> r) {
     if (r->job != job) return;
@@ -420,19 +433,15 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
     n_pos = r->n_pos();
   });
   QObject::connect(controller, &AnalysisController::analysisReady, [&](const QString& id, std::shared_ptr<const ViewResult> r) {
-    if (r->run_job != job) return;
-    const bool is_layer = id == QStringLiteral("concat");
-    bool& have = is_layer ? have_layer : have_pos;
-    if (have) return;
-    (is_layer ? t_layer : t_pos) = now_ms();
-    have = true;
+    if (r->run_job != job || arrived.count(id)) return;
+    arrived[id] = now_ms();
   });
   QObject::connect(controller, &AnalysisController::runFailed, [&](const QString& m) {
     std::cerr << "hs_bench_keys: run failed: " << m.toStdString() << "\n";
     failed = true;
   });
   prompt->setPlainText(document);
-  if (!waitUntil([&] { return have_run && have_pos && have_layer && n_pos > 0 && !controller->isRunning(); }, 120000)) {
+  if (!waitUntil([&] { return have_run && have_shown() && n_pos > 0 && !controller->isRunning(); }, 120000)) {
     std::cerr << "hs_bench_keys: the document produced no run within 120 s\n";
     return 1;
   }
@@ -443,6 +452,7 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
   struct Phase {
     std::vector<double> views, run, worker, rss;
     std::vector<int> reused, positions;
+    std::vector<std::string> with_run;  // the analyses that came with each key's run
   };
   auto type_keys = [&](Phase& ph, int cursor_at, int keys) -> bool {
     QTextCursor cursor = prompt->textCursor();
@@ -451,11 +461,14 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
     for (int i = 0; i < keys && !failed; ++i) {
       const quint64 job_before = job;
       typeChar(prompt, typed[i % typed.size()]);
-      if (!waitUntil([&] { return job != job_before && have_run && have_pos && have_layer; }, 60000)) {
+      if (!waitUntil([&] { return job != job_before && have_run && have_shown(); }, 60000)) {
         std::cerr << "hs_bench_keys: no result within 60 s\n";
         return false;
       }
-      ph.views.push_back(std::max({t_run, t_pos, t_layer}) - t_request);
+      ph.views.push_back(std::max(t_run, shown_id.isEmpty() ? t_run : arrived[shown_id]) - t_request);
+      std::string ids;
+      for (const auto& [id, at] : arrived) ids += (ids.empty() ? "" : "+") + id.toStdString();
+      ph.with_run.push_back(ids);
       ph.run.push_back(t_run - t_request);
       ph.worker.push_back(worker_ms);
       ph.reused.push_back(reused);
@@ -491,25 +504,49 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
       timeViewAnalyses(window, last, sync_position, sync_layer);
     }
   }
+  // The hidden concat-vs-sum view shown: its data for the current run, computed now if the runs
+  // left it out.
+  double show_concat_ms = -1;
+  if (AnalysisView* concat = window.view(QStringLiteral("concat"))) {
+    idle(200);
+    const double t_show = now_ms();
+    arrived.erase(QStringLiteral("concat"));
+    window.tabs()->setCurrentWidget(concat);
+    AnalysisView* view = concat;
+    const auto current = controller->currentRun();
+    if (view && view->result() && current && view->result()->run_job == current->job)
+      show_concat_ms = 0.0;  // it came with the run
+    else if (waitUntil([&] { return arrived.count(QStringLiteral("concat")) > 0; }, 60000))
+      show_concat_ms = arrived[QStringLiteral("concat")] - t_show;
+    for (const ViewDescriptor& d : viewRegistry())
+      if (d.id == shown_id) window.tabs()->setCurrentWidget(static_cast<QWidget*>(window.view(d.id)));
+    idle(200);
+  }
   if (!type_keys(middle, static_cast<int>(document.size() / 2), middle_keys)) return 1;
   auto ints = [](const std::vector<int>& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s + "]";
   };
+  auto strings = [](const std::vector<std::string>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + jstr(v[i]);
+    return s + "]";
+  };
   auto phase = [&](const Phase& ph) {
     return "{\"views_ms\": " + jstats(stats(ph.views)) + ", \"run_ms\": " + jstats(stats(ph.run)) +
            ", \"worker_ms\": " + jstats(stats(ph.worker)) + ", \"views_ms_per_key\": " + list(ph.views) +
            ", \"reused_prefix\": " + ints(ph.reused) + ", \"positions\": " + ints(ph.positions) +
-           ", \"rss_mb_per_key\": " + list(ph.rss) + "}";
+           ", \"rss_mb_per_key\": " + list(ph.rss) + ", \"with_run\": " + strings(ph.with_run) + "}";
   };
   std::printf("{\"model\": %s, \"document_tokens\": %d, \"document_positions\": %d, \"keys\": %d, \"middle_keys\": %d, "
               "\"debounce_setting_ms\": %d, \"end\": %s, \"middle\": %s, \"sync_end_run_text_ms\": %s, "
               "\"sync_end_overview_ms\": %s, \"sync_end_compute_run_ms\": %s, \"sync_end_position_ms\": %s, "
-              "\"sync_end_layer_ms\": %s}\n",
+              "\"sync_end_layer_ms\": %s, \"shown_view\": %s, \"show_concat_ms\": %.3f}\n",
               jstr(model_dir).c_str(), n_tokens, document_positions, keys, middle_keys, MainWindow::kDebounceMs, phase(end).c_str(),
               phase(middle).c_str(), jstats(stats(sync_forward)).c_str(), jstats(stats(sync_overview)).c_str(),
-              jstats(stats(sync_compute)).c_str(), jstats(stats(sync_position)).c_str(), jstats(stats(sync_layer)).c_str());
+              jstats(stats(sync_compute)).c_str(), jstats(stats(sync_position)).c_str(), jstats(stats(sync_layer)).c_str(),
+              jstr(shown_id.toStdString()).c_str(), show_concat_ms);
   return 0;
 }
 }  // namespace

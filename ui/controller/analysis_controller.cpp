@@ -86,6 +86,8 @@ struct AnalysisController::Slot {
   std::optional<AnalysisKey> wanted;
   bool wanted_pos_is_last = true;  // the selection was on the last token: it follows typing
   std::shared_ptr<const ViewResult> prefetched;
+  bool shown = true;
+  double last_ms = 0.0;  // how long its latest delivered result took to compute
 };
 
 AnalysisController::AnalysisController(QObject* parent) : QObject(parent) {
@@ -104,6 +106,20 @@ void AnalysisController::addAnalysis(AnalysisSpec spec) {
   auto slot = std::make_unique<Slot>();
   slot->spec = std::move(spec);
   slots_.push_back(std::move(slot));
+}
+
+void AnalysisController::setShown(const QString& id, bool shown) {
+  if (Slot* slot = slotOf(id)) slot->shown = shown;
+}
+
+bool AnalysisController::hasReady(const QString& id, const AnalysisKey& key) const {
+  const Slot* slot = slotOf(id);
+  return slot && run_ && slot->prefetched && slot->prefetched->run_job == run_->job && slot->prefetched->key == key;
+}
+
+bool AnalysisController::isCheap(const QString& id) const {
+  const Slot* slot = slotOf(id);
+  return slot && slot->last_ms <= kHiddenAheadMs;
 }
 
 AnalysisController::Slot* AnalysisController::slotOf(const QString& id) const {
@@ -154,7 +170,10 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
 std::shared_ptr<const ViewResult> AnalysisController::computeAnalysis(const AnalysisSpec& spec,
                                                                       std::shared_ptr<const RunResult> run,
                                                                       const AnalysisKey& key, const AnalysisJob& job) {
+  QElapsedTimer clock;
+  clock.start();
   std::shared_ptr<ViewResult> result = spec.compute_long ? spec.compute_long(*run, key, job) : spec.compute(*run, key);
+  result->compute_ms = static_cast<double>(clock.nsecsElapsed()) / 1e6;
   result->run_job = run->job;
   result->key = key;
   result->run = std::move(run);
@@ -223,7 +242,8 @@ void AnalysisController::requestRun(const QString& text) {
   };
   auto ahead = std::make_shared<std::vector<Ahead>>();
   for (const auto& slot : slots_)
-    if (slot->spec.with_every_run) ahead->push_back({slot->spec, slot->wanted, slot->wanted_pos_is_last, nullptr});
+    if (slot->spec.with_every_run && (slot->shown || isCheap(slot->spec.id)))
+      ahead->push_back({slot->spec, slot->wanted, slot->wanted_pos_is_last, nullptr});
   auto ran = QtConcurrent::run([model = model_, text, job, latest, previous, previous_plain, previous_result,
                                 ablations = ablations_, ahead] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
@@ -254,7 +274,10 @@ void AnalysisController::requestRun(const QString& text) {
     out.value->latency_ms = (clock_.nsecsElapsed() - requested_at) / 1e6;
     run_ = out.value;
     for (Ahead& a : *ahead)
-      if (Slot* slot = slotOf(a.spec.id)) slot->prefetched = std::move(a.result);
+      if (Slot* slot = slotOf(a.spec.id); slot && a.result) {
+        slot->last_ms = a.result->compute_ms;
+        slot->prefetched = std::move(a.result);
+      }
     Q_EMIT runReady(run_);
   });
 }
@@ -312,6 +335,7 @@ void AnalysisController::request(const QString& id, const AnalysisKey& key) {
       }
       return;
     }
+    slot->last_ms = out.value->compute_ms;
     if (!run_ || out.value->run_job != run_->job) return;  // computed for a replaced run
     Q_EMIT analysisReady(id, out.value);
   });

@@ -5,7 +5,9 @@
 // Analyses are registered by id (addAnalysis) and scheduled by one keyed queue: per id, the
 // newest request wins, and each run also computes, on its own worker, what every analysis was
 // last asked for, moved to the new run (AnalysisSpec::with_every_run), so that asking for it
-// when the run lands answers at once.
+// when the run lands answers at once. An analysis whose view is hidden comes along only while it
+// is cheap: at a long prompt one of them can cost more than the run, and a keystroke would wait
+// for a view nobody sees. It is computed when its view is shown again.
 //
 // Loading a model is a job too: the previous model stays in use until the new one has loaded,
 // and a failed load leaves it in place.
@@ -65,6 +67,17 @@ class AnalysisController : public QObject {
   // Registers an analysis that request() can ask for by its id. Ids are unique.
   void addAnalysis(AnalysisSpec spec);
   bool hasAnalysis(const QString& id) const { return slotOf(id) != nullptr; }
+
+  // Whether analysis `id`'s view is on screen (default: yes). A hidden analysis is computed with
+  // each run only while its last computation took at most kHiddenAheadMs.
+  void setShown(const QString& id, bool shown);
+  static constexpr double kHiddenAheadMs = 10.0;
+  // Whether the current run already computed analysis `id` for `key`: request() then answers
+  // at once instead of starting a job.
+  bool hasReady(const QString& id, const AnalysisKey& key) const;
+  // Whether analysis `id` is cheap enough to compute while its view is hidden: its last
+  // computation took at most kHiddenAheadMs (or it has none yet).
+  bool isCheap(const QString& id) const;
 
   // The heads ablated in every run from now on (zero or mean ablations of hook_z); empty: plain
   // runs. Takes effect with the next requestRun.

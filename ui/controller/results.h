@@ -90,6 +90,7 @@ struct ViewResult {
   quint64 run_job = 0;                   // the run it was computed from
   std::shared_ptr<const RunResult> run;
   AnalysisKey key;                       // what it was computed for
+  double compute_ms = 0.0;               // how long computing it took (wall clock, on its worker)
 };
 
 // Computes a view's analysis on a worker thread (throws hs::Error); the controller fills in
@@ -112,8 +113,9 @@ struct AnalysisSpec {
   unsigned reads = 0;     // SelectionPart bits
   AnalysisFn compute;
   // Computed with every run, for the key last asked for (moved to the new run), so that a
-  // keystroke's views are ready when the run is. Off for analyses too slow to run per key:
-  // those are their own job, asked for only while their view is on screen (MainWindow).
+  // keystroke's views are ready when the run is: while its view is on screen, or while hidden
+  // if it is cheap (AnalysisController::kHiddenAheadMs). Off for analyses too slow to run per
+  // key: those are their own job, asked for only while their view is on screen (MainWindow).
   bool with_every_run = true;
   // For long analyses: used instead of `compute` when set (compute then calls it without
   // progress, for Export All), reporting progress and stopping when cancelled.

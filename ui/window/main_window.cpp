@@ -651,21 +651,25 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
 }
 
 void MainWindow::requestAnalyses() {
+  for (size_t i = 0; i < views_.size(); ++i)
+    controller_->setShown(viewRegistry()[i].id, tabs_->currentWidget() == views_[i]);
   const auto& run = controller_->currentRun();
   if (!run) return;
   asked_.resize(views_.size());
   for (size_t i = 0; i < views_.size(); ++i) {
     const ViewDescriptor& d = viewRegistry()[i];
     if (!d.analysis.compute || d.analysis.on_demand) continue;  // on-demand: the view asks itself
-    // An analysis that is not computed with the run is its own job on the worker pool, where it
-    // takes a core from the next keystroke's run: only the view on screen asks for it, and a
-    // hidden one asks when its tab is shown.
-    if (!d.analysis.with_every_run && tabs_->currentWidget() != views_[i]) continue;
+    // A hidden view asks while its analysis is cheap (it draws once shown, at once), or takes
+    // what the run computed for it. Anything more would be a job on the worker pool, taking a
+    // core from the next keystroke's run, for a view nobody sees: it asks when its tab is shown.
+    const bool shown = tabs_->currentWidget() == views_[i];
+    if (!shown && !d.analysis.with_every_run) continue;
     // Only when what it reads changed: moving to another head of the same layer does not
     // recompute a layer's analysis. Compared with the last request, not with what is shown, so
     // that going back to a key while another is being computed asks for it again.
     const AnalysisKey key = keyFromSelection(*selection_, d.analysis.reads);
     if (asked_[i].run_job == run->job && asked_[i].key == key) continue;
+    if (!shown && !controller_->isCheap(d.id) && !controller_->hasReady(d.id, key)) continue;
     asked_[i] = {run->job, key};
     controller_->request(d.id, key);
   }
