@@ -18,13 +18,19 @@ void check_full_cache(const ActivationCache& cache) {
                 "with the full cache.");
 }
 
-// Stream i's residual stream at positions first .. n_pos-1: [n_pos - first, d_model].
-RowMatrixXf stream_rows(const ActivationCache& cache, int stream, int first) {
-  const int L = cache.n_layer(), rows = cache.n_pos() - first;
+// Stream i's residual stream at positions first .. first+rows-1 (all from `first` when rows < 0):
+// [rows, d_model].
+RowMatrixXf stream_rows(const ActivationCache& cache, int stream, int first, int rows = -1) {
+  const int L = cache.n_layer();
+  if (rows < 0) rows = cache.n_pos() - first;
   if (stream < L) return cache.layer(stream).resid_pre.middle_rows(first, rows);
   // The final resid_post is derived the way the forward pass built it (resid_pre + attn_out +
   // mlp_out, in that order), so its lens is the run's own logits bit for bit.
-  return cache.resid_post(L - 1).bottomRows(rows);
+  const LayerActivations& a = cache.layer(L - 1);
+  RowMatrixXf r = a.resid_pre.middle_rows(first, rows);
+  r += a.attn_out.middle_rows(first, rows);
+  r += a.mlp_out.middle_rows(first, rows);
+  return r;
 }
 
 // Rows of logits the summary computes and scans at once (see logit_lens_summary).
@@ -139,21 +145,24 @@ LogitLensSummary logit_lens_summary(const ActivationCache& cache, std::optional<
   }
   if (reused == S) return s;
 
-  // Every stream's new rows through the final norm, stacked [stream * new pos, d_model]; then the
-  // unembedding over blocks of 16 of those rows, so that the packed W_U streams from memory once
-  // per block rather than once per stream; larger blocks were slower (docs/benchmarks.md,
-  // "Measurements behind the code").
+  // Every stream's new rows through the final norm, taken as one list [stream * new pos, d_model]
+  // in blocks of 16, so that the packed W_U streams from memory once per block rather than once
+  // per stream (larger blocks were slower: docs/benchmarks.md, "Measurements behind the code").
+  // Each block's rows are normalized as it comes: the whole list at a long prompt is as large as
+  // a layer of the cache.
   const int N = S - reused, rows = s.n_streams * N;
-  RowMatrixXf normalized(rows, c.d_model), one;
-  for (int i = 0; i < s.n_streams; ++i) {
-    final_norm(one, cache, stream_rows(cache, i, reused));
-    normalized.middleRows(static_cast<Eigen::Index>(i) * N, N) = one;
-  }
   const int block = std::min(kBlockRows, rows);
-  RowMatrixXf x, logits(block, V);  // [block rows, d_model], [block rows, d_vocab]
+  RowMatrixXf x(block, c.d_model), logits(block, V), one;  // [block rows, d_model], [block rows, d_vocab]
   for (int first = 0; first < rows; first += block) {
     const int n = std::min(block, rows - first);
-    x = normalized.middleRows(first, n);
+    x.resize(n, c.d_model);
+    for (int r = 0; r < n;) {  // the block's rows, one stream's run of them at a time
+      const int stream = (first + r) / N, pos = reused + (first + r) % N;
+      const int count = std::min(n - r, S - pos);
+      final_norm(one, cache, stream_rows(cache, stream, pos, count));
+      x.middleRows(r, count) = one;
+      r += count;
+    }
     unembed_forward(logits.topRows(n), x, cache.weights()->packed_unembed());
     // Each row's scan (a log-sum-exp and a top-k over the vocabulary) is its own: the rows of a
     // block are shared among the threads, as the product's columns were. A row's values do not

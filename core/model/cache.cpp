@@ -114,6 +114,17 @@ RowMatrixXf mlp_projection(const ActivationCache& cache, int l, bool gate) {
 
 }  // namespace
 
+RowMatrixXf ActivationCache::pre_rotary(int l, bool keys) const {
+  const PositionRows& stored = keys ? layer(l).k_pre_rotary : layer(l).q_pre_rotary;
+  if (stored.rows() > 0) return stored.to_matrix();
+  const ModelConfig& c = config();
+  const int64_t q_width = static_cast<int64_t>(c.n_heads) * c.d_head;
+  const int64_t kv_width = static_cast<int64_t>(c.n_key_value_heads) * c.d_head;
+  RowMatrixXf qkv;  // [pos, Q | K | V], as the forward pass computes it
+  linear_forward(qkv, block_norm(l, 1, nullptr), weights_->packed(l).W_qkv, weights_->layer(l).b_qkv);
+  return keys ? RowMatrixXf(qkv.middleCols(q_width, kv_width)) : RowMatrixXf(qkv.leftCols(q_width));
+}
+
 RowMatrixXf ActivationCache::mlp_pre(int l) const {
   const PositionRows& stored = layer(l).mlp_pre;
   return stored.rows() > 0 ? stored.to_matrix() : mlp_projection(*this, l, has_gated_mlp());
@@ -209,8 +220,8 @@ Tensor ActivationCache::get(std::string_view key) const {
       const std::string_view suffix(ptr + 1, static_cast<size_t>(rest.data() + rest.size() - ptr - 1));
       const LayerActivations& a = layer(l);
       if (suffix == "hook_resid_pre") return from_matrix(a.resid_pre, {S, D});
-      if (suffix == "attn.hook_q") return from_matrix(has_rotary() ? a.q_pre_rotary : a.q, {S, H, dh});
-      if (suffix == "attn.hook_k") return from_matrix(has_rotary() ? a.k_pre_rotary : a.k, {S, KV, dh});
+      if (suffix == "attn.hook_q") return has_rotary() ? from_matrix(pre_rotary(l, false), {S, H, dh}) : from_matrix(a.q, {S, H, dh});
+      if (suffix == "attn.hook_k") return has_rotary() ? from_matrix(pre_rotary(l, true), {S, KV, dh}) : from_matrix(a.k, {S, KV, dh});
       if (has_rotary() && suffix == "attn.hook_rot_q") return from_matrix(a.q, {S, H, dh});
       if (has_rotary() && suffix == "attn.hook_rot_k") return from_matrix(a.k, {S, KV, dh});
       if (has_norm_scales() && (suffix == "ln1.hook_scale" || suffix == "ln2.hook_scale" ||

@@ -22,8 +22,8 @@
 //
 // The layout follows the architecture: k and v hold n_key_value_heads heads (query head h reads
 // key/value head config().kv_head(h)), and hook_pos_embed exists only with learned positions.
-// With rotary positions q and k hold the rotated values attention reads (hook_rot_q, hook_rot_k)
-// and q_pre_rotary, k_pre_rotary the projections before rotation (hook_q, hook_k).
+// With rotary positions q and k hold the rotated values attention reads (hook_rot_q, hook_rot_k);
+// the projections before rotation (hook_q, hook_k) are derived on request from resid_pre.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +46,10 @@ struct LayerActivations {
   PositionRows resid_pre;     // [pos, d_model]
   PositionRows q;             // [pos, n_heads*d_head]  (= [pos, head, d_head]); rotated with rotary
   PositionRows k;             // [pos, n_kv*d_head]     (= [pos, kv_head, d_head]); rotated with rotary
-  PositionRows q_pre_rotary;  // [pos, n_heads*d_head]; empty without rotary positions
-  PositionRows k_pre_rotary;  // [pos, n_kv*d_head]; empty without rotary positions
+  // Before rotation, only when stored (the forward pass derives them on request; the tests'
+  // reference forward stores its own): [pos, n_heads*d_head], [pos, n_kv*d_head].
+  PositionRows q_pre_rotary;
+  PositionRows k_pre_rotary;
   PositionRows v;             // [pos, n_kv*d_head]
   std::vector<float> scores_hqk;   // [head, query_pos, key_pos] only when stored; masked = -inf
   PatternRows pattern;        // the patterns' lower triangles: row q of head h holds keys 0..q
@@ -107,6 +109,9 @@ class ActivationCache {
   // Derived per-layer activations (see the file comment).
   RowMatrixXf resid_mid(int l) const;   // [pos, d_model]
   RowMatrixXf resid_post(int l) const;  // [pos, d_model]
+  // With rotary positions, the queries (keys: the keys) before rotation: [pos, n_heads*d_head]
+  // ([pos, n_kv*d_head]).
+  RowMatrixXf pre_rotary(int l, bool keys) const;
   RowMatrixXf mlp_pre(int l) const;         // [pos, d_mlp]
   RowMatrixXf mlp_pre_linear(int l) const;  // [pos, d_mlp], gated MLPs
   RowMatrixXf mlp_post(int l) const;        // [pos, d_mlp]

@@ -249,11 +249,8 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     a.v.extend(pa ? &pa->v : nullptr, P, S, kv_width);
     if (rotary) {
       // Position enters here and nowhere else: each query and key is turned by its position's
-      // angles, so a score depends on the distance between the two. The cache keeps both sides.
-      a.q_pre_rotary.extend(pa ? &pa->q_pre_rotary : nullptr, P, S, q_width);
-      a.k_pre_rotary.extend(pa ? &pa->k_pre_rotary : nullptr, P, S, kv_width);
-      a.q_pre_rotary.set_rows(P, qkv.leftCols(q_width));
-      a.k_pre_rotary.set_rows(P, qkv.middleCols(q_width, kv_width));
+      // angles, so a score depends on the distance between the two. The cache keeps the rotated
+      // side and derives the other on request (ActivationCache::pre_rotary).
       rotary_forward(qkv.leftCols(q_width), H, c.d_head, rotary_dim, rotary_cos, rotary_sin);
       rotary_forward(qkv.middleCols(q_width, kv_width), c.n_key_value_heads, c.d_head, rotary_dim, rotary_cos,
                      rotary_sin);

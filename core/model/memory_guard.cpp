@@ -186,12 +186,10 @@ uint64_t estimate_cache_bytes(const ModelConfig& c, int64_t n_tokens, const RunO
   const bool learned_positions = c.architecture.positions == PositionKind::LearnedAbsolute;
   // Per layer (cache.h): resid_pre, attn_out, mlp_out [pos, d_model]; q, z [pos, n_heads*d_head];
   // k, v [pos, n_kv*d_head]; the causal pattern's lower triangle [head, tri(pos)]; scores
-  // [head, pos, pos] and results [pos, head, d_model] only when stored. With rotary positions q
-  // and k are kept before rotation too. The MLP's pre-activations are derived on request.
-  const bool rotary = c.architecture.positions == PositionKind::Rotary;
+  // [head, pos, pos] and results [pos, head, d_model] only when stored. The MLP's
+  // pre-activations, and q and k before rotation, are derived on request.
   const bool gated = c.architecture.mlp == MlpKind::Gated;
   double per_layer = 3 * S * D + 2 * S * Q + 2 * S * KV + H * S * (S + 1) / 2;
-  if (rotary) per_layer += S * Q + S * KV;
   if (options.store_scores) per_layer += H * S * S;
   if (options.store_results) per_layer += S * H * D;
   const double layers_kept = options.logits_only ? 1 : L;  // logits_only reuses one scratch layer
