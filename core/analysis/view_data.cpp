@@ -157,18 +157,19 @@ RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbna
   return overview_of_run(cache, top_k, thumbnail_side, nullptr);
 }
 
-RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side, const RunOverview* previous) {
+RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side,
+                            const std::vector<PooledGrid>* previous) {
   check_has_tokens(cache);
   RunOverview o;
   o.next = top_predictions(cache, cache.n_pos() - 1, top_k);
   const int n_head = cache.config().n_heads;
   o.thumbnails.reserve(static_cast<size_t>(cache.n_layer()) * static_cast<size_t>(n_head));
   const bool reuse = previous && cache.reused_prefix > 0 &&
-                     previous->thumbnails.size() == static_cast<size_t>(cache.n_layer()) * static_cast<size_t>(n_head);
+                     previous->size() == static_cast<size_t>(cache.n_layer()) * static_cast<size_t>(n_head);
   for (int l = 0; l < cache.n_layer(); ++l)
     for (int h = 0; h < n_head; ++h)
       o.thumbnails.push_back(pooled_pattern(cache, l, h, thumbnail_side,
-                                            reuse ? &previous->thumbnails[o.thumbnails.size()] : nullptr,
+                                            reuse ? &(*previous)[o.thumbnails.size()] : nullptr,
                                             cache.reused_prefix));
   return o;
 }

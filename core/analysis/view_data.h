@@ -73,9 +73,10 @@ struct RunOverview {
   std::vector<PooledGrid> thumbnails;     // [layer * n_head + head] pooled_pattern(.., thumbnail_side)
 };
 RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side = 64);
-// The same, reusing `previous`'s thumbnails where they cannot have changed: `previous` must be the
-// overview (with the same thumbnail_side) of the run whose prefix `cache` reused
+// The same, reusing earlier thumbnails where they cannot have changed: `previous_thumbnails` must
+// be the thumbnails (with the same thumbnail_side) of the run whose prefix `cache` reused
 // (cache.reused_prefix positions of it).
-RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side, const RunOverview* previous);
+RunOverview overview_of_run(const ActivationCache& cache, int top_k, int thumbnail_side,
+                            const std::vector<PooledGrid>* previous_thumbnails);
 
 }  // namespace hs

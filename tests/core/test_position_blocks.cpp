@@ -224,7 +224,7 @@ TEST_CASE("thumbnails pooled from an earlier run's rows of cells equal thumbnail
   for (const std::vector<int32_t>* next : {&longer, &edited, &past_a_multiple}) {
     const auto run = model->run(*next, RunOptions{}, base);
     REQUIRE(run->reused_prefix > 0);
-    const RunOverview reused = overview_of_run(*run, 5, 64, &earlier);
+    const RunOverview reused = overview_of_run(*run, 5, 64, &earlier.thumbnails);
     const RunOverview fresh = overview_of_run(*run, 5, 64);
     REQUIRE(reused.thumbnails.size() == fresh.thumbnails.size());
     for (size_t i = 0; i < fresh.thumbnails.size(); ++i) {

@@ -155,9 +155,8 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
     result->ablation = hs::compare_runs(*result->baseline, *result->run.cache, kTopK);
   }
   for (const std::string& label : result->run.token_labels) result->labels << QString::fromStdString(label);
-  hs::RunOverview earlier;
-  if (same_cache) earlier.thumbnails = previous_result->thumbnail_grids;
-  hs::RunOverview overview = hs::overview_of_run(*result->run.cache, kTopK, 64, same_cache ? &earlier : nullptr);
+  hs::RunOverview overview =
+      hs::overview_of_run(*result->run.cache, kTopK, 64, same_cache ? &previous_result->thumbnail_grids : nullptr);
   result->next = std::move(overview.next);
   result->thumbnails.reserve(overview.thumbnails.size());
   for (const hs::PooledGrid& grid : overview.thumbnails) result->thumbnails.push_back(patternImage(grid));
