@@ -79,7 +79,7 @@ Cli cli(const std::string& args, const std::string& prefix = "", const std::stri
 struct Scratch {
   fs::path dir;
   Scratch() {
-    dir = fs::temp_directory_path() / ("hs_refused_" + std::to_string(::getpid()) + "_" + std::to_string(++g_counter));
+    dir = hs::test::scratch_dir() / ("refused_" + std::to_string(++g_counter));
     fs::remove_all(dir);
     fs::create_directories(dir);
   }
