@@ -1,5 +1,5 @@
 // What the core tests (tests/core/test_support.h) and the GUI tests (tests/ui/ui_test_support.h)
-// share: the folder a test process writes its files in.
+// share: the folder a test process writes its files in, and whether the build is sanitized.
 #pragma once
 
 #include <unistd.h>
@@ -9,6 +9,16 @@
 #include <system_error>
 
 namespace hs::test {
+
+// The ASan + UBSan build, where a few tests size their work down (a sample of lengths, a shorter
+// prompt) to what the sanitizers run in reasonable time; the Release build runs them in full.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+inline constexpr bool kSanitized = __has_feature(address_sanitizer);
+#else
+inline constexpr bool kSanitized = false;
+#endif
 
 // A folder of this process's own under the temp dir, made on first use and removed with
 // everything in it when the process exits: ctest runs each test case as a process of its own,
