@@ -1,5 +1,6 @@
 // What the core tests (tests/core/test_support.h) and the GUI tests (tests/ui/ui_test_support.h)
-// share: the folder a test process writes its files in, and whether the build is sanitized.
+// share: the folder a test process writes its files in, whether the build is sanitized, and the
+// test runner their mains start.
 #pragma once
 
 #include <unistd.h>
@@ -41,5 +42,8 @@ inline const std::filesystem::path& scratch_dir() {
   static const Folder folder;
   return folder.path;
 }
+
+// Runs the test cases named on the command line (Catch2's session, tests/catch_impl.cpp).
+int run_catch(int argc, char** argv);
 
 }  // namespace hs::test
