@@ -1,2 +1,3 @@
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#include "tests/test_common.h"
+
+int main(int argc, char** argv) { return hs::test::run_catch(argc, argv); }

@@ -186,7 +186,7 @@ TEST_CASE("a run without interventions is the plain run, bit for bit", "[ablatio
 }
 
 TEST_CASE("mean-ablating a head whose z is constant over positions changes nothing", "[ablation][identities]") {
-  const fs::path dir = fs::temp_directory_path() / ("hs_constant_z_" + std::to_string(::getpid()));
+  const fs::path dir = test::scratch_dir() / "constant_z";
   fs::remove_all(dir);
   const auto model = Model::load(model_with_constant_z(dir, "f32_prefixed", 2));
   const std::vector<int32_t> tokens = {290, 51, 257, 273, 270, 267, 270, 220, 262, 258};
@@ -421,7 +421,7 @@ TEST_CASE("a sweep reports progress and can be cancelled", "[patching]") {
 
 TEST_CASE("cli run --ablate writes the ablated run's cache, with the keys of an ordinary run", "[ablation][cli]") {
   const auto& a = fixture()["ablations"][0];
-  const fs::path out = fs::temp_directory_path() / ("hs_ablate_" + std::to_string(::getpid()) + ".json");
+  const fs::path out = test::scratch_dir() / "ablate.json";
   std::string ids;
   for (const auto& t : a["tokens"]) ids += (ids.empty() ? "" : ",") + std::to_string(t.get<int>());
   const test::CliRun r = test::run_cli("run --model " + test::quote(test::fixture_model(a["model"]).string()) +
@@ -451,7 +451,7 @@ TEST_CASE("cli run --ablate writes the ablated run's cache, with the keys of an 
 
 TEST_CASE("cli patch writes metric_clean, metric_corrupt, raw and normalized", "[patching][cli]") {
   const auto& c = fixture()["patching"][1];
-  const fs::path out = fs::temp_directory_path() / ("hs_patch_" + std::to_string(::getpid()) + ".json");
+  const fs::path out = test::scratch_dir() / "patch.json";
   for (HookPoint what : kSites) {
     const std::string site(hook_short_name(what));
     INFO(site);

@@ -59,7 +59,7 @@ std::shared_ptr<const Weights> synthetic_weights(const ModelConfig& c, const fs:
 }
 
 struct ScratchDir {
-  fs::path dir = fs::temp_directory_path() / ("hs_arch_test_" + std::to_string(::getpid()));
+  fs::path dir = test::scratch_dir() / "architecture";
   ScratchDir() { fs::create_directories(dir); }
   ~ScratchDir() {
     std::error_code ec;

@@ -23,9 +23,7 @@ Result cli(const std::string& args) { return hs::test::run_cli(args); }
 std::string fixture(const char* name) { return quote(hs::test::fixture_model(name).string()); }
 
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("hs_cli_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d / name;
+  return hs::test::scratch_dir() / name;
 }
 
 }  // namespace

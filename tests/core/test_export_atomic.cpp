@@ -24,7 +24,7 @@ struct Folder {
   fs::path dir;
   Folder() {
     static int counter = 0;
-    dir = fs::temp_directory_path() / ("hs_export_test_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
+    dir = hs::test::scratch_dir() / ("export_" + std::to_string(++counter));
     fs::remove_all(dir);
     fs::create_directories(dir);
   }

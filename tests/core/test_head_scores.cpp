@@ -47,7 +47,7 @@ struct HandModel {
 
   // Writes a model folder (config, safetensors, the fixtures' tokenizer) and loads it.
   std::shared_ptr<const Model> load(const std::string& name) {
-    const fs::path dir = fs::temp_directory_path() / ("hs_hand_" + name + "_" + std::to_string(::getpid()));
+    const fs::path dir = test::scratch_dir() / ("hand_" + name);
     fs::create_directories(dir);
     nlohmann::json header = nlohmann::json::object();
     std::string data;

@@ -127,7 +127,7 @@ TEST_CASE("pattern rows: lower triangles in position blocks, shared like the res
 }
 
 TEST_CASE("a run that reuses a prefix shares its blocks and reads as a fresh run", "[forward][incremental][blocks]") {
-  const fs::path dir = fs::temp_directory_path() / "headscope_test_blocks_llama";
+  const fs::path dir = test::scratch_dir() / "blocks_llama";
   // GPT-2 (learned positions, the built-in model), Llama (rotary, grouped-query attention) and
   // GPT-NeoX (parallel blocks, partial rotary), at lengths of several blocks.
   const std::vector<fs::path> models = {test::source_dir() / "resources/models/headscope-tiny",
@@ -168,7 +168,7 @@ TEST_CASE("a run that reuses a prefix shares its blocks and reads as a fresh run
 }
 
 TEST_CASE("blocked attention over several blocks equals the slow reference loops", "[forward][blocks]") {
-  const fs::path dir = fs::temp_directory_path() / "headscope_test_blocks_reference";
+  const fs::path dir = test::scratch_dir() / "blocks_reference";
   for (const fs::path& m : {test::source_dir() / "resources/models/headscope-tiny", with_context("qwen2_bias", 120, dir)}) {
     INFO(m.filename().string());
     const auto model = Model::load(m);

@@ -27,9 +27,7 @@ using nlohmann::json;
 namespace {
 
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("hs_scan_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d / name;
+  return hs::test::scratch_dir() / name;
 }
 
 void write_lines(const fs::path& p, const std::vector<std::string>& lines) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/tensor/tensor.h"
+#include "tests/test_common.h"
 
 namespace hs::test {
 
@@ -47,8 +48,7 @@ struct CliRun {
 // the same shell (environment variables, ulimit); `wrapper` runs the program (timeout).
 inline CliRun run_cli(const std::string& args, const std::string& prefix = "", const std::string& wrapper = "") {
   static int counter = 0;
-  const std::filesystem::path err_file = std::filesystem::temp_directory_path() /
-                                         ("hs_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
+  const std::filesystem::path err_file = scratch_dir() / ("cli_err_" + std::to_string(++counter));
   const std::string cmd =
       prefix + " exec " + wrapper + " " + quote(HEADSCOPE_CLI_PATH) + " " + args + " 2>" + quote(err_file.string());
   CliRun r;

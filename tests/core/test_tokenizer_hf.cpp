@@ -63,7 +63,7 @@ struct Folder {
   fs::path path;
   Folder(const fs::path& from, const std::string& config = "") {
     static int counter = 0;
-    path = fs::temp_directory_path() / ("hs_tokenizer_hf_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
+    path = hs::test::scratch_dir() / ("tokenizer_hf_" + std::to_string(++counter));
     fs::remove_all(path);
     fs::create_directories(path);
     fs::copy_file(from, path / "tokenizer.json");
@@ -343,7 +343,7 @@ TEST_CASE("tokenizer.json: the fast table reader agrees with nlohmann's parser",
   const std::string odd = R"({ "model" : { "type":"BPE", "vocab" : { "a\u00e9\ud83d\ude00" : 0 , "\"b\\\/" :1,"c":2,)"
                           R"("c":3, "\n\t":4 } , "merges" : [ "a\u00e9\ud83d\ude00 \"b\\\/" , ["c","\n\t"] ] } ,)"
                           R"( "normalizer" : null, "x": [1, {"y": "}]"}, -2.5e3, true] })";
-  const fs::path odd_file = fs::temp_directory_path() / ("hs_odd_tokenizer_" + std::to_string(::getpid()) + ".json");
+  const fs::path odd_file = hs::test::scratch_dir() / "odd_tokenizer.json";
   std::ofstream(odd_file) << odd;
   files.push_back(odd_file);
   for (const fs::path& p : files) {

@@ -220,7 +220,7 @@ TEST_CASE("llama2.c tokenizer: stories260K's tok512.bin against llama2.c's run.c
   CHECK(tokenizer->vocab_size() == 512);
   CHECK(hs::load_llama2c_tokenizer(kStoriesTokenizer)->vocab_size() == 512);  // the file holds exactly 512
 
-  const fs::path texts_file = fs::temp_directory_path() / ("hs_llama2c_texts_" + std::to_string(::getpid()));
+  const fs::path texts_file = hs::test::scratch_dir() / "llama2c_texts";
   {
     std::ofstream out(texts_file, std::ios::binary);
     for (const std::string& text : kHardTexts) out << text << '\0';

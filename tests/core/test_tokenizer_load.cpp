@@ -26,8 +26,7 @@ struct TempDir {
   fs::path path;
   TempDir() {
     static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hs_tokenizer_load_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
+    path = hs::test::scratch_dir() / ("tokenizer_load_" + std::to_string(++counter));
     fs::remove_all(path);
     fs::create_directories(path);
   }

@@ -1,15 +1,13 @@
 // The GUI tests' main: Qt's offscreen platform unless another was chosen (so the binary also
 // runs, and lists its tests for catch_discover_tests, without a display), one QApplication, and
 // settings kept in a temporary folder so tests never touch the person's own.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <QApplication>
 #include <QSettings>
 #include <QTemporaryDir>
 
 #include <cstdlib>
 
+#include "tests/test_common.h"
 #include "ui/style/app_style.h"
 
 int main(int argc, char** argv) {
@@ -20,5 +18,5 @@ int main(int argc, char** argv) {
   QTemporaryDir settings_dir;
   QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settings_dir.path());
   hs::ui::applyAppStyle(app);
-  return Catch::Session().run(argc, argv);
+  return hs::test::run_catch(argc, argv);
 }

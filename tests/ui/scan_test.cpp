@@ -27,9 +27,7 @@ using hs::ui::test::waitFor;
 namespace {
 
 std::filesystem::path scratchFile(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("hs_ui_scan_" + std::to_string(QCoreApplication::applicationPid()));
-  std::filesystem::create_directories(dir);
-  return dir / name;
+  return hs::test::scratch_dir() / name;
 }
 
 struct Window {

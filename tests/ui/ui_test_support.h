@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "tests/test_common.h"
 #include "ui/controller/analysis_controller.h"
 
 namespace hs { class Model; }

@@ -6,7 +6,7 @@
 # Environment:
 #   HEADSCOPE_FUZZ_BUILD   build folder (default: build-fuzz at the repository root)
 #   HEADSCOPE_FUZZ_TARGETS space-separated subset of: safetensors config tokenizer_files tokenize export tokenizer_json llama2c_tokenizer
-#   HEADSCOPE_FUZZ_JOBS    build parallelism (default 2)
+#   HEADSCOPE_FUZZ_JOBS    build parallelism, and how many targets run at once (default 2)
 #
 # Each target starts from its committed seeds (tools/fuzz/corpus/<target>) plus what earlier runs
 # found (<build>/corpus/<target>; new inputs go there, never into the repository). A crash, a
@@ -34,23 +34,40 @@ export OMP_NUM_THREADS=1
 # Leak checking stays on; UBSan reports abort with a stack.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-status=0
 mkdir -p "$BUILD/artifacts"
-for t in "${TARGETS[@]}"; do
-  corpus="$BUILD/corpus/$t"
+# One target: its log in <build>/<target>.log, its summary in <build>/<target>.result.
+fuzz_one() {
+  local t=$1 corpus="$BUILD/corpus/$1" log="$BUILD/$1.log" result="$BUILD/$1.result"
   mkdir -p "$corpus"
-  args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 -max_len=8192
-        -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$t-")
+  local args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 -max_len=8192
+              -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$t-")
   [[ -n ${DICT[$t]:-} ]] && args+=(-dict="tools/fuzz/dict/${DICT[$t]}.dict")
-  log="$BUILD/$t.log"
   if "$BUILD/fuzz_$t" "${args[@]}" "$corpus" "tools/fuzz/corpus/$t" >"$log" 2>&1; then
     # "#12345  DONE   cov: 1234 ft: 5678 corp: ..." and the final stats' execution count.
+    local done_line
     done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
-    echo "fuzz $t: ok, ${SECONDS_PER_TARGET}s: ${done_line:-$(tail -1 "$log")}"
+    echo "fuzz $t: ok, ${SECONDS_PER_TARGET}s: ${done_line:-$(tail -1 "$log")}" >"$result"
+  else
+    { echo "fuzz $t: FINDING (log: $log; reproducer in $BUILD/artifacts/)"
+      grep -E 'ERROR|SUMMARY|check failed|runtime error|Test unit written' "$log" | head -20 || true
+    } >"$result"
+  fi
+}
+# Each target is one thread (see OMP_NUM_THREADS above), so JOBS of them run side by side, each
+# for its full time; the summaries print in the order of TARGETS.
+for t in "${TARGETS[@]}"; do
+  rm -f "$BUILD/$t.result"
+  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+status=0
+for t in "${TARGETS[@]}"; do
+  if grep -q "^fuzz $t: ok," "$BUILD/$t.result" 2>/dev/null; then
+    cat "$BUILD/$t.result"
   else
     status=1
-    echo "fuzz $t: FINDING (log: $log; reproducer in $BUILD/artifacts/)" >&2
-    grep -E 'ERROR|SUMMARY|check failed|runtime error|Test unit written' "$log" | head -20 >&2 || true
+    cat "$BUILD/$t.result" >&2 2>/dev/null || echo "fuzz $t: did not finish (log: $BUILD/$t.log)" >&2
   fi
 done
 exit $status
