@@ -1,5 +1,6 @@
 #include "core/analysis/head_detectors.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -51,27 +52,48 @@ DetectorPlan detector_plan(const std::vector<int32_t>& tokens, HeadDetector dete
   return plan;
 }
 
-DetectorScores detect_heads(const ActivationCache& cache, HeadDetector detector, bool bos_prepended) {
+DetectorScores detect_heads(const ActivationCache& cache, HeadDetector detector, bool bos_prepended,
+                            const DetectorScores* previous) {
   if (cache.n_layer() == 0 && cache.config().n_layers > 0)
     throw Error("this run kept only the logits; head detectors need the attention patterns (run with the full cache).");
   const int n_layer = cache.n_layer(), n_head = cache.config().n_heads;
   const DetectorPlan plan = detector_plan(cache.tokens(), detector, bos_prepended);
   DetectorScores out;
+  out.detector = detector;
+  out.bos_prepended = bos_prepended;
+  out.query_positions = plan.queries;
   out.queries = static_cast<int>(plan.queries.size());
   out.scores = RowMatrixXf::Constant(n_layer, n_head, std::numeric_limits<float>::quiet_NaN());
+  const size_t Q = plan.queries.size(), heads = static_cast<size_t>(n_layer) * static_cast<size_t>(n_head);
+  out.running.resize(heads * Q);
   if (plan.queries.empty()) return out;
+  // The leading queries the previous run summed already: those inside the reused prefix.
+  size_t kept = 0;
+  const size_t Qp = previous ? previous->query_positions.size() : 0;
+  if (previous && previous->detector == detector && previous->bos_prepended == bos_prepended &&
+      previous->running.size() == heads * Qp)
+    while (kept < Q && kept < Qp && plan.queries[kept] < cache.reused_prefix &&
+           previous->query_positions[kept] == plan.queries[kept])
+      ++kept;
   for (int l = 0; l < n_layer; ++l)
     for (int h = 0; h < n_head; ++h) {
+      const size_t head = static_cast<size_t>(l) * static_cast<size_t>(n_head) + static_cast<size_t>(h);
+      double* running = out.running.data() + head * Q;
       // Summed in double, query by query, so that a query with one key adds exactly what
       // mean_offset_attention adds (the fixed-sequence scores are this on BOS + R + R).
       double total = 0.0;
-      for (size_t i = 0; i < plan.queries.size(); ++i) {
+      if (kept > 0) {
+        std::copy_n(previous->running.data() + head * Qp, kept, running);
+        total = running[kept - 1];
+      }
+      for (size_t i = kept; i < Q; ++i) {
         const ConstRowVectorRef row = cache.pattern_row(l, h, plan.queries[i]);  // keys 0..q
         double on_keys = 0.0;
         for (int k = plan.key_begin[i]; k < plan.key_begin[i + 1]; ++k) on_keys += row[plan.keys[static_cast<size_t>(k)]];
         total += on_keys;
+        running[i] = total;
       }
-      out.scores(l, h) = static_cast<float>(total / static_cast<double>(plan.queries.size()));
+      out.scores(l, h) = static_cast<float>(total / static_cast<double>(Q));
     }
   return out;
 }

@@ -48,10 +48,22 @@ DetectorPlan detector_plan(const std::vector<int32_t>& tokens, HeadDetector dete
 struct DetectorScores {
   RowMatrixXf scores;  // [layer, head]; NaN: no query position qualified (no score)
   int queries = 0;     // how many query positions each head's score averaged (the same for all)
+  // What a later run extending this one's prompt continues from (detect_heads' `previous`): the
+  // query positions in order and, per head, the running sum of its attention on the keys over
+  // them: running[(layer * n_head + head) * queries + i] sums queries 0..i.
+  HeadDetector detector = HeadDetector::PreviousToken;
+  bool bos_prepended = true;
+  std::vector<int> query_positions;
+  std::vector<double> running;
 };
 
-// One detector for every head of the run.
-DetectorScores detect_heads(const ActivationCache& cache, HeadDetector detector, bool bos_prepended = true);
+// One detector for every head of the run. With `previous`, the scores of the run whose prefix
+// `cache` reused (cache.reused_prefix positions of it), the sums over the queries inside that
+// prefix are taken from it: a query's keys and its pattern row depend only on the positions up
+// to it, so they are the same, and the result is the same bits as without it. A typed key then
+// costs only its own queries.
+DetectorScores detect_heads(const ActivationCache& cache, HeadDetector detector, bool bos_prepended = true,
+                            const DetectorScores* previous = nullptr);
 
 // All three, as `headscope-cli heads --text` reports them.
 struct PromptHeadScores {

@@ -3,6 +3,7 @@
 // BOS + R + R and on prose they are exactly the fixed-sequence scores of head_scores.h.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/analysis/head_detectors.h"
@@ -119,6 +120,49 @@ TEST_CASE("on BOS + R + R and on prose the per-prompt scores are the fixed-seque
         CHECK(on_seq.induction.scores(l, h) == fixed.induction(l, h));
         CHECK(on_prose.previous_token.scores(l, h) == fixed.previous_token(l, h));
       }
+  }
+}
+
+TEST_CASE("detectors continued from the run whose prefix was reused equal detectors computed afresh", "[head_detectors]") {
+  // Prose with repeats on the built-in model: typed at the end one token at a time, edited in the
+  // middle, shortened, and a run that did not reuse anything; each continued from the previous
+  // run's scores, each equal to a fresh computation bit for bit.
+  const auto model = Model::load(builtin_model_dir());
+  std::vector<int32_t> prose = model->encode(kHeadScoreProse, true);
+  prose.resize(std::min(prose.size(), static_cast<size_t>(std::min(model->config().n_ctx, 120))));
+  const size_t n = prose.size();
+  std::vector<int32_t> middle_edit = prose;
+  middle_edit[n / 2] = prose[3];  // a repeat of an earlier token
+  std::vector<std::vector<int32_t>> steps;
+  for (size_t len = n - 3; len <= n; ++len) steps.emplace_back(prose.begin(), prose.begin() + static_cast<long>(len));
+  steps.push_back(middle_edit);
+  steps.emplace_back(prose.begin(), prose.begin() + static_cast<long>(n / 3));
+  steps.push_back({prose[5], prose[6], prose[5], prose[6]});  // nothing in common with the previous prompt
+  for (HeadDetector d : kAll) {
+    std::shared_ptr<const ActivationCache> previous = model->run(steps.front());
+    DetectorScores carried = detect_heads(*previous, d, true);
+    for (size_t i = 1; i < steps.size(); ++i) {
+      INFO("detector " << static_cast<int>(d) << " step " << i);
+      const auto cache = model->run(steps[i], RunOptions{}, previous);
+      const DetectorScores continued = detect_heads(*cache, d, true, &carried);
+      const DetectorScores fresh = detect_heads(*cache, d, true);
+      CHECK(continued.queries == fresh.queries);
+      CHECK(continued.query_positions == fresh.query_positions);
+      CHECK(continued.running == fresh.running);
+      bool same_bits = continued.scores.size() == fresh.scores.size();
+      for (Eigen::Index k = 0; same_bits && k < fresh.scores.size(); ++k)
+        same_bits = std::memcmp(continued.scores.data() + k, fresh.scores.data() + k, sizeof(float)) == 0;
+      CHECK(same_bits);
+      // And the carried sums are really what it continued from: shifted, they shift the result
+      // whenever the reused prefix holds queries.
+      if (cache->reused_prefix > 0 && !fresh.query_positions.empty() && fresh.query_positions.front() < cache->reused_prefix) {
+        DetectorScores shifted = carried;
+        for (double& v : shifted.running) v += 1.0;
+        CHECK(detect_heads(*cache, d, true, &shifted).scores(0, 0) != fresh.scores(0, 0));
+      }
+      previous = cache;
+      carried = continued;
+    }
   }
 }
 

@@ -416,7 +416,7 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
   std::map<QString, double> arrived;  // analysis id -> when its data for `job` arrived
   QString shown_id;
   for (const ViewDescriptor& d : viewRegistry())
-    if (window.tabs()->currentWidget() == window.view(d.id)) shown_id = d.id;
+    if (window.tabs()->currentWidget() == window.view(d.id) && d.analysis.compute) shown_id = d.id;  // else: the run is its data
   auto have_shown = [&] { return shown_id.isEmpty() || arrived.count(shown_id) > 0; };
   QObject::connect(controller, &AnalysisController::runStarted, [&](quint64 j) {
     job = j;
@@ -507,6 +507,7 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
   // The hidden concat-vs-sum view shown: its data for the current run, computed now if the runs
   // left it out.
   double show_concat_ms = -1;
+  QWidget* const shown_tab = window.tabs()->currentWidget();
   if (AnalysisView* concat = window.view(QStringLiteral("concat"))) {
     idle(200);
     const double t_show = now_ms();
@@ -518,8 +519,7 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
       show_concat_ms = 0.0;  // it came with the run
     else if (waitUntil([&] { return arrived.count(QStringLiteral("concat")) > 0; }, 60000))
       show_concat_ms = arrived[QStringLiteral("concat")] - t_show;
-    for (const ViewDescriptor& d : viewRegistry())
-      if (d.id == shown_id) window.tabs()->setCurrentWidget(static_cast<QWidget*>(window.view(d.id)));
+    window.tabs()->setCurrentWidget(shown_tab);
     idle(200);
   }
   if (!type_keys(middle, static_cast<int>(document.size() / 2), middle_keys)) return 1;

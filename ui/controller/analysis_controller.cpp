@@ -161,7 +161,7 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
   result->thumbnails.reserve(overview.thumbnails.size());
   for (const hs::PooledGrid& grid : overview.thumbnails) result->thumbnails.push_back(patternImage(grid));
   result->thumbnail_grids = std::move(overview.thumbnails);
-  result->head_metrics = computeHeadMetrics(*result);
+  result->head_metrics = computeHeadMetrics(*result, same_cache ? previous_result.get() : nullptr);
   result->worker_ms = msSince(t0);
   return result;
 }

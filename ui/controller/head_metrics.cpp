@@ -19,11 +19,14 @@ HeadMetric detectorMetric(hs::HeadDetector detector, const QString& name, const 
   m.id = QString::fromLatin1(hs::detector_key(detector));
   m.name = name;
   m.definition = definition;
-  m.compute = [detector, id = m.id](const RunResult& run) {
-    const hs::DetectorScores s = hs::detect_heads(*run.run.cache, detector, run.run.bos_prepended);
-    HeadMetricValues v{id, s.scores, {}};
-    if (s.queries > 0)
-      v.note = QStringLiteral("mean over %1 query position%2 of this prompt").arg(s.queries).arg(s.queries == 1 ? "" : "s");
+  m.compute = [detector, id = m.id](const RunResult& run, const HeadMetricValues* previous) {
+    using Carried = std::shared_ptr<const hs::DetectorScores>;
+    const Carried* earlier = previous ? std::any_cast<Carried>(&previous->carry) : nullptr;
+    auto s = std::make_shared<const hs::DetectorScores>(
+        hs::detect_heads(*run.run.cache, detector, run.run.bos_prepended, earlier ? earlier->get() : nullptr));
+    HeadMetricValues v{id, s->scores, {}, Carried(s)};
+    if (s->queries > 0)
+      v.note = QStringLiteral("mean over %1 query position%2 of this prompt").arg(s->queries).arg(s->queries == 1 ? "" : "s");
     else if (detector == hs::HeadDetector::PreviousToken)
       v.note = QStringLiteral("no score: the prompt needs 3 tokens");
     else if (detector == hs::HeadDetector::DuplicateToken)
@@ -44,9 +47,9 @@ HeadMetric copyingMetric() {
                                 "its eigenvalues; near 1 for a head that raises the logit of the token it "
                                 "attends to. From the weights alone (norm weights folded, biases ignored).");
   m.source = HeadMetric::Source::Model;
-  m.compute = [id = m.id](const RunResult& run) {
+  m.compute = [id = m.id](const RunResult& run, const HeadMetricValues*) {
     return HeadMetricValues{id, hs::copying_scores(*run.model().weights()),
-                            QStringLiteral("from the weights: the same for every prompt")};
+                            QStringLiteral("from the weights: the same for every prompt"), {}};
   };
   m.low = -1.0f;
   m.high = 1.0f;
@@ -112,7 +115,7 @@ bool modelMetricWanted(const QString& id) {
   return std::find(wanted_model_metrics.begin(), wanted_model_metrics.end(), id) != wanted_model_metrics.end();
 }
 
-std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run) {
+std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run, const RunResult* previous) {
   // Model metrics, once per loaded weights: the last values of each, with the weights they were
   // computed from (a weak pointer, so a closed model is not kept alive by its scores).
   struct Memo {
@@ -139,12 +142,12 @@ std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run) {
     }
     HeadMetricValues v;
     try {
-      v = m.compute(run);
+      v = m.compute(run, previous ? previous->headMetric(m.id) : nullptr);
       v.id = m.id;
     } catch (const std::exception& e) {
       v = {m.id,
            hs::RowMatrixXf::Constant(run.n_layer(), run.n_head(), std::numeric_limits<float>::quiet_NaN()),
-           QStringLiteral("could not compute %1: %2").arg(m.name, QString::fromStdString(e.what()))};
+           QStringLiteral("could not compute %1: %2").arg(m.name, QString::fromStdString(e.what())), {}};
     }
     if (m.source == HeadMetric::Source::Model) {
       std::lock_guard<std::mutex> lock(memo_mutex);

@@ -33,8 +33,9 @@ struct HeadMetric {
   Source source = Source::Run;
   // Worker thread, from an immutable run; returns [layer, head] values (NaN: no score for that
   // head) and a note. May throw hs::Error: the run still lands, with this metric all NaN and the
-  // message as its note.
-  std::function<HeadMetricValues(const RunResult& run)> compute;
+  // message as its note. `previous`: this metric's values on the run whose cache prefix `run`
+  // reused, or null; a metric may continue from what it carried there.
+  std::function<HeadMetricValues(const RunResult& run, const HeadMetricValues* previous)> compute;
   float low = 0.0f, high = 1.0f;    // fixed colour range (values outside are drawn at the ends)
   ColorMap colors = ColorMap::Score;  // Score for [low, high] scores; Diverging for signed ones
   int decimals = 2;                 // digits after the point on the badge
@@ -48,7 +49,8 @@ const HeadMetric* findHeadMetric(const QString& id);
 // The values of every Run metric for `run`, and of every Model metric that was asked for
 // (wantModelMetric) or is already known for the run's weights (registry order; External ones are
 // not included). Any thread; what AnalysisController::computeRun stores in RunResult::head_metrics.
-std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run);
+// `previous`: the run whose cache prefix `run` reused, or null.
+std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run, const RunResult* previous = nullptr);
 // From now on, runs carry this Model metric. A Model metric reads the whole vocabulary once per
 // model, which would delay the first run of every model opened, so it waits until someone shows
 // it (HeadMetricsBar). Any thread.

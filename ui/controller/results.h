@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/analysis/ablation.h"
+#include <any>
+
 #include "core/analysis/analysis.h"
 #include "core/analysis/view_data.h"
 #include "core/session/session.h"
@@ -28,6 +30,9 @@ struct HeadMetricValues {
   QString id;              // the metric's id ("induction")
   hs::RowMatrixXf values;  // [layer, head]; NaN: no score for that head
   QString note;            // one line on what the values averaged, or why there are none
+  // What the metric's compute keeps for the next run that extends this one's prompt (its own
+  // type, e.g. a detector's running sums); empty when it keeps nothing.
+  std::any carry;
 };
 
 // One forward pass over the prompt, plus what every view needs regardless of the selection.
