@@ -74,7 +74,9 @@ TEST_CASE("llama2.c: stories260K's greedy generation equals run.c's at temperatu
     WARN("skipped: " << dir << " or " << run_c << " is absent (optional real-world data)");
     return;
   }
-  const fs::path program = fs::path(HEADSCOPE_TEST_BUILD_DIR) / "llama2c_run";
+  // Built in this process's own folder: the two tests that run it may run side by side, and one
+  // rewriting the program while the other starts it fails with "text file busy".
+  const fs::path program = test::scratch_dir() / "llama2c_run";
   REQUIRE(shell("cc -O2 -o " + test::quote(program.string()) + " " + test::quote(run_c.string()) + " -lm").first == 0);
   // run.c's -n: forward steps, each printing the token it predicts. Each step runs the whole prefix
   // again, so the sanitized build stops after three position blocks, still past the block edges.
@@ -112,7 +114,8 @@ TEST_CASE("llama2.c: headscope-cli generate on stories260K prints what run.c pri
     WARN("skipped: " << dir << " or " << run_c << " is absent (optional real-world data)");
     return;
   }
-  const fs::path program = fs::path(HEADSCOPE_TEST_BUILD_DIR) / "llama2c_run";
+  // Its own build of run.c, as in the test above.
+  const fs::path program = test::scratch_dir() / "llama2c_run";
   REQUIRE(shell("cc -O2 -o " + test::quote(program.string()) + " " + test::quote(run_c.string()) + " -lm").first == 0);
   // The folder and the checkpoint file open the same model, with llama2.c's tokenizer and BOS.
   const auto by_folder = Model::load(dir);
