@@ -56,37 +56,36 @@ HeadScores compute_head_scores(std::shared_ptr<const Weights> weights, const std
   return s;
 }
 
+std::vector<int32_t> repeat_random_prompt(const Model& model, uint64_t seed, int n, int64_t index) {
+  const ModelConfig& c = model.config();
+  const int32_t bos = model.bos_id();
+  const uint64_t vocab = static_cast<uint64_t>(std::min(c.d_vocab, model.tokenizer().vocab_size()));
+  // splitmix64's k-th output depends on seed + k * gamma only, so sequence `index` starts at draw
+  // index * n without drawing the ones before (the same ids as drawing them in order).
+  uint64_t state = seed + static_cast<uint64_t>(index) * static_cast<uint64_t>(n) * 0x9E3779B97F4A7C15ull;
+  std::vector<int32_t> seq(static_cast<size_t>(2 * n + 1));
+  seq[0] = bos;
+  for (int i = 0; i < n; ++i) {
+    state += 0x9E3779B97F4A7C15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    int32_t t = static_cast<int32_t>(z % (vocab - 1));
+    if (t >= bos) ++t;
+    seq[static_cast<size_t>(1 + i)] = seq[static_cast<size_t>(1 + n + i)] = t;
+  }
+  return seq;
+}
+
 HeadScores compute_head_scores(const Model& model, const HeadScoreOptions& options) {
   const ModelConfig& c = model.config();
   const int n = std::min(options.repeat_length, (c.n_ctx - 1) / 2);
   if (n < 2) throw Error("the context of " + model.name() + " (" + std::to_string(c.n_ctx) + " tokens) is too short for induction scores.");
   std::vector<int32_t> prose = model.encode(options.prose.empty() ? kHeadScoreProse : options.prose, true);
   if (prose.size() > static_cast<size_t>(c.n_ctx)) prose.resize(static_cast<size_t>(c.n_ctx));
-  const int32_t bos = model.bos_id();
-  // splitmix64, so that an implementation in any language draws the same ids (see the header).
-  uint64_t state = options.seed;
-  auto next = [&state] {
-    state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  const uint64_t vocab = static_cast<uint64_t>(std::min(c.d_vocab, model.tokenizer().vocab_size()));
   std::vector<std::vector<int32_t>> repeated;
-  for (int b = 0; b < options.batch; ++b) {
-    std::vector<int32_t> r;
-    while (static_cast<int>(r.size()) < n) {
-      // Every id but BOS, uniformly: out % (vocab - 1), shifted past BOS.
-      int32_t t = static_cast<int32_t>(next() % (vocab - 1));
-      if (t >= bos) ++t;
-      r.push_back(t);
-    }
-    std::vector<int32_t> seq = {bos};
-    seq.insert(seq.end(), r.begin(), r.end());
-    seq.insert(seq.end(), r.begin(), r.end());
-    repeated.push_back(std::move(seq));
-  }
+  for (int b = 0; b < options.batch; ++b) repeated.push_back(repeat_random_prompt(model, options.seed, n, b));
   HeadScores scores = compute_head_scores(model.weights(), prose, repeated, n);
   scores.seed = options.seed;
   return scores;

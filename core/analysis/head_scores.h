@@ -48,6 +48,10 @@ float mean_offset_attention(const RowMatrixXf& pattern, int offset, int first, i
 
 // Runs the model on the prose and on the repeated random sequences.
 HeadScores compute_head_scores(const Model& model, const HeadScoreOptions& options = {});
+
+// BOS + R + R with |R| = n, the index-th sequence of the splitmix64 stream with this seed: the
+// sequences compute_head_scores scores, and `headscope-cli scan --repeat-random`'s prompts.
+std::vector<int32_t> repeat_random_prompt(const Model& model, uint64_t seed, int n, int64_t index);
 // Same, from prose token ids (BOS included) and explicit random sequences (BOS + R + R each).
 HeadScores compute_head_scores(std::shared_ptr<const Weights> weights, const std::vector<int32_t>& prose_ids,
                                const std::vector<std::vector<int32_t>>& repeated, int repeat_length);

@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "core/analysis/head_scores.h"
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/patching.h"
 #include "core/error.h"
@@ -300,28 +301,6 @@ ScanState new_scan_state(const Model& model, const ScanOptions& o, json settings
     s.grids[name] = MomentGrid(rows, cols);
   }
   return s;
-}
-
-std::vector<int32_t> repeat_random_prompt(const Model& model, uint64_t seed, int n, int64_t index) {
-  const ModelConfig& c = model.config();
-  const int32_t bos = model.bos_id();
-  const uint64_t vocab = static_cast<uint64_t>(std::min(c.d_vocab, model.tokenizer().vocab_size()));
-  // splitmix64's k-th output depends on seed + k * gamma only, so sequence `index` starts at draw
-  // index * n without drawing the ones before (the same ids as head_scores.cpp draws in order).
-  uint64_t state = seed + static_cast<uint64_t>(index) * static_cast<uint64_t>(n) * 0x9E3779B97F4A7C15ull;
-  std::vector<int32_t> seq(static_cast<size_t>(2 * n + 1));
-  seq[0] = bos;
-  for (int i = 0; i < n; ++i) {
-    state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    int32_t t = static_cast<int32_t>(z % (vocab - 1));
-    if (t >= bos) ++t;
-    seq[static_cast<size_t>(1 + i)] = seq[static_cast<size_t>(1 + n + i)] = t;
-  }
-  return seq;
 }
 
 // ---- one prompt -----------------------------------------------------------------------------

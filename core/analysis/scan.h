@@ -142,8 +142,4 @@ void require_same_settings(const nlohmann::json& expected, const nlohmann::json&
 // incomplete or made with other settings.
 ScanState merge_scans(const std::vector<ScanState>& shards, const std::vector<std::string>& sources);
 
-// BOS + R + R with |R| = n, the index-th sequence of the splitmix64 stream with this seed
-// (head_scores.h: the same ids as `headscope-cli heads`, sequence after sequence).
-std::vector<int32_t> repeat_random_prompt(const Model& model, uint64_t seed, int n, int64_t index);
-
 }  // namespace hs
