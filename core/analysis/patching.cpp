@@ -115,7 +115,7 @@ void activation_rows(RowMatrixXf& x, const RowMatrixXf* gate, Eigen::Index rows,
 
 // out rows [0, rows) = x rows [0, rows) @ W + b: linear_forward's product, into kept buffers.
 // The buffers live for a whole group: sized anew per layer, the large ones were fresh pages from
-// the kernel every time (glibc maps blocks over 4 MB; forward.cpp fixes that threshold).
+// the kernel every time (glibc maps large blocks; forward.cpp fixes that threshold).
 void gemm_rows(RowMatrixXf& out, const RowMatrixXf& x, Eigen::Index rows, const PackedMatrix& W, const float* b) {
   packed_gemm(rows, x.data(), x.cols(), W, 0, W.rows(), b, out.data(), out.cols());
 }

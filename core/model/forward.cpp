@@ -31,15 +31,17 @@ namespace {
 // glibc serves a large block with mmap and returns it on free, but after the first such free it
 // raises its mmap threshold to that block's size, and later blocks of the same size come from
 // the heap, which keeps freed memory resident. A forward pass at long context allocates and
-// frees several multi-megabyte temporaries per layer: fixing the threshold at 4 MB (which also
-// turns the adjustment off) lowers the peak resident memory of a long run at no cost in time.
+// frees several multi-megabyte temporaries per layer: fixing the threshold (which also turns
+// the adjustment off) lowers the peak resident memory of a long run at no cost in time.
 //
-// Fixing it also fixes the trim threshold at its 128 KB default: each run's freed cache was
-// handed back to the kernel and the next run faulted it in again, zeroed. The heap now keeps up
-// to 64 MB of freed memory for the next run, as a tensor library's caching allocator would.
+// Fixing it also fixes the trim threshold at its small default: each run's freed cache was
+// handed back to the kernel and the next run faulted it in again, zeroed. The heap now keeps
+// some freed memory for the next run, as a tensor library's caching allocator would.
 // (docs/benchmarks.md has the figures of both.)
+constexpr int kMmapThresholdBytes = 4 << 20;
+constexpr int kTrimThresholdBytes = 64 << 20;
 [[maybe_unused]] const bool kMallocTuned = [] {
-  return mallopt(M_MMAP_THRESHOLD, 4 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 64 << 20) == 1;
+  return mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) == 1 && mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes) == 1;
 }();
 #endif
 

@@ -336,7 +336,7 @@ PackedMatrix PackedMatrix::from_transposed_rows(PanelType type, int64_t N, int64
   PackedMatrix m = allocate(type, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
   uint16_t* base = reinterpret_cast<uint16_t*>(m.data_.get());
-  // A block of 64 k-steps of a panel (2 KB) stays in L1 while its 16 source rows fill it: a
+  // A block of kKAtOnce k-steps of a panel stays in L1 while its source rows fill it: a
   // panel of a long K (the MLP's output, K = d_mlp) is larger than L1.
   constexpr int64_t kKAtOnce = 64;
 #pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))

@@ -20,7 +20,7 @@ class StallMonitor : public QObject {
   void reset();
   // The longest time between two ticks, minus the interval (0 when the loop never stalled).
   double maxStallMs() const { return max_gap_ms_; }
-  // Ticks that came more than 50 ms late.
+  // Ticks that came late enough for a person to notice the stall.
   int stallsOver50ms() const { return stalls_over_50_; }
   int ticks() const { return ticks_; }
 

@@ -103,7 +103,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
     head_metrics_->restoreSettings();
   }
   if (!restore_settings_ || settings.value(QStringLiteral("window/geometry")).isNull()) {
-    // 1600 x 1000 where the screen allows, else most of the screen (1280 x 800 laptops).
+    // The size the views are laid out for where the screen allows, else most of the screen.
     QSize size(1600, 1000);
     if (const QScreen* screen = QGuiApplication::primaryScreen()) {
       const QSize avail = screen->availableGeometry().size();
@@ -634,8 +634,8 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
 
   head_metrics_->setRun(run);  // the thumbnails, with the chosen score's badges, order and filter
   if (shape_changed) {
-    // Room for thumbnails big enough to read (about 44 px and their L3H7 labels), up to 30% of
-    // the window; a model with many heads gets smaller ones.
+    // Room for thumbnails big enough to read, with their labels, up to a share of the window; a
+    // model with many heads gets smaller ones.
     const int wanted = n_head * 48 + 60;
     const int heads_width = std::clamp(wanted, 240, std::max(240, width() * 3 / 10));
     const QList<int> sizes = splitter_->sizes();
