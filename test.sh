@@ -11,6 +11,8 @@ cd "$(dirname "$0")"
 tools/dev/deps.sh --with-test-tools
 JOBS=$(nproc)
 export QT_QPA_PLATFORM=offscreen
+# A test that hangs fails after this many seconds instead of holding CI until its limit.
+TEST_TIMEOUT=600
 stage() { printf '\n== test.sh: %s (%ds so far)\n' "$1" "$SECONDS"; }
 
 # Independent tokenizer checks, never a product dependency: Hugging Face's tokenizers library and
@@ -24,7 +26,7 @@ fi
 stage "Release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$JOBS"
-ctest --test-dir build --output-on-failure -j"$JOBS"
+ctest --test-dir build --output-on-failure --timeout "$TEST_TIMEOUT" -j"$JOBS"
 
 stage "ASan + UBSan build and tests"
 # -O1 keeps the sanitizer build quick to compile and its reports readable; the sanitizers, not
@@ -35,7 +37,7 @@ cmake --build build-asan -j"$JOBS"
 # No suppressions are needed: Qt, libgomp and PCRE2 run clean under both.
 ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+  ctest --test-dir build-asan --output-on-failure --timeout "$TEST_TIMEOUT" -j"$JOBS"
 
 stage "fuzz, ${HEADSCOPE_FUZZ_SECONDS:-12}s per target"
 HEADSCOPE_FUZZ_JOBS=$JOBS tools/fuzz/run.sh "${HEADSCOPE_FUZZ_SECONDS:-12}"

@@ -8,6 +8,8 @@
 #include <QThreadPool>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include <atomic>
+
 #include "core/model/model.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/base/deliver.h"
@@ -202,6 +204,37 @@ TEST_CASE("Loading a model happens off the GUI thread and a failure keeps the pr
   c.loadModel(tmp.filePath(QStringLiteral("does-not-exist")));
   REQUIRE(waitFor([&] { return failed.count() == 2; }));
   CHECK(c.model() == model);
+}
+
+TEST_CASE("No worker outlives its controller: a running analysis is cancelled and waited for", "[controller]") {
+  // A worker still running when the program tears down races its exit (CI once hung here, in a
+  // test whose window was closed while its model was loading), so the controller's destructor
+  // cancels what it can and waits for the rest.
+  auto started = std::make_shared<std::atomic<bool>>(false), saw_cancel = std::make_shared<std::atomic<bool>>(false),
+       returned = std::make_shared<std::atomic<bool>>(false);
+  AnalysisSpec spec;
+  spec.id = QStringLiteral("long");
+  spec.with_every_run = false;
+  spec.compute_long = [=](const RunResult&, const AnalysisKey&, const AnalysisJob& job) {
+    *started = true;
+    for (int i = 0; i < 3000 && !job.cancelled(); ++i) QThread::msleep(1);
+    *saw_cancel = job.cancelled();
+    QThread::msleep(50);  // still busy after seeing it: the destructor must wait for the return
+    *returned = true;
+    return std::make_shared<ViewResult>();
+  };
+  auto c = std::make_unique<AnalysisController>();
+  c->addAnalysis(spec);
+  c->setModel(test::fixtureModel());
+  QSignalSpy ready(c.get(), &AnalysisController::runReady);
+  c->requestRun(QStringLiteral("The cat"));
+  REQUIRE(waitFor([&] { return ready.count() == 1; }));
+  c->request(QStringLiteral("long"), AnalysisKey{});
+  REQUIRE(waitFor([&] { return started->load(); }));
+  c->loadModel(test::fixtureModelDir());  // and a load in flight
+  c.reset();
+  CHECK(saw_cancel->load());
+  CHECK(returned->load());
 }
 
 TEST_CASE("A worker's answer always arrives through the event loop even when the work finished first", "[controller]") {

@@ -202,7 +202,7 @@ TEST_CASE("Values handed to the panel from elsewhere replace the run's for that 
   Window w(QStringLiteral("The cat sat. The cat"));
   const auto run = w.run();
   HeadMetricValues external{QStringLiteral("induction"), hs::RowMatrixXf::Constant(run->n_layer(), run->n_head(), 0.25f),
-                            QStringLiteral("mean over 100 prompts")};
+                            QStringLiteral("mean over 100 prompts"), {}};
   external.values(1, 3) = 0.75f;
   w.bar()->setExternalValues(external);
   CHECK(w.grid()->item(0).badge == QStringLiteral("0.25"));
@@ -213,12 +213,12 @@ TEST_CASE("Values handed to the panel from elsewhere replace the run's for that 
   REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The cat sat. The cat sat"; }));
   CHECK(w.grid()->item(0).badge == QStringLiteral("0.25"));
   // Values of another shape show as no score; clearing brings the run's back.
-  w.bar()->setExternalValues({QStringLiteral("induction"), hs::RowMatrixXf::Zero(1, 1), {}});
+  w.bar()->setExternalValues({QStringLiteral("induction"), hs::RowMatrixXf::Zero(1, 1), {}, {}});
   CHECK(w.grid()->item(0).badge == QStringLiteral("—"));
   w.bar()->clearExternalValues(QStringLiteral("induction"));
   checkBadges(w, QStringLiteral("induction"), hs::HeadDetector::Induction);
   // Ids nobody registered are ignored.
-  w.bar()->setExternalValues({QStringLiteral("no_such_metric"), hs::RowMatrixXf::Zero(2, 4), {}});
+  w.bar()->setExternalValues({QStringLiteral("no_such_metric"), hs::RowMatrixXf::Zero(2, 4), {}, {}});
   CHECK(w.bar()->metricCombo()->findData(QStringLiteral("no_such_metric")) < 0);
 }
 

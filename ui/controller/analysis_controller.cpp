@@ -56,16 +56,6 @@ double msSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The pools: loads get their own thread so a large model's load never queues runs behind it.
-QThreadPool* loadPool() {
-  static QThreadPool* pool = [] {
-    auto* p = new QThreadPool;
-    p->setMaxThreadCount(1);
-    return p;
-  }();
-  return pool;
-}
-
 }  // namespace
 
 AnalysisKey followRun(AnalysisKey key, unsigned reads, bool pos_was_last, const RunResult& run) {
@@ -94,12 +84,27 @@ AnalysisController::AnalysisController(QObject* parent) : QObject(parent) {
   qRegisterMetaType<std::shared_ptr<const hs::ui::RunResult>>();
   qRegisterMetaType<std::shared_ptr<const hs::ui::ViewResult>>();
   latest_run_ = std::make_shared<std::atomic<quint64>>(0);
+  latest_load_ = std::make_shared<std::atomic<quint64>>(0);
+  load_pool_.setMaxThreadCount(1);
   clock_.start();
 }
 
-// Workers hold copies of their inputs and shares of the job counters; their continuations are
-// tied to this object and are dropped when it goes, so nothing waits here.
-AnalysisController::~AnalysisController() = default;
+// Every job counter moves past its workers, so a queued job skips its work, a long analysis sees
+// itself cancelled and a load stops at its next stage; then the workers are waited for. Their
+// continuations are tied to this object and are dropped with it.
+AnalysisController::~AnalysisController() {
+  constexpr quint64 kGone = ~quint64{0};
+  latest_run_->store(kGone);
+  latest_load_->store(kGone);
+  for (const auto& slot : slots_) slot->latest->store(kGone);
+  for (QFuture<void>& f : in_flight_) f.waitForFinished();
+  load_pool_.waitForDone();
+}
+
+void AnalysisController::track(QFuture<void> future) {
+  std::erase_if(in_flight_, [](const QFuture<void>& f) { return f.isFinished(); });
+  in_flight_.push_back(std::move(future));
+}
 
 void AnalysisController::addAnalysis(AnalysisSpec spec) {
   if (slotOf(spec.id)) return;
@@ -181,10 +186,12 @@ std::shared_ptr<const ViewResult> AnalysisController::computeAnalysis(const Anal
 
 void AnalysisController::loadModel(const QString& dir) {
   const quint64 job = ++load_job_;
+  latest_load_->store(job);
   loading_ = true;
   Q_EMIT loadStarted(dir);
   QPointer<AnalysisController> self(this);
-  auto progress = [self, job](double fraction, const std::string& stage) {
+  auto progress = [self, job, latest = latest_load_](double fraction, const std::string& stage) {
+    if (latest->load() != job) throw hs::Cancelled();  // superseded, or the controller is going
     const QString text = QString::fromStdString(stage);
     QMetaObject::invokeMethod(
         self.data(),
@@ -194,9 +201,10 @@ void AnalysisController::loadModel(const QString& dir) {
         Qt::QueuedConnection);
   };
   const std::string path = dir.toStdString();
-  auto loaded = QtConcurrent::run(loadPool(), [path, progress] {
+  auto loaded = QtConcurrent::run(&load_pool_, [path, progress] {
     return capture<const hs::Model>([&] { return hs::Model::load(path, progress); });
   });
+  track(QFuture<void>(loaded));
   deliverLater(loaded, this, [this, job, dir](Outcome<const hs::Model> out) {
     if (job != load_job_) return;  // a newer load was asked for
     loading_ = false;
@@ -263,6 +271,7 @@ void AnalysisController::requestRun(const QString& text) {
       return result;
     });
   });
+  track(QFuture<void>(ran));
   deliverLater(ran, this, [this, job, requested_at, ahead](Outcome<RunResult> out) {
     if (job != run_job_) return;  // stale: a newer run was requested meanwhile
     setRunning(false);
@@ -323,6 +332,7 @@ void AnalysisController::request(const QString& id, const AnalysisKey& key) {
       }
     });
   });
+  track(QFuture<void>(computed));
   deliverLater(computed, this, [this, id, job, on_demand = slot->spec.on_demand](Outcome<const ViewResult> out) {
     Slot* slot = slotOf(id);
     if (!slot || job != slot->job) return;

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <QElapsedTimer>
+#include <QFuture>
+#include <QThreadPool>
 #include <QObject>
 #include <QString>
 
@@ -118,6 +120,8 @@ class AnalysisController : public QObject {
   struct Slot;
   Slot* slotOf(const QString& id) const;
   void setRunning(bool running);
+  // Keeps `future` until it finishes, so the destructor can wait for it.
+  void track(QFuture<void> future);
 
   std::vector<std::unique_ptr<Slot>> slots_;
   std::shared_ptr<const hs::Model> model_;
@@ -125,12 +129,20 @@ class AnalysisController : public QObject {
   QString text_;
   hs::Interventions ablations_;
   quint64 load_job_ = 0;
+  // The newest load's job number, shared with the loading worker so a superseded load stops at its
+  // next stage.
+  std::shared_ptr<std::atomic<quint64>> latest_load_;
   quint64 run_job_ = 0;
   bool loading_ = false;
   bool running_ = false;
   // The newest run's job number, shared with the workers so a superseded run skips its work.
   std::shared_ptr<std::atomic<quint64>> latest_run_;
   QElapsedTimer clock_;
+  // Loads get their own thread so a large model's load never queues runs behind it.
+  QThreadPool load_pool_;
+  // Every worker started and not yet known to be finished. No worker outlives the controller: the
+  // workers post to it, and a thread still running at exit races the program's teardown.
+  std::vector<QFuture<void>> in_flight_;
 };
 
 }  // namespace hs::ui
