@@ -1,14 +1,23 @@
 #include <catch2/catch.hpp>
 
 #include <QImage>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include <cmath>
 #include <limits>
 
 #include "ui/base/figure.h"
+#include "ui/style/colormap.h"
 #include "ui/widgets/heatmap_view.h"
 
 using hs::ui::HeatmapView;
+
+namespace {
+bool near(QRgb a, QRgb b, int tolerance) {
+  return std::abs(qRed(a) - qRed(b)) <= tolerance && std::abs(qGreen(a) - qGreen(b)) <= tolerance &&
+         std::abs(qBlue(a) - qBlue(b)) <= tolerance;
+}
+}  // namespace
 
 TEST_CASE("HeatmapView plots exactly the matrix it is given, masked cells as NaN", "[heatmap]") {
   HeatmapView view;
@@ -23,6 +32,57 @@ TEST_CASE("HeatmapView plots exactly the matrix it is given, masked cells as NaN
   CHECK(view.plottedValue(1, 1) == Approx(0.75));
   CHECK(view.rangeLower() == 0.0);
   CHECK(view.rangeUpper() == 1.0);
+}
+
+TEST_CASE("HeatmapView draws each cell in its colour, row 0 at the top, masked cells hatched", "[heatmap]") {
+  HeatmapView view;
+  view.resize(500, 400);
+  view.show();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  view.setMatrix(2, 3, {0.0f, nan, nan, 0.5f, 1.0f, nan});
+  view.replotNow();
+  // The colours: the colour map's ends exactly, its middle within a level, masked transparent.
+  CHECK(view.plottedColor(0, 0) == hs::ui::colorAt(hs::ui::ColorMap::Sequential, 0.0));
+  CHECK(view.plottedColor(1, 1) == hs::ui::colorAt(hs::ui::ColorMap::Sequential, 1.0));
+  CHECK(near(view.plottedColor(1, 0), hs::ui::colorAt(hs::ui::ColorMap::Sequential, 0.5), 3));
+  CHECK(qAlpha(view.plottedColor(0, 1)) == 0);
+  // On screen: each cell's centre shows its colour, in the right place.
+  const QImage shown = view.grab().toImage();
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) {
+      const QRgb pixel = shown.pixel(view.cellCenter(r, c));
+      if (std::isnan(view.plottedValue(r, c))) {
+        CHECK(!near(pixel, qRgb(0, 0, 0), 40));  // the light hatch, not a colour or black
+        CHECK(!near(pixel, view.plottedColor(1, 1), 10));
+      } else {
+        CHECK(near(pixel, view.plottedColor(r, c), 1));
+      }
+    }
+}
+
+TEST_CASE("Cells coloured on a worker thread draw exactly as the matrix set on the GUI thread", "[heatmap]") {
+  const int n = 300;
+  std::vector<float> values(static_cast<size_t>(n) * n);
+  for (int q = 0; q < n; ++q)
+    for (int k = 0; k < n; ++k) values[static_cast<size_t>(q) * n + k] = k > q ? NAN : 1.0f / (q + 1);
+  auto prepared = QtConcurrent::run([values] {
+                    return HeatmapView::prepareCells(n, n, values, hs::ui::ColorMap::Sequential,
+                                                     HeatmapView::RangeMode::Fixed, 0.0, 1.0);
+                  }).result();
+  HeatmapView worker_view, gui_view;
+  worker_view.setColorMap(hs::ui::ColorMap::Sequential);
+  worker_view.setCells(prepared);
+  CHECK(worker_view.cells() == prepared);  // used as it came: the GUI thread coloured nothing
+  gui_view.setMatrix(n, n, values);
+  CHECK(worker_view.cells()->image == gui_view.cells()->image);
+  // Cells coloured for another colour map are coloured again for this view's.
+  HeatmapView diverging;
+  diverging.setColorMap(hs::ui::ColorMap::Diverging);
+  diverging.setCells(prepared);
+  CHECK(diverging.cells() != prepared);
+  CHECK(diverging.cells()->color_map == hs::ui::ColorMap::Diverging);
+  CHECK(diverging.plottedValue(5, 2) == prepared->value(5, 2));
+  CHECK(diverging.plottedValue(5, 2) == values[5 * n + 2]);
 }
 
 TEST_CASE("HeatmapView handles a single token and 1024 tokens", "[heatmap]") {

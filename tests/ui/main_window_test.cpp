@@ -96,6 +96,26 @@ TEST_CASE("Typing runs the model and updates every view", "[window]") {
   CHECK(w.window.viewAs<ContributionsView>(QStringLiteral("contributions"))->positionResult()->pos == n - 1);
 }
 
+TEST_CASE("A keystroke's attention pattern comes coloured with the run, from its worker", "[window]") {
+  Window w(QStringLiteral("The cat"));
+  AttentionView* view = w.window.viewAs<AttentionView>(QStringLiteral("attention"));
+  w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat"));
+  REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The cat sat on the mat"; }));
+  // Drawn in the same turn of the event loop as the run arrived, from the cells prepared with it.
+  const auto prepared = std::dynamic_pointer_cast<const AttentionPatternResult>(view->result());
+  REQUIRE(prepared);
+  CHECK(prepared->run_job == w.run()->job);
+  CHECK(view->heatmap()->cells() == prepared->cells);
+  const int n = w.run()->n_pos();
+  REQUIRE(view->heatmap()->rowCount() == n);
+  const hs::RowMatrixXf pattern = w.run()->run.cache->head_pattern(w.selection()->layer(), w.selection()->head());
+  for (int q = 0; q < n; ++q)
+    for (int k = 0; k < n; ++k) {
+      if (k > q) CHECK(std::isnan(view->heatmap()->plottedValue(q, k)));
+      else CHECK(view->heatmap()->plottedValue(q, k) == static_cast<double>(pattern(q, k)));
+    }
+}
+
 TEST_CASE("Clicking a thumbnail shows that head's pattern, equal to the cache's", "[window]") {
   Window w;
   const auto run = w.run();

@@ -28,7 +28,13 @@ ViewDescriptor AttentionView::descriptor() {
   d.menu_text = QStringLiteral("&Attention");
   d.help = QStringLiteral("each head's attention pattern, and an overview of all heads");
   d.export_size = QSize(1200, 820);
-  d.analysis.id = d.id;  // drawn from the run: no analysis of its own
+  d.analysis.id = d.id;
+  d.analysis.reads = kReadsLayer | kReadsHead;
+  d.analysis.compute = [](const RunResult& run, const AnalysisKey& key) {
+    auto result = std::make_shared<AttentionPatternResult>();
+    result->cells = patternCells(run, key.layer, key.head);
+    return std::shared_ptr<ViewResult>(std::move(result));
+  };
   d.create = [](Selection* selection, QWidget* parent) { return new AttentionView(selection, parent); };
   return d;
 }
@@ -103,9 +109,39 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : AnalysisVi
   refresh();
 }
 
+std::shared_ptr<const HeatmapCells> AttentionView::patternCells(const RunResult& run, int layer, int head) {
+  const int n = run.n_pos();
+  layer = std::clamp(layer, 0, run.n_layer() - 1);
+  head = std::clamp(head, 0, run.n_head() - 1);
+  // [query_pos, key_pos]: the row of query q holds keys 0..q; later keys are masked, not zero.
+  // Read from the cache where it is, not copied into a matrix.
+  auto row = [cache = run.run.cache, layer, head](int q) {
+    const hs::ConstRowVectorRef keys = cache->pattern_row(layer, head, q);
+    return std::span<const float>(keys.data(), static_cast<size_t>(q) + 1);
+  };
+  return HeatmapView::prepareCells(n, n, row, ColorMap::Sequential, HeatmapView::RangeMode::Fixed, 0.0, 1.0);
+}
+
 void AttentionView::setRun(std::shared_ptr<const RunResult> run) {
   run_ = std::move(run);
   shown_layer_ = shown_head_ = -1;
+  prepared_.reset();  // it holds its run, and with it that run's whole cache
+  // The window hands over the pattern computed with this run right after this call, in the same
+  // turn of the event loop; draw then. If none comes, draw from the run once the turn is over.
+  refresh_owed_ = true;
+  QTimer::singleShot(0, this, [this] {
+    if (!refresh_owed_) return;
+    refresh_owed_ = false;
+    refresher_->request();
+  });
+}
+
+void AttentionView::setResult(std::shared_ptr<const ViewResult> result) {
+  auto pattern = std::dynamic_pointer_cast<const AttentionPatternResult>(result);
+  if (!pattern || !run_ || pattern->run_job != run_->job) return;
+  prepared_ = std::move(pattern);
+  if (prepared_->key.layer == shown_layer_ && prepared_->key.head == shown_head_) return;  // drawn already
+  refresh_owed_ = false;
   refresher_->request();
 }
 
@@ -150,14 +186,9 @@ void AttentionView::showHead(int layer, int head) {
   if (layer != shown_layer_ || head != shown_head_) {
     shown_layer_ = layer;
     shown_head_ = head;
-    const int n = run_->n_pos();
-    // [query_pos, key_pos]; keys after the query are masked (NaN), not zero.
-    std::vector<float> cells(static_cast<size_t>(n) * n, std::numeric_limits<float>::quiet_NaN());
-    for (int q = 0; q < n; ++q) {
-      const hs::ConstRowVectorRef row = run_->run.cache->pattern_row(layer, head, q);  // keys 0..q
-      std::copy(row.data(), row.data() + q + 1, cells.begin() + static_cast<long>(q) * n);
-    }
-    heatmap_->setMatrix(n, n, std::move(cells));
+    const bool ready = prepared_ && prepared_->run_job == run_->job && prepared_->key.layer == layer &&
+                       prepared_->key.head == head;
+    heatmap_->setCells(ready ? prepared_->cells : patternCells(*run_, layer, head));
     heatmap_->setRowLabels(run_->labels);
     heatmap_->setColumnLabels(run_->labels);
     heatmap_->setHighlightedRow(selection_->position());

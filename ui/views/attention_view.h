@@ -13,15 +13,24 @@ namespace hs::ui {
 
 class BarChartView;
 class HeatmapView;
+struct HeatmapCells;
 class ImageGridView;
 class RefreshWhenShown;
 class Selection;
+
+// The view's analysis: the key's head pattern of the run, coloured for drawing. Computed with
+// each run on its worker, so a keystroke at a long prompt reaches the GUI thread ready to draw.
+struct AttentionPatternResult : ViewResult {
+  std::shared_ptr<const HeatmapCells> cells;
+};
 
 class AttentionView : public AnalysisView {
   Q_OBJECT
 
  public:
   static ViewDescriptor descriptor();
+  // Head (layer, head)'s pattern over the run: [query, key], later keys masked. Thread-safe.
+  static std::shared_ptr<const HeatmapCells> patternCells(const RunResult& run, int layer, int head);
   // Export All: each head's pattern is a figure of this size.
   static constexpr QSize kPatternFigureSize{820, 780};
 
@@ -29,6 +38,8 @@ class AttentionView : public AnalysisView {
   ~AttentionView() override;
 
   void setRun(std::shared_ptr<const RunResult> run) override;
+  void setResult(std::shared_ptr<const ViewResult> result) override;
+  std::shared_ptr<const ViewResult> result() const override { return prepared_; }
   // The overview of every head, then each head's pattern.
   std::vector<ExportFigure> exportFigures(const RunResult& run) override;
   HeatmapView* heatmap() const { return heatmap_; }
@@ -59,6 +70,10 @@ class AttentionView : public AnalysisView {
   BarChartView* row_bars_ = nullptr;
   QWidget* side_ = nullptr;
   int shown_layer_ = -1, shown_head_ = -1;
+  std::shared_ptr<const AttentionPatternResult> prepared_;
+  // A new run waits for its pattern, prepared on the worker, until the window's turn of the event
+  // loop is over; then the pattern is built here instead.
+  bool refresh_owed_ = false;
   RefreshWhenShown* refresher_ = nullptr;
   std::unique_ptr<ImageGridView> overview_;  // Export All's overview of every head, never shown
 };

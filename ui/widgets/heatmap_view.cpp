@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <mutex>
 
 #include "qcustomplot.h"
 #include "ui/widgets/labels.h"
@@ -73,7 +75,196 @@ void placeRect(QCPItemRect* rect, double x0, double y0, double x1, double y1) {
   rect->setVisible(true);
 }
 
+// Image memory for the cells, recycled: on a long prompt each keystroke colours a new image of
+// several MB, and faulting in fresh pages for it costs more than colouring it. A buffer comes back
+// when the last QImage on it goes; capacities are rounded up so a prompt growing by a token
+// still fits the buffer it had.
+class ImageBuffers {
+ public:
+  static ImageBuffers& instance() {
+    static auto* pool = new ImageBuffers;  // never destroyed: images may outlive static teardown
+    return *pool;
+  }
+
+  // A premultiplied ARGB image of `size`, on a recycled buffer.
+  QImage take(QSize size) {
+    const size_t bytes = static_cast<size_t>(size.width()) * size.height() * 4;
+    Buffer* buffer = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if ((*it)->capacity >= bytes && (best == free_.end() || (*it)->capacity < (*best)->capacity)) best = it;
+      if (best != free_.end()) {
+        buffer = best->release();
+        free_.erase(best);
+      }
+    }
+    if (!buffer) {
+      buffer = new Buffer;
+      buffer->capacity = bytes + bytes / 4;
+      buffer->bytes = std::make_unique<uchar[]>(buffer->capacity);
+    }
+    return QImage(buffer->bytes.get(), size.width(), size.height(), size.width() * 4,
+                  QImage::Format_ARGB32_Premultiplied, &ImageBuffers::giveBack, buffer);
+  }
+
+ private:
+  struct Buffer {
+    std::unique_ptr<uchar[]> bytes;
+    size_t capacity = 0;
+  };
+  static constexpr size_t kKept = 4;  // the shown image, the next one, and two in flight
+
+  static void giveBack(void* info) {
+    std::unique_ptr<Buffer> buffer(static_cast<Buffer*>(info));
+    ImageBuffers& pool = instance();
+    std::lock_guard lock(pool.mutex_);
+    if (pool.free_.size() < kKept) pool.free_.push_back(std::move(buffer));
+  }
+
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Buffer>> free_;
+};
+
+// Nearest-cell stretch of `image` onto `out` (its size is the target's), mirrored as asked:
+// into an image kept from the last draw, so no new memory per keystroke.
+void stretchInto(const QImage& image, QImage& out, bool mirror_x, bool mirror_y) {
+  const int w = out.width(), h = out.height(), iw = image.width(), ih = image.height();
+  std::vector<int> column(static_cast<size_t>(w));
+  for (int x = 0; x < w; ++x) {
+    const int c = static_cast<int>(static_cast<int64_t>(x) * iw / w);
+    column[static_cast<size_t>(x)] = mirror_x ? iw - 1 - c : c;
+  }
+  for (int y = 0; y < h; ++y) {
+    int r = static_cast<int>(static_cast<int64_t>(y) * ih / h);
+    if (mirror_y) r = ih - 1 - r;
+    const auto* in = reinterpret_cast<const QRgb*>(image.constScanLine(r));
+    auto* line = reinterpret_cast<QRgb*>(out.scanLine(y));
+    for (int x = 0; x < w; ++x) line[x] = in[column[static_cast<size_t>(x)]];
+  }
+}
+
 }  // namespace
+
+float HeatmapCells::value(int r, int c) const {
+  const std::span<const float> cells = row(r);
+  return static_cast<size_t>(c) < cells.size() ? cells[static_cast<size_t>(c)] : std::numeric_limits<float>::quiet_NaN();
+}
+
+// The cells as one image, drawn over [-0.5, cols - 0.5] x [-0.5, rows - 0.5]. A QCPColorMap for
+// the colour scale's sake (range and gradient), drawing HeatmapCells instead of its own data: no
+// cell-by-cell copy and no colouring on the GUI thread. At the plot's own scale the image is
+// drawn from a copy stretched once to the cells' pixel size, so a replot (the hover outline
+// moving) is a blit.
+class CellsPlottable : public QCPColorMap {
+ public:
+  CellsPlottable(QCPAxis* key, QCPAxis* value) : QCPColorMap(key, value) {}
+
+  void setCells(std::shared_ptr<const HeatmapCells> cells) {
+    cells_ = std::move(cells);
+    stretched_for_.reset();
+  }
+
+ protected:
+  void draw(QCPPainter* painter) override {
+    if (!cells_ || cells_->rows == 0 || cells_->cols == 0 || cells_->image.isNull()) return;
+    const QRectF target = QRectF(coordsToPixels(-0.5, -0.5), coordsToPixels(cells_->cols - 0.5, cells_->rows - 0.5))
+                              .normalized();
+    // Row 0 is the image's first scanline: it goes at the top unless the row axis runs upwards.
+    const bool mirror_x = keyAxis()->rangeReversed(), mirror_y = !valueAxis()->rangeReversed();
+    painter->save();
+    painter->setRenderHint(QPainter::SmoothPixmapTransform, false);
+    // Cell edges fall on whole pixels at the plot's own scale (the axis ends are the axis rect's).
+    const QRect rounded(QPoint(qRound(target.left()), qRound(target.top())),
+                        QSize(qRound(target.width()), qRound(target.height())));
+    if (painter->transform().isIdentity() && !rounded.isEmpty()) {
+      if (stretched_for_ != cells_ || stretched_.size() != rounded.size() || stretched_mirror_ != std::pair(mirror_x, mirror_y)) {
+        if (stretched_.size() != rounded.size()) stretched_ = QImage(rounded.size(), QImage::Format_ARGB32_Premultiplied);
+        stretchInto(cells_->image, stretched_, mirror_x, mirror_y);
+        stretched_for_ = cells_;
+        stretched_mirror_ = {mirror_x, mirror_y};
+      }
+      painter->drawImage(rounded.topLeft(), stretched_);
+    } else {
+      painter->drawImage(target, mirror_x || mirror_y ? cells_->image.mirrored(mirror_x, mirror_y) : cells_->image);
+    }
+    painter->restore();
+  }
+
+ private:
+  std::shared_ptr<const HeatmapCells> cells_;
+  QImage stretched_;
+  std::shared_ptr<const HeatmapCells> stretched_for_;
+  std::pair<bool, bool> stretched_mirror_{false, false};
+};
+
+std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols, std::vector<float> values,
+                                                              ColorMap map, RangeMode mode, double lo, double hi) {
+  rows = std::max(0, rows);
+  cols = std::max(0, cols);
+  values.resize(static_cast<size_t>(rows) * static_cast<size_t>(cols), 0.0f);
+  auto data = std::make_shared<const std::vector<float>>(std::move(values));
+  return prepareCells(rows, cols, [data, cols](int r) {
+    return std::span<const float>(data->data() + static_cast<size_t>(r) * cols, static_cast<size_t>(cols));
+  }, map, mode, lo, hi);
+}
+
+std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols, HeatmapRow row, ColorMap map,
+                                                              RangeMode mode, double lo, double hi) {
+  auto cells = std::make_shared<HeatmapCells>();
+  cells->rows = std::max(0, rows);
+  cells->cols = std::max(0, cols);
+  cells->row = std::move(row);
+  cells->color_map = map;
+  cells->range_mode = mode;
+  cells->fixed_lo = lo;
+  cells->fixed_hi = hi;
+  cells->lo = lo;
+  cells->hi = hi;
+  if (mode != RangeMode::Fixed) {
+    double peak = 0.0;
+    for (int r = 0; r < cells->rows; ++r)
+      for (float v : cells->row(r).first(std::min<size_t>(cells->row(r).size(), static_cast<size_t>(cells->cols))))
+        if (std::isfinite(v)) peak = std::max(peak, static_cast<double>(std::fabs(v)));
+    if (peak <= 0.0) peak = 1.0;
+    cells->lo = mode == RangeMode::Symmetric ? -peak : 0.0;
+    cells->hi = peak;
+  }
+  if (cells->rows == 0 || cells->cols == 0) return cells;
+  // One colour per level of the gradient, as QCustomPlot picks them (the level is the value's
+  // place in the range, truncated, clamped to the ends); each level's colour is asked of the
+  // gradient once, at its centre, so the cells match the colour scale's bar exactly.
+  QCPColorGradient gradient = gradientFor(map);  // a copy per call: colouring caches inside it
+  const int levels = gradient.levelCount();
+  const QCPRange range(cells->lo, cells->hi);
+  const double span = cells->hi - cells->lo;
+  std::vector<double> centres(static_cast<size_t>(levels));
+  for (int i = 0; i < levels; ++i) centres[static_cast<size_t>(i)] = cells->lo + (i + 0.5) * span / (levels - 1);
+  std::vector<QRgb> lut(static_cast<size_t>(levels));
+  gradient.colorize(centres.data(), range, lut.data(), levels);
+  const double to_level = span > 0.0 ? (levels - 1) / span : 0.0;
+  QImage image = ImageBuffers::instance().take(QSize(cells->cols, cells->rows));
+  for (int r = 0; r < cells->rows; ++r) {
+    const std::span<const float> in = cells->row(r);
+    const int given = static_cast<int>(std::min<size_t>(in.size(), static_cast<size_t>(cells->cols)));
+    auto* out = reinterpret_cast<QRgb*>(image.scanLine(r));
+    std::fill(out + given, out + cells->cols, QRgb{0});  // after the row's end: masked
+    for (int c = 0; c < given; ++c) {
+      const double v = in[static_cast<size_t>(c)];
+      if (std::isnan(v)) {
+        out[c] = 0;  // masked: transparent, the hatch behind shows through
+        continue;
+      }
+      const double level = (v - cells->lo) * to_level;
+      out[c] = lut[static_cast<size_t>(level <= 0.0 ? 0 : level >= levels - 1 ? levels - 1 : static_cast<int>(level))];
+    }
+  }
+  // QCustomPlot's rule: below 100 cells a side, an integer number of pixels per cell.
+  const int fx = 1 + 100 / cells->cols, fy = 1 + 100 / cells->rows;
+  cells->image = fx > 1 || fy > 1 ? image.scaled(cells->cols * fx, cells->rows * fy) : std::move(image);
+  return cells;
+}
 
 HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
@@ -103,7 +294,7 @@ HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   }
   plot_->yAxis->setRangeReversed(true);  // row 0 (the first token) at the top
 
-  map_ = new QCPColorMap(plot_->xAxis, plot_->yAxis);
+  map_ = new CellsPlottable(plot_->xAxis, plot_->yAxis);
   map_->setInterpolate(false);
   map_->setTightBoundary(false);
   map_->setGradient(gradientFor(color_map_));
@@ -146,26 +337,19 @@ HeatmapView::~HeatmapView() = default;
 void HeatmapView::clear() { setMatrix(0, 0, {}); }
 
 void HeatmapView::setMatrix(int rows, int cols, std::vector<float> values) {
-  rows_ = std::max(0, rows);
-  cols_ = std::max(0, cols);
-  values_ = std::move(values);
-  values_.resize(static_cast<size_t>(rows_) * static_cast<size_t>(cols_), 0.0f);
-  // QCustomPlot centres cells on the data range's ends, so a single row or column would have no
-  // extent: store it twice over [-0.25, 0.25], which draws as one cell over [-0.5, 0.5].
-  const int key_size = cols_ == 1 ? 2 : std::max(1, cols_);
-  const int value_size = rows_ == 1 ? 2 : std::max(1, rows_);
-  const QCPRange key_range = cols_ == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, std::max(1, cols_ - 1));
-  const QCPRange value_range = rows_ == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, std::max(1, rows_ - 1));
-  auto* data = new QCPColorMapData(key_size, value_size, key_range, value_range);
-  if (rows_ == 0 || cols_ == 0) {
-    data->fill(std::numeric_limits<double>::quiet_NaN());
-  } else {
-    for (int r = 0; r < value_size; ++r) {
-      const float* row = values_.data() + static_cast<size_t>(std::min(r, rows_ - 1)) * cols_;
-      for (int c = 0; c < key_size; ++c) data->setCell(c, r, row[std::min(c, cols_ - 1)]);
-    }
-  }
-  map_->setData(data, false);  // takes ownership
+  setCells(prepareCells(rows, cols, std::move(values), color_map_, range_mode_, fixed_lo_, fixed_hi_));
+}
+
+void HeatmapView::setCells(std::shared_ptr<const HeatmapCells> cells) {
+  if (!cells) cells = prepareCells(0, 0, std::vector<float>{}, color_map_, range_mode_, fixed_lo_, fixed_hi_);
+  if (cells->color_map != color_map_ || cells->range_mode != range_mode_ || cells->fixed_lo != fixed_lo_ ||
+      cells->fixed_hi != fixed_hi_)
+    cells = prepareCells(cells->rows, cells->cols, cells->row, color_map_, range_mode_, fixed_lo_, fixed_hi_);
+  cells_ = std::move(cells);
+  rows_ = cells_->rows;
+  cols_ = cells_->cols;
+  map_->setCells(cells_);
+  map_->setDataRange(QCPRange(cells_->lo, cells_->hi));  // the colour scale's axis
   // An empty view is blank, not one big masked cell.
   const bool empty = rows_ == 0 || cols_ == 0;
   plot_->axisRect()->setBackground(empty ? QBrush(Qt::white) : maskedBrush());
@@ -179,7 +363,6 @@ void HeatmapView::setMatrix(int rows, int cols, std::vector<float> values) {
   if (highlighted_row_ >= rows_) highlighted_row_ = -1;
   if (hover_row_ >= rows_) hover_row_ = -1;
   if (cell_row_ >= rows_ || cell_col_ >= cols_) cell_row_ = cell_col_ = -1;
-  updateRange();
   updateTicks();
   updateOverlays();
   scheduleReplot();
@@ -187,37 +370,33 @@ void HeatmapView::setMatrix(int rows, int cols, std::vector<float> values) {
 
 double HeatmapView::plottedValue(int row, int col) const {
   if (row < 0 || col < 0 || row >= rows_ || col >= cols_) return std::numeric_limits<double>::quiet_NaN();
-  return map_->data()->cell(col, row);
+  return cells_->value(row, col);
+}
+
+QRgb HeatmapView::plottedColor(int row, int col) const {
+  if (row < 0 || col < 0 || row >= rows_ || col >= cols_) return 0;
+  const int fx = cells_->image.width() / cols_, fy = cells_->image.height() / rows_;
+  return cells_->image.pixel(col * fx, row * fy);
 }
 
 void HeatmapView::setColorMap(ColorMap map) {
   color_map_ = map;
-  map_->setGradient(gradientFor(map));
-  scheduleReplot();
+  map_->setGradient(gradientFor(map));  // the colour scale's bar
+  recolor();
 }
 
 void HeatmapView::setRangeMode(RangeMode mode, double lo, double hi) {
   range_mode_ = mode;
   fixed_lo_ = lo;
   fixed_hi_ = hi;
-  updateRange();
-  scheduleReplot();
+  recolor();
 }
 
 double HeatmapView::rangeLower() const { return map_->dataRange().lower; }
 double HeatmapView::rangeUpper() const { return map_->dataRange().upper; }
 
-void HeatmapView::updateRange() {
-  double lo = fixed_lo_, hi = fixed_hi_;
-  if (range_mode_ != RangeMode::Fixed) {
-    double peak = 0.0;
-    for (float v : values_)
-      if (std::isfinite(v)) peak = std::max(peak, static_cast<double>(std::fabs(v)));
-    if (peak <= 0.0) peak = 1.0;
-    lo = range_mode_ == RangeMode::Symmetric ? -peak : 0.0;
-    hi = peak;
-  }
-  map_->setDataRange(QCPRange(lo, hi));
+void HeatmapView::recolor() {
+  if (cells_) setCells(cells_);  // recoloured only if the colours changed
 }
 
 void HeatmapView::setColorScaleTitle(const QString& title) {
@@ -384,7 +563,7 @@ void HeatmapView::drawCellTexts(QCPPainter* painter) const {
     for (int c = 0; c < cols_; ++c) {
       const QString& text = cell_texts_[r * cols_ + c];
       if (text.isEmpty()) continue;
-      const float v = values_[static_cast<size_t>(r) * cols_ + c];
+      const float v = cells_->value(r, c);
       // Dark cells get white text (the masked hatch is light).
       bool dark = false;
       if (std::isfinite(v)) {
@@ -462,7 +641,7 @@ void HeatmapView::onMouseMove(QMouseEvent* event) {
   if (row < 0) {
     QToolTip::hideText();
   } else {
-    const float v = values_[static_cast<size_t>(row) * cols_ + col];
+    const float v = cells_->value(row, col);
     const QString text = tooltip_ ? tooltip_(row, col, v)
                                   : QStringLiteral("row %1, column %2: %3").arg(row).arg(col).arg(formatNumber(v));
     QToolTip::showText(event->globalPosition().toPoint(), text, plot_);

@@ -6,18 +6,20 @@
 // is "masked" (e.g. attention to a later position) and drawn as a grey hatch, not as a colour.
 #pragma once
 
+#include <QImage>
 #include <QPointer>
 #include <QStringList>
 #include <QWidget>
 
 #include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "ui/base/figure.h"
 #include "ui/style/colormap.h"
 
 class QCustomPlot;
-class QCPColorMap;
 class QCPColorScale;
 class QCPItemRect;
 class QCPLayerable;
@@ -27,6 +29,14 @@ class QMenu;
 class QMouseEvent;
 
 namespace hs::ui {
+
+class CellsPlottable;
+
+// Row `row` of a matrix: its first cells, NaN for a masked one. A row shorter than the matrix is
+// masked after its end (a causal attention row ends at its query).
+using HeatmapRow = std::function<std::span<const float>(int row)>;
+
+struct HeatmapCells;
 
 class HeatmapView : public QWidget, public FigureSource {
   Q_OBJECT
@@ -39,15 +49,25 @@ class HeatmapView : public QWidget, public FigureSource {
   explicit HeatmapView(QWidget* parent = nullptr);
   ~HeatmapView() override;
 
-  // Row-major [rows, cols]; NaN marks a masked cell.
+  // Colours a matrix of `rows` rows read through `row` (it must stay valid as long as the
+  // cells), or a row-major [rows, cols] one, for drawing. Thread-safe.
+  static std::shared_ptr<const HeatmapCells> prepareCells(int rows, int cols, HeatmapRow row, ColorMap map,
+                                                          RangeMode mode, double lo = 0.0, double hi = 1.0);
+  static std::shared_ptr<const HeatmapCells> prepareCells(int rows, int cols, std::vector<float> values, ColorMap map,
+                                                          RangeMode mode, double lo = 0.0, double hi = 1.0);
+
+  // Row-major [rows, cols]; NaN marks a masked cell. Coloured here, on the calling thread.
   void setMatrix(int rows, int cols, std::vector<float> values);
+  // Cells prepared elsewhere; recoloured here only if their colours differ from this view's.
+  void setCells(std::shared_ptr<const HeatmapCells> cells);
   void clear();
   int rowCount() const { return rows_; }
   int columnCount() const { return cols_; }
-  // The value of a cell as handed to the plot (reads the plot's own data, for tests).
+  // The value of a cell as handed to the plot, and the colour the plot draws it in (for tests).
   double plottedValue(int row, int col) const;
-  // The matrix as given.
-  const std::vector<float>& values() const { return values_; }
+  QRgb plottedColor(int row, int col) const;
+  // The matrix as given and coloured for drawing.
+  const std::shared_ptr<const HeatmapCells>& cells() const { return cells_; }
 
   void setColorMap(ColorMap map);
   void setRangeMode(RangeMode mode, double lo = 0.0, double hi = 1.0);
@@ -118,14 +138,14 @@ class HeatmapView : public QWidget, public FigureSource {
   void onMouseMove(QMouseEvent* event);
   void onMousePress(QMouseEvent* event);
   void showContextMenu(const QPoint& pos);
-  void updateRange();
+  void recolor();
   void updateTicks();
   void updateOverlays();
   void scheduleReplot();
   void drawCellTexts(QCPPainter* painter) const;
 
   QCustomPlot* plot_ = nullptr;
-  QCPColorMap* map_ = nullptr;
+  CellsPlottable* map_ = nullptr;
   QCPColorScale* scale_ = nullptr;
   QCPTextElement* title_ = nullptr;
   QCPItemRect* row_highlight_ = nullptr;
@@ -139,7 +159,7 @@ class HeatmapView : public QWidget, public FigureSource {
 
   bool color_scale_wanted_ = true;
   int rows_ = 0, cols_ = 0;
-  std::vector<float> values_;
+  std::shared_ptr<const HeatmapCells> cells_;
   ColorMap color_map_ = ColorMap::Sequential;
   RangeMode range_mode_ = RangeMode::Fixed;
   double fixed_lo_ = 0.0, fixed_hi_ = 1.0;
@@ -155,6 +175,24 @@ class HeatmapView : public QWidget, public FigureSource {
   std::function<QString(int, int, float)> tooltip_;
   FigureText figure_text_;
   QString file_stem_ = QStringLiteral("heatmap");
+};
+
+// A heatmap's cells, coloured and ready to draw: HeatmapView::prepareCells builds them on any
+// thread (a worker builds a long prompt's attention pattern while the GUI thread stays free), and
+// drawing them is one image blit.
+struct HeatmapCells {
+  int rows = 0, cols = 0;
+  HeatmapRow row;  // reads the values where they are kept (a matrix, or the activation cache)
+  // How it was coloured: what was asked for, and the colour range that gave.
+  ColorMap color_map = ColorMap::Sequential;
+  HeatmapView::RangeMode range_mode = HeatmapView::RangeMode::Fixed;
+  double fixed_lo = 0.0, fixed_hi = 1.0;
+  double lo = 0.0, hi = 1.0;
+  // Row 0 in the first scanline; a masked cell is transparent. A small map has several pixels per
+  // cell (an integer factor), as QCustomPlot's own colour map does: Qt stretches tiny images unevenly.
+  QImage image;
+
+  float value(int r, int c) const;  // NaN when masked
 };
 
 }  // namespace hs::ui
