@@ -3,6 +3,8 @@
 #include <QCommandLineParser>
 #include <QDir>
 
+#include <omp.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -179,6 +181,9 @@ int main(int argc, char** argv) {
   options.head = head_index;
   options.ablations = ablations;
   options.patching = patching;
+  // The window runs the model on its own thread; the GUI thread must never start an OpenMP team
+  // (an Eigen product in a view would), which would slow every run (hs::release_thread_team).
+  omp_set_num_threads(1);
   hs::ui::MainWindow window(options);
   window.show();
 

@@ -57,6 +57,7 @@
 #include "core/analysis/head_scores.h"
 #include "core/analysis/view_data.h"
 #include "core/model/model.h"
+#include "core/model/thread_scope.h"
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/results.h"
@@ -625,6 +626,9 @@ int main(int argc, char** argv) {
     document_tokens = static_cast<int>(probe->encode(document, true).size());
   }
   probe.reset();
+  // Loading it here ran an OpenMP team on this thread; release it, as the window's loads do, so
+  // the window's runs find the process as the app has it (hs::release_thread_team).
+  hs::release_thread_team();
 
   TimedApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("HeadScopeBench"));

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/model/model.h"
+#include "core/model/thread_scope.h"
 #include "core/analysis/view_data.h"
 #include "ui/base/deliver.h"
 #include "ui/controller/grid_images.h"
@@ -86,6 +87,7 @@ AnalysisController::AnalysisController(QObject* parent) : QObject(parent) {
   latest_run_ = std::make_shared<std::atomic<quint64>>(0);
   latest_load_ = std::make_shared<std::atomic<quint64>>(0);
   load_pool_.setMaxThreadCount(1);
+  run_pool_.setMaxThreadCount(1);
   clock_.start();
 }
 
@@ -99,6 +101,7 @@ AnalysisController::~AnalysisController() {
   for (const auto& slot : slots_) slot->latest->store(kGone);
   for (QFuture<void>& f : in_flight_) f.waitForFinished();
   load_pool_.waitForDone();
+  run_pool_.waitForDone();
 }
 
 void AnalysisController::track(QFuture<void> future) {
@@ -202,7 +205,9 @@ void AnalysisController::loadModel(const QString& dir) {
   };
   const std::string path = dir.toStdString();
   auto loaded = QtConcurrent::run(&load_pool_, [path, progress] {
-    return capture<const hs::Model>([&] { return hs::Model::load(path, progress); });
+    auto out = capture<const hs::Model>([&] { return hs::Model::load(path, progress); });
+    hs::release_thread_team();  // the load's team: only the run thread keeps one
+    return out;
   });
   track(QFuture<void>(loaded));
   deliverLater(loaded, this, [this, job, dir](Outcome<const hs::Model> out) {
@@ -251,7 +256,7 @@ void AnalysisController::requestRun(const QString& text) {
   for (const auto& slot : slots_)
     if (slot->spec.with_every_run && (slot->shown || isCheap(slot->spec.id)))
       ahead->push_back({slot->spec, slot->wanted, slot->wanted_pos_is_last, nullptr});
-  auto ran = QtConcurrent::run([model = model_, text, job, latest, previous, previous_plain, previous_result,
+  auto ran = QtConcurrent::run(&run_pool_, [model = model_, text, job, latest, previous, previous_plain, previous_result,
                                 ablations = ablations_, ahead] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
       if (latest->load() != job) return nullptr;  // superseded before it started
@@ -322,7 +327,7 @@ void AnalysisController::request(const QString& id, const AnalysisKey& key) {
   };
   context.cancelled = [job, latest = slot->latest] { return latest->load() != job; };
   auto computed = QtConcurrent::run([spec = slot->spec, run = run_, key, job, latest = slot->latest, context] {
-    return capture<const ViewResult>([&]() -> std::shared_ptr<const ViewResult> {
+    auto out = capture<const ViewResult>([&]() -> std::shared_ptr<const ViewResult> {
       if (latest->load() != job) return nullptr;
       useOneThread();
       try {
@@ -331,6 +336,8 @@ void AnalysisController::request(const QString& id, const AnalysisKey& key) {
         return nullptr;  // asked for: nothing to report
       }
     });
+    hs::release_thread_team();  // a long analysis (patching) may have used both cores
+    return out;
   });
   track(QFuture<void>(computed));
   deliverLater(computed, this, [this, id, job, on_demand = slot->spec.on_demand](Outcome<const ViewResult> out) {

@@ -138,8 +138,10 @@ class AnalysisController : public QObject {
   // The newest run's job number, shared with the workers so a superseded run skips its work.
   std::shared_ptr<std::atomic<quint64>> latest_run_;
   QElapsedTimer clock_;
-  // Loads get their own thread so a large model's load never queues runs behind it.
+  // Loads get their own thread so a large model's load never queues runs behind it. Runs all
+  // happen on one thread, the only one that keeps an OpenMP team (hs::release_thread_team).
   QThreadPool load_pool_;
+  QThreadPool run_pool_;
   // Every worker started and not yet known to be finished. No worker outlives the controller: the
   // workers post to it, and a thread still running at exit races the program's teardown.
   std::vector<QFuture<void>> in_flight_;

@@ -8,6 +8,7 @@
 
 #include <exception>
 
+#include "core/model/thread_scope.h"
 #include "ui/base/deliver.h"
 #include "ui/base/figure.h"
 #include "ui/controller/analysis_controller.h"
@@ -81,11 +82,14 @@ void ExportAllJob::step() {
     // The view's analysis for this figure first, on a worker; this step runs again when it lands.
     waiting_ = true;
     auto computed = QtConcurrent::run([spec = view.descriptor->analysis, run = run_, key = *s.figure.analysis] {
+      std::shared_ptr<const ViewResult> result;
       try {
-        return AnalysisController::computeAnalysis(spec, run, key);
+        result = AnalysisController::computeAnalysis(spec, run, key);
       } catch (const std::exception&) {
-        return std::shared_ptr<const ViewResult>();  // QFuture carries no exceptions; reported below
+        // QFuture carries no exceptions; reported below
       }
+      hs::release_thread_team();  // only the window's run thread keeps an OpenMP team
+      return result;
     });
     deliverLater(computed, this, [this, &view, key = *s.figure.analysis](std::shared_ptr<const ViewResult> result) {
       waiting_ = false;

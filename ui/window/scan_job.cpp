@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/model/model.h"
+#include "core/model/thread_scope.h"
 #include "ui/base/deliver.h"
 
 namespace hs::ui {
@@ -43,6 +44,7 @@ void ScanJob::start() {
     } catch (const std::exception& e) {
       out.message = QString::fromStdString(e.what());
     }
+    hs::release_thread_team();  // the scan used both cores; the window's runs keep the only team
     return out;
   });
   deliverLater(future_, this, [this](const Outcome& o) {
