@@ -154,11 +154,12 @@ float HeatmapCells::value(int r, int c) const {
 
 // The cells as one image, drawn over [-0.5, cols - 0.5] x [-0.5, rows - 0.5]. A QCPColorMap for
 // the colour scale's sake (range and gradient), drawing HeatmapCells instead of its own data: no
-// cell-by-cell copy and no colouring on the GUI thread. At the plot's own scale the image is
-// drawn from a copy stretched once to the cells' pixel size, so a replot (the hover outline
-// moving) is a blit.
+// cell-by-cell copy and no colouring on the GUI thread.
 class CellsPlottable : public QCPColorMap {
  public:
+  // From this many image pixels on, an image is large: kept stretched, and on a recycled buffer.
+  static constexpr int64_t kKeepStretchedFrom = 256 * 256;
+
   CellsPlottable(QCPAxis* key, QCPAxis* value) : QCPColorMap(key, value) {}
 
   void setCells(std::shared_ptr<const HeatmapCells> cells) {
@@ -178,7 +179,11 @@ class CellsPlottable : public QCPColorMap {
     // Cell edges fall on whole pixels at the plot's own scale (the axis ends are the axis rect's).
     const QRect rounded(QPoint(qRound(target.left()), qRound(target.top())),
                         QSize(qRound(target.width()), qRound(target.height())));
-    if (painter->transform().isIdentity() && !rounded.isEmpty()) {
+    // A large image is stretched once and kept, so that a replot for the hover outline is a blit;
+    // a small one is cheap to stretch as it is drawn, and keeping a window-sized copy of it would
+    // cost fresh memory at every resize.
+    const bool keep_stretched = static_cast<int64_t>(cells_->image.width()) * cells_->image.height() >= kKeepStretchedFrom;
+    if (keep_stretched && painter->transform().isIdentity() && !rounded.isEmpty()) {
       if (stretched_for_ != cells_ || stretched_.size() != rounded.size() || stretched_mirror_ != std::pair(mirror_x, mirror_y)) {
         if (stretched_.size() != rounded.size()) stretched_ = QImage(rounded.size(), QImage::Format_ARGB32_Premultiplied);
         stretchInto(cells_->image, stretched_, mirror_x, mirror_y);
@@ -244,7 +249,12 @@ std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols
   std::vector<QRgb> lut(static_cast<size_t>(levels));
   gradient.colorize(centres.data(), range, lut.data(), levels);
   const double to_level = span > 0.0 ? (levels - 1) / span : 0.0;
-  QImage image = ImageBuffers::instance().take(QSize(cells->cols, cells->rows));
+  // Only large images (a long prompt's pattern, several MB) are worth a recycled buffer; small ones
+  // come from the heap's own free memory like any other.
+  const QSize size(cells->cols, cells->rows);
+  QImage image = static_cast<int64_t>(size.width()) * size.height() >= CellsPlottable::kKeepStretchedFrom
+                     ? ImageBuffers::instance().take(size)
+                     : QImage(size, QImage::Format_ARGB32_Premultiplied);
   for (int r = 0; r < cells->rows; ++r) {
     const std::span<const float> in = cells->row(r);
     const int given = static_cast<int>(std::min<size_t>(in.size(), static_cast<size_t>(cells->cols)));
