@@ -20,8 +20,8 @@ class ThreadScope {
 
 // libgomp keeps the helper threads of every thread that ever ran a team of two or more, and once
 // those outnumber the cores it stops letting helpers spin between parallel regions: each region
-// then wakes its helpers from sleep, and on a 2-core machine a forward pass runs at half speed
-// (the helper is woken onto its master's core). So one thread runs the multi-threaded work (the
+// then wakes its helpers from sleep, often onto its master's core, and a forward pass slows down
+// badly (docs/benchmarks.md, session 9). So one thread runs the multi-threaded work (the
 // app's run thread); any other thread that had to use a team (a load, a scan, a long analysis)
 // hands its helpers back when done. Cheap, and a no-op for a thread that never had a team.
 inline void release_thread_team() { omp_pause_resource_all(omp_pause_soft); }
