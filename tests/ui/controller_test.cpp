@@ -26,8 +26,8 @@ using hs::ui::test::waitFor;
 
 namespace {
 
-// Occupies every worker thread until released, so requests made meanwhile queue up behind it:
-// the controller must then deliver only the newest of them.
+// Occupies every thread of the shared pool, where analyses run, until released, so requests made
+// meanwhile queue up behind it: the controller must then deliver only the newest of them.
 class BusyPool {
  public:
   BusyPool() {
@@ -72,14 +72,25 @@ std::shared_ptr<const LayerResult> computeLayer(std::shared_ptr<const RunResult>
 }  // namespace
 
 TEST_CASE("Only the latest run request is delivered", "[controller]") {
+  // Runs have a thread of their own: the first run holds it in an analysis computed with it, so
+  // the next two requests queue up behind it.
+  auto gate = std::make_shared<QSemaphore>(0);
+  auto held = std::make_shared<std::atomic<bool>>(false);
+  AnalysisSpec hold;
+  hold.id = QStringLiteral("hold");
+  hold.compute = [gate, held](const RunResult&, const AnalysisKey&) {
+    if (!held->exchange(true)) gate->acquire();  // the first run only
+    return std::make_shared<ViewResult>();
+  };
   AnalysisController c;
+  c.addAnalysis(hold);
   c.setModel(test::fixtureModel());
   QSignalSpy ready(&c, &AnalysisController::runReady);
-  BusyPool busy;
   c.requestRun(QStringLiteral("The"));
+  REQUIRE(waitFor([&] { return held->load(); }));
   c.requestRun(QStringLiteral("The cat"));
   c.requestRun(QStringLiteral("The cat sat"));
-  busy.release();
+  gate->release();
   REQUIRE(waitFor([&] { return !c.isRunning() && ready.count() >= 1; }));
   waitFor([] { return false; }, 200);  // anything stale would have arrived by now
   REQUIRE(ready.count() == 1);

@@ -100,8 +100,6 @@ AnalysisController::~AnalysisController() {
   latest_load_->store(kGone);
   for (const auto& slot : slots_) slot->latest->store(kGone);
   for (QFuture<void>& f : in_flight_) f.waitForFinished();
-  load_pool_.waitForDone();
-  run_pool_.waitForDone();
 }
 
 void AnalysisController::track(QFuture<void> future) {

@@ -229,9 +229,11 @@ std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols
   cells->hi = hi;
   if (mode != RangeMode::Fixed) {
     double peak = 0.0;
-    for (int r = 0; r < cells->rows; ++r)
-      for (float v : cells->row(r).first(std::min<size_t>(cells->row(r).size(), static_cast<size_t>(cells->cols))))
+    for (int r = 0; r < cells->rows; ++r) {
+      const std::span<const float> in = cells->row(r);
+      for (float v : in.first(std::min<size_t>(in.size(), static_cast<size_t>(cells->cols))))
         if (std::isfinite(v)) peak = std::max(peak, static_cast<double>(std::fabs(v)));
+    }
     if (peak <= 0.0) peak = 1.0;
     cells->lo = mode == RangeMode::Symmetric ? -peak : 0.0;
     cells->hi = peak;
