@@ -40,6 +40,7 @@
 #endif
 
 #include <omp.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,6 +90,12 @@ double threadCpuMs() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+long threadMinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
 }
 
 // The GUI thread's heartbeat: the longest gap between ticks of a 1 ms timer. On a loaded machine
@@ -160,6 +167,7 @@ class TimedApplication : public QApplication {
   struct Dispatch {
     double ms = 0;
     double cpu_ms = 0;
+    long faults = 0;  // the GUI thread's minor page faults within the dispatch
     std::string what;
     std::string inner;  // the longest nested dispatch
     double inner_ms = 0;
@@ -170,6 +178,7 @@ class TimedApplication : public QApplication {
     Frame frame;
     frame.t0 = clock_.nsecsElapsed();
     frame.cpu0 = threadCpuMs();
+    frame.faults0 = threadMinorFaults();
     // Who and what, noted before the dispatch (it may delete the receiver); turned into text only
     // for the few that are kept, so the timing adds little to what it times.
     const Target target{receiver ? receiver->metaObject()->className() : "null",
@@ -187,7 +196,7 @@ class TimedApplication : public QApplication {
     } else if (ms >= 1.0) {
       const std::string what = describe(target);
       ++counts_[what];
-      Dispatch d{ms, threadCpuMs() - frame.cpu0, what, frame.inner_ms > 0 ? describe(frame.inner) : std::string(),
+      Dispatch d{ms, threadCpuMs() - frame.cpu0, threadMinorFaults() - frame.faults0, what, frame.inner_ms > 0 ? describe(frame.inner) : std::string(),
                  frame.inner_ms};
       slowest_.push_back(std::move(d));
       std::sort(slowest_.begin(), slowest_.end(), [](const Dispatch& a, const Dispatch& b) { return a.ms > b.ms; });
@@ -218,6 +227,7 @@ class TimedApplication : public QApplication {
   struct Frame {
     qint64 t0 = 0;
     double cpu0 = 0;
+    long faults0 = 0;
     Target inner;
     double inner_ms = 0;
   };
@@ -311,7 +321,8 @@ std::string jdispatches(const std::vector<TimedApplication::Dispatch>& v) {
   std::string s = "[";
   char buf[64];
   for (size_t i = 0; i < v.size(); ++i) {
-    std::snprintf(buf, sizeof buf, "%s{\"ms\": %.2f, \"cpu_ms\": %.2f, ", i ? ", " : "", v[i].ms, v[i].cpu_ms);
+    std::snprintf(buf, sizeof buf, "%s{\"ms\": %.2f, \"cpu_ms\": %.2f, \"faults\": %ld, ", i ? ", " : "", v[i].ms,
+                  v[i].cpu_ms, v[i].faults);
     s += buf;
     s += "\"what\": " + jstr(v[i].what) + ", \"inner\": " + jstr(v[i].inner);
     std::snprintf(buf, sizeof buf, ", \"inner_ms\": %.2f}", v[i].inner_ms);
