@@ -35,6 +35,7 @@
 #include "core/model/architecture_text.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
+#include "ui/base/warm_heap.h"
 #include "ui/controller/ablations.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
@@ -79,6 +80,7 @@ QString tokenTooltip(const RunResult& run, int pos) {
 
 MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
     : QMainWindow(parent), restore_settings_(options.restore_settings) {
+  warmGuiHeap(this);
   setObjectName(QStringLiteral("mainWindow"));
   setWindowTitle(QStringLiteral("HeadScope"));
   setAcceptDrops(true);
