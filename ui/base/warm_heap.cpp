@@ -18,18 +18,26 @@ void warmGuiHeap(QObject* owner, std::size_t bytes) {
   // heap; freed together, neighbours merge into chunks that its trim threshold keeps resident.
   constexpr std::size_t kBlock = std::size_t{1} << 20;
   constexpr unsigned char kPattern = 0xA5;  // not zero: see the header
-  auto blocks = std::make_shared<std::vector<void*>>();
+  // The blocks are freed together when all are written, or when the owner goes first.
+  struct Blocks {
+    std::vector<void*> held;
+    void release() {
+      for (void* b : held) std::free(b);
+      held.clear();
+    }
+    ~Blocks() { release(); }
+  };
+  auto blocks = std::make_shared<Blocks>();
   auto* timer = new QTimer(owner);
   timer->setInterval(4);
   QObject::connect(timer, &QTimer::timeout, timer, [timer, blocks, bytes] {
-    void* p = blocks->size() * kBlock < bytes ? std::malloc(kBlock) : nullptr;
+    void* p = blocks->held.size() * kBlock < bytes ? std::malloc(kBlock) : nullptr;
     if (p) {
       std::memset(p, kPattern, kBlock);
-      blocks->push_back(p);
+      blocks->held.push_back(p);
       return;
     }
-    for (void* b : *blocks) std::free(b);
-    blocks->clear();
+    blocks->release();
     timer->stop();
     timer->deleteLater();
   });
