@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <span>
+#include <vector>
 #include <utility>
 #include <vector>
 
@@ -332,25 +333,53 @@ PackedMatrix PackedMatrix::from_rows(PanelType type, const void* W, int64_t K, i
 }
 
 PackedMatrix PackedMatrix::from_transposed_rows(PanelType type, int64_t N, int64_t K,
-                                                const std::function<const void*(int64_t j)>& row) {
+                                                const std::function<const void*(int64_t j)>& row,
+                                                const CopySource& copy) {
   PackedMatrix m = allocate(type, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
   uint16_t* base = reinterpret_cast<uint16_t*>(m.data_.get());
+  const size_t row_bytes = static_cast<size_t>(K) * sizeof(uint16_t);
+  // Panels go in blocks whose source rows (about 256 KiB) are fetched together and stay in L2
+  // while they are counted and transposed.
+  const int64_t block_panels = std::max<int64_t>(1, (int64_t{256} << 10) / static_cast<int64_t>(row_bytes * kLanes));
+  const int64_t blocks = (panels + block_panels - 1) / block_panels;
   // A block of kKAtOnce k-steps of a panel stays in L1 while its source rows fill it: a
   // panel of a long K (the MLP's output, K = d_mlp) is larger than L1.
   constexpr int64_t kKAtOnce = 64;
-#pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
-  for (int64_t p = 0; p < panels; ++p) {
-    uint16_t* dst = base + p * K * kLanes;
-    const unsigned char* src[kLanes];
-    for (int l = 0; l < kLanes; ++l)
-      src[l] = p * kLanes + l < N ? static_cast<const unsigned char*>(row(p * kLanes + l)) : nullptr;
-    for (int64_t k0 = gather_transposed(src, K, sizeof(uint16_t), dst); k0 < K; k0 += kKAtOnce) {
-      const int64_t k1 = std::min(K, k0 + kKAtOnce);
-      for (int l = 0; l < kLanes; ++l)
-        for (int64_t k = k0; k < k1; ++k) dst[k * kLanes + l] = src[l] ? read16(src[l] + 2 * k) : uint16_t{0};
+  int64_t bad = 0;
+#pragma omp parallel reduction(+ : bad) if (K * N >= (int64_t{1} << 20))
+  {
+    std::vector<const unsigned char*> rows;
+    std::vector<unsigned char> stage;
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t p0 = b * block_panels, p1 = std::min(panels, p0 + block_panels);
+      const int64_t j0 = p0 * kLanes, j1 = std::min(N, p1 * kLanes);
+      rows.resize(static_cast<size_t>(j1 - j0));
+      for (int64_t j = j0; j < j1; ++j) rows[static_cast<size_t>(j - j0)] = static_cast<const unsigned char*>(row(j));
+      if (copy) {  // runs of rows that lie one after another in the source, one copy each
+        stage.resize(rows.size() * row_bytes);
+        for (size_t a = 0, e = 0; a < rows.size(); a = e) {
+          for (e = a + 1; e < rows.size() && rows[e] == rows[e - 1] + row_bytes;) ++e;
+          unsigned char* dst = stage.data() + a * row_bytes;
+          if (!copy(rows[a], (e - a) * row_bytes, dst)) continue;
+          for (size_t i = a; i < e; ++i) rows[i] = dst + (i - a) * row_bytes;
+        }
+      }
+      for (const unsigned char* r : rows) bad += count_non_finite16(r, K, type);
+      for (int64_t p = p0; p < p1; ++p) {
+        uint16_t* dst = base + p * K * kLanes;
+        const unsigned char* src[kLanes];
+        for (int l = 0; l < kLanes; ++l) src[l] = p * kLanes + l < N ? rows[static_cast<size_t>(p * kLanes + l - j0)] : nullptr;
+        for (int64_t k0 = gather_transposed(src, K, sizeof(uint16_t), dst); k0 < K; k0 += kKAtOnce) {
+          const int64_t k1 = std::min(K, k0 + kKAtOnce);
+          for (int l = 0; l < kLanes; ++l)
+            for (int64_t k = k0; k < k1; ++k) dst[k * kLanes + l] = src[l] ? read16(src[l] + 2 * k) : uint16_t{0};
+        }
+      }
     }
   }
+  m.non_finite_ = bad;
   return m;
 }
 
@@ -371,7 +400,26 @@ void PackedMatrix::unpack_rows(float* W) const {
   }
 }
 
+int64_t count_non_finite16(const void* p, int64_t n, PanelType type) {
+  // Four values per 64-bit word: a lane is bad when its exponent bits XOR the all-ones exponent
+  // are zero, found with the exact zero-lane test (no carries between lanes).
+  const uint16_t exponent = type == PanelType::BF16 ? 0x7f80 : 0x7c00;
+  const uint64_t e4 = exponent * 0x0001000100010001ull, low = 0x7fff7fff7fff7fffull;
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static) if (n >= (int64_t{1} << 22))
+  for (int64_t i = 0; i < n / 4; ++i) {
+    uint64_t w;
+    std::memcpy(&w, bytes + 8 * i, sizeof w);
+    const uint64_t y = (w & e4) ^ e4;  // lane zero: all exponent bits set
+    bad += std::popcount(~(((y & low) + low) | y) & ~low);
+  }
+  for (int64_t i = n / 4 * 4; i < n; ++i) bad += (read16(bytes + 2 * i) & exponent) == exponent;
+  return bad;
+}
+
 int64_t PackedMatrix::count_non_finite() const {
+  if (non_finite_ >= 0) return non_finite_;
   const int64_t n = (N_ + kLanes - 1) / kLanes * K_ * kLanes;  // the padding columns are zeros
   int64_t bad = 0;
   if (type_ == PanelType::F32) {

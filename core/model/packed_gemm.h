@@ -46,8 +46,13 @@ class PackedMatrix {
   // W [K, N] with row stride ldw elements, and the transpose of an [N, K] matrix whose row j
   // starts at row(j) (so separate q, k and v rows can be packed as one matrix).
   static PackedMatrix from_rows(PanelType type, const void* W, int64_t K, int64_t N, int64_t ldw);
+  // `copy`, when given, fetches the source rows a block at a time: copy(src, bytes, dst) puts the
+  // bytes shown at src into dst and returns true, or returns false to have them read in place
+  // (SafetensorsFile::copy_mapped: a file's rows read through the file, not its mapping).
+  using CopySource = std::function<bool(const void* src, size_t bytes, void* dst)>;
   static PackedMatrix from_transposed_rows(PanelType type, int64_t N, int64_t K,
-                                           const std::function<const void*(int64_t j)>& row);
+                                           const std::function<const void*(int64_t j)>& row,
+                                           const CopySource& copy = {});
 
   int64_t rows() const { return K_; }  // K
   int64_t cols() const { return N_; }  // N
@@ -59,7 +64,8 @@ class PackedMatrix {
   void column(int64_t j, float* out) const;
   // The matrix back as float32 rows: W[k * cols() + j] for a matrix packed by from_rows.
   void unpack_rows(float* W) const;
-  // How many of its values are NaN or infinite (all exponent bits set, in its own type).
+  // How many of its values are NaN or infinite (all exponent bits set, in its own type). Counted
+  // while packing from 16-bit rows, where the values pass through cache anyway.
   int64_t count_non_finite() const;
   // Panel p: columns [p * panel_width(), ...), K rows of panel_width() elements of type(); columns
   // past N are 0.
@@ -74,8 +80,12 @@ class PackedMatrix {
   int64_t K_ = 0, N_ = 0;
   PanelType type_ = PanelType::F32;
   size_t bytes_ = 0;
+  int64_t non_finite_ = -1;  // known from packing, or -1
   std::unique_ptr<unsigned char[], Free> data_;
 };
+
+// How many of the n 16-bit values at p (any alignment) are NaN or infinite in `type` (BF16 or F16).
+int64_t count_non_finite16(const void* p, int64_t n, PanelType type);
 
 // out[i, j] = sum over k in [k0, k1) of x[i, k - k0] * W[k, j], then + bias[j] when bias is not
 // null; for i < M and j < W.cols(). Strides in floats (ldx >= k1 - k0, ldo >= W.cols()). A row

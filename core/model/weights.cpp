@@ -238,33 +238,13 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     }
     return bad;
   };
-  // Four 16-bit values per 64-bit word: a lane is bad when its exponent bits XOR the all-ones
-  // exponent are zero, found with the exact zero-lane test (no carries between lanes).
-  auto count_bad16 = [](const unsigned char* p, int64_t n, uint16_t exponent) {
-    const uint64_t e4 = exponent * 0x0001000100010001ull, low = 0x7fff7fff7fff7fffull;
-    int64_t bad = 0;
-#pragma omp parallel for reduction(+ : bad) schedule(static) if (n >= (int64_t{1} << 22))
-    for (int64_t i = 0; i < n / 4; ++i) {
-      uint64_t w;
-      std::memcpy(&w, p + 8 * i, sizeof w);
-      const uint64_t y = (w & e4) ^ e4;  // lane zero: all exponent bits set
-      bad += std::popcount(~(((y & low) + low) | y) & ~low);
-    }
-    for (int64_t i = n / 4 * 4; i < n; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, p + 2 * i, sizeof bits);
-      bad += (bits & exponent) == exponent;
-    }
-    return bad;
-  };
   // A tensor packed from the file in 16 bits is checked in its packed copy, just written and still
   // in cache, rather than by another pass over the file; only a packed copy with a bad value has
   // its tensors scanned in the file, for the count per tensor.
   auto warn_bad = [&](const Bound& t) {
     const Source& src = t.source;
     const int64_t n = numel(t.spec->shape);
-    const int64_t bad = src.is16() ? count_bad16(src.raw(), n, src.type == PanelType::BF16 ? 0x7f80u : 0x7c00u)
-                                   : count_bad(src.f32, n);
+    const int64_t bad = src.is16() ? count_non_finite16(src.raw(), n, src.type) : count_bad(src.f32, n);
     if (bad)
       w->warnings_.push_back(index_name + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
                              t.spec->name + "; activations computed from them are not meaningful.");
@@ -381,6 +361,12 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     m.rows = nullptr;
     if (src.info) src.file->release_resident(src.raw(), static_cast<size_t>(src.info->end - src.info->begin));
   };
+  // A 16-bit matrix's rows are fetched through its file, not its mapping (copy_mapped says why).
+  const PackedMatrix::CopySource through_file = [files = &w->files_](const void* p, size_t bytes, void* dst) {
+    for (const auto& f : *files)
+      if (f->copy_mapped(p, bytes, dst)) return true;
+    return false;
+  };
   // The [out, in] rows of a 16-bit tensor, for packing its transpose.
   auto rows16 = [](const Source& src, int64_t row_elements) {
     const unsigned char* data = src.raw();
@@ -404,14 +390,14 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       const Source& src = layer_sources[static_cast<size_t>(kLayerMatrices * l + which)];
       if (joined && joined_rows16[static_cast<size_t>(l)]) {
         *targets[which] = PackedMatrix::from_transposed_rows(joined_type16[static_cast<size_t>(l)], N, K,
-                                                             joined_rows16[static_cast<size_t>(l)]);
+                                                             joined_rows16[static_cast<size_t>(l)], through_file);
         if (targets[which]->count_non_finite() > 0) warn_layer16(l, TensorRole::QkvWeight);
         if (qkv_layout == QkvLayout::Separate)
           for (const Source& part : qkv_parts[static_cast<size_t>(l)]) release16(m, *targets[which], false, part);
         else
           release16(m, *targets[which], false, src);
       } else if (!joined && src.is16()) {
-        *targets[which] = out_in ? PackedMatrix::from_transposed_rows(src.type, N, K, rows16(src, K))
+        *targets[which] = out_in ? PackedMatrix::from_transposed_rows(src.type, N, K, rows16(src, K), through_file)
                                  : PackedMatrix::from_rows(src.type, src.raw(), K, N, N);
         if (targets[which]->count_non_finite() > 0) warn_layer16(l, roles[which]);
         release16(m, *targets[which], false, src);
@@ -425,7 +411,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   Matrix& unembed = w->tied_ ? *w->W_E_ : *w->W_U_;
   const Source& unembed_src = w->tied_ ? embed_source : unembed_source;
   if (unembed_src.is16()) {
-    w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed_src.type, V, D, rows16(unembed_src, D));
+    w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed_src.type, V, D, rows16(unembed_src, D), through_file);
     if (w->packed_unembed_.count_non_finite() > 0)
       for (const Bound& t : bound)
         if (packed_from_file(t) && (t.spec->role == TensorRole::Unembedding || (w->tied_ && t.spec->role == TensorRole::TokenEmbedding)))

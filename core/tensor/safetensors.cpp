@@ -75,8 +75,10 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
     }
     f->mapping_ = m;
     f->bytes_ = static_cast<const uint8_t*>(m);
+    f->fd_ = fd;
+  } else {
+    ::close(fd);
   }
-  ::close(fd);
   f->parse_header();
   return f;
 }
@@ -94,6 +96,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::from_bytes(std::span<con
 
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_) ::munmap(mapping_, size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void SafetensorsFile::parse_header() {
@@ -223,6 +226,29 @@ void SafetensorsFile::release_resident(const void* p, size_t bytes) const {
   if (lo < map_lo || hi > map_hi) return;
   const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;  // whole pages only
   if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+bool SafetensorsFile::copy_mapped(const void* p, size_t bytes, void* dst) const {
+  const auto lo = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(bytes_);
+  if (lo < base || lo - base > size_ || bytes > size_ - (lo - base)) return false;
+  if (fd_ < 0) {  // built from bytes: already in memory
+    std::memcpy(dst, p, bytes);
+    return true;
+  }
+  auto* out = static_cast<unsigned char*>(dst);
+  auto offset = static_cast<off_t>(lo - base);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd_, out, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(name_ + ": cannot read " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + ": " +
+                  (n < 0 ? sys_error() : std::string("the file is shorter than when it was opened")) +
+                  ". Check that the file was not changed or removed while it was being opened.");
+    out += n;
+    offset += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
 }
 
 std::vector<float> SafetensorsFile::to_f32(const TensorInfo& t) const {

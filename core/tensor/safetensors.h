@@ -62,6 +62,13 @@ class SafetensorsFile {
   // cache, or from disk if the kernel has evicted them. For weights that were copied into another
   // layout and are rarely read in place again. No effect for a file built from bytes.
   void release_resident(const void* p, size_t bytes) const;
+  // Copies the `bytes` bytes the mapping shows at [p, p + bytes) into dst, reading them through
+  // the file (pread) rather than the mapping: the kernel copies from the page cache through its
+  // own large-page view of memory, where touching the mapping first maps, and on a virtual machine
+  // walks, every 4 KiB page of it. For a large tensor that is read once to be repacked. Returns
+  // false, having copied nothing, when [p, p + bytes) is not inside this file's mapping; throws
+  // hs::Error when the read fails.
+  bool copy_mapped(const void* p, size_t bytes, void* dst) const;
 
  private:
   SafetensorsFile() = default;
@@ -72,6 +79,7 @@ class SafetensorsFile {
   uint64_t size_ = 0;
   uint64_t data_start_ = 0;
   void* mapping_ = nullptr;         // munmap target when memory-mapped
+  int fd_ = -1;                     // kept open with the mapping, for copy_mapped
   std::vector<uint8_t> owned_;      // when built from bytes
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> index_;

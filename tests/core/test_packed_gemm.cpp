@@ -5,6 +5,7 @@
 // 16-bit panels against their float32 conversion, bit for bit.
 #include <omp.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
@@ -251,3 +252,53 @@ TEST_CASE("a matrix packed from transposed rows holds each row, wherever the row
         CHECK(all_equal);
       }
 }
+
+TEST_CASE("rows fetched a block at a time pack as rows read in place, and their bad values are counted", "[packed_gemm]") {
+  // The loader fetches a 16-bit matrix's rows through its file (a copy per run of adjacent rows)
+  // and counts NaN and infinity while packing. Any mix of copied and in-place rows gives the same
+  // panels, and the count is that of the values.
+  std::mt19937 gen(29);
+  for (hs::PanelType type : {hs::PanelType::BF16, hs::PanelType::F16})
+    for (int64_t K : {3, 64, 900})
+      for (int64_t N : {5, 37, 1500}) {
+        INFO("type " << static_cast<int>(type) << " N " << N << " K " << K);
+        const int64_t split = N / 3 + 1;  // two parts, the second one row later (a joined QKV)
+        std::vector<uint16_t> h;
+        std::vector<float> f;
+        random_halves(type, static_cast<size_t>(N * K + K), gen, h, f);
+        const uint16_t inf = type == hs::PanelType::BF16 ? 0x7f80 : 0x7c00;
+        int64_t planted = 0;
+        for (size_t i = 3; i < h.size(); i += 997) {
+          h[i] = static_cast<uint16_t>(inf | (i % 2));  // infinity, or a NaN
+          planted += i < static_cast<size_t>(split * K) || i >= static_cast<size_t>((split + 1) * K);
+        }
+        auto row = [&](int64_t j) -> const void* { return h.data() + (j < split ? j : j + 1) * K; };
+        std::atomic<int> copies = 0, asked = 0;  // the packer's threads call them at once
+        const hs::PackedMatrix::CopySource all = [&](const void* src, size_t bytes, void* dst) {
+          ++copies;
+          std::memcpy(dst, src, bytes);
+          return true;
+        };
+        // Declines every other run: those rows are read in place.
+        const hs::PackedMatrix::CopySource some = [&](const void* src, size_t bytes, void* dst) {
+          if (asked++ % 2) return false;
+          std::memcpy(dst, src, bytes);
+          return true;
+        };
+        const hs::PackedMatrix in_place = hs::PackedMatrix::from_transposed_rows(type, N, K, row);
+        const hs::PackedMatrix copied = hs::PackedMatrix::from_transposed_rows(type, N, K, row, all);
+        const hs::PackedMatrix mixed = hs::PackedMatrix::from_transposed_rows(type, N, K, row, some);
+        CHECK(copies >= 2);  // the two parts are never one run
+        const int64_t lanes = hs::PackedMatrix::panel_width(), panels = (N + lanes - 1) / lanes;
+        CHECK(copies <= 2 * panels);  // at most two runs per block of panels
+        REQUIRE(in_place.bytes() == copied.bytes());
+        const size_t panels_bytes = static_cast<size_t>(panels * lanes * K) * 2;
+        CHECK(std::memcmp(in_place.panel(0), copied.panel(0), std::min(panels_bytes, in_place.bytes())) == 0);
+        CHECK(std::memcmp(in_place.panel(0), mixed.panel(0), std::min(panels_bytes, in_place.bytes())) == 0);
+        CHECK(in_place.count_non_finite() == planted);
+        CHECK(copied.count_non_finite() == planted);
+        CHECK(mixed.count_non_finite() == planted);
+        CHECK(hs::count_non_finite16(h.data(), static_cast<int64_t>(h.size()), type) >= planted);
+      }
+}
+
