@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/io/export.h"
 #include "core/model/architecture_text.h"
+#include "core/model/pack_cache.h"
 #include "core/session/session.h"
 
 namespace {
@@ -916,6 +917,12 @@ std::string one_line(std::string s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A model opened for the first time has its packed matrices written to the cache on disk in the
+  // background (core/model/pack_cache.h); a command that ends sooner waits for it, so that the
+  // next command opens the model from the cache.
+  struct WaitForPackCache {
+    ~WaitForPackCache() { hs::PackCache::wait_for_writes(); }
+  } wait_for_pack_cache;
   try {
     if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
       std::cout << kMainHelp;

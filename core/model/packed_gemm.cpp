@@ -252,30 +252,46 @@ int64_t gather_transposed(const unsigned char* const src[], int64_t K, size_t el
 
 int64_t PackedMatrix::panel_width() { return kLanes; }
 
-void PackedMatrix::Free::operator()(unsigned char* p) const { std::free(p); }
+size_t PackedMatrix::bytes_for(PanelType type, int64_t K, int64_t N) {
+  const int64_t panels = (N + kLanes - 1) / kLanes;
+  const size_t want = static_cast<size_t>(std::max<int64_t>(1, panels * K * kLanes)) * (type == PanelType::F32 ? 4 : 2);
+  return (want + 63) / 64 * 64;
+}
 
 PackedMatrix PackedMatrix::allocate(PanelType type, int64_t K, int64_t N) {
   PackedMatrix m;
   m.K_ = K;
   m.N_ = N;
   m.type_ = type;
-  const int64_t panels = (N + kLanes - 1) / kLanes;
-  const size_t want = static_cast<size_t>(std::max<int64_t>(1, panels * K * kLanes)) * m.element_bytes();
   // Huge pages for large matrices: far fewer TLB entries and page faults per stream. Only the
   // advice: rounding the allocation itself up to a huge page held more resident memory
   // (docs/benchmarks.md).
-  m.bytes_ = (want + 63) / 64 * 64;
+  m.bytes_ = bytes_for(type, K, N);
   void* p = std::aligned_alloc(64, m.bytes_);
   if (!p) throw std::bad_alloc();
   advise_huge_pages(p, m.bytes_);
-  m.data_.reset(static_cast<unsigned char*>(p));
+  m.data_ = static_cast<unsigned char*>(p);
+  m.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return m;
+}
+
+PackedMatrix PackedMatrix::view(PanelType type, int64_t K, int64_t N, const void* data, std::shared_ptr<const void> owner,
+                                int64_t non_finite) {
+  PackedMatrix m;
+  m.K_ = K;
+  m.N_ = N;
+  m.type_ = type;
+  m.bytes_ = bytes_for(type, K, N);
+  m.data_ = static_cast<unsigned char*>(const_cast<void*>(data));  // never written: packing made it
+  m.owner_ = std::move(owner);
+  m.non_finite_ = non_finite;
   return m;
 }
 
 PackedMatrix PackedMatrix::from_rows(const float* W, int64_t K, int64_t N, int64_t ldw) {
   PackedMatrix m = allocate(PanelType::F32, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
-  float* base = reinterpret_cast<float*>(m.data_.get());
+  float* base = reinterpret_cast<float*>(m.data_);
   // Sixteen rows of W at a time across a thread's panels: the source rows stay in L2 while each
   // panel takes its 64-byte piece of them.
   constexpr int64_t kRowsAtOnce = 16;
@@ -296,7 +312,7 @@ PackedMatrix PackedMatrix::from_rows(const float* W, int64_t K, int64_t N, int64
 PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64_t K, int64_t ldu) {
   PackedMatrix m = allocate(PanelType::F32, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
-  float* base = reinterpret_cast<float*>(m.data_.get());
+  float* base = reinterpret_cast<float*>(m.data_);
 #pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
   for (int64_t p = 0; p < panels; ++p) {
     float* dst = base + p * K * kLanes;
@@ -315,7 +331,7 @@ PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64
 PackedMatrix PackedMatrix::from_rows(PanelType type, const void* W, int64_t K, int64_t N, int64_t ldw) {
   PackedMatrix m = allocate(type, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
-  uint16_t* base = reinterpret_cast<uint16_t*>(m.data_.get());
+  uint16_t* base = reinterpret_cast<uint16_t*>(m.data_);
   const auto* src = static_cast<const unsigned char*>(W);
   constexpr int64_t kRowsAtOnce = 16;  // as for float32 rows
 #pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
@@ -337,7 +353,7 @@ PackedMatrix PackedMatrix::from_transposed_rows(PanelType type, int64_t N, int64
                                                 const CopySource& copy) {
   PackedMatrix m = allocate(type, K, N);
   const int64_t panels = (N + kLanes - 1) / kLanes;
-  uint16_t* base = reinterpret_cast<uint16_t*>(m.data_.get());
+  uint16_t* base = reinterpret_cast<uint16_t*>(m.data_);
   const size_t row_bytes = static_cast<size_t>(K) * sizeof(uint16_t);
   // Panels go in blocks whose source rows (about 256 KiB) are fetched together and stay in L2
   // while they are counted and transposed.
@@ -423,11 +439,11 @@ int64_t PackedMatrix::count_non_finite() const {
   const int64_t n = (N_ + kLanes - 1) / kLanes * K_ * kLanes;  // the padding columns are zeros
   int64_t bad = 0;
   if (type_ == PanelType::F32) {
-    const uint32_t* bits = reinterpret_cast<const uint32_t*>(data_.get());
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(data_);
     for (int64_t i = 0; i < n; ++i) bad += (bits[i] & 0x7f800000u) == 0x7f800000u;
   } else {
     const uint16_t exponent = type_ == PanelType::BF16 ? 0x7f80 : 0x7c00;
-    const uint16_t* bits = reinterpret_cast<const uint16_t*>(data_.get());
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(data_);
     for (int64_t i = 0; i < n; ++i) bad += (bits[i] & exponent) == exponent;
   }
   return bad;

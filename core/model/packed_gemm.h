@@ -69,19 +69,26 @@ class PackedMatrix {
   int64_t count_non_finite() const;
   // Panel p: columns [p * panel_width(), ...), K rows of panel_width() elements of type(); columns
   // past N are 0.
-  const void* panel(int64_t p) const { return data_.get() + static_cast<size_t>(p * K_ * panel_width()) * element_bytes(); }
+  const void* panel(int64_t p) const { return data_ + static_cast<size_t>(p * K_ * panel_width()) * element_bytes(); }
+  // All the panels, bytes() of them, as they lie in memory (what a packed copy on disk holds).
+  const void* data() const { return data_; }
+  // The bytes a matrix of this type and shape packs into.
+  static size_t bytes_for(PanelType type, int64_t K, int64_t N);
+  // A matrix whose panels are already in memory at `data` (bytes_for(type, K, N) bytes, 64-byte
+  // aligned), kept alive by `owner`: a packed copy mapped from disk. `non_finite` is its count
+  // of NaN and infinite values, or -1 to count them when asked.
+  static PackedMatrix view(PanelType type, int64_t K, int64_t N, const void* data, std::shared_ptr<const void> owner,
+                           int64_t non_finite);
 
  private:
-  struct Free {
-    void operator()(unsigned char* p) const;
-  };
   static PackedMatrix allocate(PanelType type, int64_t K, int64_t N);
   size_t element_bytes() const { return type_ == PanelType::F32 ? 4 : 2; }
   int64_t K_ = 0, N_ = 0;
   PanelType type_ = PanelType::F32;
   size_t bytes_ = 0;
   int64_t non_finite_ = -1;  // known from packing, or -1
-  std::unique_ptr<unsigned char[], Free> data_;
+  unsigned char* data_ = nullptr;       // written only while packing
+  std::shared_ptr<const void> owner_;  // keeps data_ alive: its allocation, or a mapping
 };
 
 // How many of the n 16-bit values at p (any alignment) are NaN or infinite in `type` (BF16 or F16).

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/model/pack_cache.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/tensor.h"
 
@@ -372,6 +373,15 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     const unsigned char* data = src.raw();
     return [data, row_elements](int64_t j) -> const void* { return data + 2 * j * row_elements; };
   };
+  // Packed copies come from the cache on disk when it holds this model's (pack_cache.h).
+  const std::string model_key = "model " + c.model_type + " (" + std::string(c.architecture.family->name()) + ") layers " +
+                                std::to_string(c.n_layers) + " heads " + std::to_string(c.n_heads) + "/" +
+                                std::to_string(c.n_key_value_heads) + " d_model " + std::to_string(D) + " d_head " +
+                                std::to_string(c.d_head) + " d_mlp " + std::to_string(c.d_mlp) + " d_vocab " +
+                                std::to_string(V) + " qkv " + std::to_string(static_cast<int>(qkv_layout)) +
+                                (w->tied_ ? " tied" : " untied");
+  PackCache cache(w->files_, model_key);
+  size_t cache_index = 0;
   // The layer matrices' [in, out] shapes and roles, in LayerMatrix order.
   const TensorRole roles[kLayerMatrices] = {TensorRole::QkvWeight, TensorRole::AttnOutWeight, TensorRole::MlpInWeight,
                                             TensorRole::MlpOutWeight, TensorRole::MlpGateWeight};
@@ -389,21 +399,26 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       const bool out_in = !joined && family.layout(roles[which]) == Layout::OutIn;
       const Source& src = layer_sources[static_cast<size_t>(kLayerMatrices * l + which)];
       if (joined && joined_rows16[static_cast<size_t>(l)]) {
-        *targets[which] = PackedMatrix::from_transposed_rows(joined_type16[static_cast<size_t>(l)], N, K,
-                                                             joined_rows16[static_cast<size_t>(l)], through_file);
+        *targets[which] = cache.take(cache_index++, joined_type16[static_cast<size_t>(l)], K, N, [&] {
+          return PackedMatrix::from_transposed_rows(joined_type16[static_cast<size_t>(l)], N, K,
+                                                    joined_rows16[static_cast<size_t>(l)], through_file);
+        });
         if (targets[which]->count_non_finite() > 0) warn_layer16(l, TensorRole::QkvWeight);
         if (qkv_layout == QkvLayout::Separate)
           for (const Source& part : qkv_parts[static_cast<size_t>(l)]) release16(m, *targets[which], false, part);
         else
           release16(m, *targets[which], false, src);
       } else if (!joined && src.is16()) {
-        *targets[which] = out_in ? PackedMatrix::from_transposed_rows(src.type, N, K, rows16(src, K), through_file)
-                                 : PackedMatrix::from_rows(src.type, src.raw(), K, N, N);
+        *targets[which] = cache.take(cache_index++, src.type, K, N, [&] {
+          return out_in ? PackedMatrix::from_transposed_rows(src.type, N, K, rows16(src, K), through_file)
+                        : PackedMatrix::from_rows(src.type, src.raw(), K, N, N);
+        });
         if (targets[which]->count_non_finite() > 0) warn_layer16(l, roles[which]);
         release16(m, *targets[which], false, src);
       } else {
-        *targets[which] = out_in ? PackedMatrix::from_transposed_rows(m.rows, N, K, K)
-                                 : PackedMatrix::from_rows(m.rows, K, N, N);
+        *targets[which] = cache.take(cache_index++, PanelType::F32, K, N, [&] {
+          return out_in ? PackedMatrix::from_transposed_rows(m.rows, N, K, K) : PackedMatrix::from_rows(m.rows, K, N, N);
+        });
         release(m, *targets[which], false, K * N, !out_in);
       }
     }
@@ -411,16 +426,21 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   Matrix& unembed = w->tied_ ? *w->W_E_ : *w->W_U_;
   const Source& unembed_src = w->tied_ ? embed_source : unembed_source;
   if (unembed_src.is16()) {
-    w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed_src.type, V, D, rows16(unembed_src, D), through_file);
+    w->packed_unembed_ = cache.take(cache_index++, unembed_src.type, D, V, [&] {
+      return PackedMatrix::from_transposed_rows(unembed_src.type, V, D, rows16(unembed_src, D), through_file);
+    });
     if (w->packed_unembed_.count_non_finite() > 0)
       for (const Bound& t : bound)
         if (packed_from_file(t) && (t.spec->role == TensorRole::Unembedding || (w->tied_ && t.spec->role == TensorRole::TokenEmbedding)))
           warn_bad(t);
     release16(unembed, w->packed_unembed_, true, unembed_src);
   } else {
-    w->packed_unembed_ = PackedMatrix::from_transposed_rows(unembed.rows, V, D, D);
+    w->packed_unembed_ =
+        cache.take(cache_index++, PanelType::F32, D, V, [&] { return PackedMatrix::from_transposed_rows(unembed.rows, V, D, D); });
     release(unembed, w->packed_unembed_, true, V * D, true);
   }
+  w->packed_from_cache_ = cache.hit();
+  cache.finish();
   return w;
 }
 

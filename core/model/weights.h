@@ -103,6 +103,9 @@ class Weights {
   ConstMatrixRef W_O(int l, int h) const;            // [d_head, d_model]
   ConstVectorRef b_O(int l) const;                   // [d_model]; zeros without an output bias
 
+  // Whether the packed copies were mapped from the cache on disk (pack_cache.h) rather than packed.
+  bool packed_from_cache() const { return packed_from_cache_; }
+
   // Warnings found while loading (e.g. non-finite values), one sentence each.
   const std::vector<std::string>& warnings() const { return warnings_; }
   // Bytes held in owned float32 buffers: the conversions of 16-bit tensors that are not packed
@@ -138,6 +141,7 @@ class Weights {
   Weights() = default;
   ModelConfig config_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+  bool packed_from_cache_ = false;
   std::vector<FloatBuffer> owned_;  // float32 conversions of 16-bit tensors, joined Q/K/V
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<Matrix>> matrices_;  // per layer: W_qkv, W_O, W_in, W_out, W_gate (or null)

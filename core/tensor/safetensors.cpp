@@ -251,6 +251,13 @@ bool SafetensorsFile::copy_mapped(const void* p, size_t bytes, void* dst) const 
   return true;
 }
 
+std::string SafetensorsFile::identity() const {
+  struct stat st {};
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0) return "";
+  return "file " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + " size " + std::to_string(st.st_size) +
+         " modified " + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
 std::vector<float> SafetensorsFile::to_f32(const TensorInfo& t) const {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   to_f32(t, out.data());

@@ -69,6 +69,9 @@ class SafetensorsFile {
   // false, having copied nothing, when [p, p + bytes) is not inside this file's mapping; throws
   // hs::Error when the read fails.
   bool copy_mapped(const void* p, size_t bytes, void* dst) const;
+  // Which file on disk this is, as it is now: device, inode, size and modification time, or ""
+  // for a file built from bytes. Changes when the file is replaced or written.
+  std::string identity() const;
 
  private:
   SafetensorsFile() = default;
