@@ -30,6 +30,7 @@ constexpr char kMagic[8] = {'H', 'S', 'P', 'A', 'C', 'K', '0', '1'};
 constexpr int kFormat = 1;
 constexpr uint64_t kMaxHeaderBytes = 16u << 20;
 constexpr uint64_t kAlign = 4096;
+constexpr int64_t kMaxSide = int64_t{1} << 30;  // a damaged header's sizes cannot overflow bytes_for
 
 uint64_t env_megabytes(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);
@@ -132,8 +133,10 @@ void remove_stale_temporaries(const fs::path& dir) {
 
 void write_entry(const fs::path& dir, const fs::path& path, const std::string& key,
                  const std::vector<PackedMatrix>& matrices, uint64_t max_bytes) {
+  // Private to the user, like the weights it is made from may be.
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  fs::create_directories(dir.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return;
   remove_stale_temporaries(dir);
   nlohmann::json items = nlohmann::json::array();
   uint64_t offset = 0;  // from the start of the data
@@ -145,7 +148,7 @@ void write_entry(const fs::path& dir, const fs::path& path, const std::string& k
   const uint64_t data_start = round_up(16 + header.size(), kAlign);
   static std::atomic<int> serial{0};
   const fs::path tmp = path.string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return;
   unsigned char head[16];
   std::memcpy(head, kMagic, 8);
@@ -226,7 +229,7 @@ PackCache::PackCache(const std::vector<std::shared_ptr<const SafetensorsFile>>& 
         const int type = m.at(0).get<int>();
         Entry::Item it{static_cast<PanelType>(type),    m.at(1).get<int64_t>(),  m.at(2).get<int64_t>(),
                        m.at(3).get<uint64_t>(),         m.at(4).get<uint64_t>(), m.at(5).get<int64_t>()};
-        ok = type >= 0 && type <= 2 && it.K > 0 && it.N > 0 && it.offset % 64 == 0 &&
+        ok = type >= 0 && type <= 2 && it.K > 0 && it.N > 0 && it.K < kMaxSide && it.N < kMaxSide && it.offset % 64 == 0 &&
              it.bytes == PackedMatrix::bytes_for(it.type, it.K, it.N) && entry->data_start + it.offset <= entry->size &&
              it.bytes <= entry->size - entry->data_start - it.offset;
         entry->items.push_back(it);
