@@ -76,7 +76,10 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
     report(1.0, "ready");
     return m;
   }
-  if (!fs::exists(dir, ec)) throw Error(dir.string() + ": no such folder. Choose a Hugging Face GPT-2 model folder.");
+  if (!fs::exists(dir, ec))
+    throw Error(dir.string() +
+                ": no such folder. Choose a Hugging Face model folder (config.json, the weights in safetensors and the "
+                "tokenizer's files).");
   if (!fs::is_directory(dir, ec))
     throw Error(dir.string() + ": is a file, not a folder. Choose the folder that holds config.json and model.safetensors.");
 
@@ -87,11 +90,13 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
       if (fs::exists(dir / pickle, ec))
         throw Error(dir.string() + ": has only a pickle checkpoint (" + pickle +
                     "), which can run arbitrary code when loaded, so HeadScope does not open it. Convert it once, "
-                    "in a Python you trust: `from transformers import GPT2LMHeadModel; "
-                    "GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)`, "
+                    "in a Python you trust: `from transformers import AutoModelForCausalLM; "
+                    "AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)`, "
                     "which writes model.safetensors.");
-    throw Error(dir.string() + ": no model.safetensors. A Hugging Face GPT-2 folder holds config.json, "
-                "model.safetensors, vocab.json and merges.txt.");
+    throw Error(dir.string() +
+                ": no model.safetensors. A Hugging Face model folder holds config.json, model.safetensors (or its "
+                "shards with model.safetensors.index.json) and the tokenizer's files (vocab.json and merges.txt, or "
+                "tokenizer.json).");
   }
 
   std::shared_ptr<Model> m(new Model());
