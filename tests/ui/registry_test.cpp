@@ -191,3 +191,30 @@ TEST_CASE("A hidden view's analysis comes with each run only while it is cheap",
   CHECK(*slow_runs == 3);
   CHECK(c.hasReady(QStringLiteral("slow"), key));
 }
+
+TEST_CASE("One slow computation does not take a cheap hidden analysis out of the runs", "[registry][controller]") {
+  // The other core busy for a moment makes one computation slow; a view that is hidden but cheap
+  // must keep coming with each run (a benchmark waited forever on it when one slow sample did).
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  AnalysisSpec s;
+  s.id = QStringLiteral("hiccup");
+  s.reads = kReadsLayer;
+  const int slow_ms = static_cast<int>(3 * AnalysisController::kHiddenAheadMs);
+  s.compute = [calls, slow_ms](const RunResult&, const AnalysisKey&) {
+    if (++*calls == 2) QThread::msleep(static_cast<unsigned long>(slow_ms));
+    return std::make_shared<ViewResult>();
+  };
+  AnalysisController c;
+  c.addAnalysis(s);
+  c.setModel(test::fixtureModel());
+  c.setShown(QStringLiteral("hiccup"), false);
+  QSignalSpy ready(&c, &AnalysisController::runReady);
+  const QString texts[] = {QStringLiteral("The"), QStringLiteral("The cat"), QStringLiteral("The cat sat"),
+                           QStringLiteral("The cat sat on")};
+  for (int i = 0; i < 4; ++i) {
+    c.requestRun(texts[i]);
+    REQUIRE(waitFor([&] { return ready.count() == i + 1; }));
+    CHECK(*calls == i + 1);  // computed with every run, the slow one included
+  }
+  CHECK(c.isCheap(QStringLiteral("hiccup")));
+}

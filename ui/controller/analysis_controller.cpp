@@ -78,7 +78,10 @@ struct AnalysisController::Slot {
   bool wanted_pos_is_last = true;  // the selection was on the last token: it follows typing
   std::shared_ptr<const ViewResult> prefetched;
   bool shown = true;
-  double last_ms = 0.0;  // how long its latest delivered result took to compute
+  // How long it takes to compute: the first delivered result's time, then a moving average, so
+  // that one slow computation (the other core busy for a moment) does not make it "expensive".
+  double cost_ms = -1.0;
+  void measured(double ms) { cost_ms = cost_ms < 0 ? ms : 0.75 * cost_ms + 0.25 * ms; }
 };
 
 AnalysisController::AnalysisController(QObject* parent) : QObject(parent) {
@@ -125,7 +128,7 @@ bool AnalysisController::hasReady(const QString& id, const AnalysisKey& key) con
 
 bool AnalysisController::isCheap(const QString& id) const {
   const Slot* slot = slotOf(id);
-  return slot && slot->last_ms <= kHiddenAheadMs;
+  return slot && slot->cost_ms <= kHiddenAheadMs;
 }
 
 AnalysisController::Slot* AnalysisController::slotOf(const QString& id) const {
@@ -286,7 +289,7 @@ void AnalysisController::requestRun(const QString& text) {
     run_ = out.value;
     for (Ahead& a : *ahead)
       if (Slot* slot = slotOf(a.spec.id); slot && a.result) {
-        slot->last_ms = a.result->compute_ms;
+        slot->measured(a.result->compute_ms);
         slot->prefetched = std::move(a.result);
       }
     Q_EMIT runReady(run_);
@@ -349,7 +352,7 @@ void AnalysisController::request(const QString& id, const AnalysisKey& key) {
       }
       return;
     }
-    slot->last_ms = out.value->compute_ms;
+    slot->measured(out.value->compute_ms);
     if (!run_ || out.value->run_job != run_->job) return;  // computed for a replaced run
     Q_EMIT analysisReady(id, out.value);
   });

@@ -71,14 +71,15 @@ class AnalysisController : public QObject {
   bool hasAnalysis(const QString& id) const { return slotOf(id) != nullptr; }
 
   // Whether analysis `id`'s view is on screen (default: yes). A hidden analysis is computed with
-  // each run only while its last computation took at most kHiddenAheadMs.
+  // each run only while it is cheap (isCheap).
   void setShown(const QString& id, bool shown);
   static constexpr double kHiddenAheadMs = 10.0;
   // Whether the current run already computed analysis `id` for `key`: request() then answers
   // at once instead of starting a job.
   bool hasReady(const QString& id, const AnalysisKey& key) const;
-  // Whether analysis `id` is cheap enough to compute while its view is hidden: its last
-  // computation took at most kHiddenAheadMs (or it has none yet).
+  // Whether analysis `id` is cheap enough to compute while its view is hidden: its computations
+  // take at most kHiddenAheadMs (its first one, then a moving average that one slow computation
+  // does not push over), or it has none yet.
   bool isCheap(const QString& id) const;
 
   // The heads ablated in every run from now on (zero or mean ablations of hook_z); empty: plain
