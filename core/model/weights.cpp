@@ -239,9 +239,9 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     }
     return bad;
   };
-  // A tensor packed from the file in 16 bits is checked in its packed copy, just written and still
-  // in cache, rather than by another pass over the file; only a packed copy with a bad value has
-  // its tensors scanned in the file, for the count per tensor.
+  // A tensor packed from the file in 16 bits is checked as it is packed (or by the count its entry
+  // in the pack cache kept), rather than by another pass over the file; only a packed copy with a
+  // bad value has its tensors scanned in the file, for the count per tensor.
   auto warn_bad = [&](const Bound& t) {
     const Source& src = t.source;
     const int64_t n = numel(t.spec->shape);
