@@ -141,7 +141,7 @@ TEST_CASE("The controller schedules any registered analysis by id, newest reques
 
 TEST_CASE("A hidden view's analysis comes with each run only while it is cheap", "[registry][controller]") {
   // Two analyses computed with every run, both hidden: one quick, one that takes longer than the
-  // controller's budget for a view nobody sees. After one measured computation each, runs keep
+  // controller's budget for a view nobody sees. After two measured computations each, runs keep
   // computing the quick one and leave the slow one until it is asked for.
   auto quick_runs = std::make_shared<std::atomic<int>>(0), slow_runs = std::make_shared<std::atomic<int>>(0);
   auto spec = [](const char* id, std::shared_ptr<std::atomic<int>> count, int sleep_ms) {
@@ -161,19 +161,22 @@ TEST_CASE("A hidden view's analysis comes with each run only while it is cheap",
   c.addAnalysis(spec("slow", slow_runs, slow_ms));
   c.setModel(test::fixtureModel());
   QSignalSpy ready(&c, &AnalysisController::runReady);
-  c.requestRun(QStringLiteral("The cat"));  // both computed with it: neither has been measured
+  c.requestRun(QStringLiteral("The"));  // both computed with it: neither has been measured
   REQUIRE(waitFor([&] { return ready.count() == 1; }));
-  CHECK(*quick_runs == 1);
-  CHECK(*slow_runs == 1);
-  CHECK(c.isCheap(QStringLiteral("quick")));
-  CHECK_FALSE(c.isCheap(QStringLiteral("slow")));
   c.setShown(QStringLiteral("quick"), false);
   c.setShown(QStringLiteral("slow"), false);
-
-  c.requestRun(QStringLiteral("The cat sat"));
+  CHECK(c.isCheap(QStringLiteral("slow")));  // one measurement is not enough to judge
+  c.requestRun(QStringLiteral("The cat"));
   REQUIRE(waitFor([&] { return ready.count() == 2; }));
   CHECK(*quick_runs == 2);
-  CHECK(*slow_runs == 1);  // hidden and slow: left out of the run
+  CHECK(*slow_runs == 2);
+  CHECK(c.isCheap(QStringLiteral("quick")));
+  CHECK_FALSE(c.isCheap(QStringLiteral("slow")));
+
+  c.requestRun(QStringLiteral("The cat sat"));
+  REQUIRE(waitFor([&] { return ready.count() == 3; }));
+  CHECK(*quick_runs == 3);
+  CHECK(*slow_runs == 2);  // hidden and slow: left out of the run
   AnalysisKey key;
   key.layer = 0;  // what the runs computed for: nothing asked yet, so the first layer
   CHECK(c.hasReady(QStringLiteral("quick"), key));
@@ -184,11 +187,11 @@ TEST_CASE("A hidden view's analysis comes with each run only while it is cheap",
   AnalysisSpy slow(&c, QStringLiteral("slow"));
   c.request(QStringLiteral("slow"), key);
   REQUIRE(waitFor([&] { return slow.count() == 1; }));
-  CHECK(*slow_runs == 2);
+  CHECK(*slow_runs == 3);
   CHECK(slow.at<ViewResult>(0)->compute_ms >= slow_ms);
   c.requestRun(QStringLiteral("The cat sat on"));
-  REQUIRE(waitFor([&] { return ready.count() == 3; }));
-  CHECK(*slow_runs == 3);
+  REQUIRE(waitFor([&] { return ready.count() == 4; }));
+  CHECK(*slow_runs == 4);
   CHECK(c.hasReady(QStringLiteral("slow"), key));
 }
 

@@ -78,10 +78,15 @@ struct AnalysisController::Slot {
   bool wanted_pos_is_last = true;  // the selection was on the last token: it follows typing
   std::shared_ptr<const ViewResult> prefetched;
   bool shown = true;
-  // How long it takes to compute: the first delivered result's time, then a moving average, so
-  // that one slow computation (the other core busy for a moment) does not make it "expensive".
-  double cost_ms = -1.0;
-  void measured(double ms) { cost_ms = cost_ms < 0 ? ms : 0.75 * cost_ms + 0.25 * ms; }
+  // How long it takes to compute: a moving average over its delivered results, so that one slow
+  // computation (the other core busy for a moment, a first computation's one-time work) does not
+  // make it "expensive"; judged only once two results are in.
+  double cost_ms = 0.0;
+  int measurements = 0;
+  void measured(double ms) {
+    cost_ms = measurements++ == 0 ? ms : 0.75 * cost_ms + 0.25 * ms;
+  }
+  bool cheap() const { return measurements < 2 || cost_ms <= AnalysisController::kHiddenAheadMs; }
 };
 
 AnalysisController::AnalysisController(QObject* parent) : QObject(parent) {
@@ -128,7 +133,7 @@ bool AnalysisController::hasReady(const QString& id, const AnalysisKey& key) con
 
 bool AnalysisController::isCheap(const QString& id) const {
   const Slot* slot = slotOf(id);
-  return slot && slot->cost_ms <= kHiddenAheadMs;
+  return slot && slot->cheap();
 }
 
 AnalysisController::Slot* AnalysisController::slotOf(const QString& id) const {

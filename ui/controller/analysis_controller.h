@@ -77,9 +77,9 @@ class AnalysisController : public QObject {
   // Whether the current run already computed analysis `id` for `key`: request() then answers
   // at once instead of starting a job.
   bool hasReady(const QString& id, const AnalysisKey& key) const;
-  // Whether analysis `id` is cheap enough to compute while its view is hidden: its computations
-  // take at most kHiddenAheadMs (its first one, then a moving average that one slow computation
-  // does not push over), or it has none yet.
+  // Whether analysis `id` is cheap enough to compute while its view is hidden: a moving average
+  // of its computations' times (which one slow computation does not push over) is at most
+  // kHiddenAheadMs, or it has been computed fewer than twice.
   bool isCheap(const QString& id) const;
 
   // The heads ablated in every run from now on (zero or mean ablations of hook_z); empty: plain
