@@ -242,6 +242,16 @@ const ArchitectureFamily* find_family_by_class(std::string_view hf_architecture)
 
 const ArchitectureFamily& default_family() { return arch::gpt2(); }
 
+std::string supported_families_text() {
+  const auto& all = architecture_families();
+  std::string out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i > 0) out += i + 1 == all.size() ? " or " : ", ";
+    out += all[i]->user_name();
+  }
+  return out;
+}
+
 std::string_view to_string(NormKind k) { return k == NormKind::LayerNorm ? "LayerNorm" : "RMSNorm"; }
 
 std::string_view to_string(PositionKind k) {

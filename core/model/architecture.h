@@ -161,6 +161,9 @@ const ArchitectureFamily* find_family_by_class(std::string_view hf_architecture)
 // The family of a config.json that names neither (configs written before transformers added
 // model_type were all GPT-2's).
 const ArchitectureFamily& default_family();
+// The families as a person names them, from the registry, for help texts and the Open dialog:
+// "GPT-2, Llama, Qwen2 or Pythia" (each family's user_name(), joined in registry order).
+std::string supported_families_text();
 
 // Names for `headscope-cli info` and messages: "LayerNorm", "learned absolute", ...
 std::string_view to_string(NormKind k);
@@ -175,6 +178,9 @@ class ArchitectureFamily {
   virtual ~ArchitectureFamily() = default;
   // In messages: "a GPT-2 config.json gives it", "not a GPT-2 checkpoint".
   virtual std::string_view name() const = 0;
+  // What a user calls the models of this family, in lists of what HeadScope opens: "Pythia" for
+  // GPT-NeoX, otherwise name().
+  virtual std::string_view user_name() const { return name(); }
   // The canonical model_type ("gpt2"), given to configs that name the family another way.
   virtual std::string_view model_type() const = 0;
   virtual bool reads_model_type(std::string_view model_type) const = 0;

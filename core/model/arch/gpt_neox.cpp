@@ -23,6 +23,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 class GptNeox final : public ArchitectureFamily {
  public:
   std::string_view name() const override { return "GPT-NeoX"; }
+  std::string_view user_name() const override { return "Pythia"; }
   std::string_view model_type() const override { return "gpt_neox"; }
   bool reads_model_type(std::string_view t) const override { return t == "gpt_neox"; }
   bool reads_class(std::string_view a) const override { return a == "GPTNeoXForCausalLM"; }
