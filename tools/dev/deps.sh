@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages HeadScope needs to build, test and run, when any is missing.
+# Installs the Debian 12 packages HeadScope needs to build, test, package and run, when any is
+# missing (dpkg-dev: dpkg-shlibdeps, which `cpack -G DEB` uses to declare the package's Depends).
 # Uses sudo when not root. Called by run.sh and test.sh; test.sh passes --with-test-tools for
 # what only its test stages need (clang-14's libFuzzer runtime, OpenMP for clang, GNU parallel for
 # the test that runs scan shards side by side).
 set -euo pipefail
-HEADSCOPE_PACKAGES=(cmake g++ make pkg-config
+HEADSCOPE_PACKAGES=(cmake g++ make pkg-config dpkg-dev
   qt6-base-dev qt6-svg-dev libgl-dev libqcustomplot-dev libeigen3-dev catch2 nlohmann-json3-dev libpcre2-dev
   xvfb xauth)
 if [[ ${1:-} == --with-test-tools ]]; then
