@@ -5,6 +5,8 @@
 #include <Eigen/SVD>
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "core/analysis/top_k.h"
 #include "core/error.h"
@@ -35,6 +37,15 @@ void embedding_block(RowMatrixXf& out, const Weights& w, int first, int count, b
     if (unembedding) w.unembed_row(first + i, out.row(i).data());
     else w.embedding_row(first + i, out.row(i).data());
   }
+}
+
+// `rows` [n, d_model] divided by the model's norm as the norm kind does (LayerNorm: centred and
+// divided by sqrt(var + eps); RMSNorm: divided by sqrt(mean(x^2) + eps)), without weight or bias.
+void normalize_rows(RowMatrixXf& rows, const ModelConfig& c) {
+  const std::vector<float> ones(static_cast<size_t>(c.d_model), 1.0f);
+  RowMatrixXf out;
+  norm_forward(out, nullptr, rows, ones.data(), nullptr, c.norm_eps, c.architecture.norm);
+  rows.swap(out);
 }
 
 // diag(w) M for a strided [d_model, d_head] view, in float64.
@@ -77,6 +88,53 @@ void set_singular_values(CircuitSpectrum& s, const HeadFactors& f) {
 
 }  // namespace
 
+TokenVectors resolve_token_vectors(TokenVectors vectors, int layer) {
+  if (vectors == TokenVectors::Default) return layer == 0 ? TokenVectors::Raw : TokenVectors::Extended;
+  if (vectors == TokenVectors::Extended && layer == 0)
+    throw Error("layer 0's heads read the raw embedding: they run before layer 0's MLP, which the extended "
+                "embedding passes through. Use the raw embedding for them.");
+  return vectors;
+}
+
+std::string_view to_string(TokenVectors vectors) {
+  switch (vectors) {
+    case TokenVectors::Raw: return "raw";
+    case TokenVectors::Extended: return "extended";
+    case TokenVectors::Default: return "default";
+  }
+  return "?";
+}
+
+TokenVectors parse_token_vectors(std::string_view name) {
+  for (TokenVectors v : {TokenVectors::Raw, TokenVectors::Extended, TokenVectors::Default})
+    if (name == to_string(v)) return v;
+  throw Error("\"" + std::string(name) +
+              "\" is not a kind of token vectors; use raw (the embedding rows), extended (through layer 0's MLP) "
+              "or default (raw for layer 0's heads, extended after).");
+}
+
+void token_vectors_block(RowMatrixXf& out, const Weights& weights, int first, int count, TokenVectors vectors) {
+  embedding_block(out, weights, first, count, false);
+  if (vectors == TokenVectors::Raw) return;
+  if (vectors != TokenVectors::Extended) throw Error("token_vectors_block: resolve Default for a layer first.");
+  // Layer 0's MLP on the embedding rows alone, with the forward pass's kernels.
+  const ModelConfig& c = weights.config();
+  const LayerWeights& W = weights.layer(0);
+  const PackedLayer& WP = weights.packed(0);
+  RowMatrixXf normalized, up, gate, hidden, mlp_out;
+  norm_forward(normalized, nullptr, out, W.norm2_w, W.norm2_b, c.norm_eps, c.architecture.norm);
+  linear_forward(up, normalized, WP.W_in, W.b_in);
+  if (c.architecture.mlp == MlpKind::Gated) {
+    linear_forward(gate, normalized, WP.W_gate, W.b_gate);
+    gated_activation_forward(hidden, gate, up, c.activation);
+  } else {
+    activation_forward(hidden, up, c.activation);
+  }
+  linear_forward(mlp_out, hidden, WP.W_out, W.b_out);
+  out += mlp_out;
+  normalize_rows(out, c);
+}
+
 HeadFactors head_factors(const Weights& weights, int layer, int head) {
   const ModelConfig& c = weights.config();
   check_head(c, layer, head);
@@ -102,24 +160,27 @@ std::vector<double> factored_singular_values(const Eigen::MatrixXd& A, const Eig
   return out;
 }
 
-CircuitSpectrum circuit_spectrum(const Weights& weights, int layer, int head) {
+CircuitSpectrum circuit_spectrum(const Weights& weights, int layer, int head, TokenVectors vectors) {
   const ModelConfig& c = weights.config();
   const HeadFactors f = head_factors(weights, layer, head);
   CircuitSpectrum s;
   s.layer = layer;
   s.head = head;
+  s.vectors = resolve_token_vectors(vectors, layer);
   set_singular_values(s, f);
 
-  // W_U W_E W_V = sum_t W_U[:, t] (W_E[t] W_V), a [d_model, d_head] sum over the vocabulary.
+  // W_U E W_V = sum_t W_U[:, t] (E[t] W_V), a [d_model, d_head] sum over the vocabulary. With a
+  // tied unembedding W_U's columns are the raw embedding rows, whatever E is.
   const RowMatrixXf V_f = f.W_V.cast<float>();  // [d_model, d_head]
   Eigen::MatrixXd UEV = Eigen::MatrixXd::Zero(c.d_model, c.d_head);
   RowMatrixXf E_b, U_b, EV_b;
+  const bool raw = s.vectors == TokenVectors::Raw;
   for (int first = 0; first < c.d_vocab; first += kVocabBlock) {
     const int n = std::min(kVocabBlock, c.d_vocab - first);
-    embedding_block(E_b, weights, first, n, false);                          // [n, d_model]
-    if (!weights.tied_unembedding()) embedding_block(U_b, weights, first, n, true);
+    token_vectors_block(E_b, weights, first, n, s.vectors);                  // [n, d_model]
+    if (!weights.tied_unembedding() || !raw) embedding_block(U_b, weights, first, n, !weights.tied_unembedding());
     EV_b.noalias() = E_b * V_f;                                              // [n, d_head]
-    const RowMatrixXf& U = weights.tied_unembedding() ? E_b : U_b;           // rows of W_U^T
+    const RowMatrixXf& U = weights.tied_unembedding() && raw ? E_b : U_b;    // rows of W_U^T
     UEV += (U.transpose() * EV_b).cast<double>();
   }
   const Eigen::MatrixXd BA = f.W_O * final_norm_weight(weights).asDiagonal() * UEV;  // [d_head, d_head]
@@ -127,41 +188,48 @@ CircuitSpectrum circuit_spectrum(const Weights& weights, int layer, int head) {
   return s;
 }
 
-double copying_score(const Weights& weights, int layer, int head) {
-  return circuit_spectrum(weights, layer, head).copying_score;
+double copying_score(const Weights& weights, int layer, int head, TokenVectors vectors) {
+  return circuit_spectrum(weights, layer, head, vectors).copying_score;
 }
 
-Eigen::MatrixXd unembed_embed_product(const Weights& weights) {
+Eigen::MatrixXd unembed_embed_product(const Weights& weights, TokenVectors vectors) {
   const ModelConfig& c = weights.config();
+  if (vectors == TokenVectors::Default) throw Error("unembed_embed_product: choose raw or extended token vectors.");
+  const bool raw = vectors == TokenVectors::Raw;
   const bool tied = weights.tied_unembedding();
   Eigen::MatrixXd G = Eigen::MatrixXd::Zero(c.d_model, c.d_model);
   Eigen::MatrixXf G_b(c.d_model, c.d_model);
   RowMatrixXf E_b, U_b;
   for (int first = 0; first < c.d_vocab; first += kVocabBlock) {
     const int n = std::min(kVocabBlock, c.d_vocab - first);
-    embedding_block(E_b, weights, first, n, false);
-    if (tied) {
+    token_vectors_block(E_b, weights, first, n, vectors);
+    if (tied && raw) {
       // W_E^T W_E is symmetric: one triangle is half the product.
       G_b.setZero();
       G_b.selfadjointView<Eigen::Lower>().rankUpdate(E_b.transpose());
       G += G_b.selfadjointView<Eigen::Lower>().toDenseMatrix().cast<double>();
     } else {
-      embedding_block(U_b, weights, first, n, true);
+      embedding_block(U_b, weights, first, n, !tied);  // W_U's columns: the raw embedding rows when tied
       G += (U_b.transpose() * E_b).cast<double>();
     }
   }
   return final_norm_weight(weights).asDiagonal() * G;
 }
 
-RowMatrixXf copying_scores(const Weights& weights) {
+RowMatrixXf copying_scores(const Weights& weights, TokenVectors vectors) {
   const ModelConfig& c = weights.config();
-  const Eigen::MatrixXd G = unembed_embed_product(weights);
+  // One G per kind the layers read, each computed once.
+  std::optional<Eigen::MatrixXd> G_raw, G_extended;
   RowMatrixXf scores(c.n_layers, c.n_heads);
   for (int l = 0; l < c.n_layers; ++l) {
+    const TokenVectors v = vectors == TokenVectors::Default ? resolve_token_vectors(vectors, l)
+                                                            : (l == 0 ? TokenVectors::Raw : vectors);
+    std::optional<Eigen::MatrixXd>& G = v == TokenVectors::Raw ? G_raw : G_extended;
+    if (!G) G = unembed_embed_product(weights, v);
     for (int h = 0; h < c.n_heads; ++h) {
       const HeadFactors f = head_factors(weights, l, h);
       CircuitSpectrum s;
-      set_eigenvalues(s, f.W_O * G * f.W_V);
+      set_eigenvalues(s, f.W_O * *G * f.W_V);
       scores(l, h) = static_cast<float>(s.copying_score);
     }
   }
@@ -169,7 +237,7 @@ RowMatrixXf copying_scores(const Weights& weights) {
 }
 
 PromptCircuits prompt_circuits(const Weights& weights, int layer, int head, const std::vector<int32_t>& tokens,
-                               int top_k) {
+                               int top_k, TokenVectors vectors) {
   const ModelConfig& c = weights.config();
   const HeadFactors f = head_factors(weights, layer, head);
   for (int32_t t : tokens)
@@ -183,13 +251,14 @@ PromptCircuits prompt_circuits(const Weights& weights, int layer, int head, cons
   p.head = head;
   p.top_k = top_k;
   p.tokens = tokens;
+  p.vectors = resolve_token_vectors(vectors, layer);
 
-  Eigen::MatrixXd E(n, c.d_model);  // the prompt's embedding rows
+  Eigen::MatrixXd E(n, c.d_model);  // the prompt's token vectors
   {
-    RowVectorXf row(c.d_model);
+    RowMatrixXf row;
     for (int i = 0; i < n; ++i) {
-      weights.embedding_row(tokens[static_cast<size_t>(i)], row.data());
-      E.row(i) = row.cast<double>();
+      token_vectors_block(row, weights, tokens[static_cast<size_t>(i)], 1, p.vectors);
+      E.row(i) = row.row(0).cast<double>();
     }
   }
   const Eigen::MatrixXd EQ = E * f.W_Q, EK = E * f.W_K;  // [pos, d_head]

@@ -239,14 +239,20 @@ json value_at(const json& j, const std::string& dotted) {
 
 }  // namespace
 
+// Version 2: settings.model gained the model's fingerprint (model.h), so resume and merge refuse a
+// scan of other weights with the same name and shape.
+constexpr int kScanFormatVersion = 2;
+
 json scan_settings(const Model& model, const ScanOptions& o) {
   const ModelConfig& c = model.config();
   json s;
   s["format"] = "headscope-scan";
-  s["version"] = 1;
+  s["version"] = kScanFormatVersion;
   s["model"] = {{"name", model.name()},         {"model_type", c.model_type}, {"n_layers", c.n_layers},
                 {"n_heads", c.n_heads},         {"d_model", c.d_model},       {"d_vocab", c.d_vocab},
-                {"n_ctx", c.n_ctx},             {"parameters", c.parameter_count()}};
+                {"n_ctx", c.n_ctx},             {"parameters", c.parameter_count()},
+                // Which weights and tokenizer: two models of one name and shape are not one model.
+                {"fingerprint", model.fingerprint()}};
   json paths = {{"model", std::filesystem::absolute(model.dir()).lexically_normal().string()}};
   if (o.repeat_random > 0) {
     s["input"] = {{"repeat_random", o.repeat_random}, {"seed", o.seed}};
@@ -620,7 +626,7 @@ void run_scan(const Model& model, const ScanOptions& o, ScanState& s, const Scan
 json scan_to_json(const ScanState& s, const std::vector<std::string>& head_labels) {
   json j;
   j["format"] = "headscope-scan";
-  j["version"] = 1;
+  j["version"] = kScanFormatVersion;
   j["complete"] = s.complete;
   j["settings"] = s.settings;
   j["shard"] = {{"index", s.shard_index}, {"count", s.shard_count}};
@@ -676,8 +682,9 @@ ScanState scan_from_json(const json& j, const std::string& source) {
     if (!j.is_object() || j.value("format", "") != "headscope-scan")
       throw Error("it is not a scan output (no \"format\": \"headscope-scan\"); give a file written by "
                   "`headscope-cli scan -o OUT.json`.");
-    if (j.at("version").get<int>() != 1)
-      throw Error("it is version " + j.at("version").dump() + " of the scan format; this headscope-cli reads version 1.");
+    if (j.at("version").get<int>() != kScanFormatVersion)
+      throw Error("it is version " + j.at("version").dump() + " of the scan format; this headscope-cli reads version " +
+                  std::to_string(kScanFormatVersion) + ". Run the scan again with this headscope-cli.");
     ScanState s;
     s.complete = j.at("complete").get<bool>();
     s.settings = j.at("settings");

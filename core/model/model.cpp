@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/model/fingerprint.h"
 #include "core/model/llama2c.h"
 #include "core/model/memory_guard.h"
 #include "core/tensor/safetensors.h"
@@ -73,6 +74,7 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
     report(0.85, "reading " + files->tokenizer.filename().string());
     m->tokenizer_ = load_llama2c_tokenizer(files->tokenizer, checkpoint.config.d_vocab);
     m->warnings_ = m->weights_->warnings();
+    m->fingerprint_ = files_fingerprint({files->checkpoint, files->tokenizer});
     report(1.0, "ready");
     return m;
   }
@@ -106,10 +108,14 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
 
   report(0.02, "reading config.json");
   const ModelConfig config = load_config(dir / "config.json");
+  std::vector<fs::path> weight_files = {dir / "config.json"};
   if (sharded) {
     report(0.05, "mapping the shards of model.safetensors");
     std::vector<std::shared_ptr<const SafetensorsFile>> shards;
-    for (const fs::path& p : shard_paths(index_path)) shards.push_back(SafetensorsFile::open(p));
+    std::vector<fs::path> shard_files = shard_paths(index_path);
+    for (const fs::path& p : shard_files) shards.push_back(SafetensorsFile::open(p));
+    weight_files.push_back(index_path);
+    weight_files.insert(weight_files.end(), shard_files.begin(), shard_files.end());
     std::vector<const SafetensorsFile*> views;
     for (const auto& f : shards) views.push_back(f.get());
     check_load_memory(views, config, m->name_);
@@ -117,6 +123,7 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
     m->weights_ = Weights::load(std::move(shards), config, index_path.string());
   } else {
     report(0.05, "mapping model.safetensors");
+    weight_files.push_back(weights_path);
     auto file = SafetensorsFile::open(weights_path);
     check_load_memory(*file, config, m->name_);
     report(0.15, "checking and converting weights");
@@ -125,6 +132,10 @@ std::shared_ptr<const Model> Model::load(const fs::path& dir, const ProgressFn& 
   report(0.85, "reading the tokenizer");
   m->tokenizer_ = load_tokenizer(dir);
   m->warnings_ = m->weights_->warnings();
+  // The tokenizer's files too: a result made from text depends on how the text was tokenized.
+  for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"})
+    if (fs::is_regular_file(dir / name, ec)) weight_files.push_back(dir / name);
+  m->fingerprint_ = files_fingerprint(weight_files);
   if (m->tokenizer_->vocab_size() > config.d_vocab)
     m->warnings_.push_back("the tokenizer has " + std::to_string(m->tokenizer_->vocab_size()) +
                            " tokens but the model only " + std::to_string(config.d_vocab) +

@@ -34,6 +34,9 @@ class Model {
 
   const std::string& name() const { return name_; }  // the folder's name
   const std::filesystem::path& dir() const { return dir_; }
+  // Which files this model was made of (fingerprint.h): the same for a copy of the same files, a
+  // different one for any other weights or tokenizer. A result kept beyond its run carries it.
+  const std::string& fingerprint() const { return fingerprint_; }
   const ModelConfig& config() const { return weights_->config(); }
   const std::shared_ptr<const Weights>& weights() const { return weights_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -54,6 +57,7 @@ class Model {
   Model() = default;
   std::string name_;
   std::filesystem::path dir_;
+  std::string fingerprint_;
   std::shared_ptr<const Weights> weights_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<std::string> warnings_;

@@ -12,6 +12,7 @@
 #include "core/analysis/circuits.h"
 #include "core/error.h"
 #include "core/model/model.h"
+#include "core/model/ops.h"
 #include "test_support.h"
 
 using namespace hs;
@@ -87,19 +88,29 @@ TEST_CASE("every head's circuit spectrum matches the float64 reference", "[circu
       const auto model = Model::load(test::fixture_model(name));
       const Weights& w = *model->weights();
       const json ref = circuits_reference(name);
-      const RowMatrixXf all = copying_scores(w);
-      REQUIRE(all.rows() == model->config().n_layers);
-      REQUIRE(all.cols() == model->config().n_heads);
-      for (const json& head : ref["heads"]) {
-        const int l = head["layer"], h = head["head"];
-        INFO("L" << l << "H" << h);
-        const CircuitSpectrum s = circuit_spectrum(w, l, h);
-        CHECK(s.qk_singular_values.size() == static_cast<size_t>(model->config().d_head));
-        check_spectrum(s, head);
-        CHECK(copying_score(w, l, h) == s.copying_score);
-        // The shared-product path for every head agrees with the one-head path.
-        CHECK(std::abs(all(l, h) - head["copying_score"].get<double>()) <= kRelTol);
-      }
+      // Raw token vectors for every head; extended ones (through layer 0's MLP) after layer 0.
+      const RowMatrixXf all_raw = copying_scores(w, TokenVectors::Raw);
+      const RowMatrixXf all_default = copying_scores(w);
+      REQUIRE(all_raw.rows() == model->config().n_layers);
+      REQUIRE(all_raw.cols() == model->config().n_heads);
+      REQUIRE(ref["heads_extended"].size() == static_cast<size_t>((model->config().n_layers - 1) * model->config().n_heads));
+      for (const char* list : {"heads", "heads_extended"})
+        for (const json& head : ref[list]) {
+          const int l = head["layer"], h = head["head"];
+          const TokenVectors vectors = parse_token_vectors(head["vectors"].get<std::string>());
+          INFO("L" << l << "H" << h << ", " << to_string(vectors) << " token vectors");
+          const CircuitSpectrum s = circuit_spectrum(w, l, h, vectors);
+          CHECK(s.vectors == vectors);
+          CHECK(s.qk_singular_values.size() == static_cast<size_t>(model->config().d_head));
+          check_spectrum(s, head);
+          CHECK(copying_score(w, l, h, vectors) == s.copying_score);
+          // The shared-product path for every head agrees with the one-head path; the default is raw
+          // for layer 0's heads and extended after.
+          const RowMatrixXf& all = vectors == TokenVectors::Raw ? all_raw : all_default;
+          if (vectors == TokenVectors::Extended || l == 0)
+            CHECK(std::abs(all(l, h) - head["copying_score"].get<double>()) <= kRelTol);
+          if (l > 0) CHECK(circuit_spectrum(w, l, h).vectors == TokenVectors::Extended);
+        }
     }
   }
 }
@@ -111,10 +122,14 @@ TEST_CASE("prompt circuits match the float64 reference", "[circuits][fixtures]")
       const json ref = circuits_reference(name);
       const std::vector<int32_t> tokens = ref["tokens"];
       const int k = ref["top_k"];
-      for (const json& head : ref["prompt_heads"]) {
+      std::vector<json> heads = ref["prompt_heads"];
+      heads.push_back(ref["prompt_heads_extended"][0]);
+      for (const json& head : heads) {
         const int l = head["layer"], h = head["head"];
-        INFO("L" << l << "H" << h);
-        const PromptCircuits p = prompt_circuits(*model->weights(), l, h, tokens, k);
+        const TokenVectors vectors = parse_token_vectors(head["vectors"].get<std::string>());
+        INFO("L" << l << "H" << h << ", " << to_string(vectors) << " token vectors");
+        const PromptCircuits p = prompt_circuits(*model->weights(), l, h, tokens, k, vectors);
+        CHECK(p.vectors == vectors);
         const int n = static_cast<int>(tokens.size());
         REQUIRE(p.qk_scores.rows() == n);
         std::vector<double> qk_ref, qk_ours;
@@ -186,7 +201,7 @@ TEST_CASE("the full OV circuit's eigenvalues come from the d_head x d_head produ
     std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
       return a.real() != b.real() ? a.real() > b.real() : a.imag() > b.imag();
     });
-    const CircuitSpectrum s = circuit_spectrum(w, 1, h);
+    const CircuitSpectrum s = circuit_spectrum(w, 1, h, TokenVectors::Raw);
     INFO("L1H" << h);
     // Not closer: the factored path sums the vocabulary in float32 blocks (a few 1e-6).
     CHECK(relative(reals(top), reals(s.ov_eigenvalues)) <= 1e-5);
@@ -214,4 +229,47 @@ TEST_CASE("circuits refuse heads and tokens the model does not have", "[circuits
   const PromptCircuits empty = prompt_circuits(w, 0, 0, {}, 5);
   CHECK(empty.qk_scores.size() == 0);
   CHECK(empty.qk_range == 1.0f);
+}
+
+TEST_CASE("the extended embedding is the residual stream after layer 0 with layer 0's attention removed", "[circuits]") {
+  // With every layer-0 head zero-ablated and no attention bias, layer 0 adds only its MLP's output
+  // to the embedding, so normalize(hook_resid_post of layer 0) at a token is that token's extended
+  // vector: an independent check through the forward pass (itself checked against the float64
+  // reference), for models whose norm (RMSNorm) and MLP (gated) the GPT-2 reference does not cover.
+  for (const char* name : {"llama_gqa", "qwen2_bias"}) {
+    DYNAMIC_SECTION(name) {
+      const auto model = Model::load(test::fixture_model(name));
+      const ModelConfig& c = model->config();
+      REQUIRE(model->weights()->layer(0).b_O == nullptr);
+      const std::vector<int32_t> tokens = {3, 17, 42, 5};
+      RunOptions o;
+      for (int h = 0; h < c.n_heads; ++h) o.interventions.push_back(zero_ablation(0, h));
+      const auto cache = model->run(tokens, o);
+      const RowMatrixXf post = cache->resid_post(0);
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        RowMatrixXf ours;
+        token_vectors_block(ours, *model->weights(), tokens[i], 1, TokenVectors::Extended);
+        RowMatrixXf expected, row = post.row(static_cast<Eigen::Index>(i));
+        const std::vector<float> ones(static_cast<size_t>(c.d_model), 1.0f);
+        rmsnorm_forward(expected, nullptr, row, ones.data(), nullptr, c.norm_eps);
+        INFO("position " << i);
+        CHECK((ours - expected).cwiseAbs().maxCoeff() <= 1e-5f * expected.cwiseAbs().maxCoeff());
+        // Normalized: unit root mean square, up to eps.
+        CHECK(std::sqrt(ours.squaredNorm() / c.d_model) == Approx(1.0).epsilon(1e-3));
+      }
+    }
+  }
+}
+
+TEST_CASE("token vectors: the choice is named, and layer 0 reads the raw embedding", "[circuits][errors]") {
+  const auto model = Model::load(test::fixture_model("f32_prefixed"));
+  const Weights& w = *model->weights();
+  CHECK(resolve_token_vectors(TokenVectors::Default, 0) == TokenVectors::Raw);
+  CHECK(resolve_token_vectors(TokenVectors::Default, 1) == TokenVectors::Extended);
+  CHECK_THROWS_WITH(circuit_spectrum(w, 0, 1, TokenVectors::Extended),
+                    Catch::Contains("layer 0's heads read the raw embedding"));
+  CHECK_THROWS_WITH(parse_token_vectors("embedded"), Catch::Contains("use raw (the embedding rows), extended"));
+  CHECK(parse_token_vectors("extended") == TokenVectors::Extended);
+  CHECK(circuit_spectrum(w, 0, 1).vectors == TokenVectors::Raw);
+  CHECK(prompt_circuits(w, 1, 1, {3, 4}, 2).vectors == TokenVectors::Extended);
 }

@@ -155,8 +155,9 @@ TEST_CASE("cli circuits writes a head's spectra and copying score", "[cli][circu
   auto j = nlohmann::json::parse(hs::test::read_text(out));
   const auto ref = nlohmann::json::parse(
       hs::test::read_text(hs::test::source_dir() / "tests/fixtures/analyses/f16_plain/circuits.json"));
+  // A head after layer 0 reads the extended embedding by default (docs/circuits.md).
   const nlohmann::json* head = nullptr;
-  for (const auto& h : ref["heads"])
+  for (const auto& h : ref["heads_extended"])
     if (h["layer"] == 1 && h["head"] == 3) head = &h;
   REQUIRE(head != nullptr);
   for (const char* key : {"qk_singular_values", "ov_singular_values", "ov_eigenvalues_real", "ov_eigenvalues_imag"}) {

@@ -141,7 +141,13 @@ TEST_CASE("The QK / OV view shows the core's spectra and prompt circuits for the
 
   QTableWidget* table = w.circuits()->ovTable();
   REQUIRE(table->rowCount() == n);
-  CHECK(table->item(2, 1)->text().startsWith(tokenText(*run, p.ov_top_ids[2 * CircuitsView::kTopK])));
+  // The token's own entry first (value and rank), then what it promotes most.
+  CHECK(table->horizontalHeaderItem(1)->text() == QStringLiteral("itself (rank)"));
+  CHECK(table->item(2, 1)->text().endsWith(QStringLiteral("(#%1)").arg(p.ov_self_ranks[2] + 1)));
+  CHECK(table->item(2, 2)->text().startsWith(tokenText(*run, p.ov_top_ids[2 * CircuitsView::kTopK])));
+  // Heads after layer 0 read the extended embedding by default, and say so.
+  CHECK(s.vectors == hs::TokenVectors::Extended);
+  CHECK(w.circuits()->copyingText().contains(QStringLiteral("extended embedding")));
 
   // The caption says what is folded and what is ignored.
   const auto* folding = w.circuits()->findChild<QLabel*>(QStringLiteral("circuitsFolding"));

@@ -10,6 +10,7 @@
 #include <QTest>
 #include <QTimer>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -132,4 +133,76 @@ TEST_CASE("File > Scan Data Set on a file that cannot be read says so", "[scan][
   CHECK(message.contains(QStringLiteral("cannot read the input")));
   CHECK(message.contains(QStringLiteral("no-such-file.txt")));
   CHECK(w.window.headMetricsBar()->metricId() == QStringLiteral("induction"));
+}
+
+namespace {
+
+// A copy of the fixture model in `dir`: the same files, or (perturbed) with the lowest bit of one
+// weight byte near the end of model.safetensors flipped — the same family, shape and name, other
+// weights.
+void copyFixtureModel(const std::filesystem::path& dir, bool perturbed) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir.parent_path());
+  std::filesystem::copy(test::fixtureModelDir().toStdString(), dir, std::filesystem::copy_options::recursive);
+  if (!perturbed) return;
+  const auto weights = dir / "model.safetensors";
+  std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+  const auto at = static_cast<std::streamoff>(std::filesystem::file_size(weights) - 4);
+  f.seekg(at);
+  char byte = 0;
+  f.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 1);
+  f.seekp(at);
+  f.write(&byte, 1);
+  REQUIRE(f.good());
+}
+
+}  // namespace
+
+TEST_CASE("Data-set scores are shown only on runs of the model they were made with", "[scan][window]") {
+  const auto input = scratchFile("prompts_identity.txt");
+  {
+    std::ofstream out(input);
+    out << "The cat sat. The cat sat\nA dog ran and a dog ran\n";
+  }
+  // Both copies have the fixture's folder name, family and shape: only their files tell them apart.
+  const auto other = hs::test::scratch_dir() / "other" / "f32_prefixed";
+  const auto same = hs::test::scratch_dir() / "same" / "f32_prefixed";
+  copyFixtureModel(other, true);
+  copyFixtureModel(same, false);
+
+  Window w;
+  scanFromMenu(w.window, [&](ScanDialog& d) {
+    d.setInputFile(QString::fromStdString(input.string()));
+    d.setMaxTokens(20);
+  });
+  HeadMetricsBar* bar = w.window.headMetricsBar();
+  REQUIRE(waitFor([&] { return bar->metricId() == QStringLiteral("induction_dataset") && bar->currentValues(); }));
+  const hs::RowMatrixXf scanned = bar->currentValues()->values;
+  const std::string scanned_with = w.window.controller()->model()->fingerprint();
+
+  auto open = [&](const std::filesystem::path& dir) {
+    w.window.loadModel(QString::fromStdString(dir.string()));
+    REQUIRE(waitFor([&] {
+      const auto run = w.window.controller()->currentRun();
+      return run && run->model().dir() == dir;
+    }));
+  };
+
+  // Other weights of the same shape: the scores are not this model's, and the note says whose they are.
+  open(other);
+  CHECK(w.window.controller()->model()->fingerprint() != scanned_with);
+  CHECK(bar->metricId() == QStringLiteral("induction_dataset"));
+  CHECK(bar->currentValues() == nullptr);
+  CHECK(bar->noteLabel()->text().contains(QStringLiteral("made with another model")));
+  const HeadMetric* metric = findHeadMetric(QStringLiteral("induction_dataset"));
+  for (int i = 0; i < w.window.headGrid()->itemCount(); ++i)
+    CHECK(w.window.headGrid()->item(i).badge == headMetricText(*metric, NAN));  // "—": no score
+
+  // A copy of the very files is the same model, wherever it lies.
+  open(same);
+  CHECK(w.window.controller()->model()->fingerprint() == scanned_with);
+  REQUIRE(bar->currentValues() != nullptr);
+  CHECK(bar->currentValues()->values == scanned);
+  CHECK(bar->noteLabel()->text().contains(QStringLiteral("2 prompts")));
 }

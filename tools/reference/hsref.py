@@ -1123,7 +1123,29 @@ def embed_unembed(model: GPT2Model):
     return W_E, W_U
 
 
-def circuits(model: GPT2Model, layer: int, head: int, tokens: Sequence[int] = (), top_k: int = 10) -> dict:
+def token_vectors(model: GPT2Model, vectors: str = "raw"):
+    """[d_vocab, d_model] token vectors. "raw": the embedding rows W_E. "extended": what a head after
+    layer 0 reads of a token alone: W_E + MLP0(ln_2(W_E)) with layer 0's ln_2, c_fc, activation and
+    c_proj (weights and biases), no position and no layer-0 attention; then the reading layer's
+    LayerNorm without its weight (folded into W_Q, W_K, W_V) or bias (ignored): centred and divided
+    by sqrt(var + eps)."""
+    torch = _torch()
+    W_E, _ = embed_unembed(model)
+    if vectors == "raw":
+        return W_E
+    if vectors != "extended":
+        raise ValueError(f"token vectors '{vectors}': use raw or extended")
+    c = model.config
+    w = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in model.weights.items()}
+    x = layer_norm(W_E, w["h.0.ln_2.weight"], w["h.0.ln_2.bias"], c.layer_norm_eps)
+    hidden = _ACTIVATIONS[c.activation](x @ w["h.0.mlp.c_fc.weight"] + w["h.0.mlp.c_fc.bias"])
+    ext = W_E + hidden @ w["h.0.mlp.c_proj.weight"] + w["h.0.mlp.c_proj.bias"]
+    ones = torch.ones(c.d_model, dtype=torch.float64)
+    return layer_norm(ext, ones, torch.zeros_like(ones), c.layer_norm_eps)
+
+
+def circuits(model: GPT2Model, layer: int, head: int, tokens: Sequence[int] = (), top_k: int = 10,
+             vectors: str = "raw") -> dict:
     """A head's QK and OV circuits, computed by materializing everything (the obvious way, which
     the C++ avoids): W_QK = W_Q W_K^T and W_OV = W_V W_O as d_model x d_model matrices, their
     singular values by a full SVD (the d_head largest); the full OV circuit W_E W_OV W_U as a
@@ -1133,11 +1155,13 @@ def circuits(model: GPT2Model, layer: int, head: int, tokens: Sequence[int] = ()
     weight folded into W_Q, W_K, W_V and ln_f's into W_U; biases, centring, the norms' division,
     positions and the 1/sqrt(d_head) scale ignored. With `tokens`: qk_scores [pos, pos] =
     E W_QK E^T over the tokens' embedding rows, and for each token the top_k entries of its row of
-    E W_OV W_U and its own entry (value and rank)."""
+    E W_OV W_U and its own entry (value and rank). `vectors`: the token vectors E (token_vectors);
+    the unembedding stays W_U."""
     torch = _torch()
     dh = model.config.d_head
     W_Q, W_K, W_V, W_O = head_matrices(model, layer, head)
-    W_E, W_U = embed_unembed(model)
+    _, W_U = embed_unembed(model)
+    W_E = token_vectors(model, vectors)
     W_QK = W_Q @ W_K.T                                                       # [d_model, d_model]
     W_OV = W_V @ W_O                                                         # [d_model, d_model]
     full_ov = W_E @ W_OV @ W_U                                               # [d_vocab, d_vocab]
@@ -1145,7 +1169,7 @@ def circuits(model: GPT2Model, layer: int, head: int, tokens: Sequence[int] = ()
     top = eig[torch.argsort(eig.abs(), descending=True)[:dh]].tolist()
     top.sort(key=lambda z: (-z.real, -z.imag))
     out = {
-        "layer": layer, "head": head,
+        "layer": layer, "head": head, "vectors": vectors,
         "qk_singular_values": torch.linalg.svdvals(W_QK)[:dh].tolist(),
         "ov_singular_values": torch.linalg.svdvals(W_OV)[:dh].tolist(),
         "ov_eigenvalues_real": [z.real for z in top],

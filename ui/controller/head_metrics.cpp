@@ -43,13 +43,17 @@ HeadMetric copyingMetric() {
   HeadMetric m;
   m.id = QStringLiteral("copying");
   m.name = QStringLiteral("OV copying");
-  m.definition = QStringLiteral("Copying score of the head's full OV circuit W_E W_OV W_U: sum(λ) / sum(|λ|) over "
+  m.definition = QStringLiteral("Copying score of the head's full OV circuit E W_OV W_U: sum(λ) / sum(|λ|) over "
                                 "its eigenvalues; near 1 for a head that raises the logit of the token it "
-                                "attends to. From the weights alone (norm weights folded, biases ignored).");
+                                "attends to. From the weights alone (norm weights folded, biases ignored). E: the "
+                                "raw embedding for layer 0's heads, the extended embedding (through layer 0's "
+                                "MLP) for later heads.");
   m.source = HeadMetric::Source::Model;
   m.compute = [id = m.id](const RunResult& run, const HeadMetricValues*) {
     return HeadMetricValues{id, hs::copying_scores(*run.model().weights()),
-                            QStringLiteral("from the weights: the same for every prompt"), {}};
+                            QStringLiteral("from the weights: the same for every prompt; heads after layer 0 read "
+                                           "the extended embedding"),
+                            {}};
   };
   m.low = -1.0f;
   m.high = 1.0f;

@@ -33,6 +33,11 @@ struct HeadMetricValues {
   // What the metric's compute keeps for the next run that extends this one's prompt (its own
   // type, e.g. a detector's running sums); empty when it keeps nothing.
   std::any carry;
+  // Values made elsewhere (an External metric's, e.g. a data-set scan's): the fingerprint of the
+  // model they were made with (hs::Model::fingerprint) and its name. They are shown only on runs
+  // of that model. Empty for the metrics a run computes itself.
+  std::string model;
+  QString model_name;
 };
 
 // One forward pass over the prompt, plus what every view needs regardless of the selection.

@@ -8,7 +8,9 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -239,12 +241,23 @@ void CircuitsView::refresh() {
                       .arg(dh));
   const QString norm = QString::fromUtf8(hs::to_string(c.architecture.norm).data(),
                                          static_cast<int>(hs::to_string(c.architecture.norm).size()));
-  folding_->setText(QStringLiteral("Folded: the layer's first %1 weight into W_Q, W_K and W_V; the final %1 weight into "
-                                   "W_U. Ignored: every bias (b_Q, b_K, b_V, b_O, the norms'), the norms' centring and "
-                                   "division by each vector's scale, positions, and 1/√d_head. Tokens are raw "
-                                   "embedding rows W_E[t]. Never materialized: singular values come from d_head × "
-                                   "d_head products of the factors.")
-                        .arg(norm));
+  // What the tokens are: a head after layer 0 reads each token through layer 0's MLP.
+  const QString tokens =
+      s.vectors == hs::TokenVectors::Extended
+          ? QStringLiteral("<b>Tokens are the extended embedding</b> W_E[t] + MLP0(W_E[t]) (layer 0's MLP with its "
+                           "%1, weights and biases; no position, no layer-0 attention), then this layer's %1 "
+                           "without weight or bias (centred and scaled)")
+                .arg(norm)
+          : QStringLiteral("<b>Tokens are the raw embedding rows</b> W_E[t]%1")
+                .arg(s.layer == 0 ? QStringLiteral(" (a layer-0 head reads them before any MLP)") : QString());
+  folding_->setText(QStringLiteral("%2. Folded: the layer's first %1 weight into W_Q, W_K and W_V; the final %1 weight "
+                                   "into W_U. Ignored: every bias (b_Q, b_K, b_V, b_O, the norms'), positions, and "
+                                   "1/√d_head%3. Never materialized: singular values come from d_head × d_head "
+                                   "products of the factors.")
+                        .arg(norm, tokens,
+                             s.vectors == hs::TokenVectors::Raw ? QStringLiteral(", the norms' centring and division by "
+                                                                                 "each vector's scale")
+                                                                : QString()));
 
   fillSingularValues(qk_sv_, s.qk_singular_values, QStringLiteral("W_QK"));
   fillSingularValues(ov_sv_, s.ov_singular_values, QStringLiteral("W_OV"));
@@ -257,23 +270,55 @@ void CircuitsView::refresh() {
                               .arg(dh)
                               .arg(D - dh));
 
+  // One eigenvalue far larger than the others (the built-in model's L3H2 on raw embeddings has one
+  // near -3900 among values of a few tens) would flatten every other bar: the axis then spans the
+  // others, and an outlier's bar runs off it, its value in its label and in the caption.
+  std::vector<double> magnitudes;
+  for (const auto& z : s.ov_eigenvalues) magnitudes.push_back(std::abs(z.real()));
+  std::sort(magnitudes.begin(), magnitudes.end(), std::greater<>());
+  constexpr double kOutlierRatio = 8.0;
+  const double outlier_above = magnitudes.size() >= 2 && magnitudes[1] > 0.0 && magnitudes[0] > kOutlierRatio * magnitudes[1]
+                                   ? kOutlierRatio * magnitudes[1]
+                                   : INFINITY;
   std::vector<BarChartView::Bar> bars;
+  QStringList clipped;
+  double lo = 0.0, hi = 0.0;
   for (size_t i = 0; i < s.ov_eigenvalues.size(); ++i) {
     const double re = s.ov_eigenvalues[i].real();
-    bars.push_back({QStringLiteral("λ%1").arg(i + 1), re, signColor(re)});
+    QString label = QStringLiteral("λ%1").arg(i + 1);
+    if (std::abs(re) > outlier_above) {
+      clipped << QStringLiteral("%1 = %2").arg(label, formatNumber(re));
+      label += QStringLiteral(" (%1)").arg(formatNumber(re));
+    } else {
+      lo = std::min(lo, re);
+      hi = std::max(hi, re);
+    }
+    bars.push_back({label, re, signColor(re)});
   }
   eigen_->setBars(std::move(bars));
+  if (clipped.isEmpty()) {
+    eigen_->clearValueRange();
+  } else {
+    const double pad = (hi - lo) * 0.15 + 1e-9;
+    eigen_->setValueRange(lo - pad, hi + pad);
+  }
   eigen_->setTooltipFormatter([spectrum = result_->spectrum](int i) {
     return QStringLiteral("λ%1 = %2 (|λ| = %3)")
         .arg(i + 1)
         .arg(complexText(spectrum->ov_eigenvalues[static_cast<size_t>(i)]),
              formatNumber(std::abs(spectrum->ov_eigenvalues[static_cast<size_t>(i)])));
   });
-  eigen_caption_->setText(QStringLiteral("<b>Full OV circuit W_E W_OV W_U</b> (%1 × %1): its %2 nonzero eigenvalues "
-                                         "(real parts; complex pairs share one). Copying score Σλ / Σ|λ| = <b>%3</b>")
+  eigen_caption_->setText(QStringLiteral("<b>Full OV circuit E W_OV W_U</b> (%1 × %1, E the %4 embedding): its %2 "
+                                         "nonzero eigenvalues (real parts; complex pairs share one). Copying score "
+                                         "Σλ / Σ|λ| = <b>%3</b>%5")
                               .arg(c.d_vocab)
                               .arg(dh)
-                              .arg(QString::number(s.copying_score, 'f', 3)));
+                              .arg(QString::number(s.copying_score, 'f', 3),
+                                   s.vectors == hs::TokenVectors::Extended ? QStringLiteral("extended")
+                                                                           : QStringLiteral("raw"),
+                                   clipped.isEmpty() ? QString()
+                                                     : QStringLiteral(". Off the axis, so that the others show: %1")
+                                                           .arg(clipped.join(QStringLiteral(", ")))));
 
   const int n = static_cast<int>(p.tokens.size());
   qk_->setMatrix(n, n, std::vector<float>(p.qk_scores.data(), p.qk_scores.data() + p.qk_scores.size()));
@@ -305,9 +350,10 @@ void CircuitsView::fillOvTable() {
                                       "direct effect on the logits when the head attends to it (top %1; hover for %2)")
                            .arg(shown)
                            .arg(k));
-  QStringList headers = {QStringLiteral("token")};
+  // The token's own entry first: whether it copies itself is what the table is read for, and it
+  // must not hide behind the horizontal scroll bar of a narrow window.
+  QStringList headers = {QStringLiteral("token"), QStringLiteral("itself (rank)")};
   for (int j = 0; j < shown; ++j) headers << QStringLiteral("#%1").arg(j + 1);
-  headers << QStringLiteral("itself (rank)");
   ov_table_->setColumnCount(static_cast<int>(headers.size()));
   ov_table_->setHorizontalHeaderLabels(headers);
   ov_table_->setRowCount(n);
@@ -330,15 +376,16 @@ void CircuitsView::fillOvTable() {
       ov_table_->setItem(i, col, item);
     };
     set(0, tokenAt(run.labels.value(i), i));
+    set(1, QStringLiteral("%1 (#%2)")
+               .arg(formatSigned(p.ov_self_logits[static_cast<size_t>(i)]))
+               .arg(p.ov_self_ranks[static_cast<size_t>(i)] + 1),
+        p.ov_self_ranks[static_cast<size_t>(i)] == 0);
     for (int j = 0; j < shown; ++j) {
       const int32_t id = p.ov_top_ids[static_cast<size_t>(i * k + j)];
       // The token itself among what it promotes: copying, in bold.
-      set(j + 1, QStringLiteral("%1  %2").arg(tokenText(run, id), formatSigned(p.ov_top_logits[static_cast<size_t>(i * k + j)])),
+      set(j + 2, QStringLiteral("%1  %2").arg(tokenText(run, id), formatSigned(p.ov_top_logits[static_cast<size_t>(i * k + j)])),
           id == p.tokens[static_cast<size_t>(i)]);
     }
-    set(shown + 1, QStringLiteral("%1 (#%2)")
-                       .arg(formatSigned(p.ov_self_logits[static_cast<size_t>(i)]))
-                       .arg(p.ov_self_ranks[static_cast<size_t>(i)] + 1));
   }
   ov_table_->resizeColumnsToContents();
   ov_table_->resizeRowsToContents();

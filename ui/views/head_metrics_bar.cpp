@@ -189,11 +189,16 @@ void HeadMetricsBar::clearExternalValues(const QString& id) {
   onChoiceChanged();
 }
 
+const HeadMetricValues* HeadMetricsBar::valuesFor(const QString& id) const {
+  if (!run_) return nullptr;
+  if (const auto it = external_.find(id); it != external_.end())
+    return it->second.model.empty() || it->second.model == run_->model().fingerprint() ? &it->second : nullptr;
+  return run_->headMetric(id);
+}
+
 const HeadMetricValues* HeadMetricsBar::currentValues() const {
   const QString id = metricId();
-  if (id.isEmpty()) return nullptr;
-  if (const auto it = external_.find(id); it != external_.end()) return &it->second;
-  return run_ ? run_->headMetric(id) : nullptr;
+  return id.isEmpty() ? nullptr : valuesFor(id);
 }
 
 void HeadMetricsBar::onChoiceChanged() {
@@ -231,6 +236,10 @@ void HeadMetricsBar::refresh() {
   showHeadOverview(*grid_, *run_, false, badges);
   if (!badges.metric) return;
   QString note = badges.values ? badges.values->note : QStringLiteral("no values for this model");
+  if (const auto it = external_.find(metricId()); !badges.values && it != external_.end())
+    note = QStringLiteral("no values for this model: the data-set scores were made with another model (%1, "
+                          "whose files differ from this one's); File > Scan Data Set scans this one")
+               .arg(it->second.model_name);
   if (badges.threshold && badges.values) {
     int shown = 0;
     for (int index : grid_->displayOrder()) shown += index >= 0 ? 1 : 0;
@@ -252,8 +261,7 @@ QString HeadMetricsBar::tooltipFor(int index) const {
   const int l = index / run_->n_head(), h = index % run_->n_head();
   QStringList lines{QStringLiteral("%1 — click to show its pattern").arg(headLabel(l, h))};
   for (const HeadMetric& m : headMetrics()) {
-    const auto ext = external_.find(m.id);
-    const HeadMetricValues* v = ext != external_.end() ? &ext->second : run_->headMetric(m.id);
+    const HeadMetricValues* v = valuesFor(m.id);
     if (!v || v->values.rows() != run_->n_layer() || v->values.cols() != run_->n_head()) continue;
     const float x = v->values(l, h);
     lines << QStringLiteral("%1: %2").arg(m.name, std::isnan(x) ? QStringLiteral("no score") : headMetricText(m, x));

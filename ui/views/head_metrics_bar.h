@@ -40,7 +40,9 @@ class HeadMetricsBar : public QWidget {
   void setRun(std::shared_ptr<const RunResult> run);
   // Values of a registered metric from elsewhere (an External metric's, e.g. a data-set scan's):
   // listed in the control from now on and shown whenever it is chosen, in place of any the runs
-  // compute, until replaced or cleared. Values of another shape than the run's show as no score.
+  // compute, until replaced or cleared. Values made with another model than the run's (their
+  // `model` fingerprint) are not shown on it: the note names the model they belong to, and they
+  // show again when a run of that model comes back.
   void setExternalValues(HeadMetricValues values);
   void clearExternalValues(const QString& id);
 
@@ -84,6 +86,9 @@ class HeadMetricsBar : public QWidget {
   void onChoiceChanged();
   void refresh();
   QString tooltipFor(int index) const;
+  // The values of metric `id` for the current run: External values when they were made with the
+  // run's model, else the run's own (null when there are none).
+  const HeadMetricValues* valuesFor(const QString& id) const;
 
   ImageGridView* grid_;
   QHBoxLayout* top_;

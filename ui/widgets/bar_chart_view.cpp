@@ -162,6 +162,12 @@ void BarChartView::setValueRange(double lo, double hi) {
   rebuild();
 }
 
+void BarChartView::clearValueRange() {
+  if (!fixed_range_) return;
+  fixed_range_ = false;
+  rebuild();
+}
+
 void BarChartView::setTooltipFormatter(std::function<QString(int)> formatter) { tooltip_ = std::move(formatter); }
 
 QPoint BarChartView::barCenter(int index) const {

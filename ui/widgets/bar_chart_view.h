@@ -39,6 +39,8 @@ class BarChartView : public QWidget, public FigureSource {
   void setValueAxisTitle(const QString& title);
   // A fixed value range (attention weights: [0, 1]); by default the range follows the data.
   void setValueRange(double lo, double hi);
+  // Back to a range that follows the data.
+  void clearValueRange();
   // A legend entry per colour: (name, colour).
   void setLegend(const std::vector<std::pair<QString, QColor>>& entries);
   const std::vector<std::pair<QString, QColor>>& legend() const { return legend_; }

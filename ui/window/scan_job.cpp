@@ -59,6 +59,9 @@ std::vector<HeadMetricValues> ScanJob::headMetricValues(const hs::ScanState& sta
     const hs::MomentGrid& g = state.grids.at(key);
     HeadMetricValues v;
     v.id = QString::fromLatin1(key) + QStringLiteral("_dataset");
+    const nlohmann::json& model = state.settings.at("model");
+    v.model = model.at("fingerprint").get<std::string>();
+    v.model_name = QString::fromStdString(model.at("name").get<std::string>());
     v.values = hs::RowMatrixXf(g.rows(), g.cols());
     int64_t most = 0;
     for (int l = 0; l < g.rows(); ++l)
