@@ -100,17 +100,27 @@ TextRun run_text(std::shared_ptr<const Model> model, std::string_view text, cons
                   (options.prepend_bos ? " with BOS" : "") + " but " + model->name() + "'s context is " +
                   std::to_string(n_ctx) + " tokens (n_positions); shorten the text.");
     dropped = static_cast<int>(tokens.size()) - n_ctx;
-    tokens.resize(static_cast<size_t>(n_ctx));
+    if (options.overlong == OverlongPolicy::KeepLastWithWarning) {
+      // BOS stays first (models are trained with it there); the text's first tokens go.
+      const auto first_kept = tokens.begin() + (options.prepend_bos ? 1 : 0);
+      tokens.erase(first_kept, first_kept + dropped);
+    } else {
+      tokens.resize(static_cast<size_t>(n_ctx));
+    }
   }
   TextRun r = run_tokens(model, std::move(tokens), options.run, options.previous);
   r.text = std::string(text);
   r.bos_prepended = options.prepend_bos;
   r.tokenize_ms = tokenize_ms;
   r.dropped_tokens = dropped;
+  r.dropped_from_start = dropped > 0 && options.overlong == OverlongPolicy::KeepLastWithWarning;
   if (dropped > 0)
-    r.warnings.insert(r.warnings.begin(), "the text is longer than the model's context of " + std::to_string(n_ctx) +
-                                              " tokens: the last " + std::to_string(dropped) +
-                                              " tokens were left out of this run.");
+    r.warnings.insert(r.warnings.begin(),
+                      "the text is longer than the model's context of " + std::to_string(n_ctx) + " tokens: the " +
+                          (r.dropped_from_start ? std::string("first ") + std::to_string(dropped) + " tokens" +
+                                                      (options.prepend_bos ? " after BOS" : "")
+                                                : "last " + std::to_string(dropped) + " tokens") +
+                          " were left out of this run.");
   return r;
 }
 

@@ -19,7 +19,12 @@ std::filesystem::path builtin_model_dir();
 std::filesystem::path executable_dir();
 
 // What to do with text longer than the model's context.
-enum class OverlongPolicy { Refuse, TruncateWithWarning };
+enum class OverlongPolicy {
+  Refuse,
+  TruncateWithWarning,  // keep the first n_ctx tokens (BOS included), with a warning
+  KeepLastWithWarning,  // keep BOS (when prepended) and the last tokens that fit, with a warning: the
+                        // end of a long paste, where typing happens, stays in the run
+};
 
 struct TextRunOptions {
   bool prepend_bos = true;
@@ -38,6 +43,8 @@ struct TextRun {
   std::vector<std::string> token_labels;   // display strings, visible whitespace
   bool bos_prepended = false;
   int dropped_tokens = 0;                  // > 0 when truncated
+  bool dropped_from_start = false;         // KeepLastWithWarning: the dropped tokens were the first ones
+                                           // after BOS, not the last ones
   double tokenize_ms = 0.0;
   double forward_ms = 0.0;
   std::vector<std::string> warnings;       // truncation, non-finite activations, ...

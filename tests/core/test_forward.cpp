@@ -396,3 +396,28 @@ TEST_CASE("rotary fixtures: the identities the views show hold without a positio
     }
   }
 }
+
+TEST_CASE("keeping the last n_ctx tokens of an over-long text keeps BOS and the end", "[forward][overlong]") {
+  const auto model = Model::load(test::fixture_model("full_context"));  // context: 16 tokens
+  const std::string text = "the cat sat on the mat and the dog sat on the log and then they slept";
+  const std::vector<int32_t> all = model->encode(text, true);
+  REQUIRE(all.size() > 16);
+  TextRunOptions o;
+  o.overlong = OverlongPolicy::KeepLastWithWarning;
+  const TextRun r = run_text(model, text, o);
+  std::vector<int32_t> expected = {all.front()};  // BOS
+  expected.insert(expected.end(), all.end() - 15, all.end());
+  CHECK(r.tokens == expected);
+  CHECK(r.dropped_tokens == static_cast<int>(all.size()) - 16);
+  CHECK(r.dropped_from_start);
+  REQUIRE_FALSE(r.warnings.empty());
+  CHECK_THAT(r.warnings.front(), Catch::Contains("the first " + std::to_string(r.dropped_tokens) + " tokens after BOS"));
+  const auto fresh = model->run(expected);
+  CHECK(test::compare(fresh->get("logits").data, r.cache->get("logits").data).relative == 0.0);
+  // Without BOS, the last 16 tokens.
+  o.prepend_bos = false;
+  const std::vector<int32_t> body = model->encode(text, false);
+  const TextRun no_bos = run_text(model, text, o);
+  CHECK(no_bos.tokens == std::vector<int32_t>(body.end() - 16, body.end()));
+  CHECK_THAT(no_bos.warnings.front(), Catch::Contains("the first " + std::to_string(body.size() - 16) + " tokens were"));
+}
