@@ -137,3 +137,27 @@ TEST_CASE("A figure is the plot at the asked scale with a title band", "[heatmap
   const QByteArray pdf = hs::ui::renderFigureVector(view, body, hs::ui::FigureFormat::Pdf);
   CHECK(pdf.startsWith("%PDF"));
 }
+
+TEST_CASE("An exported figure is the same with the pointer over the plot and without", "[heatmap][export]") {
+  HeatmapView view;
+  view.resize(400, 300);
+  view.setMatrix(3, 3, {1, NAN, NAN, 0.5, 0.5, NAN, 0.2f, 0.3f, 0.5});
+  view.setFigureText({QStringLiteral("L0H0 attention pattern"), QStringLiteral("test")}, QStringLiteral("x"));
+  view.show();
+  view.replotNow();
+  const QSize body = view.figureSize();
+  const QImage plain = hs::ui::renderFigureImage(view, body, 1.0);
+  // The hover outline (where the pointer is) and the selected row and cell outlines are not data.
+  view.setHoverRow(1);
+  view.setHighlightedRow(2);
+  view.setHighlightedCell(2, 0);
+  view.replotNow();
+  CHECK(hs::ui::renderFigureImage(view, body, 1.0) == plain);
+  // A view that asks for its selection gets it (and still no hover outline).
+  view.setSelectionInExports(true);
+  CHECK(hs::ui::renderFigureImage(view, body, 1.0) != plain);
+  view.setHighlightedRow(-1);
+  view.setHighlightedCell(-1, -1);
+  view.replotNow();
+  CHECK(hs::ui::renderFigureImage(view, body, 1.0) == plain);
+}

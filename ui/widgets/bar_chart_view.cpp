@@ -187,7 +187,11 @@ QSize BarChartView::figureSize() const {
 }
 
 void BarChartView::paintFigure(QPainter& painter, QSize size) {
+  // The selected bar's outline marks where the person is, not the data: not exported.
+  const bool highlighted = highlight_->visible();
+  highlight_->setVisible(false);
   paintPlotInto(plot_, painter, size);
+  highlight_->setVisible(highlighted);
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 

@@ -603,7 +603,13 @@ QSize HeatmapView::figureSize() const {
 }
 
 void HeatmapView::paintFigure(QPainter& painter, QSize size) {
+  // Where the pointer is, and unless asked what is selected, is not part of the figure.
+  std::vector<std::pair<QCPItemRect*, bool>> hidden = {{hover_highlight_, hover_highlight_->visible()}};
+  if (!selection_in_exports_)
+    for (QCPItemRect* r : {row_highlight_, cell_highlight_}) hidden.emplace_back(r, r->visible());
+  for (auto& [rect, was_visible] : hidden) rect->setVisible(false);
   paintPlotInto(plot_, painter, size);
+  for (auto& [rect, was_visible] : hidden) rect->setVisible(was_visible);
   plot_->replot(QCustomPlot::rpQueuedReplot);  // toPainter laid the plot out for `size`
 }
 

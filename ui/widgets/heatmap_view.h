@@ -98,6 +98,10 @@ class HeatmapView : public QWidget, public FigureSource {
   void setHighlightedRow(int row);              // the selected row, outlined
   void setHighlightedCell(int row, int col);    // the selected cell, outlined
   void setHoverRow(int row);                    // a lighter outline that follows the mouse
+  // Exported figures never show the hover outline, and show the selected row and cell outlines
+  // only when this is on (off by default: an export is the data, not where the pointer was). The
+  // row and column band highlights (a head's band) are part of the figure and always drawn.
+  void setSelectionInExports(bool on) { selection_in_exports_ = on; }
   int highlightedRow() const { return highlighted_row_; }
 
   void setTooltipFormatter(std::function<QString(int row, int col, float value)> formatter);
@@ -171,6 +175,7 @@ class HeatmapView : public QWidget, public FigureSource {
   int highlighted_row_ = -1;
   int cell_row_ = -1, cell_col_ = -1;
   int hover_row_ = -1;
+  bool selection_in_exports_ = false;
   QPoint last_hover_{-1, -1};
   std::function<QString(int, int, float)> tooltip_;
   FigureText figure_text_;
