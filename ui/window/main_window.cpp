@@ -128,8 +128,9 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   for (int i = 0; i < static_cast<int>(viewRegistry().size()); ++i)
     if (viewRegistry()[static_cast<size_t>(i)].id == options.view) tabs_->setCurrentIndex(i);
 
-  if (AnalysisView* patching = view(QStringLiteral("patching")); patching && !options.patching.isEmpty())
-    patching->setViewInputs(options.patching);
+  for (size_t i = 0; i < views_.size(); ++i)
+    if (const auto inputs = options.view_inputs.find(viewRegistry()[i].id); inputs != options.view_inputs.end())
+      views_[i]->setViewInputs(inputs->second);
   if (options.layer != 0 || options.head != 0) first_head_ = std::make_pair(options.layer, options.head);
   first_ablations_ = options.ablations;
 
@@ -822,7 +823,7 @@ void MainWindow::exportAll() {
   options.position = selection_->position();
   options.target = selection_->target();
   for (size_t i = 0; i < views_.size(); ++i)
-    if (const QStringList inputs = views_[i]->viewInputs(); !inputs.isEmpty())
+    if (const ViewInputs inputs = views_[i]->viewInputs(); !inputs.isEmpty())
       options.view_inputs[viewRegistry()[i].id] = inputs;
   export_job_ = std::make_unique<ExportAllJob>(run_, options);
   progress_->setValue(0);

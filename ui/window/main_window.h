@@ -12,6 +12,7 @@
 
 #include "core/model/intervention.h"
 #include "ui/controller/results.h"
+#include "ui/views/analysis_view.h"
 
 class QComboBox;
 class QDockWidget;
@@ -50,7 +51,7 @@ struct MainWindowOptions {
   QString view = {};             // the id of the tab shown first (ui/views/registry.cpp); empty: the first
   int layer = 0, head = 0;       // the head selected once the first run is in
   hs::Interventions ablations = {};  // heads ablated from the start (undo removes them)
-  QStringList patching = {};     // the patching view's inputs: corrupted prompt, answer, wrong answer
+  ViewInputsById view_inputs = {};   // what the command line gives each view (its descriptor's options)
 };
 
 class MainWindow : public QMainWindow {
