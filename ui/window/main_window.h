@@ -98,29 +98,37 @@ class MainWindow : public QMainWindow {
   void dropEvent(QDropEvent* event) override;
 
  private:
-  void buildMenus();
+  // The parts of the window, one file each: main_window.cpp (construction, layout, settings,
+  // drops), main_window_menus.cpp, main_window_ablation.cpp, main_window_status.cpp,
+  // main_window_runs.cpp, main_window_models.cpp, main_window_export.cpp, main_window_scan.cpp.
   void buildCentral();
-  void buildStatusBar();
+  QObject* viewObject(const QString& id) const;
+  // menus
+  void buildMenus();
+  void showShortcuts();
+  void showAbout();
+  // ablation
   void buildAblationDock();
   void addHeadActions(int index, QMenu* menu);
   void onAblationsChanged();
+  // status
+  void buildStatusBar();
+  void updateStatus();
+  void showBanner(const QString& html, bool error);
+  void hideBanner();
+  // runs
   void connectEverything();
-  void onModelChanged(std::shared_ptr<const hs::Model> model);
-  void onModelLoadFailed(const QString& dir, const QString& message);
   void onRunReady(std::shared_ptr<const RunResult> run);
   void onRunFailed(const QString& message);
   // Asks for each view's analysis of the current run for the selection, when it has not yet.
   void requestAnalyses();
-  QObject* viewObject(const QString& id) const;
-  void showBanner(const QString& html, bool error);
-  void hideBanner();
+  // models
+  void onModelChanged(std::shared_ptr<const hs::Model> model);
+  void onModelLoadFailed(const QString& dir, const QString& message);
   void refreshModelCombo();
-  void rememberRecent(const QString& dir);
   void updateRecentMenu();
-  void updateStatus();
+  // scan
   void startScan(const hs::ScanOptions& options);
-  void showShortcuts();
-  void showAbout();
 
   AnalysisController* controller_ = nullptr;
   Selection* selection_ = nullptr;
