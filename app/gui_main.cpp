@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "core/model/architecture.h"
 #include "core/model/intervention.h"
 #include "ui/base/stall_monitor.h"
 #include "ui/window/headless.h"
@@ -20,29 +22,66 @@
 
 namespace {
 
-// --help's text; the views and what --export writes come from the registry.
+// An option's lines of --help: the option, then its help from column 19, word-wrapped to lines
+// of at most 93 characters like the written ones (on a line of its own when the option is long).
+std::string optionLines(const QString& option, const QString& help) {
+  constexpr int kColumn = 19, kWidth = 93;
+  const QString indent(kColumn, QLatin1Char(' '));
+  QString text, line = QStringLiteral("  ") + option;
+  if (line.size() > kColumn - 2) {  // too long for the column: the help starts below it
+    text = line + QLatin1Char('\n');
+    line = indent;
+  } else {
+    line = line.leftJustified(kColumn);
+  }
+  bool line_empty = true;
+  for (const QString& word : help.split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+    if (!line_empty && line.size() + 1 + word.size() > kWidth) {
+      text += line + QLatin1Char('\n');
+      line = indent;
+      line_empty = true;
+    }
+    line += (line_empty ? QString() : QStringLiteral(" ")) + word;
+    line_empty = false;
+  }
+  return (text + line + QLatin1Char('\n')).toStdString();
+}
+
+// --help's text; the views, their options and what --export writes come from the registry.
 std::string usage() {
-  QStringList ids;
-  for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry()) ids << v.id;
+  QStringList ids, view_usage;
+  std::string view_options;
+  for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry()) {
+    ids << v.id;
+    QStringList group;
+    for (const hs::ui::ViewOption& o : v.options) {
+      group << QStringLiteral("--%1 %2").arg(o.name, o.value_name);
+      view_options += optionLines(group.back(), o.help);
+    }
+    if (!group.isEmpty()) view_usage << QStringLiteral("[%1]").arg(group.join(QLatin1Char(' ')));
+  }
+  view_usage << QStringLiteral("[--export OUTDIR [--scale 1|2]]");
   std::string text =
       "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS]\n"
-      "                 [--corrupt TEXT --answer TEXT --wrong TEXT] [--export OUTDIR [--scale 1|2]]\n"
+      "                 " +
+      view_usage.join(QLatin1Char(' ')).toStdString() +
+      "\n"
       "\n"
       "HeadScope: type a sentence, see how each attention head of a transformer builds the answer.\n"
       "\n"
-      "Options:\n"
-      "  --model DIR      a Hugging Face model folder (config.json, model.safetensors or its shards,\n"
-      "                   tokenizer.json or vocab.json + merges.txt) of GPT-2, Llama, Qwen2 or\n"
-      "                   Pythia; default: the built-in model\n"
+      "Options:\n" +
+      optionLines(QStringLiteral("--model DIR"),
+                  QStringLiteral("a Hugging Face model folder (config.json, model.safetensors or its shards, "
+                                 "tokenizer.json or vocab.json + merges.txt) of %1; default: the built-in model")
+                      .arg(QString::fromStdString(hs::supported_families_text()))) +
       "  --text TEXT      the prompt to start with\n"
       "  --view NAME      the view shown first: " +
       ids.join(QStringLiteral(", ")).toStdString() +
       "\n"
       "  --head L.H       the head selected first, e.g. 3.2 (layers and heads count from 0)\n"
       "  --ablate HEADS   run with these heads ablated, as headscope-cli run --ablate: LAYER.HEAD\n"
-      "                   items separated by commas, each :zero (default) or :mean, e.g. 3.2,1.0:mean\n"
-      "  --corrupt TEXT, --answer TEXT, --wrong TEXT\n"
-      "                   the patching view's corrupted prompt and its metric's two answer tokens\n"
+      "                   items separated by commas, each :zero (default) or :mean, e.g. 3.2,1.0:mean\n" +
+      view_options +
       "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
       "                   opening a window; needs --text\n"
       "  --scale S        resolution factor of exported PNGs (1 or 2; default 1)\n"
@@ -102,13 +141,18 @@ int main(int argc, char** argv) {
   const QCommandLineOption text(QStringLiteral("text"), "prompt", "TEXT");
   const QCommandLineOption out(QStringLiteral("export"), "output folder", "OUTDIR");
   const QCommandLineOption scale(QStringLiteral("scale"), "PNG scale", "S", "1");
-  const QCommandLineOption view(QStringLiteral("view"), "first view", "NAME", "attention");
+  const QCommandLineOption view(QStringLiteral("view"), "first view", "NAME", hs::ui::viewRegistry().front().id);
   const QCommandLineOption head(QStringLiteral("head"), "selected head", "L.H");
   const QCommandLineOption ablate(QStringLiteral("ablate"), "ablated heads", "HEADS");
-  const QCommandLineOption corrupt(QStringLiteral("corrupt"), "corrupted prompt", "TEXT");
-  const QCommandLineOption answer(QStringLiteral("answer"), "answer token", "TEXT");
-  const QCommandLineOption wrong(QStringLiteral("wrong"), "wrong answer token", "TEXT");
-  parser.addOptions({model, text, out, scale, view, head, ablate, corrupt, answer, wrong});
+  parser.addOptions({model, text, out, scale, view, head, ablate});
+  // Each view's own options (ui/views/registry.cpp), whose values go to that view.
+  for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
+    for (const hs::ui::ViewOption& o : v.options)
+      if (!parser.addOption(QCommandLineOption(o.name, o.help, o.value_name))) {
+        std::fprintf(stderr, "headscope: the %s view's option --%s is taken by another option\n", qPrintable(v.id),
+                     qPrintable(o.name));
+        return 70;
+      }
   if (!parser.parse(QApplication::arguments())) {
     std::fprintf(stderr, "headscope: %s (see headscope --help)\n", qPrintable(parser.errorText()));
     return 2;
@@ -148,16 +192,25 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  QStringList patching;
-  if (parser.isSet(corrupt) || parser.isSet(answer) || parser.isSet(wrong))
-    patching = {parser.value(corrupt), parser.value(answer), parser.value(wrong)};
+  hs::ui::ViewInputsById view_inputs;
+  for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
+    for (const hs::ui::ViewOption& o : v.options) {
+      if (!parser.isSet(o.name)) continue;
+      QString error;
+      const std::optional<QVariant> value = hs::ui::parseViewOption(o, parser.value(o.name), &error);
+      if (!value) {
+        std::fprintf(stderr, "headscope: %s\n", qPrintable(error));
+        return 2;
+      }
+      view_inputs[v.id][o.name] = *value;
+    }
 
   if (headless) {
     hs::ui::HeadlessExportOptions options;
     options.layer = layer;
     options.head = head_index;
     options.ablations = ablations;
-    options.patching = patching;
+    options.view_inputs = view_inputs;
     options.model_dir = parser.value(model);
     options.text = parser.value(text);
     options.out_dir = parser.value(out);
@@ -180,7 +233,7 @@ int main(int argc, char** argv) {
   options.layer = layer;
   options.head = head_index;
   options.ablations = ablations;
-  options.patching = patching;
+  options.view_inputs = view_inputs;
   // The window runs the model on its own thread; the GUI thread must never start an OpenMP team
   // (an Eigen product in a view would), which would slow every run (hs::release_thread_team).
   omp_set_num_threads(1);

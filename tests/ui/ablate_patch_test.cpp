@@ -214,7 +214,9 @@ TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers"
   // A new prompt makes the maps an earlier prompt's; Run would compute them again.
   w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat?"));
   REQUIRE(waitFor([&] { return w.run()->run.text == "The cat sat on the mat?"; }));
-  CHECK(view->viewInputs() == QStringList({QStringLiteral("The cat sat on the hat!"), QStringLiteral("Z"), QStringLiteral("\"")}));
+  CHECK(view->viewInputs() == ViewInputs{{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
+                                        {PatchingView::kAnswer, QStringLiteral("Z")},
+                                        {PatchingView::kWrong, QStringLiteral("\"")}});
 }
 
 TEST_CASE("A patching sweep can be cancelled and the window stays live while it runs", "[window][patching]") {
@@ -229,7 +231,8 @@ TEST_CASE("A patching sweep can be cancelled and the window stays live while it 
   Window w(text, QString::fromStdString(hs::builtin_model_dir().string()));
   auto* view = w.window.viewAs<PatchingView>(QStringLiteral("patching"));
   w.window.tabs()->setCurrentWidget(view);
-  view->setViewInputs({corrupt, QStringLiteral(" sat"), QStringLiteral(" ran")});
+  view->setViewInputs(
+      {{PatchingView::kCorrupt, corrupt}, {PatchingView::kAnswer, QStringLiteral(" sat")}, {PatchingView::kWrong, QStringLiteral(" ran")}});
   if (!view->runButton()->isEnabled()) {
     WARN("skipped: " << view->messageText().toStdString());
     return;
@@ -293,8 +296,9 @@ TEST_CASE("Export All writes the Patching view's four maps when it has inputs", 
   QTemporaryDir tmp;
   ExportAllJob::Options options;
   options.out_dir = tmp.path();
-  options.view_inputs[QStringLiteral("patching")] = {QStringLiteral("The cat sat on the hat!"), QStringLiteral("Z"),
-                                                     QStringLiteral("\"")};
+  options.view_inputs[QStringLiteral("patching")] = {{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
+                                                     {PatchingView::kAnswer, QStringLiteral("Z")},
+                                                     {PatchingView::kWrong, QStringLiteral("\"")}};
   ExportAllJob job(run, options);
   bool done = false, ok = false;
   QString message;

@@ -221,3 +221,36 @@ TEST_CASE("One slow computation does not take a cheap hidden analysis out of the
   }
   CHECK(c.isCheap(QStringLiteral("hiccup")));
 }
+
+TEST_CASE("A view's command-line options are its own: unique, typed, and listed by --help", "[registry][cli]") {
+  std::set<QString> names;
+  for (const ViewDescriptor& v : viewRegistry())
+    for (const ViewOption& o : v.options) {
+      INFO(v.id.toStdString() << " --" << o.name.toStdString());
+      CHECK(names.insert(o.name).second);  // one command line for every view
+      CHECK(!o.value_name.isEmpty());
+      CHECK(!o.help.isEmpty());
+    }
+
+  QString error;
+  const ViewOption text{QStringLiteral("prompt"), QStringLiteral("TEXT"), QStringLiteral("a prompt")};
+  CHECK(parseViewOption(text, QStringLiteral(" a b"), &error) == QVariant(QStringLiteral(" a b")));
+  const ViewOption count{QStringLiteral("count"), QStringLiteral("N"), QStringLiteral("a count"), ViewOption::Type::Integer};
+  CHECK(parseViewOption(count, QStringLiteral("12"), &error) == QVariant(12));
+  CHECK_FALSE(parseViewOption(count, QStringLiteral("1.5"), &error));
+  CHECK(error == QStringLiteral("--count must be an integer (got '1.5')"));
+  const ViewOption scale{QStringLiteral("scale"), QStringLiteral("X"), QStringLiteral("a scale"), ViewOption::Type::Number};
+  CHECK(parseViewOption(scale, QStringLiteral("0.25"), &error) == QVariant(0.25));
+  CHECK_FALSE(parseViewOption(scale, QStringLiteral("a"), &error));
+  CHECK(error == QStringLiteral("--scale must be a number (got 'a')"));
+
+  QProcess p;
+  p.start(QStringLiteral(HEADSCOPE_GUI_PATH), {QStringLiteral("--help")});
+  REQUIRE(p.waitForFinished(30000));
+  const QString help = QString::fromUtf8(p.readAllStandardOutput());
+  for (const ViewDescriptor& v : viewRegistry())
+    for (const ViewOption& o : v.options) {
+      CHECK(help.contains(QStringLiteral("--%1 %2").arg(o.name, o.value_name)));
+      CHECK(help.contains(o.help.section(QLatin1Char(' '), 0, 3)));
+    }
+}

@@ -24,6 +24,22 @@ void AnalysisView::contextMenuEvent(QContextMenuEvent* event) {
   menu.exec(event->globalPos());
 }
 
+std::optional<QVariant> parseViewOption(const ViewOption& option, const QString& text, QString* error) {
+  bool ok = true;
+  QVariant value;
+  switch (option.type) {
+    case ViewOption::Type::Text: return QVariant(text);
+    case ViewOption::Type::Integer: value = text.toInt(&ok); break;
+    case ViewOption::Type::Number: value = text.toDouble(&ok); break;
+  }
+  if (ok) return value;
+  *error = QStringLiteral("--%1 must be %2 (got '%3')")
+               .arg(option.name, option.type == ViewOption::Type::Integer ? QStringLiteral("an integer")
+                                                                          : QStringLiteral("a number"),
+                    text);
+  return std::nullopt;
+}
+
 AnalysisKey keyFromSelection(const Selection& selection, unsigned reads) {
   AnalysisKey key;
   if (reads & kReadsLayer) key.layer = selection.layer();

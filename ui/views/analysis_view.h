@@ -7,9 +7,11 @@
 
 #include <QSize>
 #include <QString>
+#include <QVariantMap>
 #include <QWidget>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -22,6 +24,27 @@ class QMenu;
 namespace hs::ui {
 
 class Selection;
+
+// What a person gave a view beyond the selection (the patching view's corrupted prompt), by the
+// name of the view's option (ViewOption::name); each value has its option's type.
+using ViewInputs = QVariantMap;
+// Every view's inputs, by view id: how the command line reaches the window's views and Export All's.
+using ViewInputsById = std::map<QString, ViewInputs>;
+
+// One command-line option of a view: `headscope --NAME VALUE` sets the view's input NAME, in the
+// window and in --export alike. The app builds its parser from these, so a view's options are
+// declared only here.
+struct ViewOption {
+  enum class Type { Text, Integer, Number };  // the value: QString, int, double
+  QString name;        // "corrupt": --corrupt, and the key in ViewInputs
+  QString value_name;  // "TEXT", in --help
+  QString help;        // one line for --help
+  Type type = Type::Text;
+};
+
+// The value `text` gives `option`, of the option's type, or nullopt with `error` saying why
+// ("--layer must be an integer (got 'x')").
+std::optional<QVariant> parseViewOption(const ViewOption& option, const QString& text, QString* error);
 
 // One figure of Export All: `analysis` (when set) is computed first and handed to the view with
 // setResult; then `prepare` runs on the GUI thread and says what to paint, at which size.
@@ -50,9 +73,11 @@ class AnalysisView : public QWidget, public FigureSource {
   virtual std::vector<ExportFigure> exportFigures(const RunResult& run) = 0;
 
   // What the person typed into the view beyond the selection (a view whose analysis has
-  // AnalysisKey::params), so that Export All's own instance of the view can be set up the same.
-  virtual QStringList viewInputs() const { return {}; }
-  virtual void setViewInputs(const QStringList&) {}
+  // AnalysisKey::params), so that Export All's own instance of the view can be set up the same,
+  // and what the command line gives it (its descriptor's options). Empty: nothing typed. A view
+  // reads only the names it declares; a name missing from `inputs` means an empty field.
+  virtual ViewInputs viewInputs() const { return {}; }
+  virtual void setViewInputs(const ViewInputs&) {}
   // A long analysis on its way (AnalysisSpec::compute_long), and why it failed: only for views
   // that request their analysis themselves (AnalysisSpec::on_demand). Default: nothing.
   virtual void showProgress(double fraction, const QString& what);
@@ -85,6 +110,9 @@ struct ViewDescriptor {
   QString menu_text;  // View menu: "&Contributions"
   QString help;       // one line for --help
   QSize export_size;  // the size the view is laid out at for Export All
+  // Its command-line options, one per input it takes beyond the selection (setViewInputs). Their
+  // names share the command line with the app's own options and every other view's.
+  std::vector<ViewOption> options;
   // compute empty: the view draws from the run alone. spec.id is the view's id.
   AnalysisSpec analysis;
   std::function<AnalysisView*(Selection* selection, QWidget* parent)> create;

@@ -5,7 +5,6 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QMenu>
-#include <QLineEdit>
 #include <QRadioButton>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -21,6 +20,7 @@
 #include "ui/widgets/heatmap_view.h"
 #include "ui/widgets/labels.h"
 #include "ui/widgets/refresh_when_shown.h"
+#include "ui/widgets/target_picker.h"
 
 namespace hs::ui {
 namespace {
@@ -91,22 +91,15 @@ ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : An
   controls->addWidget(norm_button_);
   controls->addWidget(dla_button_);
   controls->addSpacing(12);
-  auto* target_label = new QLabel(QStringLiteral("Target token:"), this);
-  controls->addWidget(target_label);
-  target_ = new QComboBox(this);
-  target_->setObjectName(QStringLiteral("targetCombo"));
-  target_->setEditable(true);
-  target_->setInsertPolicy(QComboBox::NoInsert);
-  target_->setMinimumContentsLength(24);
-  target_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
-  target_->setToolTip(QStringLiteral("The token whose logit the attribution explains. Pick one of the model's top "
-                                     "predictions, or type a token (␣ or a leading space for a space)."));
-  target_label->setBuddy(target_);
+  target_ = new TargetPicker(QStringLiteral("Target token:"), this);
+  target_->combo()->setObjectName(QStringLiteral("targetCombo"));
+  target_->combo()->setToolTip(QStringLiteral("The token whose logit the attribution explains. Pick one of the "
+                                              "model's top predictions, or type a token (␣ or a leading space for "
+                                              "a space)."));
+  target_->setResolver([this](const QString& typed, QString* error) -> std::optional<int32_t> {
+    return run_ ? typedSingleToken(*run_, typed, error) : std::nullopt;
+  });
   controls->addWidget(target_);
-  target_error_ = new QLabel(this);
-  target_error_->setObjectName(QStringLiteral("targetError"));
-  target_error_->setStyleSheet(QStringLiteral("color: #b3261e;"));
-  controls->addWidget(target_error_);
   controls->addStretch(1);
   layout->addLayout(controls);
 
@@ -149,15 +142,11 @@ ContributionsView::ContributionsView(Selection* selection, QWidget* parent) : An
   connect(dla_button_, &QRadioButton::toggled, this, [this](bool on) {
     if (on) setMode(Mode::LogitAttribution);
   });
-  connect(target_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
-    if (updating_targets_) return;
-    target_error_->clear();
-    const QVariant data = target_->itemData(index);
-    if (index == 0 || !data.isValid()) selection_->setTarget(std::nullopt);
-    else selection_->setTarget(data.toInt());
+  // Choosing a target is asking for its attribution.
+  connect(target_, &TargetPicker::targetChosen, this, [this](std::optional<int32_t> target) {
+    selection_->setTarget(target);
     if (mode_ != Mode::LogitAttribution) dla_button_->setChecked(true);
   });
-  connect(target_->lineEdit(), &QLineEdit::returnPressed, this, &ContributionsView::applyTypedTarget);
   connect(heads_, &HeatmapView::cellClicked, this, [this](int row, int col) { selection_->setHead(row, col); });
   connect(heads_, &HeatmapView::cellContextMenu, this,
           [this](int row, int col, QMenu* menu) { Q_EMIT headContextMenu(row, col, menu); });
@@ -210,32 +199,10 @@ void ContributionsView::setMode(Mode mode) {
 
 void ContributionsView::refreshTargets() {
   if (!result_) return;
-  updating_targets_ = true;
   const RunResult& run = *result_->run;
   const QString predicted = result_->top.empty() ? QStringLiteral("–") : predictionText(run, result_->top.front());
-  fillTargetCombo(*target_, run, QStringLiteral("predicted: %1").arg(predicted), result_->top,
-                  result_->target_is_prediction ? std::nullopt : std::optional<int32_t>(result_->target));
-  updating_targets_ = false;
-}
-
-void ContributionsView::applyTypedTarget() {
-  if (!run_) return;
-  const QString typed = target_->currentText();
-  for (int i = 0; i < target_->count(); ++i) {
-    if (target_->itemText(i) == typed) {
-      Q_EMIT target_->activated(i);
-      return;
-    }
-  }
-  QString error;
-  const std::optional<int32_t> id = typedSingleToken(*run_, typed, &error);
-  if (!id) {
-    target_error_->setText(error);
-    return;
-  }
-  target_error_->clear();
-  selection_->setTarget(*id);
-  if (mode_ != Mode::LogitAttribution) dla_button_->setChecked(true);
+  setTargetChoices(*target_, run, QStringLiteral("predicted: %1").arg(predicted), result_->top,
+                   result_->target_is_prediction ? std::nullopt : std::optional<int32_t>(result_->target));
 }
 
 QString ContributionsView::checkText() const { return check_->text(); }

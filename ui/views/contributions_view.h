@@ -9,7 +9,6 @@
 #include "ui/views/analysis_view.h"
 
 class QButtonGroup;
-class QComboBox;
 class QLabel;
 class QRadioButton;
 
@@ -23,6 +22,7 @@ class BarChartView;
 class HeatmapView;
 class RefreshWhenShown;
 class Selection;
+class TargetPicker;
 
 class ContributionsView : public AnalysisView {
   Q_OBJECT
@@ -56,7 +56,6 @@ class ContributionsView : public AnalysisView {
  private:
   void refresh();
   void refreshTargets();
-  void applyTypedTarget();
   void updateHighlights();
 
   std::shared_ptr<const RunResult> run_;
@@ -64,15 +63,13 @@ class ContributionsView : public AnalysisView {
   Mode mode_ = Mode::WriteNorm;
   QRadioButton* norm_button_ = nullptr;
   QRadioButton* dla_button_ = nullptr;
-  QComboBox* target_ = nullptr;
-  QLabel* target_error_ = nullptr;
+  TargetPicker* target_ = nullptr;
   QLabel* position_ = nullptr;
   QLabel* heads_caption_ = nullptr;
   QLabel* bars_caption_ = nullptr;
   QLabel* check_ = nullptr;
   HeatmapView* heads_ = nullptr;
   BarChartView* bars_ = nullptr;
-  bool updating_targets_ = false;
   RefreshWhenShown* refresher_ = nullptr;
 };
 

@@ -3,7 +3,6 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
-#include <QLineEdit>
 #include <QVBoxLayout>
 
 #include <cmath>
@@ -15,6 +14,7 @@
 #include "ui/widgets/heatmap_view.h"
 #include "ui/widgets/labels.h"
 #include "ui/widgets/refresh_when_shown.h"
+#include "ui/widgets/target_picker.h"
 
 namespace hs::ui {
 namespace {
@@ -82,23 +82,15 @@ LogitLensView::LogitLensView(Selection* selection, QWidget* parent) : AnalysisVi
   title_->setWordWrap(true);  // a long title must not set the view's minimum width
   controls->addWidget(title_, 1);  // takes the width the target's controls leave
   controls->addSpacing(12);
-  auto* target_label = new QLabel(QStringLiteral("Colour by:"), this);
-  controls->addWidget(target_label);
-  target_ = new QComboBox(this);
-  target_->setObjectName(QStringLiteral("lensTargetCombo"));
-  target_->setEditable(true);
-  target_->setInsertPolicy(QComboBox::NoInsert);
-  target_->setMinimumContentsLength(24);
-  target_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
-  target_->setToolTip(QStringLiteral("Colour each cell by the probability of its top token, or of one target token "
-                                     "(shared with the Contributions view). Type a token and press Enter (␣ or a "
-                                     "leading space for a space)."));
-  target_label->setBuddy(target_);
+  target_ = new TargetPicker(QStringLiteral("Colour by:"), this);
+  target_->combo()->setObjectName(QStringLiteral("lensTargetCombo"));
+  target_->combo()->setToolTip(QStringLiteral("Colour each cell by the probability of its top token, or of one "
+                                              "target token (shared with the Contributions view). Type a token and "
+                                              "press Enter (␣ or a leading space for a space)."));
+  target_->setResolver([this](const QString& typed, QString* error) -> std::optional<int32_t> {
+    return run_ ? typedSingleToken(*run_, typed, error) : std::nullopt;
+  });
   controls->addWidget(target_);
-  target_error_ = new QLabel(this);
-  target_error_->setObjectName(QStringLiteral("targetError"));
-  target_error_->setStyleSheet(QStringLiteral("color: #b3261e;"));
-  controls->addWidget(target_error_);
   layout->addLayout(controls);
 
   grid_ = new HeatmapView(this);
@@ -121,14 +113,7 @@ LogitLensView::LogitLensView(Selection* selection, QWidget* parent) : AnalysisVi
     selection_->setLayer(std::min(row, result_->lens->n_streams - 2));
     selection_->setPosition(col);
   });
-  connect(target_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
-    if (updating_targets_) return;
-    target_error_->clear();
-    const QVariant data = target_->itemData(index);
-    if (index == 0 || !data.isValid()) selection_->setTarget(std::nullopt);
-    else selection_->setTarget(data.toInt());
-  });
-  connect(target_->lineEdit(), &QLineEdit::returnPressed, this, &LogitLensView::applyTypedTarget);
+  connect(target_, &TargetPicker::targetChosen, selection_, &Selection::setTarget);
   connect(selection_, &Selection::headChanged, this, [this] {
     if (!refresher_->pending()) updateHighlight();
   });
@@ -155,30 +140,11 @@ std::vector<ExportFigure> LogitLensView::exportFigures(const RunResult&) {
 
 void LogitLensView::refreshTargets() {
   if (!result_) return;
-  updating_targets_ = true;
   const RunResult& run = *result_->run;
-  fillTargetCombo(*target_, run, QStringLiteral("top token's probability"), run.next, result_->lens->target);
-  updating_targets_ = false;
+  setTargetChoices(*target_, run, QStringLiteral("top token's probability"), run.next, result_->lens->target);
 }
 
-void LogitLensView::applyTypedTarget() {
-  if (!run_) return;
-  const QString typed = target_->currentText();
-  for (int i = 0; i < target_->count(); ++i) {
-    if (target_->itemText(i) == typed) {
-      Q_EMIT target_->activated(i);
-      return;
-    }
-  }
-  QString error;
-  const std::optional<int32_t> id = typedSingleToken(*run_, typed, &error);
-  if (!id) {
-    target_error_->setText(error);
-    return;
-  }
-  target_error_->clear();
-  selection_->setTarget(*id);
-}
+QComboBox* LogitLensView::targetCombo() const { return target_->combo(); }
 
 QString LogitLensView::cellTooltip(int stream, int pos) const {
   if (!result_) return {};

@@ -23,6 +23,7 @@ struct LensResult : ViewResult {
 class HeatmapView;
 class RefreshWhenShown;
 class Selection;
+class TargetPicker;
 
 class LogitLensView : public AnalysisView {
   Q_OBJECT
@@ -40,7 +41,7 @@ class LogitLensView : public AnalysisView {
   std::vector<ExportFigure> exportFigures(const RunResult& run) override;
 
   HeatmapView* grid() const { return grid_; }
-  QComboBox* targetCombo() const { return target_; }
+  QComboBox* targetCombo() const;
   // The tooltip of a cell (row = stream, column = position).
   QString cellTooltip(int stream, int pos) const;
 
@@ -50,17 +51,14 @@ class LogitLensView : public AnalysisView {
  private:
   void refresh();
   void refreshTargets();
-  void applyTypedTarget();
   void updateHighlight();
 
   std::shared_ptr<const RunResult> run_;
   std::shared_ptr<const LensResult> result_;
   QLabel* title_ = nullptr;
-  QComboBox* target_ = nullptr;
-  QLabel* target_error_ = nullptr;
+  TargetPicker* target_ = nullptr;
   HeatmapView* grid_ = nullptr;
   QLabel* caption_ = nullptr;
-  bool updating_targets_ = false;
   RefreshWhenShown* refresher_ = nullptr;
 };
 

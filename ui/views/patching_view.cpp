@@ -43,6 +43,11 @@ ViewDescriptor PatchingView::descriptor() {
   d.help = QStringLiteral("activation patching from the prompt into a corrupted prompt: resid_pre, attn_out and "
                           "mlp_out per layer and position, each head's z");
   d.export_size = QSize(1500, 1000);
+  d.options = {
+      {kCorrupt, QStringLiteral("TEXT"), QStringLiteral("the patching view's corrupted prompt, as many tokens as the prompt")},
+      {kAnswer, QStringLiteral("TEXT"), QStringLiteral("the patching view's answer token: m = logit(answer) - logit(wrong)")},
+      {kWrong, QStringLiteral("TEXT"), QStringLiteral("the patching view's wrong answer token")},
+  };
   d.analysis.id = d.id;
   d.analysis.with_every_run = false;  // seconds on GPT-2 small: only when asked
   d.analysis.on_demand = true;
@@ -209,15 +214,15 @@ PatchingView::PatchingView(Selection* selection, QWidget* parent) : AnalysisView
   refresh();
 }
 
-QStringList PatchingView::viewInputs() const {
+ViewInputs PatchingView::viewInputs() const {
   if (corrupt_->text().isEmpty() && answer_->text().isEmpty() && wrong_->text().isEmpty()) return {};
-  return {corrupt_->text(), answer_->text(), wrong_->text()};
+  return {{kCorrupt, corrupt_->text()}, {kAnswer, answer_->text()}, {kWrong, wrong_->text()}};
 }
 
-void PatchingView::setViewInputs(const QStringList& inputs) {
-  corrupt_->setText(inputs.value(0));
-  answer_->setText(inputs.value(1));
-  wrong_->setText(inputs.value(2));
+void PatchingView::setViewInputs(const ViewInputs& inputs) {
+  corrupt_->setText(inputs.value(kCorrupt).toString());
+  answer_->setText(inputs.value(kAnswer).toString());
+  wrong_->setText(inputs.value(kWrong).toString());
 }
 
 AnalysisKey PatchingView::key() const {

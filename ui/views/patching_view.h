@@ -40,6 +40,9 @@ class PatchingView : public AnalysisView {
   static constexpr std::array<hs::HookPoint, 4> kSites = {hs::HookPoint::ResidPre, hs::HookPoint::AttnOut,
                                                           hs::HookPoint::MlpOut, hs::HookPoint::Z};
   static constexpr QSize kHeatmapFigureSize{1000, 560};
+  // Its inputs (and command-line options): --corrupt, --answer, --wrong.
+  static inline const QString kCorrupt = QStringLiteral("corrupt"), kAnswer = QStringLiteral("answer"),
+                              kWrong = QStringLiteral("wrong");
   static ViewDescriptor descriptor();
 
   PatchingView(Selection* selection, QWidget* parent = nullptr);
@@ -49,9 +52,9 @@ class PatchingView : public AnalysisView {
   std::shared_ptr<const ViewResult> result() const override { return result_; }
   // The four heatmaps when the view has inputs that fit the run, else the view as it is.
   std::vector<ExportFigure> exportFigures(const RunResult& run) override;
-  // (corrupted prompt, answer, wrong answer)
-  QStringList viewInputs() const override;
-  void setViewInputs(const QStringList& inputs) override;
+  // kCorrupt, kAnswer and kWrong: the three fields as typed.
+  ViewInputs viewInputs() const override;
+  void setViewInputs(const ViewInputs& inputs) override;
   void showProgress(double fraction, const QString& what) override;
   void showFailure(const QString& message) override;
 

@@ -1,10 +1,8 @@
 #include "ui/views/view_text.h"
 
-#include <QComboBox>
-#include <QLineEdit>
-
 #include "core/model/model.h"
 #include "ui/widgets/labels.h"
+#include "ui/widgets/target_picker.h"
 
 namespace hs::ui {
 
@@ -60,23 +58,13 @@ std::optional<int32_t> typedSingleToken(const RunResult& run, const QString& typ
   return std::nullopt;
 }
 
-void fillTargetCombo(QComboBox& combo, const RunResult& run, const QString& first,
-                     const std::vector<hs::Prediction>& choices, std::optional<int32_t> target) {
-  combo.clear();
-  combo.addItem(first);
-  for (const hs::Prediction& p : choices) combo.addItem(predictionText(run, p), p.id);
-  int current = 0;
-  if (target) {
-    current = -1;
-    for (int i = 1; i < combo.count(); ++i)
-      if (combo.itemData(i).toInt() == *target) current = i;
-    if (current < 0) {
-      combo.addItem(tokenText(run, *target), *target);
-      current = combo.count() - 1;
-    }
-  }
-  combo.setCurrentIndex(current);
-  if (combo.lineEdit()) combo.lineEdit()->setCursorPosition(0);  // show the start of the text, not its end
+void setTargetChoices(TargetPicker& picker, const RunResult& run, const QString& none,
+                      const std::vector<hs::Prediction>& choices, std::optional<int32_t> target) {
+  std::vector<TargetPicker::Choice> items;
+  for (const hs::Prediction& p : choices) items.push_back({predictionText(run, p), p.id});
+  std::optional<TargetPicker::Choice> current;
+  if (target) current = TargetPicker::Choice{tokenText(run, *target), *target};
+  picker.setChoices(none, items, current);
 }
 
 }  // namespace hs::ui

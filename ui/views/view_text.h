@@ -8,9 +8,9 @@
 
 #include "ui/controller/results.h"
 
-class QComboBox;
-
 namespace hs::ui {
+
+class TargetPicker;
 
 // "L3H7"
 QString headLabel(int layer, int head);
@@ -28,9 +28,10 @@ QString typedTokenText(QString text);
 // The one token `typed` encodes to (no BOS), or nullopt with `error` saying why ("“x y” is 2
 // tokens (x + ␣y); type a single token.").
 std::optional<int32_t> typedSingleToken(const RunResult& run, const QString& typed, QString* error);
-// A target picker's items: `first` (meaning "no target"), then `choices`, then `target` when it
-// is not among them; the current item is the target's (or `first` without one).
-void fillTargetCombo(QComboBox& combo, const RunResult& run, const QString& first,
-                     const std::vector<hs::Prediction>& choices, std::optional<int32_t> target);
+// A target picker's items for `run`: `none` (meaning "no target"), then `choices` with their
+// probabilities, then `target` when it is not among them; the current item is the target's (or
+// `none` without one).
+void setTargetChoices(TargetPicker& picker, const RunResult& run, const QString& none,
+                      const std::vector<hs::Prediction>& choices, std::optional<int32_t> target);
 
 }  // namespace hs::ui

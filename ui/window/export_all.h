@@ -10,20 +10,17 @@
 #include <QStringList>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "ui/controller/results.h"
+#include "ui/views/analysis_view.h"
 
 namespace hs::ui {
 
-class AnalysisView;
 class FigureSource;
 class Selection;
-struct ExportFigure;
-struct ViewDescriptor;
 
 class ExportAllJob : public QObject {
   Q_OBJECT
@@ -37,7 +34,7 @@ class ExportAllJob : public QObject {
     std::optional<int32_t> target;         // empty: the predicted next token
     // A view's inputs beyond the selection, by view id (AnalysisView::viewInputs of the window's
     // views), given to the job's own instance before it lists its figures.
-    std::map<QString, QStringList> view_inputs;
+    ViewInputsById view_inputs;
   };
 
   ExportAllJob(std::shared_ptr<const RunResult> run, Options options, QObject* parent = nullptr);

@@ -43,7 +43,7 @@ int runHeadlessExport(const HeadlessExportOptions& options) {
   export_options.scale = options.scale;
   export_options.layer = layer;
   export_options.head = head;
-  if (!options.patching.isEmpty()) export_options.view_inputs[QStringLiteral("patching")] = options.patching;
+  export_options.view_inputs = options.view_inputs;
   ExportAllJob job(run, export_options);
   bool ok = false, done = false;
   QString message;

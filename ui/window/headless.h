@@ -2,9 +2,9 @@
 #pragma once
 
 #include <QString>
-#include <QStringList>
 
 #include "core/model/intervention.h"
+#include "ui/views/analysis_view.h"
 
 namespace hs::ui {
 
@@ -15,7 +15,7 @@ struct HeadlessExportOptions {
   double scale = 1.0;
   int layer = 0, head = 0;  // the selected head (the views of one head or layer draw it)
   hs::Interventions ablations;  // run with these heads ablated (`--ablate`, as headscope-cli run's)
-  QStringList patching;         // the patching view's inputs: corrupted prompt, answer, wrong answer
+  ViewInputsById view_inputs;   // what the command line gives each view (its descriptor's options)
 };
 
 // Needs a QApplication (the offscreen platform will do). Prints progress-free: one line on

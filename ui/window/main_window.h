@@ -12,6 +12,7 @@
 
 #include "core/model/intervention.h"
 #include "ui/controller/results.h"
+#include "ui/views/analysis_view.h"
 
 class QComboBox;
 class QDockWidget;
@@ -50,7 +51,7 @@ struct MainWindowOptions {
   QString view = {};             // the id of the tab shown first (ui/views/registry.cpp); empty: the first
   int layer = 0, head = 0;       // the head selected once the first run is in
   hs::Interventions ablations = {};  // heads ablated from the start (undo removes them)
-  QStringList patching = {};     // the patching view's inputs: corrupted prompt, answer, wrong answer
+  ViewInputsById view_inputs = {};   // what the command line gives each view (its descriptor's options)
 };
 
 class MainWindow : public QMainWindow {
@@ -97,29 +98,37 @@ class MainWindow : public QMainWindow {
   void dropEvent(QDropEvent* event) override;
 
  private:
-  void buildMenus();
+  // The parts of the window, one file each: main_window.cpp (construction, layout, settings,
+  // drops), main_window_menus.cpp, main_window_ablation.cpp, main_window_status.cpp,
+  // main_window_runs.cpp, main_window_models.cpp, main_window_export.cpp, main_window_scan.cpp.
   void buildCentral();
-  void buildStatusBar();
+  QObject* viewObject(const QString& id) const;
+  // menus
+  void buildMenus();
+  void showShortcuts();
+  void showAbout();
+  // ablation
   void buildAblationDock();
   void addHeadActions(int index, QMenu* menu);
   void onAblationsChanged();
+  // status
+  void buildStatusBar();
+  void updateStatus();
+  void showBanner(const QString& html, bool error);
+  void hideBanner();
+  // runs
   void connectEverything();
-  void onModelChanged(std::shared_ptr<const hs::Model> model);
-  void onModelLoadFailed(const QString& dir, const QString& message);
   void onRunReady(std::shared_ptr<const RunResult> run);
   void onRunFailed(const QString& message);
   // Asks for each view's analysis of the current run for the selection, when it has not yet.
   void requestAnalyses();
-  QObject* viewObject(const QString& id) const;
-  void showBanner(const QString& html, bool error);
-  void hideBanner();
+  // models
+  void onModelChanged(std::shared_ptr<const hs::Model> model);
+  void onModelLoadFailed(const QString& dir, const QString& message);
   void refreshModelCombo();
-  void rememberRecent(const QString& dir);
   void updateRecentMenu();
-  void updateStatus();
+  // scan
   void startScan(const hs::ScanOptions& options);
-  void showShortcuts();
-  void showAbout();
 
   AnalysisController* controller_ = nullptr;
   Selection* selection_ = nullptr;
