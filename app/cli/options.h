@@ -46,7 +46,7 @@ struct OptionSpec {
 // the command first asks for it, so each command's checks keep the order it gives them.
 class Args {
  public:
-  Args(const CommandSpec& command, int argc, char** argv);  // argv[first] .. : the command's words
+  Args(const CommandSpec& command, int argc, char** argv);  // argv: the words after the command name
 
   const CommandSpec& command() const { return *command_; }
   bool help() const { return help_; }
