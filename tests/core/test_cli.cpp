@@ -257,3 +257,84 @@ TEST_CASE("cli lens and circuits refuse bad input with one clear line", "[cli][e
   CHECK(help.out.find("headscope-cli lens ") != std::string::npos);
   CHECK(help.out.find("headscope-cli circuits ") != std::string::npos);
 }
+
+// ---- the command table (app/cli/commands.h): every list of commands and options comes from it
+
+namespace {
+
+std::vector<std::string> table_commands() {
+  const Result r = cli("--list-commands");
+  REQUIRE(r.code == 0);
+  std::vector<std::string> names;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) names.push_back(line);
+  REQUIRE(names.size() >= 10);
+  return names;
+}
+
+// The option names of a command's --help "Options:" list ("-o, --output OUT" gives "-o").
+std::vector<std::string> help_options(const std::string& help) {
+  std::vector<std::string> names;
+  std::istringstream in(help.substr(help.find("\nOptions:\n")));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("  -", 0) == 0) names.push_back(line.substr(2, line.find_first_of(" ,", 2) - 2));
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("cli without a command prints the main help, listing every command", "[cli]") {
+  const Result r = cli("");
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out == cli("--help").out);
+  CHECK(r.out.find("Usage:") != std::string::npos);
+  for (const std::string& name : table_commands()) {
+    INFO(name);
+    CHECK(r.out.find("  headscope-cli " + name + " ") != std::string::npos);  // its usage line
+    CHECK(r.out.find("\n  " + name + "  ") != std::string::npos);             // its summary line
+  }
+}
+
+TEST_CASE("cli: an unknown word is an error naming every command, not a fall-through", "[cli][errors]") {
+  for (const char* word : {"frobnicate", "gen", "--text"}) {
+    INFO(word);
+    const Result r = cli(std::string(word) + " hi");
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.rfind("headscope-cli: unknown command \"" + std::string(word) + "\"; commands are ", 0) == 0);
+    for (const std::string& name : table_commands()) CHECK(r.err.find(name) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("cli: every command's --help works, and an unknown option names that command's options", "[cli][errors]") {
+  for (const std::string& name : table_commands()) {
+    INFO(name);
+    const Result help = cli(name + " --help");
+    CHECK(help.code == 0);
+    CHECK(help.out.rfind("Usage: headscope-cli " + name + " ", 0) == 0);
+    CHECK(cli(name + " -h").out == help.out);
+    const std::vector<std::string> options = help_options(help.out);
+    CHECK(!options.empty());
+    const Result r = cli(name + " --bogus");
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.rfind("headscope-cli: unknown option \"--bogus\" for `" + name + "`, which takes ", 0) == 0);
+    for (const std::string& o : options) CHECK(r.err.find(o) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  // An option of another command is unknown here (no flag is shared by accident).
+  CHECK(cli("info --ablate 1.0").err.find("unknown option \"--ablate\" for `info`") != std::string::npos);
+}
+
+TEST_CASE("README's command line section lists every command of the table", "[cli][docs]") {
+  const std::string readme = hs::test::read_text(hs::test::source_dir() / "README.md");
+  const size_t begin = readme.find("\n## Command line\n");
+  REQUIRE(begin != std::string::npos);
+  const std::string section = readme.substr(begin, readme.find("\n## ", begin + 1) - begin);
+  for (const std::string& name : table_commands()) {
+    INFO(name);
+    CHECK(section.find("headscope-cli " + name + " ") != std::string::npos);
+  }
+}

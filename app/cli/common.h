@@ -1,0 +1,51 @@
+// What several commands share: their common options, loading the model, turning --text or
+// --tokens into a run, checking an output's extension, writing a float to JSON.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "app/cli/options.h"
+#include "core/session/session.h"
+
+namespace hs::cli {
+
+// The options that mean the same in every command that takes them.
+OptionSpec model_option();                             // --model DIR
+OptionSpec text_option(const std::string& help);       // --text TEXT
+OptionSpec tokens_option();                            // --tokens 1,2,3
+OptionSpec no_bos_option();                            // --no-bos
+OptionSpec threads_option(const std::string& help);    // --threads N, default 0: the engine's choice
+OptionSpec seed_option(const std::string& help);       // --seed S, default 0
+// `o` marked required, with the message when it is missing.
+OptionSpec required(OptionSpec o, const std::string& missing);
+// -o OUT (or --output OUT), required; `kinds` says what it may end in, `missing` is the message
+// when it is not given.
+OptionSpec output_option(const std::string& kinds, const std::string& missing);
+
+// Loads --model (the built-in model without it) and says on stderr what is wrong with it
+// (non-finite weights, a vocabulary larger than the model's): every command that shows numbers
+// must not show them silently.
+std::shared_ptr<const hs::Model> load_model(const Args& a);
+
+// --threads, or 0 (the engine chooses) for a command that does not take it.
+int threads(const Args& a);
+
+// "290,51,257" -> ids; a UsageError naming the item that is not a non-negative integer.
+std::vector<int32_t> parse_tokens(const std::string& s);
+
+// Runs --text (BOS unless --no-bos) or --tokens (exactly as given) with `interventions`, and
+// prints the run's warnings that the model's load did not already print.
+hs::TextRun run_input(const Args& a, const std::shared_ptr<const hs::Model>& m,
+                      const hs::Interventions& interventions = {});
+void print_run_warnings(const hs::TextRun& r, const hs::Model& m);
+
+// The extension of -o, refused unless it is one of `allowed` (".json", ".npz").
+std::string output_extension(const std::string& out, const std::vector<std::string>& allowed);
+
+// A float for JSON: the shortest text that reads back as the same float; null when not finite.
+void write_json_float(std::ostream& out, float v);
+
+}  // namespace hs::cli

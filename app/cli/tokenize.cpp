@@ -1,0 +1,56 @@
+// headscope-cli tokenize: a text's token ids and their texts, as JSON.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "app/cli/common.h"
+
+namespace hs::cli {
+namespace {
+
+using nlohmann::json;
+
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+int tokenize(const Args& a) {
+  const std::string text = a.text("--text");
+  const auto m = load_model(a);
+  const std::vector<int32_t> ids = m->tokenizer().encode(text);
+  json tokens = json::array(), labels = json::array();
+  for (int32_t id : ids) {
+    const std::string label = m->tokenizer().display(id);
+    const std::string bytes = m->tokenizer().token_bytes(id);
+    tokens.push_back(valid_utf8(bytes) ? bytes : label);
+    labels.push_back(label);
+  }
+  std::cout << json{{"ids", ids}, {"tokens", tokens}, {"labels", labels}}.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+const CommandSpec& tokenize_command() {
+  static const CommandSpec c{
+      .name = "tokenize",
+      .summary = "a text's token ids, texts and labels, as JSON (never adds BOS)",
+      .synopsis = {"[--model DIR] --text TEXT"},
+      .help = R"(Usage: headscope-cli tokenize [--model DIR] --text TEXT
+
+Prints {"ids": [...], "tokens": [...], "labels": [...]} as JSON. "tokens" holds each token's text
+(or its display label when the token is only part of a UTF-8 character); "labels" shows spaces
+as '␣' and newlines as '↵'. Never adds BOS.
+)",
+      .options = {model_option(), required(text_option("the text to tokenize"), "tokenize needs --text TEXT.")},
+      .run = tokenize,
+  };
+  return c;
+}
+
+}  // namespace hs::cli

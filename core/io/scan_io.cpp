@@ -1,0 +1,69 @@
+#include "core/io/scan_io.h"
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/io/export.h"
+
+namespace hs {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> head_labels(int n_layers, int n_heads) {
+  std::vector<std::string> labels;
+  for (int l = 0; l < n_layers; ++l)
+    for (int h = 0; h < n_heads; ++h) labels.push_back("L" + std::to_string(l) + "H" + std::to_string(h));
+  return labels;
+}
+
+}  // namespace
+
+fs::path scan_json_path(const fs::path& out) {
+  return out.extension() == ".npz" ? fs::path(out.string() + ".json") : out;
+}
+
+void write_scan_output(const ScanState& s, const fs::path& out) {
+  const json j = scan_to_json(s, head_labels(s.n_layers, s.n_heads));
+  if (out.extension() == ".npz") {
+    std::vector<std::vector<float>> data;  // each [rows * cols], row-major
+    std::vector<NpzArrayView> arrays;
+    data.reserve(s.grids.size() * 3);  // the views point into it: it must not reallocate
+    for (const auto& [name, g] : s.grids) {
+      std::vector<int64_t> shape = {g.rows()};
+      if (g.cols() != 1) shape.push_back(g.cols());
+      for (const std::string part : {"mean", "std", "count"}) {
+        std::vector<float> v;
+        v.reserve(static_cast<size_t>(g.rows()) * static_cast<size_t>(g.cols()));
+        for (int r = 0; r < g.rows(); ++r)
+          for (int c = 0; c < g.cols(); ++c)
+            v.push_back(static_cast<float>(part == "mean"  ? g.mean(r, c)
+                                           : part == "std" ? std::sqrt(g.variance(r, c))
+                                                           : static_cast<double>(g.count(r, c))));
+        data.push_back(std::move(v));
+        arrays.push_back({name + "." + part, shape, data.back().data()});
+      }
+    }
+    write_atomically(out, [&](std::ostream& o) { write_npz(o, arrays); });
+  }
+  write_file_atomically(scan_json_path(out), j.dump(1) + "\n");
+}
+
+ScanState read_scan_output(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read " + path.string() + ": it does not exist or is not readable.");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(path.string() + " is not JSON (" + json_error_reason(e) +
+                "); give a file written by `headscope-cli scan`.");
+  }
+  return scan_from_json(j, path.string());
+}
+
+}  // namespace hs
