@@ -62,7 +62,7 @@ std::string usage() {
   }
   view_usage << QStringLiteral("[--export OUTDIR [--scale 1|2]]");
   std::string text =
-      "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS]\n"
+      "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS] [--keep first|last]\n"
       "                 " +
       view_usage.join(QLatin1Char(' ')).toStdString() +
       "\n"
@@ -80,7 +80,9 @@ std::string usage() {
       "\n"
       "  --head L.H       the head selected first, e.g. 3.2 (layers and heads count from 0)\n"
       "  --ablate HEADS   run with these heads ablated, as headscope-cli run --ablate: LAYER.HEAD\n"
-      "                   items separated by commas, each :zero (default) or :mean, e.g. 3.2,1.0:mean\n" +
+      "                   items separated by commas, each :zero (default) or :mean, e.g. 3.2,1.0:mean\n"
+      "  --keep first|last  a text longer than the model's context runs its first n_ctx tokens, or\n"
+      "                   BOS and its last ones (default: the window's last choice; first for --export)\n" +
       view_options +
       "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
       "                   opening a window; needs --text\n"
@@ -144,7 +146,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption view(QStringLiteral("view"), "first view", "NAME", hs::ui::viewRegistry().front().id);
   const QCommandLineOption head(QStringLiteral("head"), "selected head", "L.H");
   const QCommandLineOption ablate(QStringLiteral("ablate"), "ablated heads", "HEADS");
-  parser.addOptions({model, text, out, scale, view, head, ablate});
+  const QCommandLineOption keep(QStringLiteral("keep"), "what an over-long text keeps", "first|last");
+  parser.addOptions({model, text, out, scale, view, head, ablate, keep});
   // Each view's own options (ui/views/registry.cpp), whose values go to that view.
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
     for (const hs::ui::ViewOption& o : v.options)
@@ -192,6 +195,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::optional<bool> keep_last;
+  if (parser.isSet(keep)) {
+    const QString k = parser.value(keep).toLower();
+    if (k != QStringLiteral("first") && k != QStringLiteral("last")) {
+      std::fprintf(stderr, "headscope: --keep must be first or last (got '%s')\n", qPrintable(parser.value(keep)));
+      return 2;
+    }
+    keep_last = k == QStringLiteral("last");
+  }
   hs::ui::ViewInputsById view_inputs;
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
     for (const hs::ui::ViewOption& o : v.options) {
@@ -211,6 +223,7 @@ int main(int argc, char** argv) {
     options.head = head_index;
     options.ablations = ablations;
     options.view_inputs = view_inputs;
+    options.keep_last = keep_last.value_or(false);
     options.model_dir = parser.value(model);
     options.text = parser.value(text);
     options.out_dir = parser.value(out);
@@ -234,6 +247,7 @@ int main(int argc, char** argv) {
   options.head = head_index;
   options.ablations = ablations;
   options.view_inputs = view_inputs;
+  options.keep_last = keep_last;
   // The window runs the model on its own thread; the GUI thread must never start an OpenMP team
   // (an Eigen product in a view would), which would slow every run (hs::release_thread_team).
   omp_set_num_threads(1);

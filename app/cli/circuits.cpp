@@ -47,14 +47,26 @@ int circuits(const Args& a) {
   output_extension(out, {".json"});
   const auto m = load_model(a);
   const auto [layer, head] = parse_head(head_text, m->config());
-  const hs::CircuitSpectrum s = hs::circuit_spectrum(*m->weights(), layer, head);
+  hs::TokenVectors vectors;
+  try {
+    vectors = hs::parse_token_vectors(a.text("--embedding"));
+  } catch (const hs::Error& e) {
+    throw UsageError(std::string("--embedding: ") + e.what());
+  }
+  const hs::CircuitSpectrum s = hs::circuit_spectrum(*m->weights(), layer, head, vectors);
   json j = {{"layer", layer},
             {"head", head},
             {"d_head", m->config().d_head},
             {"d_model", m->config().d_model},
             {"folded", "the layer's first norm weight into W_Q, W_K, W_V; the final norm's weight into W_U"},
-            {"ignored", "every bias (b_Q, b_K, b_V, b_O, the norms' biases), the norms' centring and scaling, "
-                        "positions, the attention scale"},
+            {"ignored", s.vectors == hs::TokenVectors::Raw
+                            ? "every bias (b_Q, b_K, b_V, b_O, the norms' biases), the norms' centring and scaling, "
+                              "positions, the attention scale"
+                            : "every bias (b_Q, b_K, b_V, b_O, the reading norm's bias), positions, the attention "
+                              "scale"},
+            // What a token is to the head (docs/circuits.md): its embedding row, or the extended
+            // embedding through layer 0's MLP, normalized.
+            {"token_vectors", std::string(hs::to_string(s.vectors))},
             {"qk_singular_values", s.qk_singular_values},
             {"ov_singular_values", s.ov_singular_values},
             {"copying_score", s.copying_score}};
@@ -70,7 +82,7 @@ int circuits(const Args& a) {
     const std::vector<int32_t> tokens =
         a.has("--text") ? m->encode(a.text("--text"), !a.flag("--no-bos")) : parse_tokens(a.text("--tokens"));
     const hs::PromptCircuits p =
-        hs::prompt_circuits(*m->weights(), layer, head, tokens, static_cast<int>(a.integer("--top-k")));
+        hs::prompt_circuits(*m->weights(), layer, head, tokens, static_cast<int>(a.integer("--top-k")), vectors);
     const int n = static_cast<int>(p.tokens.size()), k = p.top_k;
     json qk = json::array(), ids = json::array(), logits = json::array();
     for (int i = 0; i < n; ++i) {
@@ -95,15 +107,18 @@ const CommandSpec& circuits_command() {
   static const CommandSpec c{
       .name = "circuits",
       .summary = "one head's QK and OV circuits: spectra, copying score, and per-token scores",
-      .synopsis = {"[--model DIR] --head L.H [--text TEXT | --tokens 1,2,3] -o OUT.json"},
-      .help = R"(Usage: headscope-cli circuits [--model DIR] --head L.H [--text TEXT | --tokens 1,2,3] [--top-k K] -o OUT.json
+      .synopsis = {"[--model DIR] --head L.H [--embedding raw|extended] [--text TEXT | --tokens 1,2,3] -o OUT.json"},
+      .help = R"(Usage: headscope-cli circuits [--model DIR] --head L.H [--embedding raw|extended|default] [--text TEXT | --tokens 1,2,3] [--top-k K] -o OUT.json
 
 Head L.H's QK and OV circuits (W_QK = W_Q W_K^T, W_OV = W_V W_O, factored at rank d_head;
 docs/circuits.md). Folded: the layer's first norm weight into W_Q, W_K, W_V; the final norm's
-weight into W_U. Ignored: every bias, the norms' centring and scaling, positions. Writes JSON:
-"qk_singular_values", "ov_singular_values" (d_head each, descending), "ov_eigenvalues_real",
-"ov_eigenvalues_imag" (the full OV circuit W_E W_OV W_U's d_head nonzero eigenvalues, by
-descending real part) and "copying_score" (sum(lambda) / sum(|lambda|)). With --text or
+weight into W_U. Ignored: every bias, positions. Token vectors E (--embedding): raw embedding
+rows W_E (the norms' centring and scaling ignored), or the extended embedding W_E + MLP0(W_E)
+through layer 0's MLP, normalized by the reading norm; default: raw for layer 0's heads, extended
+after. Writes JSON: "token_vectors", "qk_singular_values", "ov_singular_values" (d_head each,
+descending), "ov_eigenvalues_real", "ov_eigenvalues_imag" (the full OV circuit E W_OV W_U's
+d_head nonzero eigenvalues, by descending real part) and "copying_score" (sum(lambda) /
+sum(|lambda|)). With --text or
 --tokens also "tokens", "qk_scores" ([query token][key token] of E W_QK E^T) and, for each
 token, the --top-k (default 10) tokens its OV circuit promotes ("ov_top_ids", "ov_top_logits")
 and its own entry ("ov_self_logits", "ov_self_ranks").
@@ -114,6 +129,11 @@ and its own entry ("ov_self_logits", "ov_self_ranks").
                    .help = "the head: LAYER.HEAD like 0.3, or L0H3",
                    .required = true,
                    .missing = "circuits needs --head LAYER.HEAD (e.g. --head 0.3)."},
+                  {.name = "--embedding",
+                   .metavar = "raw|extended|default",
+                   .help = "the token vectors: raw embedding rows, or through layer 0's MLP (default: raw for "
+                           "layer 0, extended after)",
+                   .default_value = "default"},
                   text_option("score these tokens (tokenized, not run)"), tokens_option(), no_bos_option(),
                   {.name = "--top-k",
                    .metavar = "K",

@@ -1,9 +1,11 @@
 // headscope-cli patch: an activation-patching sweep between a clean and a corrupted prompt.
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
 #include "app/cli/common.h"
 #include "core/analysis/patching.h"
+#include "core/analysis/patching_checks.h"
 #include "core/io/export.h"
 #include "core/model/intervention.h"
 
@@ -46,9 +48,13 @@ int patch(const Args& a) {
     }
     return out;
   };
+  // Said beside the result, not refused: a pair the model does not solve still patches.
+  const std::vector<std::string> warnings = hs::patching_warnings(*clean.cache, p.metric_clean, p.metric_corrupt);
+  for (const std::string& w : warnings) std::cerr << "headscope-cli: warning: " << w << "\n";
   const json j = {{"what", std::string(hs::hook_short_name(what))},
                   {"metric_clean", p.metric_clean},
                   {"metric_corrupt", p.metric_corrupt},
+                  {"warnings", warnings},
                   {"raw", rows(p.raw)},
                   {"normalized", rows(p.normalized)},
                   {"clean_tokens", in.clean},
@@ -77,6 +83,8 @@ stream entering the layer (resid_pre), the attention or MLP block's output (attn
 at one position, or one head's z at every position. Each patched run is scored by
 m = logit(answer) - logit(wrong) at the last position. Writes one JSON object: "metric_clean",
 "metric_corrupt", "raw" ([n_layers][pos], or [n_layers][n_heads] for z: m of each patched run)
+"warnings" (sentences, also printed: the clean run does not prefer the answer, or the metric gap
+is small next to the logits' spread, so the normalized colours magnify noise)
 and "normalized" ((m - metric_corrupt) / (metric_clean - metric_corrupt): 1 where the patch
 restores the clean answer, 0 where it changes nothing), plus "what", "clean_tokens",
 "corrupt_tokens", "answer_id", "wrong_id" and "labels" (the clean prompt's tokens).

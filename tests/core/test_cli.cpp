@@ -175,7 +175,22 @@ TEST_CASE("cli circuits writes a head's spectra and copying score", "[cli][circu
     CHECK(j["ov_eigenvalues_real"][i] <= j["ov_eigenvalues_real"][i - 1]);
   }
   CHECK(std::abs(j["copying_score"].get<double>() - (*head)["copying_score"].get<double>()) <= 1e-4);
+  CHECK(j["token_vectors"] == "extended");
   CHECK(!j.contains("qk_scores"));
+  // --embedding raw: the raw embedding rows, as the reference's "heads".
+  REQUIRE(cli("circuits --model " + fixture("f16_plain") + " --head 1.3 --embedding raw -o " + quote(out.string())).code == 0);
+  const auto raw = nlohmann::json::parse(hs::test::read_text(out));
+  CHECK(raw["token_vectors"] == "raw");
+  for (const auto& h : ref["heads"])
+    if (h["layer"] == 1 && h["head"] == 3)
+      CHECK(std::abs(raw["copying_score"].get<double>() - h["copying_score"].get<double>()) <= 1e-4);
+  // A layer-0 head runs before layer 0's MLP, and a wrong name says which names there are.
+  Result bad = cli("circuits --model " + fixture("f16_plain") + " --head 0.1 --embedding extended -o " + quote(out.string()));
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("layer 0's heads read the raw embedding") != std::string::npos);
+  bad = cli("circuits --model " + fixture("f16_plain") + " --head 1.3 --embedding cooked -o " + quote(out.string()));
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("use raw (the embedding rows), extended") != std::string::npos);
 
   r = cli("circuits --model " + fixture("f32_prefixed") + " --head L0H1 --tokens 290,51,257,51 --top-k 3 -o " +
           quote(out.string()));

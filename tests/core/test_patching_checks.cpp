@@ -2,6 +2,7 @@
 // built-in model: a pair it does not solve (the README's former example, an indirect-object
 // sentence a 4-layer story model has not learnt) and one it does (a repeated sentence).
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/analysis/patching.h"
 #include "core/analysis/patching_checks.h"
@@ -65,4 +66,16 @@ TEST_CASE("patching warnings: none for a pair the model solves", "[patching][che
   const double mean = last.cast<double>().mean();
   CHECK(hs::logit_spread(*induction.clean) ==
         Approx(std::sqrt((last.cast<double>().array() - mean).square().mean())).epsilon(1e-12));
+}
+
+TEST_CASE("cli patch writes the warnings into its JSON and prints them", "[patching][checks][cli]") {
+  const auto out = hs::test::scratch_dir() / "patch_warnings.json";
+  const hs::test::CliRun r = hs::test::run_cli(
+      "patch --what mlp_out --clean \"When Mary and John went to the store, John gave a drink to\" --answer \" Mary\" "
+      "--corrupt \"When Mary and John went to the store, Mary gave a drink to\" --wrong \" John\" -o " +
+      hs::test::quote(out.string()));
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(hs::test::read_text(out));
+  REQUIRE(j["warnings"].size() == 3);  // not preferred, the corrupted run prefers it more, a tiny gap
+  for (const auto& w : j["warnings"]) CHECK(r.err.find("warning: " + w.get<std::string>()) != std::string::npos);
 }

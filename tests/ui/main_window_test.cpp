@@ -405,3 +405,29 @@ TEST_CASE("An idle window does not keep repainting", "[window]") {
     CHECK(replots <= 2);
   }
 }
+
+TEST_CASE("Keep: last n_ctx tokens runs BOS and the end of an over-long text; first, its start", "[window][overlong]") {
+  // The fixture's context is 24 tokens; this text is longer.
+  const QString text = QStringLiteral("one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                                      "fifteen sixteen seventeen eighteen nineteen twenty");
+  const auto model = test::fixtureModel();
+  const std::vector<int32_t> all = model->encode(text.toStdString(), true);
+  REQUIRE(all.size() > 24);
+  MainWindowOptions o{test::fixtureModelDir(), text, false};
+  o.keep_last = true;
+  MainWindow window(o);
+  window.show();
+  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }));
+  std::vector<int32_t> last = {all.front()};
+  last.insert(last.end(), all.end() - 23, all.end());
+  CHECK(window.controller()->currentRun()->run.tokens == last);
+  CHECK(window.keepChoice()->currentIndex() == 1);
+  // The status bar's choice runs the prompt again with its first n_ctx tokens.
+  window.keepChoice()->setCurrentIndex(0);
+  REQUIRE(waitFor([&] {
+    const auto run = window.controller()->currentRun();
+    return run && run->run.tokens == std::vector<int32_t>(all.begin(), all.begin() + 24);
+  }));
+  CHECK(window.controller()->currentRun()->run.dropped_tokens == static_cast<int>(all.size()) - 24);
+  CHECK_FALSE(window.controller()->currentRun()->run.dropped_from_start);
+}

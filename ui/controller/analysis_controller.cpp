@@ -151,14 +151,15 @@ std::shared_ptr<RunResult> AnalysisController::computeRun(std::shared_ptr<const 
                                                          std::shared_ptr<const hs::ActivationCache> previous,
                                                          const hs::Interventions& ablations,
                                                          std::shared_ptr<const hs::ActivationCache> previous_plain,
-                                                         std::shared_ptr<const RunResult> previous_result) {
+                                                         std::shared_ptr<const RunResult> previous_result,
+                                                         hs::OverlongPolicy overlong) {
   // The earlier run's thumbnails can be reused only if they belong to the cache the run extends.
   const bool same_cache = previous_result && previous && previous_result->run.cache == previous;
   if (!model) throw hs::Error("No model is loaded. Open a model folder (File > Open Model Folder).");
   const auto t0 = std::chrono::steady_clock::now();
   auto result = std::make_shared<RunResult>();
   hs::TextRunOptions options;
-  options.overlong = hs::OverlongPolicy::TruncateWithWarning;
+  options.overlong = overlong;
   options.previous = std::move(previous);
   options.run.interventions = ablations;
   result->run = hs::run_text(model, text.toStdString(), options);
@@ -263,10 +264,12 @@ void AnalysisController::requestRun(const QString& text) {
     if (slot->spec.with_every_run && (slot->shown || isCheap(slot->spec.id)))
       ahead->push_back({slot->spec, slot->wanted, slot->wanted_pos_is_last, nullptr});
   auto ran = QtConcurrent::run(&run_pool_, [model = model_, text, job, latest, previous, previous_plain, previous_result,
-                                ablations = ablations_, ahead] {
+                                ablations = ablations_, ahead,
+                                overlong = keep_last_ ? hs::OverlongPolicy::KeepLastWithWarning
+                                                      : hs::OverlongPolicy::TruncateWithWarning] {
     return capture<RunResult>([&]() -> std::shared_ptr<RunResult> {
       if (latest->load() != job) return nullptr;  // superseded before it started
-      auto result = computeRun(model, text, previous, ablations, previous_plain, previous_result);
+      auto result = computeRun(model, text, previous, ablations, previous_plain, previous_result, overlong);
       result->job = job;
       for (Ahead& a : *ahead) {
         if (latest->load() != job) break;

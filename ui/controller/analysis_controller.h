@@ -59,7 +59,8 @@ class AnalysisController : public QObject {
                                                std::shared_ptr<const hs::ActivationCache> previous,
                                                const hs::Interventions& ablations,
                                                std::shared_ptr<const hs::ActivationCache> previous_plain,
-                                               std::shared_ptr<const RunResult> previous_result = nullptr);
+                                               std::shared_ptr<const RunResult> previous_result = nullptr,
+                                               hs::OverlongPolicy overlong = hs::OverlongPolicy::TruncateWithWarning);
   // Computes `spec`'s analysis of `run` for `key` on the calling thread, with its bookkeeping
   // filled in. Throws hs::Error (hs::Cancelled when `job` says so).
   static std::shared_ptr<const ViewResult> computeAnalysis(const AnalysisSpec& spec,
@@ -86,6 +87,10 @@ class AnalysisController : public QObject {
   // runs. Takes effect with the next requestRun.
   void setAblations(hs::Interventions ablations) { ablations_ = std::move(ablations); }
   const hs::Interventions& ablations() const { return ablations_; }
+  // Text longer than the model's context: keep its first n_ctx tokens (the default) or BOS and its
+  // last ones (where typing happens). Takes effect with the next requestRun.
+  void setKeepLast(bool keep_last) { keep_last_ = keep_last; }
+  bool keepLast() const { return keep_last_; }
 
  public Q_SLOTS:
   // Loads a model folder on a worker thread.
@@ -129,6 +134,7 @@ class AnalysisController : public QObject {
   std::shared_ptr<const RunResult> run_;
   QString text_;
   hs::Interventions ablations_;
+  bool keep_last_ = false;
   quint64 load_job_ = 0;
   // The newest load's job number, shared with the loading worker so a superseded load stops at its
   // next stage.

@@ -31,7 +31,9 @@ int runHeadlessExport(const HeadlessExportOptions& options) {
                           .arg(head)
                           .arg(model->config().n_layers)
                           .arg(model->config().n_heads));
-    run = AnalysisController::computeRun(model, options.text, nullptr, options.ablations, nullptr);
+    run = AnalysisController::computeRun(model, options.text, nullptr, options.ablations, nullptr, nullptr,
+                                         options.keep_last ? hs::OverlongPolicy::KeepLastWithWarning
+                                                           : hs::OverlongPolicy::TruncateWithWarning);
   } catch (const std::exception& e) {
     return complain(QString::fromStdString(e.what()));
   }

@@ -16,6 +16,7 @@ struct HeadlessExportOptions {
   int layer = 0, head = 0;  // the selected head (the views of one head or layer draw it)
   hs::Interventions ablations;  // run with these heads ablated (`--ablate`, as headscope-cli run's)
   ViewInputsById view_inputs;   // what the command line gives each view (its descriptor's options)
+  bool keep_last = false;       // text longer than the context: keep BOS and its last tokens (`--keep last`)
 };
 
 // Needs a QApplication (the offscreen platform will do). Prints progress-free: one line on

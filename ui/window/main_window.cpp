@@ -14,6 +14,7 @@
 #include <QMimeData>
 #include <QScreen>
 #include <QScrollArea>
+#include <QComboBox>
 #include <QSettings>
 #include <QSplitter>
 #include <QTabWidget>
@@ -63,6 +64,15 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   connectEverything();
 
   QSettings settings;
+  const bool keep_last = options.keep_last.value_or(
+      restore_settings_ && settings.value(QStringLiteral("prompt/keep_last"), false).toBool());
+  controller_->setKeepLast(keep_last);
+  keep_choice_->setCurrentIndex(keep_last ? 1 : 0);
+  connect(keep_choice_, &QComboBox::currentIndexChanged, this, [this](int index) {
+    controller_->setKeepLast(keep_choice_->itemData(index).toBool());
+    if (restore_settings_) QSettings().setValue(QStringLiteral("prompt/keep_last"), controller_->keepLast());
+    controller_->requestRun(prompt_->toPlainText());
+  });
   if (restore_settings_) {
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
     splitter_->restoreState(settings.value(QStringLiteral("window/splitter")).toByteArray());

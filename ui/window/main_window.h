@@ -52,6 +52,9 @@ struct MainWindowOptions {
   int layer = 0, head = 0;       // the head selected once the first run is in
   hs::Interventions ablations = {};  // heads ablated from the start (undo removes them)
   ViewInputsById view_inputs = {};   // what the command line gives each view (its descriptor's options)
+  // Text longer than the context: keep its last tokens (true) or its first (false); unset: the
+  // choice saved in QSettings ("prompt/keep_last"), else the first.
+  std::optional<bool> keep_last = std::nullopt;
 };
 
 class MainWindow : public QMainWindow {
@@ -62,6 +65,7 @@ class MainWindow : public QMainWindow {
   ~MainWindow() override;
 
   AnalysisController* controller() const { return controller_; }
+  QComboBox* keepChoice() const { return keep_choice_; }
   Selection* selection() const { return selection_; }
   PromptEdit* promptEdit() const { return prompt_; }
   TokenStrip* tokenStrip() const { return tokens_; }
@@ -145,6 +149,8 @@ class MainWindow : public QMainWindow {
   AblationPanel* ablation_panel_ = nullptr;
   QDockWidget* ablation_dock_ = nullptr;
   QLabel* status_ablations_ = nullptr;
+  // "Keep: first / last n_ctx tokens" for text longer than the model's context.
+  QComboBox* keep_choice_ = nullptr;
   std::vector<AnalysisView*> views_;  // the tabs, in registry order
   struct Asked {
     quint64 run_job = 0;

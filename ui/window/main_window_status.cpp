@@ -3,6 +3,7 @@
 // errors).
 #include "ui/window/main_window.h"
 
+#include <QComboBox>
 #include <QLabel>
 #include <QProgressBar>
 #include <QStatusBar>
@@ -32,6 +33,18 @@ void MainWindow::buildStatusBar() {
   status_time_ = label(QStringLiteral("statusTime"));
   status_next_ = label(QStringLiteral("statusNext"));
   status_ablations_ = label(QStringLiteral("statusAblations"));
+  // What a text longer than the context keeps. A fixed size: it never relays the bar out.
+  keep_choice_ = new QComboBox(bar);
+  keep_choice_->setObjectName(QStringLiteral("keepChoice"));
+  keep_choice_->addItem(QStringLiteral("Keep: first n_ctx tokens"), false);
+  keep_choice_->addItem(QStringLiteral("Keep: last n_ctx tokens"), true);
+  keep_choice_->setToolTip(QStringLiteral("A text longer than the model's context runs its first n_ctx tokens, or BOS "
+                                          "and its last ones (where you type); the banner says how many were left "
+                                          "out. Typing at the end of a long text with \"last\" runs the whole "
+                                          "window again at every key."));
+  keep_choice_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  keep_choice_->setFixedSize(keep_choice_->sizeHint());
+  bar->addPermanentWidget(keep_choice_);
   status_busy_ = new QLabel(bar);
   status_busy_->setObjectName(QStringLiteral("statusBusy"));
   bar->addPermanentWidget(status_busy_);
