@@ -8,7 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/concat_sum.h"
+#include "core/analysis/dla.h"
+#include "core/analysis/residual.h"
+#include "core/analysis/top_k.h"
 #include "core/error.h"
 #include "core/model/forward.h"
 #include "core/model/memory_guard.h"
