@@ -9,16 +9,13 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/model/arch/common.h"
 #include "core/model/arch/families.h"
 #include "core/model/config.h"
 #include "core/model/config_json.h"
 
 namespace hs::arch {
 namespace {
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 class GptNeox final : public ArchitectureFamily {
  public:
@@ -30,20 +27,10 @@ class GptNeox final : public ArchitectureFamily {
   std::string_view description() const override { return "GPT-NeoX models (model_type \"gpt_neox\": Pythia)"; }
 
   void read_config(const ConfigJson& j, ModelConfig& c) const override {
-    c.d_model = j.dim("hidden_size");
-    c.n_heads = j.dim("num_attention_heads");
-    c.n_layers = j.dim("num_hidden_layers");
-    c.d_mlp = j.dim("intermediate_size");
-    c.d_vocab = j.dim("vocab_size");
-    c.n_ctx = j.dim("max_position_embeddings");
-    if (c.d_model % c.n_heads != 0)
-      j.refuse("hidden_size " + std::to_string(c.d_model) + " is not divisible by num_attention_heads " +
-               std::to_string(c.n_heads) + "; every head must have the same size.");
-    c.d_head = c.d_model / c.n_heads;
+    read_hf_sizes(j, c);
+    c.d_head = even_head_size(j, c.d_model, c.n_heads, "hidden_size", "num_attention_heads");
     c.n_key_value_heads = c.n_heads;
-    if (c.n_layers > kMaxLayers)
-      j.refuse("num_hidden_layers is " + std::to_string(c.n_layers) + "; at most " + std::to_string(kMaxLayers) +
-               " are accepted.");
+    check_layer_count(j, c.n_layers, "num_hidden_layers");
     c.norm_eps = j.epsilon("layer_norm_eps", 1e-5f);
     std::tie(c.activation, c.activation_name) = j.activation("hidden_act", "gelu");
     c.scale_attn_weights = true;
@@ -99,8 +86,8 @@ class GptNeox final : public ArchitectureFamily {
   // Buffers older transformers versions saved with every attention layer: the causal mask, its
   // fill value and the rotary inverse frequencies.
   bool is_ignorable(std::string_view name) const override {
-    return ends_with(name, ".attention.bias") || ends_with(name, ".attention.masked_bias") ||
-           ends_with(name, ".rotary_emb.inv_freq");
+    return name.ends_with(".attention.bias") || name.ends_with(".attention.masked_bias") ||
+           name.ends_with(".rotary_emb.inv_freq");
   }
 
   std::string_view unexpected_tensor_hint() const override {
