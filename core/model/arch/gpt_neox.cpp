@@ -4,7 +4,8 @@
 // use_parallel_residual (the default; sequential otherwise), a plain MLP (exact erf gelu by
 // default), biases everywhere, an untied unembedding (embed_out). query_key_value is one
 // nn.Linear whose output rows are grouped per head: head h's q, k and v are rows
-// h*3*d_head + [0, d_head), [d_head, 2 d_head) and [2 d_head, 3 d_head).
+// h*3*d_head + [0, d_head), [d_head, 2 d_head) and [2 d_head, 3 d_head); output_order() maps
+// them to HeadScope's [Q | K | V] as the model opens.
 #include <string>
 #include <tuple>
 
@@ -82,6 +83,20 @@ class GptNeox final : public ArchitectureFamily {
 
   std::string_view base_prefix() const override { return "gpt_neox."; }
   Layout layout(TensorRole) const override { return Layout::OutIn; }
+
+  // query_key_value's outputs are grouped per head (q_h, k_h, v_h); HeadScope's W_qkv is the
+  // [Q | K | V] column blocks. Output j of W_qkv, part p (0 for Q, 1 for K, 2 for V) of head h at
+  // offset i within it, is the file's output h*3*d_head + p*d_head + i; its bias follows. Every
+  // head has its own key and value here (n_kv = n_heads).
+  OutputOrder output_order(const ModelConfig& c, TensorRole role) const override {
+    if (role != TensorRole::QkvWeight) return {};
+    const int64_t dh = c.d_head, q_width = int64_t{c.n_heads} * dh, kv_width = int64_t{c.n_key_value_heads} * dh;
+    return [=](int64_t j) {
+      const int64_t part = j < q_width ? 0 : j < q_width + kv_width ? 1 : 2;
+      const int64_t within = j - (part == 0 ? 0 : part == 1 ? q_width : q_width + kv_width);
+      return (within / dh) * 3 * dh + part * dh + within % dh;
+    };
+  }
 
   // Buffers older transformers versions saved with every attention layer: the causal mask, its
   // fill value and the rotary inverse frequencies.
