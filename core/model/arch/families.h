@@ -7,7 +7,7 @@ namespace hs::arch {
 
 const ArchitectureFamily& gpt2();   // gpt2.cpp
 const ArchitectureFamily& llama();  // llama.cpp
-const ArchitectureFamily& qwen2();  // llama.cpp: Llama with q/k/v biases
+const ArchitectureFamily& qwen2();  // qwen2.cpp: the Llama block with q/k/v biases
 const ArchitectureFamily& gpt_neox();  // gpt_neox.cpp
 
 }  // namespace hs::arch
