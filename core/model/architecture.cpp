@@ -237,7 +237,7 @@ std::vector<double> rotary_inv_freq(const RotaryParams& r) {
 }
 
 const std::vector<const ArchitectureFamily*>& architecture_families() {
-  static const std::vector<const ArchitectureFamily*> all = {&arch::gpt2(), &arch::llama(), &arch::qwen2(), &arch::gpt_neox()};
+  static const std::vector<const ArchitectureFamily*> all = arch::registry();
   return all;
 }
 
