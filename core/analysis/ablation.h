@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/top_k.h"
 #include "core/model/cache.h"
 
 namespace hs {

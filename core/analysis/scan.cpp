@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "core/analysis/dla.h"
 #include "core/analysis/head_scores.h"
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/patching.h"
@@ -336,7 +337,7 @@ RowMatrixXf attention_entropy(const ActivationCache& cache) {
 
 // Each head's direct logit attribution to the actual next token, averaged over positions
 // 0 .. T-2: at position p, head (l, h)'s result z_h[p] @ W_O[h] through the final norm with its
-// scale frozen (frozen_final_norm_dot of analysis.h), dotted with the unembedding of token p+1.
+// scale frozen (frozen_final_norm_dot of dla.h), dotted with the unembedding of token p+1.
 // Computed as z_h[p] . (W_O[h] d_p), d_p the centred (LayerNorm) direction over the frozen scale,
 // so no [pos, d_model] result is formed per head.
 RowMatrixXf dla_next_token(const ActivationCache& cache) {

@@ -1,5 +1,6 @@
-// The k largest entries of one row of logits, by one scan (the lens and the OV circuit read a
-// row of d_vocab per cell and keep only its top few).
+// The most likely tokens: the k largest entries of one row of logits, by one scan (the lens and
+// the OV circuit read a row of d_vocab per cell and keep only its top few), and the next-token
+// predictions of a run.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include "core/tensor/eigen.h"
 
 namespace hs {
+
+class ActivationCache;
 
 // out = the k largest (value, index) pairs of `row`, largest first; on equal values the lower
 // index first. NaN entries are never chosen, so `out` may hold fewer than k.
@@ -26,5 +29,13 @@ inline void top_k_entries(const Eigen::Ref<const RowVectorXf>& row, int k, std::
     if (static_cast<int>(out.size()) > k) out.pop_back();
   }
 }
+
+struct Prediction {
+  int32_t id = 0;
+  float probability = 0.0f;
+  float logit = 0.0f;
+};
+// The k most likely next tokens after `pos`, most likely first.
+std::vector<Prediction> top_predictions(const ActivationCache& cache, int pos, int k);
 
 }  // namespace hs

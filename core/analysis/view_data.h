@@ -7,7 +7,10 @@
 #include <optional>
 #include <vector>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/concat_sum.h"
+#include "core/analysis/dla.h"
+#include "core/analysis/residual.h"
+#include "core/analysis/top_k.h"
 #include "core/model/cache.h"
 #include "core/tensor/eigen.h"
 

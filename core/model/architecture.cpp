@@ -188,6 +188,19 @@ void require_implemented(const ModelConfig& c) {
                            " head dimensions (an even number up to d_head is needed)");
   if (a.family && a.family->layout(TensorRole::Unembedding) != Layout::OutIn)
     not_implemented(c, "an unembedding stored [d_model, d_vocab]");
+  if (a.family) {
+    // The binder reorders the outputs of the fused QKV only (architecture.h, output_order).
+    auto reorders = [&](TensorRole r) { return static_cast<bool>(a.family->output_order(c, r)); };
+    auto only_qkv = [&](TensorRole r) {
+      if (r != TensorRole::QkvWeight && reorders(r))
+        not_implemented(c, "its own order of the outputs of a tensor other than the fused QKV");
+    };
+    for (TensorRole r : kModelRolesBefore) only_qkv(r);
+    for (TensorRole r : kLayerRoles) only_qkv(r);
+    for (TensorRole r : kModelRolesAfter) only_qkv(r);
+    if (a.qkv == QkvLayout::FusedPerHead && !reorders(TensorRole::QkvWeight))
+      not_implemented(c, "a QKV grouped per head without the order of its outputs");
+  }
 }
 
 std::vector<double> rotary_inv_freq(const RotaryParams& r) {
@@ -224,7 +237,7 @@ std::vector<double> rotary_inv_freq(const RotaryParams& r) {
 }
 
 const std::vector<const ArchitectureFamily*>& architecture_families() {
-  static const std::vector<const ArchitectureFamily*> all = {&arch::gpt2(), &arch::llama(), &arch::qwen2(), &arch::gpt_neox()};
+  static const std::vector<const ArchitectureFamily*> all = arch::registry();
   return all;
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,8 +40,8 @@ enum class Activation : uint8_t { GeluNew, GeluErf, Relu, Silu };
 // How the file holds the query, key and value projections.
 enum class QkvLayout : uint8_t {
   FusedBlocks,   // one [d_model, (n_heads + 2 n_kv) d_head] matrix: Q | K | V column blocks
-  FusedPerHead,  // one matrix whose outputs are grouped per head: q_h, k_h, v_h (GPT-NeoX); bound
-                 // as FusedBlocks, its columns reordered when the model opens
+  FusedPerHead,  // one matrix whose outputs are grouped per head: q_h, k_h, v_h (GPT-NeoX); its
+                 // family's output_order() gives them in FusedBlocks order as the model opens
   Separate,      // three matrices
 };
 enum class UnembeddingTie : uint8_t {
@@ -149,8 +150,9 @@ int64_t parameter_count(const ModelConfig& c);
 
 // Throws hs::Error naming the first option of the description that HeadScope's weights binding
 // or forward pass does not implement (rotary embeddings over an odd number of dimensions or more
-// than d_head, an unembedding stored [d_model, d_vocab]). Weights::load and forward() call it, so
-// a description is refused before anything is computed with it.
+// than d_head, an unembedding stored [d_model, d_vocab], a family's output order for a matrix
+// other than the fused QKV, a QKV grouped per head without one). Weights::load and forward() call
+// it, so a description is refused before anything is computed with it.
 void require_implemented(const ModelConfig& c);
 
 // The registry. A family is found by config.json's model_type ("gpt2") or, when a config has
@@ -196,6 +198,18 @@ class ArchitectureFamily {
   // the unembedding head lies outside the base model and never carries it.
   virtual std::string_view base_prefix() const = 0;
   virtual Layout layout(TensorRole role) const = 0;
+  // A weight layout transform: the order of a matrix's outputs when the file's differs from
+  // HeadScope's (the [in, out] shapes of TensorRole). Output j of the matrix of `role` as
+  // HeadScope holds it (column j, and element j of its bias) is output order(j) of the file's
+  // tensor. Empty (the default): the file's order is HeadScope's. The binder (weights.cpp)
+  // applies it to the fused QKV as it packs W_qkv, reading a 16-bit file in place; for any other
+  // role require_implemented refuses it.
+  using OutputOrder = std::function<int64_t(int64_t)>;
+  virtual OutputOrder output_order(const ModelConfig& c, TensorRole role) const {
+    (void)c;
+    (void)role;
+    return {};
+  }
   // Tensors a checkpoint may carry that are not weights (saved buffers); binding ignores them.
   virtual bool is_ignorable(std::string_view tensor_name) const = 0;
   // The end of the message that refuses an unexpected tensor: what the checkpoint should hold.

@@ -16,10 +16,6 @@ namespace {
 
 constexpr int kHeaderInts = 7;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Pickle checkpoints (pytorch_model.bin, a trainer's model.bin) share the extension: a zip archive
 // or a pickle stream's protocol byte. Those are refused elsewhere, never read as weights.
 bool looks_like_pickle(const fs::path& p) {
@@ -31,7 +27,7 @@ bool looks_like_pickle(const fs::path& p) {
 }
 
 bool is_tokenizer_name(const std::string& name) {
-  return name == "tokenizer.bin" || (name.rfind("tok", 0) == 0 && ends_with(name, ".bin"));
+  return name == "tokenizer.bin" || (name.rfind("tok", 0) == 0 && name.ends_with(".bin"));
 }
 
 // The tokenizer .bin in `dir` (other than `checkpoint`): tokenizer.bin, else the one tok*.bin.
@@ -74,7 +70,7 @@ std::optional<Llama2cFiles> find_llama2c_files(const fs::path& path) {
   bool any_tokenizer = false;
   for (const auto& e : fs::directory_iterator(path, ec)) {
     const std::string name = e.path().filename().string();
-    if (!ends_with(name, ".bin") || !e.is_regular_file(ec)) continue;
+    if (!name.ends_with(".bin") || !e.is_regular_file(ec)) continue;
     if (is_tokenizer_name(name)) any_tokenizer = true;
     else if (!looks_like_pickle(e.path())) checkpoints.push_back(e.path());
   }

@@ -266,32 +266,34 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
 
   const int64_t D = c.d_model, V = c.d_vocab;
   const int64_t q_width = int64_t{c.n_heads} * c.d_head, kv_width = int64_t{c.n_key_value_heads} * c.d_head;
-  // Separate Q, K and V, or a fused matrix whose outputs are grouped per head (GPT-NeoX), become
-  // one [d_model, Q | K | V] matrix (and one bias), so the product stays one GEMM and the
-  // per-head views (W_Q, W_K, W_V) read one layout whatever the file's.
+  // Separate Q, K and V, or a fused matrix whose family orders its outputs its own way
+  // (ArchitectureFamily::output_order), become one [d_model, Q | K | V] matrix (and one bias),
+  // so the product stays one GEMM and the per-head views (W_Q, W_K, W_V) read one layout
+  // whatever the file's.
   const QkvLayout qkv_layout = c.architecture.qkv;
-  const bool join_qkv = qkv_layout != QkvLayout::FusedBlocks;
+  const ArchitectureFamily::OutputOrder fused_order =
+      qkv_layout == QkvLayout::Separate ? nullptr : family.output_order(c, TensorRole::QkvWeight);
+  const bool join_qkv = qkv_layout == QkvLayout::Separate || fused_order;
   // A joined QKV from 16-bit [out, in] parts of one type is packed from their rows (row j of the
   // joined matrix's transpose), per layer; empty when it was joined in float32.
   std::vector<std::function<const void*(int64_t)>> joined_rows16(static_cast<size_t>(c.n_layers));
   std::vector<PanelType> joined_type16(static_cast<size_t>(c.n_layers), PanelType::F32);
   if (join_qkv) {
-    const int64_t N = q_width + 2 * kv_width, dh = c.d_head;
+    const int64_t N = q_width + 2 * kv_width;
     const bool out_in = family.layout(qkv_layout == QkvLayout::Separate ? TensorRole::QWeight : TensorRole::QkvWeight) ==
                         Layout::OutIn;
     // Output j of the joined matrix: which stored matrix (0..2 for separate q, k, v; 0 for the
     // fused one) and which of its outputs.
     auto source = [=](int64_t j) -> std::pair<int, int64_t> {
+      if (fused_order) return {0, fused_order(j)};
       const int part = j < q_width ? 0 : j < q_width + kv_width ? 1 : 2;
-      const int64_t within = j - (part == 0 ? 0 : part == 1 ? q_width : q_width + kv_width);
-      if (qkv_layout == QkvLayout::Separate) return {part, within};
-      return {0, (within / dh) * 3 * dh + part * dh + within % dh};  // head h: q_h, k_h, v_h
+      return {part, j - (part == 0 ? 0 : part == 1 ? q_width : q_width + kv_width)};
     };
     for (int l = 0; l < c.n_layers; ++l) {
       const size_t L = static_cast<size_t>(l);
       std::array<Source, 3> parts = qkv_parts[L];
       std::array<const float*, 3> bias_parts = qkv_bias_parts[L];
-      if (qkv_layout == QkvLayout::FusedPerHead) {
+      if (qkv_layout != QkvLayout::Separate) {
         parts = {layer_sources[static_cast<size_t>(kLayerMatrices * l + kQkv)], Source{}, Source{}};
         bias_parts = {w->layers_[L].b_qkv, nullptr, nullptr};
       }

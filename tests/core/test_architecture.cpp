@@ -8,8 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/concat_sum.h"
+#include "core/analysis/dla.h"
+#include "core/analysis/residual.h"
+#include "core/analysis/top_k.h"
 #include "core/error.h"
+#include "core/model/arch/llama.h"
 #include "core/model/forward.h"
 #include "core/model/memory_guard.h"
 #include "core/model/model.h"
@@ -99,14 +103,17 @@ TEST_CASE("architecture: config.json finds its family in the registry", "[archit
   CHECK(by_class.architecture.family == c.architecture.family);
   CHECK(by_class.model_type == "gpt2");
 
-  // Anything else is refused, naming what the config asked for.
+  // Anything else is refused, naming what the config asked for and every family of the registry,
+  // each as its description says, in registry order.
+  std::string families;
+  const auto& registry = architecture_families();
+  for (size_t i = 0; i < registry.size(); ++i)
+    families += (i == 0 ? "" : i + 1 == registry.size() ? " or " : ", ") + std::string(registry[i]->description());
+  REQUIRE(registry.size() > 1);
   nlohmann::json mamba = nlohmann::json::parse(kSmallGpt2);
   mamba["model_type"] = "mamba";
   CHECK_THROWS_WITH(parse_config(mamba.dump(), "m/config.json"),
-                    "m/config.json: model_type is \"mamba\"; HeadScope reads GPT-2-family models (model_type \"gpt2\": "
-                    "gpt2, distilgpt2, gpt2-medium/large/xl), Llama-family models (model_type \"llama\": Llama 2 and 3, "
-                    "TinyLlama, SmolLM), Qwen2 models (model_type \"qwen2\": Qwen2, Qwen2.5) or GPT-NeoX models "
-                    "(model_type \"gpt_neox\": Pythia).");
+                    "m/config.json: model_type is \"mamba\"; HeadScope reads " + families + ".");
   j["architectures"] = {"MambaForCausalLM"};
   CHECK_THROWS_WITH(parse_config(j.dump(), "m/config.json"), Catch::Contains("model_type is \"MambaForCausalLM\""));
   // The Llama and Qwen2 entries, by model_type and by class.
@@ -122,6 +129,46 @@ TEST_CASE("architecture: config.json finds its family in the registry", "[archit
   by_llama_class.erase("model_type");
   by_llama_class["architectures"] = {"Qwen2ForCausalLM"};
   CHECK(parse_config(by_llama_class.dump(), "config.json").architecture.family->name() == "Qwen2");
+}
+
+TEST_CASE("architecture: README's Models table has one row per family of the registry", "[architecture]") {
+  // Rows of the table under "## Models": | family | `Class` | what HeadScope implements |
+  const std::string readme = test::read_text(test::source_dir() / "README.md");
+  const size_t models = readme.find("\n## Models\n");
+  REQUIRE(models != std::string::npos);
+  const size_t table = readme.find("\n| --- |", models);
+  REQUIRE(table != std::string::npos);
+  std::vector<const ArchitectureFamily*> rows;
+  for (size_t at = readme.find('\n', table + 1) + 1; at < readme.size() && readme[at] == '|';
+       at = readme.find('\n', at) + 1) {
+    const std::string row = readme.substr(at, readme.find('\n', at) - at);
+    INFO(row);
+    const size_t open = row.find(" | `"), close = row.find("` |", open + 4);
+    REQUIRE(close != std::string::npos);
+    const ArchitectureFamily* f = find_family_by_class(row.substr(open + 4, close - open - 4));
+    REQUIRE(f != nullptr);
+    CHECK(row.starts_with("| " + std::string(f->name())));
+    rows.push_back(f);
+  }
+  CHECK(rows == architecture_families());
+}
+
+TEST_CASE("architecture: GPT-NeoX orders its fused QKV's outputs per head, the others keep the file's order",
+          "[architecture]") {
+  const char* kNeox = R"({"model_type": "gpt_neox", "hidden_size": 12, "num_attention_heads": 3, "num_hidden_layers": 1,
+                          "intermediate_size": 16, "vocab_size": 20, "max_position_embeddings": 8})";
+  const ModelConfig c = parse_config(kNeox, "config.json");
+  const ArchitectureFamily::OutputOrder order = c.architecture.family->output_order(c, TensorRole::QkvWeight);
+  REQUIRE(order);
+  // W_qkv is [Q | K | V] column blocks of 3 heads of 4; the file groups q_h, k_h, v_h per head.
+  const int64_t dh = 4, heads = 3;
+  for (int64_t part = 0; part < 3; ++part)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < dh; ++i) CHECK(order((part * heads + h) * dh + i) == h * 3 * dh + part * dh + i);
+  for (TensorRole r : {TensorRole::QkvBias, TensorRole::AttnOutWeight, TensorRole::MlpInWeight, TensorRole::Unembedding})
+    CHECK_FALSE(c.architecture.family->output_order(c, r));
+  for (const ArchitectureFamily* f : architecture_families())
+    if (f != c.architecture.family) CHECK_FALSE(f->output_order(c, TensorRole::QkvWeight));
 }
 
 TEST_CASE("architecture: the GPT-2 entry names each fixture tensor with its shape, and counts them", "[architecture]") {
@@ -260,6 +307,34 @@ TEST_CASE("architecture: options nothing implements yet are refused by name", "[
   CHECK_THROWS_WITH(require_implemented(c), message);
   // Binding the weights refuses it before reading a tensor, so no model with it ever runs.
   CHECK_THROWS_WITH(Weights::load(file, c), message);
+
+  // A family's own order of outputs is applied to the fused QKV only.
+  struct ReorderedMlp final : arch::LlamaLike {
+    std::string_view name() const override { return "Reordered"; }
+    std::string_view model_type() const override { return "reordered"; }
+    bool reads_class(std::string_view) const override { return false; }
+    std::string_view description() const override { return "none"; }
+    std::string_view unexpected_tensor_hint() const override { return "none"; }
+    OutputOrder output_order(const ModelConfig&, TensorRole role) const override {
+      if (role != TensorRole::MlpInWeight) return {};
+      return [](int64_t j) { return j; };
+    }
+    void read_family_options(const ConfigJson&, ModelConfig&) const override {}
+  };
+  static const ReorderedMlp reordered;
+  ModelConfig llama = parse_config(R"({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4,
+                                       "num_hidden_layers": 2, "intermediate_size": 64, "vocab_size": 50,
+                                       "max_position_embeddings": 16})",
+                                   "config.json");
+  CHECK_NOTHROW(require_implemented(llama));
+  llama.architecture.family = &reordered;
+  CHECK_THROWS_WITH(require_implemented(llama),
+                    "this Reordered model's architecture asks for its own order of the outputs of a tensor other than "
+                    "the fused QKV, which HeadScope's forward pass does not implement yet.");
+  // A QKV grouped per head needs its family's order.
+  c = gpt2;
+  c.architecture.qkv = QkvLayout::FusedPerHead;
+  CHECK_THROWS_WITH(require_implemented(c), Catch::Contains("a QKV grouped per head without the order of its outputs"));
 }
 
 TEST_CASE("architecture: DLA's frozen final norm centres for LayerNorm and not for RMSNorm", "[architecture][analysis]") {

@@ -4,7 +4,10 @@
 
 #include <omp.h>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/concat_sum.h"
+#include "core/analysis/dla.h"
+#include "core/analysis/residual.h"
+#include "core/analysis/top_k.h"
 #include "core/model/forward.h"
 #include "core/model/memory_guard.h"
 #include "core/model/model.h"

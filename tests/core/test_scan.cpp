@@ -12,10 +12,11 @@
 #include <random>
 #include <array>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/dla.h"
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/head_scores.h"
 #include "core/analysis/patching.h"
+#include "core/analysis/residual.h"
 #include "core/analysis/scan.h"
 #include "core/model/model.h"
 #include "core/session/session.h"

@@ -10,7 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/concat_sum.h"
+#include "core/analysis/dla.h"
+#include "core/analysis/residual.h"
+#include "core/analysis/top_k.h"
 #include "core/analysis/view_data.h"
 #include "core/error.h"
 #include "core/model/model.h"

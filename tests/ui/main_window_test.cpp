@@ -18,7 +18,8 @@
 
 #include <cmath>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/concat_sum.h"
+#include "core/analysis/dla.h"
 #include "qcustomplot.h"
 #include "core/model/memory_guard.h"
 #include "core/model/model.h"

@@ -19,7 +19,7 @@
 #include "core/analysis/ablation.h"
 #include <any>
 
-#include "core/analysis/analysis.h"
+#include "core/analysis/top_k.h"
 #include "core/analysis/view_data.h"
 #include "core/session/session.h"
 

@@ -1,5 +1,8 @@
-// The registry's entries (architecture.cpp lists them), one file per family.
+// The registry: one accessor per family (one file per family), and their list. Adding a family
+// is its accessor and its place in the list, here.
 #pragma once
+
+#include <vector>
 
 #include "core/model/architecture.h"
 
@@ -7,7 +10,11 @@ namespace hs::arch {
 
 const ArchitectureFamily& gpt2();   // gpt2.cpp
 const ArchitectureFamily& llama();  // llama.cpp
-const ArchitectureFamily& qwen2();  // llama.cpp: Llama with q/k/v biases
+const ArchitectureFamily& qwen2();  // qwen2.cpp: the Llama block with q/k/v biases
 const ArchitectureFamily& gpt_neox();  // gpt_neox.cpp
+
+// The families in the order they are looked up and listed (architecture_families(), and so every
+// list of families a person reads).
+inline std::vector<const ArchitectureFamily*> registry() { return {&gpt2(), &llama(), &qwen2(), &gpt_neox()}; }
 
 }  // namespace hs::arch

@@ -6,16 +6,13 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/model/arch/common.h"
 #include "core/model/arch/families.h"
 #include "core/model/config.h"
 #include "core/model/config_json.h"
 
 namespace hs::arch {
 namespace {
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 class Gpt2 final : public ArchitectureFamily {
  public:
@@ -40,14 +37,9 @@ class Gpt2 final : public ArchitectureFamily {
         j.refuse("n_embd " + std::to_string(c.d_model) + " makes the MLP (4 * n_embd) too large.");
       c.d_mlp = 4 * c.d_model;
     }
-    if (c.d_model % c.n_heads != 0)
-      j.refuse("n_embd " + std::to_string(c.d_model) + " is not divisible by n_head " + std::to_string(c.n_heads) +
-               "; every head must have the same size.");
-    c.d_head = c.d_model / c.n_heads;
+    c.d_head = even_head_size(j, c.d_model, c.n_heads, "n_embd", "n_head");
     c.n_key_value_heads = c.n_heads;
-    if (c.n_layers > kMaxLayers)
-      j.refuse("n_layer is " + std::to_string(c.n_layers) + "; at most " + std::to_string(kMaxLayers) +
-               " are accepted.");
+    check_layer_count(j, c.n_layers, "n_layer");
     c.norm_eps = j.epsilon("layer_norm_epsilon", 1e-5f);
     std::tie(c.activation, c.activation_name) = j.activation("activation_function", "gelu_new");
     c.scale_attn_weights = j.flag("scale_attn_weights", true);
@@ -101,7 +93,7 @@ class Gpt2 final : public ArchitectureFamily {
 
   // The causal-mask buffers older transformers versions saved with every attention layer.
   bool is_ignorable(std::string_view name) const override {
-    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+    return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
   }
 
   std::string_view unexpected_tensor_hint() const override {

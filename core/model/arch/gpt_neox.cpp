@@ -4,21 +4,19 @@
 // use_parallel_residual (the default; sequential otherwise), a plain MLP (exact erf gelu by
 // default), biases everywhere, an untied unembedding (embed_out). query_key_value is one
 // nn.Linear whose output rows are grouped per head: head h's q, k and v are rows
-// h*3*d_head + [0, d_head), [d_head, 2 d_head) and [2 d_head, 3 d_head).
+// h*3*d_head + [0, d_head), [d_head, 2 d_head) and [2 d_head, 3 d_head); output_order() maps
+// them to HeadScope's [Q | K | V] as the model opens.
 #include <string>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/model/arch/common.h"
 #include "core/model/arch/families.h"
 #include "core/model/config.h"
 #include "core/model/config_json.h"
 
 namespace hs::arch {
 namespace {
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 class GptNeox final : public ArchitectureFamily {
  public:
@@ -30,20 +28,10 @@ class GptNeox final : public ArchitectureFamily {
   std::string_view description() const override { return "GPT-NeoX models (model_type \"gpt_neox\": Pythia)"; }
 
   void read_config(const ConfigJson& j, ModelConfig& c) const override {
-    c.d_model = j.dim("hidden_size");
-    c.n_heads = j.dim("num_attention_heads");
-    c.n_layers = j.dim("num_hidden_layers");
-    c.d_mlp = j.dim("intermediate_size");
-    c.d_vocab = j.dim("vocab_size");
-    c.n_ctx = j.dim("max_position_embeddings");
-    if (c.d_model % c.n_heads != 0)
-      j.refuse("hidden_size " + std::to_string(c.d_model) + " is not divisible by num_attention_heads " +
-               std::to_string(c.n_heads) + "; every head must have the same size.");
-    c.d_head = c.d_model / c.n_heads;
+    read_hf_sizes(j, c);
+    c.d_head = even_head_size(j, c.d_model, c.n_heads, "hidden_size", "num_attention_heads");
     c.n_key_value_heads = c.n_heads;
-    if (c.n_layers > kMaxLayers)
-      j.refuse("num_hidden_layers is " + std::to_string(c.n_layers) + "; at most " + std::to_string(kMaxLayers) +
-               " are accepted.");
+    check_layer_count(j, c.n_layers, "num_hidden_layers");
     c.norm_eps = j.epsilon("layer_norm_eps", 1e-5f);
     std::tie(c.activation, c.activation_name) = j.activation("hidden_act", "gelu");
     c.scale_attn_weights = true;
@@ -96,11 +84,25 @@ class GptNeox final : public ArchitectureFamily {
   std::string_view base_prefix() const override { return "gpt_neox."; }
   Layout layout(TensorRole) const override { return Layout::OutIn; }
 
+  // query_key_value's outputs are grouped per head (q_h, k_h, v_h); HeadScope's W_qkv is the
+  // [Q | K | V] column blocks. Output j of W_qkv, part p (0 for Q, 1 for K, 2 for V) of head h at
+  // offset i within it, is the file's output h*3*d_head + p*d_head + i; its bias follows. Every
+  // head has its own key and value here (n_kv = n_heads).
+  OutputOrder output_order(const ModelConfig& c, TensorRole role) const override {
+    if (role != TensorRole::QkvWeight) return {};
+    const int64_t dh = c.d_head, q_width = int64_t{c.n_heads} * dh, kv_width = int64_t{c.n_key_value_heads} * dh;
+    return [=](int64_t j) {
+      const int64_t part = j < q_width ? 0 : j < q_width + kv_width ? 1 : 2;
+      const int64_t within = j - (part == 0 ? 0 : part == 1 ? q_width : q_width + kv_width);
+      return (within / dh) * 3 * dh + part * dh + within % dh;
+    };
+  }
+
   // Buffers older transformers versions saved with every attention layer: the causal mask, its
   // fill value and the rotary inverse frequencies.
   bool is_ignorable(std::string_view name) const override {
-    return ends_with(name, ".attention.bias") || ends_with(name, ".attention.masked_bias") ||
-           ends_with(name, ".rotary_emb.inv_freq");
+    return name.ends_with(".attention.bias") || name.ends_with(".attention.masked_bias") ||
+           name.ends_with(".rotary_emb.inv_freq");
   }
 
   std::string_view unexpected_tensor_hint() const override {
