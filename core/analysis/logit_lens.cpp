@@ -6,6 +6,7 @@
 
 #include "core/analysis/top_k.h"
 #include "core/error.h"
+#include "core/model/hooks.h"
 #include "core/model/memory_guard.h"
 #include "core/model/ops.h"
 
@@ -65,8 +66,8 @@ float log_sum_exp(const Eigen::Ref<const RowVectorXf>& row, RowVectorXf& scratch
 }  // namespace
 
 std::string lens_stream_name(const ModelConfig& config, int stream) {
-  if (stream < config.n_layers) return "blocks." + std::to_string(stream) + ".hook_resid_pre";
-  return "blocks." + std::to_string(config.n_layers - 1) + ".hook_resid_post";
+  if (stream < config.n_layers) return hook_key(HookPoint::ResidPre, stream);
+  return hook_key(HookPoint::ResidPost, config.n_layers - 1);
 }
 
 std::string lens_stream_label(const ModelConfig& config, int stream) {

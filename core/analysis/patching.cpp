@@ -61,17 +61,8 @@ void check_metrics(float m_clean, float m_corrupt) {
                 "restore; choose prompts or answers that the model tells apart.");
 }
 
-// The activation at `hook` of layer l.
-const PositionRows& at_hook(const ActivationCache& c, HookPoint hook, int l) {
-  const LayerActivations& a = c.layer(l);
-  switch (hook) {
-    case HookPoint::ResidPre: return a.resid_pre;
-    case HookPoint::Z: return a.z;
-    case HookPoint::AttnOut: return a.attn_out;
-    case HookPoint::MlpOut: return a.mlp_out;
-  }
-  return a.resid_pre;
-}
+// The activation at `hook` of layer l (a sweep site: stored in every run; hooks.h).
+const PositionRows& at_hook(const ActivationCache& c, HookPoint hook, int l) { return *c.stored_rows(hook, l); }
 
 // What the batched layers implement: forward.cpp's sequential block with either norm, learned or
 // rotary positions and a plain or gated MLP. Parallel blocks (GPT-NeoX's default) fall back to

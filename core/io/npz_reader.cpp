@@ -174,6 +174,23 @@ std::vector<NpzArray> read_npz(std::span<const uint8_t> bytes, const std::string
   return out;
 }
 
+Tensor read_npy(std::span<const uint8_t> bytes, const std::string& source) {
+  const Reader r(bytes, source);
+  uint64_t data_offset = 0;
+  Tensor t;
+  t.shape = parse_npy(r, "the array", bytes.data(), bytes.size(), data_offset);
+  t.data.resize((bytes.size() - data_offset) / 4);
+  std::memcpy(t.data.data(), bytes.data() + data_offset, bytes.size() - data_offset);
+  return t;
+}
+
+Tensor read_npy_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open.");
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return read_npy(bytes, path.string());
+}
+
 std::vector<NpzArray> read_npz_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path.string() + ": cannot open.");

@@ -23,5 +23,8 @@ struct NpzArray {
 // The arrays in central-directory order. `source` names the archive in messages.
 std::vector<NpzArray> read_npz(std::span<const uint8_t> bytes, const std::string& source);
 std::vector<NpzArray> read_npz_file(const std::filesystem::path& path);
+// One .npy array (as numpy.save writes it: little-endian float32, C order), with the same checks.
+Tensor read_npy(std::span<const uint8_t> bytes, const std::string& source);
+Tensor read_npy_file(const std::filesystem::path& path);
 
 }  // namespace hs

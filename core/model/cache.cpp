@@ -12,23 +12,6 @@
 namespace hs {
 namespace {
 
-// The per-layer key suffixes of the contract, in forward order (TransformerLens's). Each is
-// marked with the part of the architecture it needs.
-enum class Needs { Always, Rotary, NormScales, Gated };
-constexpr std::pair<const char*, Needs> kLayerKeys[] = {
-    {"hook_resid_pre", Needs::Always},        {"ln1.hook_scale", Needs::NormScales},
-    {"ln1.hook_normalized", Needs::NormScales}, {"attn.hook_q", Needs::Always},
-    {"attn.hook_k", Needs::Always},           {"attn.hook_v", Needs::Always},
-    {"attn.hook_rot_q", Needs::Rotary},       {"attn.hook_rot_k", Needs::Rotary},
-    {"attn.hook_attn_scores", Needs::Always}, {"attn.hook_pattern", Needs::Always},
-    {"attn.hook_z", Needs::Always},           {"attn.hook_result", Needs::Always},
-    {"hook_attn_out", Needs::Always},         {"hook_resid_mid", Needs::Always},
-    {"ln2.hook_scale", Needs::NormScales},    {"ln2.hook_normalized", Needs::NormScales},
-    {"mlp.hook_pre", Needs::Always},          {"mlp.hook_pre_linear", Needs::Gated},
-    {"mlp.hook_post", Needs::Always},         {"hook_mlp_out", Needs::Always},
-    {"hook_resid_post", Needs::Always},
-};
-
 Tensor from_matrix(const RowMatrixXf& m, std::vector<int64_t> shape) {
   return Tensor(std::move(shape), std::vector<float>(m.data(), m.data() + m.size()));
 }
@@ -54,30 +37,24 @@ float ActivationCache::attention_scale(int l) const {
 }
 
 std::vector<std::string> ActivationCache::keys() const {
-  std::vector<std::string> out = {"hook_embed"};
-  if (has_pos_embed()) out.push_back("hook_pos_embed");
-  auto wanted = [&](Needs n) {
-    switch (n) {
-      case Needs::Always: return true;
-      case Needs::Rotary: return has_rotary();
-      case Needs::NormScales: return has_norm_scales();
-      case Needs::Gated: return has_gated_mlp();
-    }
-    return false;
+  std::vector<std::string> out;
+  auto add = [&](const HookInfo& h, int l) {
+    if (hook_exists(config(), h.hook)) out.push_back(hook_key(h.hook, l));
   };
+  const std::span<const HookInfo> table = hook_table();
+  for (const HookInfo& h : table)
+    if (!h.per_layer && h.hook < HookPoint::ResidPre) add(h, -1);
   for (int l = 0; l < n_layer(); ++l)
-    for (const auto& [k, needs] : kLayerKeys)
-      if (wanted(needs)) out.push_back("blocks." + std::to_string(l) + "." + k);
-  if (has_norm_scales()) out.push_back("ln_final.hook_scale");
-  out.push_back("ln_final.hook_normalized");
-  out.push_back("logits");
+    for (const HookInfo& h : table)
+      if (h.per_layer) add(h, l);
+  for (const HookInfo& h : table)
+    if (!h.per_layer && h.hook > HookPoint::ResidPost) add(h, -1);
   return out;
 }
 
 bool ActivationCache::has(std::string_view key) const {
-  for (const auto& k : keys())
-    if (k == key) return true;
-  return false;
+  const std::optional<HookKey> k = parse_hook_key(config(), key);
+  return k && hook_exists(config(), k->hook) && k->layer < n_layer();
 }
 
 RowMatrixXf ActivationCache::head_pattern(int l, int h) const {
@@ -90,12 +67,14 @@ RowMatrixXf ActivationCache::head_pattern(int l, int h) const {
 ConstRowVectorRef ActivationCache::pattern_row(int l, int h, int q) const { return layer(l).pattern.row(h, q); }
 
 RowMatrixXf ActivationCache::resid_mid(int l) const {
+  if (!layer(l).resid_mid.empty()) return layer(l).resid_mid.to_matrix();
   RowMatrixXf r = layer(l).resid_pre.to_matrix();
   r += layer(l).attn_out.to_matrix();
   return r;
 }
 
 RowMatrixXf ActivationCache::resid_post(int l) const {
+  if (!layer(l).resid_post.empty()) return layer(l).resid_post.to_matrix();
   RowMatrixXf r = resid_mid(l);
   r += layer(l).mlp_out.to_matrix();
   return r;
@@ -136,6 +115,7 @@ RowMatrixXf ActivationCache::mlp_pre_linear(int l) const {
 }
 
 RowMatrixXf ActivationCache::mlp_post(int l) const {
+  if (!layer(l).mlp_post.empty()) return layer(l).mlp_post.to_matrix();
   RowMatrixXf out;
   if (has_gated_mlp())
     gated_activation_forward(out, mlp_pre(l), mlp_pre_linear(l), config().activation);
@@ -161,7 +141,9 @@ RowMatrixXf ActivationCache::block_norm(int l, int which, VectorXf* scale) const
 
 RowVectorXf ActivationCache::final_residual(int pos) const {
   const LayerActivations& a = layer(n_layer() - 1);
-  RowVectorXf r = a.resid_pre.row(pos) + a.attn_out.row(pos);
+  if (!a.resid_post.empty()) return a.resid_post.row(pos);
+  RowVectorXf r = a.resid_mid.empty() ? RowVectorXf(a.resid_pre.row(pos) + a.attn_out.row(pos))
+                                      : RowVectorXf(a.resid_mid.row(pos));
   r += a.mlp_out.row(pos);
   return r;
 }
@@ -201,78 +183,107 @@ RowMatrixXf ActivationCache::head_scores(int l, int h) const {
 
 Tensor ActivationCache::get(std::string_view key) const {
   const ModelConfig& c = config();
-  const int64_t S = n_pos(), D = c.d_model, H = c.n_heads, KV = c.n_key_value_heads, dh = c.d_head, M = c.d_mlp;
-  if (key == "hook_embed") return from_matrix(embed, {S, D});
-  if (key == "hook_pos_embed" && has_pos_embed()) return from_matrix(pos_embed, {S, D});
-  if (key == "ln_final.hook_normalized") return from_matrix(ln_final_normalized, {S, D});
-  if (key == "ln_final.hook_scale" && has_norm_scales())
-    return Tensor({S, 1}, std::vector<float>(ln_final_scale.data(), ln_final_scale.data() + S));
-  if (key == "logits") return from_matrix(logits, {S, c.d_vocab});
-
-  const std::string_view prefix = "blocks.";
-  if (key.substr(0, prefix.size()) == prefix) {
-    std::string_view rest = key.substr(prefix.size());
-    int l = -1;
-    const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), l);
-    if (ec == std::errc() && ptr < rest.data() + rest.size() && *ptr == '.' && l >= 0 && l < c.n_layers) {
-      if (layers_.empty())
-        throw Error("activation \"" + std::string(key) + "\" was not kept: this run kept only the logits.");
-      const std::string_view suffix(ptr + 1, static_cast<size_t>(rest.data() + rest.size() - ptr - 1));
-      const LayerActivations& a = layer(l);
-      if (suffix == "hook_resid_pre") return from_matrix(a.resid_pre, {S, D});
-      if (suffix == "attn.hook_q") return has_rotary() ? from_matrix(pre_rotary(l, false), {S, H, dh}) : from_matrix(a.q, {S, H, dh});
-      if (suffix == "attn.hook_k") return has_rotary() ? from_matrix(pre_rotary(l, true), {S, KV, dh}) : from_matrix(a.k, {S, KV, dh});
-      if (has_rotary() && suffix == "attn.hook_rot_q") return from_matrix(a.q, {S, H, dh});
-      if (has_rotary() && suffix == "attn.hook_rot_k") return from_matrix(a.k, {S, KV, dh});
-      if (has_norm_scales() && (suffix == "ln1.hook_scale" || suffix == "ln2.hook_scale" ||
-                                suffix == "ln1.hook_normalized" || suffix == "ln2.hook_normalized")) {
-        VectorXf scale;
-        const RowMatrixXf normalized = block_norm(l, suffix[2] == '1' ? 1 : 2, &scale);
-        if (suffix.ends_with("hook_scale")) return Tensor({S, 1}, std::vector<float>(scale.data(), scale.data() + S));
-        return from_matrix(normalized, {S, D});
-      }
-      if (has_gated_mlp() && suffix == "mlp.hook_pre_linear") return from_matrix(mlp_pre_linear(l), {S, M});
-      if (suffix == "attn.hook_v") return from_matrix(a.v, {S, KV, dh});
-      if (suffix == "attn.hook_z") return from_matrix(a.z, {S, H, dh});
-      if (suffix == "attn.hook_pattern") {
-        Tensor t({H, S, S});
-        for (int h = 0; h < H; ++h)
-          for (int64_t i = 0; i < S; ++i) {
-            const ConstRowVectorRef row = pattern_row(l, h, static_cast<int>(i));
-            std::copy_n(row.data(), i + 1, t.data.data() + (h * S + i) * S);
-          }
-        return t;
-      }
-      if (suffix == "attn.hook_attn_scores") {
-        Tensor t({H, S, S});
-        for (int h = 0; h < H; ++h) {
-          const RowMatrixXf s = head_scores(l, h);
-          std::memcpy(t.data.data() + h * S * S, s.data(), sizeof(float) * static_cast<size_t>(S * S));
-        }
-        return t;
-      }
-      if (suffix == "attn.hook_result") {
-        if (!a.result_phd.empty()) return Tensor({S, H, D}, a.result_phd);
-        Tensor t({S, H, D});
-        for (int h = 0; h < H; ++h) {
-          const RowMatrixXf r = head_result(l, h);
-          for (int64_t p = 0; p < S; ++p)
-            RowVectorRef(t.data.data() + (p * H + h) * D, D) = r.row(p);
-        }
-        return t;
-      }
-      if (suffix == "hook_attn_out") return from_matrix(a.attn_out, {S, D});
-      if (suffix == "hook_resid_mid") return from_matrix(resid_mid(l), {S, D});
-      if (suffix == "mlp.hook_pre") return from_matrix(mlp_pre(l), {S, M});
-      if (suffix == "mlp.hook_post") return from_matrix(mlp_post(l), {S, M});
-      if (suffix == "hook_mlp_out") return from_matrix(a.mlp_out, {S, D});
-      if (suffix == "hook_resid_post") return from_matrix(resid_post(l), {S, D});
-    }
+  const std::optional<HookKey> k = parse_hook_key(c, key);
+  if (k && hook_exists(c, k->hook)) {
+    if (k->layer >= 0 && layers_.empty())
+      throw Error("activation \"" + std::string(key) + "\" was not kept: this run kept only the logits.");
+    return get(k->hook, k->layer);
   }
   throw Error("unknown activation \"" + std::string(key) + "\": keys are hook_embed, " +
               (has_pos_embed() ? "hook_pos_embed, " : "") +
               "blocks.{layer}.hook_resid_pre ... blocks.{layer}.hook_resid_post "
               "(layer 0.." + std::to_string(c.n_layers - 1) + "), ln_final.hook_normalized and logits.");
+}
+
+const PositionRows* ActivationCache::stored_rows(HookPoint hook, int l) const {
+  using H = HookPoint;
+  switch (hook) {
+    case H::Embed: return &embed;
+    case H::PosEmbed: return &pos_embed;
+    case H::LnFinalNormalized: return &ln_final_normalized;
+    case H::Logits: return &logits;
+    default: break;
+  }
+  if (!hook_info(hook).per_layer || l < 0 || l >= n_layer()) return nullptr;
+  const LayerActivations& a = layer(l);
+  auto unless_empty = [](const PositionRows& r) { return r.empty() ? nullptr : &r; };
+  switch (hook) {
+    case H::ResidPre: return &a.resid_pre;
+    case H::Q: return has_rotary() ? unless_empty(a.q_pre_rotary) : &a.q;
+    case H::K: return has_rotary() ? unless_empty(a.k_pre_rotary) : &a.k;
+    case H::V: return &a.v;
+    case H::RotQ: return &a.q;
+    case H::RotK: return &a.k;
+    case H::Z: return &a.z;
+    case H::AttnOut: return &a.attn_out;
+    case H::ResidMid: return unless_empty(a.resid_mid);
+    case H::MlpPre: return unless_empty(a.mlp_pre);
+    case H::MlpPreLinear: return unless_empty(a.mlp_pre_linear);
+    case H::MlpPost: return unless_empty(a.mlp_post);
+    case H::MlpOut: return &a.mlp_out;
+    case H::ResidPost: return unless_empty(a.resid_post);
+    default: return nullptr;
+  }
+}
+
+RowMatrixXf ActivationCache::rows(HookPoint hook, int l) const {
+  using H = HookPoint;
+  if (const PositionRows* stored = stored_rows(hook, l)) return stored->to_matrix();
+  switch (hook) {
+    case H::Ln1Scale:
+    case H::Ln2Scale:
+    case H::Ln1Normalized:
+    case H::Ln2Normalized: {
+      VectorXf scale;
+      const RowMatrixXf normalized = block_norm(l, hook == H::Ln1Scale || hook == H::Ln1Normalized ? 1 : 2, &scale);
+      if (hook == H::Ln1Scale || hook == H::Ln2Scale) return scale;
+      return normalized;
+    }
+    case H::Q: return pre_rotary(l, false);
+    case H::K: return pre_rotary(l, true);
+    case H::Result: {
+      const ModelConfig& c = config();
+      const int64_t S = n_pos(), D = c.d_model, Hn = c.n_heads;
+      if (!layer(l).result_phd.empty()) return ConstMatrixRef(layer(l).result_phd.data(), S, Hn * D);
+      RowMatrixXf t(S, Hn * D);
+      for (int h = 0; h < Hn; ++h) t.middleCols(h * D, D) = head_result(l, static_cast<int>(h));
+      return t;
+    }
+    case H::ResidMid: return resid_mid(l);
+    case H::MlpPre: return mlp_pre(l);
+    case H::MlpPreLinear: return mlp_pre_linear(l);
+    case H::MlpPost: return mlp_post(l);
+    case H::ResidPost: return resid_post(l);
+    case H::LnFinalScale: return ln_final_scale;
+    default: break;
+  }
+  throw Error("activation \"" + hook_key(hook, l) + "\" is indexed by head first, not by position.");
+}
+
+Tensor ActivationCache::get(HookPoint hook, int l) const {
+  const ModelConfig& c = config();
+  const int64_t S = n_pos(), H = c.n_heads;
+  std::vector<int64_t> shape = hook_shape(c, hook, S);
+  if (hook == HookPoint::Pattern) {
+    Tensor t(std::move(shape));
+    for (int h = 0; h < H; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        const ConstRowVectorRef row = pattern_row(l, h, static_cast<int>(i));
+        std::copy_n(row.data(), i + 1, t.data.data() + (h * S + i) * S);
+      }
+    return t;
+  }
+  if (hook == HookPoint::AttnScores) {
+    Tensor t(std::move(shape));
+    for (int h = 0; h < H; ++h) {
+      const RowMatrixXf s = head_scores(l, h);
+      std::memcpy(t.data.data() + h * S * S, s.data(), sizeof(float) * static_cast<size_t>(S * S));
+    }
+    return t;
+  }
+  if (hook == HookPoint::Result && !layer(l).result_phd.empty()) return Tensor(std::move(shape), layer(l).result_phd);
+  if (const PositionRows* stored = stored_rows(hook, l)) return from_matrix(*stored, std::move(shape));
+  return from_matrix(rows(hook, l), std::move(shape));
 }
 
 size_t ActivationCache::stored_bytes() const {
@@ -281,7 +292,7 @@ size_t ActivationCache::stored_bytes() const {
   for (const auto& a : layers_)
     n += a.resid_pre.bytes() + a.q.bytes() + a.k.bytes() + a.v.bytes() + a.z.bytes() + a.q_pre_rotary.bytes() +
          a.k_pre_rotary.bytes() + a.attn_out.bytes() + a.mlp_pre.bytes() + a.mlp_pre_linear.bytes() +
-         a.mlp_out.bytes() + a.pattern.bytes() + (a.scores_hqk.size() + a.result_phd.size()) * sizeof(float);
+         a.mlp_out.bytes() + a.resid_mid.bytes() + a.mlp_post.bytes() + a.resid_post.bytes() + a.pattern.bytes() + (a.scores_hqk.size() + a.result_phd.size()) * sizeof(float);
   return n;
 }
 

@@ -3,7 +3,8 @@
 //
 // Storage is typed (one struct per layer) so analyses read matrices directly. What is stored is
 // what cannot be recomputed cheaply; everything else in the contract is derived on request, with
-// the same operations in the same order, so get() returns identical values either way:
+// the same operations in the same order, so get() returns identical values either way (hooks.h's
+// table says which is which; a run that edits a derived key stores it, intervention.h):
 //   blocks.{l}.hook_resid_mid        = resid_pre + attn_out
 //   blocks.{l}.hook_resid_post       = resid_mid + mlp_out
 //   blocks.{l}.mlp.hook_pre          = ln2(resid_mid) @ W_in + b_in (a gated MLP: the gate's W_gate)
@@ -34,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/model/hooks.h"
 #include "core/model/intervention.h"
 #include "core/model/position_rows.h"
 #include "core/model/weights.h"
@@ -62,6 +64,11 @@ struct LayerActivations {
   PositionRows mlp_pre;
   PositionRows mlp_pre_linear;
   PositionRows mlp_out;       // [pos, d_model]
+  // Keys a plain run derives, stored only by a run that edits them (an edit breaks the
+  // derivation from the stored keys): [pos, d_model], [pos, d_mlp], [pos, d_model].
+  PositionRows resid_mid;
+  PositionRows mlp_post;
+  PositionRows resid_post;
 };
 
 class ActivationCache {
@@ -81,12 +88,20 @@ class ActivationCache {
   bool has_norm_scales() const { return config().architecture.norm == NormKind::RMSNorm; }
   bool has_gated_mlp() const { return config().architecture.mlp == MlpKind::Gated; }
 
-  // Every key of the contract, in a fixed order (layer by layer, as the forward pass runs).
+  // Every key of the contract, in a fixed order (layer by layer, as the forward pass runs): the
+  // rows of hooks.h's table that this model has.
   std::vector<std::string> keys() const;
   bool has(std::string_view key) const;
   // The activation by contract name; derived keys are computed here. Throws hs::Error for an
   // unknown key (the message lists the key families).
   Tensor get(std::string_view key) const;
+  Tensor get(HookPoint hook, int l) const;
+  // A per-position hook's values [pos, row width] (hooks.h: hook_row_width), stored or derived,
+  // as get() has them; l is ignored for model-wide hooks. Not for attn.hook_pattern and
+  // attn.hook_attn_scores (indexed by head first).
+  RowMatrixXf rows(HookPoint hook, int l) const;
+  // The stored rows of a hook (nullptr when it is derived, or stored otherwise than by position).
+  const PositionRows* stored_rows(HookPoint hook, int l) const;
 
   // Typed access for analyses.
   const LayerActivations& layer(int l) const { return layers_[static_cast<size_t>(l)]; }

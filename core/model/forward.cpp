@@ -55,14 +55,19 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // `scratch` holds one [new pos, pos] buffer per OpenMP thread, reused across heads and layers:
 // a fresh one per head was, at long context, an allocation that glibc served by mmap, each
 // faulting in and zeroing new pages.
+struct LayerHooks;
+void edit_pattern(const LayerHooks& hooks, int h, RowMatrixXf& pattern, Eigen::Index P);
+
 void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixXf& z_new, Eigen::Index P,
-                       const ModelConfig& c, float scale, bool store_scores, std::vector<RowMatrixXf>& scratch) {
+                       const ModelConfig& c, float scale, bool store_scores, std::vector<RowMatrixXf>& scratch,
+                       const LayerHooks* pattern_edits) {
   const Eigen::Index S = a.k.rows(), N = S - P;
   const int n_heads = c.n_heads, d_head = c.d_head;
   const size_t SS = static_cast<size_t>(S * S);
   if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_heads) * SS, kNegInf);
   z_new.resize(N, q_new.cols());
-#pragma omp parallel for schedule(static) if (N * S >= 4096)
+  // Edits of the pattern run on one thread: a callable edit need not be thread-safe.
+#pragma omp parallel for schedule(static) if (N * S >= 4096 && !pattern_edits)
   for (int h = 0; h < n_heads; ++h) {
     const int kv = c.kv_head(h);
     const auto q_h = q_new.middleCols(h * d_head, d_head);
@@ -81,6 +86,11 @@ void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixX
       row /= row.sum();
       pattern.row(r).tail(S - i - 1).setZero();
       std::copy_n(row.data(), i + 1, a.pattern.mutable_row(h, i));
+    }
+    if (pattern_edits) {
+      // The edited pattern is what multiplies v, and what the cache keeps.
+      edit_pattern(*pattern_edits, h, pattern, P);
+      for (Eigen::Index r = 0; r < N; ++r) std::copy_n(pattern.row(r).data(), P + r + 1, a.pattern.mutable_row(h, P + r));
     }
     auto z_h = z_new.middleCols(h * d_head, d_head);
     z_h.setZero();
@@ -116,38 +126,42 @@ Eigen::Index reusable_prefix(const ActivationCache* previous, const Weights* wei
 // A layer's interventions, by hook (intervention.h). Built once per run; a plain run has none
 // and its layers never look further than the empty test.
 struct LayerHooks {
-  std::vector<const Intervention*> at[4];  // indexed by HookPoint
+  std::vector<const Intervention*> at[kHookCount];  // indexed by HookPoint
   const std::vector<const Intervention*>& operator[](HookPoint h) const { return at[static_cast<int>(h)]; }
+  bool edits(HookPoint h) const { return !at[static_cast<int>(h)].empty(); }
 };
 
-std::vector<LayerHooks> hooks_by_layer(const Interventions& interventions, int n_layers) {
-  std::vector<LayerHooks> out;
+struct RunHooks {
+  LayerHooks model;                // hook_embed, hook_pos_embed
+  std::vector<LayerHooks> layers;  // empty for a plain run
+};
+
+RunHooks hooks_by_layer(const Interventions& interventions, int n_layers) {
+  RunHooks out;
   if (interventions.empty()) return out;
-  out.resize(static_cast<size_t>(n_layers));
-  for (const Intervention& i : interventions) out[static_cast<size_t>(i.layer)].at[static_cast<int>(i.hook)].push_back(&i);
+  out.layers.resize(static_cast<size_t>(n_layers));
+  for (const Intervention& i : interventions) {
+    LayerHooks& at = hook_info(i.hook).per_layer ? out.layers[static_cast<size_t>(i.layer)] : out.model;
+    at.at[static_cast<int>(i.hook)].push_back(&i);
+  }
   return out;
 }
 
-// The stored activation a patch copies from: `hook` of layer l of `source`.
-const PositionRows& hooked(const ActivationCache& source, HookPoint hook, int l) {
-  const LayerActivations& a = source.layer(l);
-  switch (hook) {
-    case HookPoint::ResidPre: return a.resid_pre;
-    case HookPoint::Z: return a.z;
-    case HookPoint::AttnOut: return a.attn_out;
-    case HookPoint::MlpOut: return a.mlp_out;
-  }
-  return a.resid_pre;
+// Rows [first, first + n) of `hook` at layer l of `source`, as a patch copies them.
+RowMatrixXf source_rows(const ActivationCache& source, HookPoint hook, int l, Eigen::Index first, Eigen::Index n) {
+  if (const PositionRows* stored = source.stored_rows(hook, l)) return stored->middle_rows(first, n);
+  return source.rows(hook, l).middleRows(first, n);
 }
 
-// Edits the new rows [P, S) of an activation (`rows`: [S - P, width]) as `hooks` say: for hook_z
-// the head's d_head columns, for the others the whole row; at one position or all of them.
+// Edits the new rows [P, S) of an activation (`rows`: [S - P, width]) as `hooks` say: the unit's
+// columns (a head's d_head, a neuron's one) or the whole row; at one position or all of them.
 // A mean is over every position, so it runs only with P = 0 (reusable_prefix sees to that).
 void apply_hooks(const std::vector<const Intervention*>& hooks, Eigen::Ref<RowMatrixXf> rows, Eigen::Index P,
-                 int d_head) {
+                 const ModelConfig& c) {
   for (const Intervention* i : hooks) {
-    const Eigen::Index c0 = i->hook == HookPoint::Z ? Eigen::Index{i->head} * d_head : 0;
-    const Eigen::Index width = i->hook == HookPoint::Z ? d_head : rows.cols();
+    const Eigen::Index unit_width = hook_unit_width(c, i->hook, P + rows.rows());
+    const Eigen::Index c0 = i->head >= 0 ? Eigen::Index{i->head} * unit_width : 0;
+    const Eigen::Index width = i->head >= 0 ? unit_width : rows.cols();
     Eigen::Index r0 = 0, n = rows.rows();
     if (i->pos >= 0) {
       if (i->pos < P) continue;  // in the reused prefix, which was made with the same edit
@@ -165,10 +179,57 @@ void apply_hooks(const std::vector<const Intervention*>& hooks, Eigen::Ref<RowMa
         break;
       }
       case InterventionKind::Patch:
-        block = hooked(*i->source, i->hook, i->layer).middle_rows(P + r0, n).middleCols(c0, width);
+        block = source_rows(*i->source, i->hook, i->layer, P + r0, n).middleCols(c0, width);
+        break;
+      case InterventionKind::Add: {
+        const RowVectorXf add = ConstRowVectorRef(i->vector->data(), width) * i->scale;
+        block.rowwise() += add;
+        break;
+      }
+      case InterventionKind::Call:
+        i->call->edit(block, P + r0);
         break;
     }
   }
+}
+
+// Edits head h's new pattern rows ([S - P, S]: query positions P.., every key) as the layer's
+// attn.hook_pattern interventions say. Zero, patch (the source's row of the same head and
+// query), or a callable, after which the keys above the diagonal are set back to zero.
+void edit_pattern(const LayerHooks& hooks, int h, RowMatrixXf& pattern, Eigen::Index P) {
+  const Eigen::Index N = pattern.rows(), S = pattern.cols();
+  for (const Intervention* i : hooks[HookPoint::Pattern]) {
+    if (i->head >= 0 && i->head != h) continue;
+    Eigen::Index r0 = 0, n = N;
+    if (i->pos >= 0) {
+      if (i->pos < P) continue;
+      r0 = i->pos - P;
+      n = 1;
+    }
+    switch (i->kind) {
+      case InterventionKind::Zero:
+        pattern.middleRows(r0, n).setZero();
+        break;
+      case InterventionKind::Patch:
+        for (Eigen::Index r = r0; r < r0 + n; ++r)
+          pattern.row(r).head(P + r + 1) = i->source->pattern_row(i->layer, h, static_cast<int>(P + r));
+        break;
+      case InterventionKind::Call:
+        i->call->edit(pattern.middleRows(r0, n), P + r0);
+        for (Eigen::Index r = r0; r < r0 + n; ++r) pattern.row(r).tail(S - (P + r) - 1).setZero();
+        break;
+      case InterventionKind::Mean:
+      case InterventionKind::Add:
+        break;  // refused by check_interventions
+    }
+  }
+}
+
+// Keeps the edited rows of a key the cache would otherwise derive (its derivation misses the edit).
+void store_edited(PositionRows& into, const PositionRows* previous, Eigen::Index P, Eigen::Index S,
+                  const ConstStridedRowsRef& rows) {
+  into.extend(previous, P, S, rows.cols());
+  into.set_rows(P, rows);
 }
 
 }  // namespace
@@ -198,7 +259,8 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   require_implemented(c);
   check_tokens(c, tokens);
   if (!options.interventions.empty()) check_interventions(options.interventions, *weights, static_cast<int>(tokens.size()));
-  const std::vector<LayerHooks> hooks = hooks_by_layer(options.interventions, c.n_layers);
+  const RunHooks hooks = hooks_by_layer(options.interventions, c.n_layers);
+  const bool edited = !hooks.layers.empty();
   const Eigen::Index P = reusable_prefix(previous.get(), weights.get(), tokens, options);
   const ThreadScope threads(options.threads > 0 ? options.threads
                                                 : auto_threads(c, static_cast<int>(tokens.size() - static_cast<size_t>(P))));
@@ -213,11 +275,22 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   cache->embed.extend(prev ? &prev->embed : nullptr, P, S, D);
   for (Eigen::Index i = P; i < S; ++i) weights->embedding_row(tokens[static_cast<size_t>(i)], cache->embed.mutable_row(i));
   RowMatrixXf resid = cache->embed.middle_rows(P, N);  // [new pos, d_model]
+  if (edited && hooks.model.edits(HookPoint::Embed)) {
+    apply_hooks(hooks.model[HookPoint::Embed], resid, P, c);
+    cache->embed.set_rows(P, resid);
+  }
   if (cache->has_pos_embed()) {
     cache->pos_embed.extend(prev ? &prev->pos_embed : nullptr, P, S, D);
     const ConstMatrixRef positions(weights->W_pos() + P * D, N, D);
-    cache->pos_embed.set_rows(P, positions);
-    resid += positions;
+    if (edited && hooks.model.edits(HookPoint::PosEmbed)) {
+      RowMatrixXf edited_positions = positions;
+      apply_hooks(hooks.model[HookPoint::PosEmbed], edited_positions, P, c);
+      cache->pos_embed.set_rows(P, edited_positions);
+      resid += edited_positions;
+    } else {
+      cache->pos_embed.set_rows(P, positions);
+      resid += positions;
+    }
   }
 
   // The block's variant: the norm's kind, whether queries and keys are rotated (with the angles of
@@ -239,8 +312,8 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     const PackedLayer& WP = weights->packed(l);
     LayerActivations& a = options.logits_only ? scratch : cache->layer(l);
     const LayerActivations* pa = prev ? &prev->layer(l) : nullptr;
-    const LayerHooks* hook = hooks.empty() ? nullptr : &hooks[static_cast<size_t>(l)];
-    if (hook) apply_hooks((*hook)[HookPoint::ResidPre], resid, P, c.d_head);
+    const LayerHooks* hook = edited ? &hooks.layers[static_cast<size_t>(l)] : nullptr;
+    if (hook) apply_hooks((*hook)[HookPoint::ResidPre], resid, P, c);
     a.resid_pre.extend(pa ? &pa->resid_pre : nullptr, P, S, D);
     a.resid_pre.set_rows(P, resid);
 
@@ -249,6 +322,17 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     a.q.extend(pa ? &pa->q : nullptr, P, S, q_width);
     a.k.extend(pa ? &pa->k : nullptr, P, S, kv_width);
     a.v.extend(pa ? &pa->v : nullptr, P, S, kv_width);
+    if (hook) {
+      // hook_q and hook_k sit before the rotation; with rotary the cache derives them from
+      // resid_pre, so an edited one is kept.
+      apply_hooks((*hook)[HookPoint::Q], qkv.leftCols(q_width), P, c);
+      apply_hooks((*hook)[HookPoint::K], qkv.middleCols(q_width, kv_width), P, c);
+      apply_hooks((*hook)[HookPoint::V], qkv.rightCols(kv_width), P, c);
+      if (rotary && hook->edits(HookPoint::Q))
+        store_edited(a.q_pre_rotary, pa ? &pa->q_pre_rotary : nullptr, P, S, qkv.leftCols(q_width));
+      if (rotary && hook->edits(HookPoint::K))
+        store_edited(a.k_pre_rotary, pa ? &pa->k_pre_rotary : nullptr, P, S, qkv.middleCols(q_width, kv_width));
+    }
     if (rotary) {
       // Position enters here and nowhere else: each query and key is turned by its position's
       // angles, so a score depends on the distance between the two. The cache keeps the rotated
@@ -262,8 +346,9 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     a.v.set_rows(P, qkv.rightCols(kv_width));
     a.pattern.extend(pa ? &pa->pattern : nullptr, P, S, H);
     const RowMatrixXf q_new = qkv.leftCols(q_width);
-    attention_forward(a, q_new, z_new, P, c, cache->attention_scale(l), options.store_scores, attention_scratch);
-    if (hook) apply_hooks((*hook)[HookPoint::Z], z_new, P, c.d_head);
+    attention_forward(a, q_new, z_new, P, c, cache->attention_scale(l), options.store_scores, attention_scratch,
+                      hook && hook->edits(HookPoint::Pattern) ? hook : nullptr);
+    if (hook) apply_hooks((*hook)[HookPoint::Z], z_new, P, c);
     a.z.extend(pa ? &pa->z : nullptr, P, S, q_width);
     a.z.set_rows(P, z_new);
     if (pa && options.store_scores) {
@@ -280,7 +365,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // identity for the view. Computing them every run, for a check nothing read, was a noticeable
     // share of a short pass.
     linear_forward(block_out, z_new, WP.W_O, W.b_O);
-    if (hook) apply_hooks((*hook)[HookPoint::AttnOut], block_out, P, c.d_head);
+    if (hook) apply_hooks((*hook)[HookPoint::AttnOut], block_out, P, c);
     a.attn_out.extend(pa ? &pa->attn_out : nullptr, P, S, D);
     a.attn_out.set_rows(P, block_out);
     if (options.store_results) {
@@ -295,21 +380,37 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // Parallel blocks (GPT-NeoX) feed the MLP the block's input, not the stream after attention.
     if (parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
     resid += block_out;  // resid_mid
+    if (hook && hook->edits(HookPoint::ResidMid)) {
+      apply_hooks((*hook)[HookPoint::ResidMid], resid, P, c);
+      store_edited(a.resid_mid, pa ? &pa->resid_mid : nullptr, P, S, resid);
+    }
     if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
     // The MLP's pre-activations are not kept: the widest activations of a layer, and cheap to
     // derive on request from resid_mid with the same kernels (ActivationCache::mlp_pre).
     linear_forward(block_out, normalized, WP.W_in, W.b_in);  // plain: pre; gated: the up projection
-    if (gated) {
-      linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
+    if (gated) linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
+    if (hook && hook->edits(HookPoint::MlpPre)) {
+      RowMatrixXf& pre = gated ? mlp_gate : block_out;  // mlp.hook_pre: the gate's, when gated
+      apply_hooks((*hook)[HookPoint::MlpPre], pre, P, c);
+      store_edited(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, pre);
+    }
+    if (gated)
       gated_activation_forward(mlp_post, mlp_gate, block_out, c.activation);
-    } else {
+    else
       activation_forward(mlp_post, block_out, c.activation);
+    if (hook && hook->edits(HookPoint::MlpPost)) {
+      apply_hooks((*hook)[HookPoint::MlpPost], mlp_post, P, c);
+      store_edited(a.mlp_post, pa ? &pa->mlp_post : nullptr, P, S, mlp_post);
     }
     linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
-    if (hook) apply_hooks((*hook)[HookPoint::MlpOut], block_out, P, c.d_head);
+    if (hook) apply_hooks((*hook)[HookPoint::MlpOut], block_out, P, c);
     a.mlp_out.extend(pa ? &pa->mlp_out : nullptr, P, S, D);
     a.mlp_out.set_rows(P, block_out);
     resid += block_out;  // resid_post
+    if (hook && hook->edits(HookPoint::ResidPost)) {
+      apply_hooks((*hook)[HookPoint::ResidPost], resid, P, c);
+      store_edited(a.resid_post, pa ? &pa->resid_post : nullptr, P, S, resid);
+    }
   }
   // The layers' temporaries go before the logits are written, so they are not held at the run's
   // peak of resident memory.

@@ -18,8 +18,8 @@ struct RunOptions {
   // Threads for this run (0: choose from the size of the work). Applies to the calling thread
   // only, so concurrent runs (the GUI's worker, a benchmark) do not disturb each other.
   int threads = 0;
-  // Edits of activations during the run (ablations, patches; intervention.h), applied in order
-  // at their hook. Empty: a plain run, bit for bit.
+  // Edits of activations during the run (ablations, patches, steering, callables;
+  // intervention.h), applied in order at their hook. Empty: a plain run, bit for bit.
   Interventions interventions;
 };
 
@@ -43,8 +43,9 @@ int auto_threads(const ModelConfig& config, int n_tokens);
 // activations cannot depend on what follows. Only the new positions are computed; the result is
 // identical to a full run (tested). At least the last position is always recomputed. A run with
 // interventions reuses only a run with the same ones, and only when they keep positions
-// independent of later ones (zero ablations): a mean ablation changes every position when the
-// prompt grows, and a patch depends on its source run.
+// independent of later ones (prefix_stable: zeros, added vectors, position-local callables): a
+// mean ablation changes every position when the prompt grows, and a patch depends on its source
+// run.
 //
 // Interventions are checked first (check_interventions); a bad one throws hs::Error.
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,

@@ -33,7 +33,7 @@ conventions: one full run per patched cell; see patching_sweep).
 
 Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward` (with hooks),
 `load_llama`, `llama_forward` (Llama and Qwen2), `load_neox`, `neox_forward`, `load_any`, `forward_any`,
-`ablation_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`.
+`ablation_hooks`, `edit_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
 """
 
@@ -373,7 +373,10 @@ def torch_weights(model: GPT2Model, dtype=None) -> Dict[str, object]:
 
 
 # Hook points an intervention may edit, TransformerLens's names (DESIGN.md, "Interventions").
-HOOK_POINTS = ("hook_resid_pre", "attn.hook_z", "hook_attn_out", "hook_mlp_out")
+# The editable hook points (HeadScope's core/model/hooks.h marks the same ones editable).
+HOOK_POINTS = ("hook_embed", "hook_pos_embed", "hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+               "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid", "mlp.hook_pre",
+               "mlp.hook_post", "hook_mlp_out", "hook_resid_post")
 
 
 def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config] = None,
@@ -394,7 +397,7 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
     dtype = dtype or torch.float64
     c = config or model.config
     hooks = hooks or {}
-    unknown = [k for k in hooks if not any(k.endswith("." + h) for h in HOOK_POINTS)]
+    unknown = [k for k in hooks if not any(k == h or k.endswith("." + h) for h in HOOK_POINTS)]
     if unknown:
         raise ValueError(f"hooks {unknown} are not at one of {HOOK_POINTS}")
 
@@ -418,8 +421,8 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
     act = _ACTIVATIONS[c.activation]
     cache = {}
     ids = torch.tensor(tokens, dtype=torch.long)
-    cache["hook_embed"] = W("wte.weight")[ids]                       # [pos, d_model]
-    cache["hook_pos_embed"] = W("wpe.weight")[:n_pos]                # [pos, d_model]
+    cache["hook_embed"] = hooked("hook_embed", W("wte.weight")[ids])               # [pos, d_model]
+    cache["hook_pos_embed"] = hooked("hook_pos_embed", W("wpe.weight")[:n_pos])    # [pos, d_model]
     resid = cache["hook_embed"] + cache["hook_pos_embed"]            # [pos, d_model]
     causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()       # [query_pos, key_pos]
 
@@ -430,6 +433,7 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
         x = layer_norm(resid, W(p + "ln_1.weight"), W(p + "ln_1.bias"), c.layer_norm_eps)
         qkv = x @ W(p + "attn.c_attn.weight") + W(p + "attn.c_attn.bias")   # [pos, 3*d_model]
         q, k, v = (t.reshape(n_pos, H, dh) for t in qkv.split(D, dim=-1))   # [pos, head, d_head]
+        q, k, v = hooked(k_ + "attn.hook_q", q), hooked(k_ + "attn.hook_k", k), hooked(k_ + "attn.hook_v", v)
         cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
         scores = torch.einsum("qhd,khd->hqk", q, k)                          # [head, query_pos, key_pos]
         if c.scale_attn_weights:
@@ -439,7 +443,7 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
         # attention is the only place positions mix; a query may read only itself and earlier keys
         scores = scores.masked_fill(~causal, float("-inf"))
         cache[k_ + "attn.hook_attn_scores"] = scores
-        pattern = torch.softmax(scores, dim=-1)                              # [head, query_pos, key_pos]
+        pattern = hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1))  # [head, query_pos, key_pos]
         cache[k_ + "attn.hook_pattern"] = pattern
         z = torch.einsum("hqk,khd->qhd", pattern, v)                         # [pos, head, d_head]
         z = hooked(k_ + "attn.hook_z", z)
@@ -452,16 +456,16 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
         attn_out = z.reshape(n_pos, D) @ w_o + W(p + "attn.c_proj.bias")     # [pos, d_model]
         attn_out = hooked(k_ + "hook_attn_out", attn_out)
         cache[k_ + "hook_attn_out"] = attn_out
-        resid = resid + attn_out
+        resid = hooked(k_ + "hook_resid_mid", resid + attn_out)
         cache[k_ + "hook_resid_mid"] = resid
         x = layer_norm(resid, W(p + "ln_2.weight"), W(p + "ln_2.bias"), c.layer_norm_eps)
-        pre = x @ W(p + "mlp.c_fc.weight") + W(p + "mlp.c_fc.bias")          # [pos, d_mlp]
-        post = act(pre)                                                      # [pos, d_mlp]
+        pre = hooked(k_ + "mlp.hook_pre", x @ W(p + "mlp.c_fc.weight") + W(p + "mlp.c_fc.bias"))  # [pos, d_mlp]
+        post = hooked(k_ + "mlp.hook_post", act(pre))                       # [pos, d_mlp]
         cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_post"] = pre, post
         mlp_out = post @ W(p + "mlp.c_proj.weight") + W(p + "mlp.c_proj.bias")  # [pos, d_model]
         mlp_out = hooked(k_ + "hook_mlp_out", mlp_out)
         cache[k_ + "hook_mlp_out"] = mlp_out
-        resid = resid + mlp_out
+        resid = hooked(k_ + "hook_resid_post", resid + mlp_out)
         cache[k_ + "hook_resid_post"] = resid
 
     final = layer_norm(resid, W("ln_f.weight"), W("ln_f.bias"), c.layer_norm_eps)
@@ -715,7 +719,7 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
     group = H // KV
     kv_of = [h // group if c.kv_of_head == "repeat" else h % KV for h in range(H)]
     cache = {}
-    cache["hook_embed"] = W("embed_tokens.weight")[torch.tensor(tokens, dtype=torch.long)]
+    cache["hook_embed"] = hooked("hook_embed", W("embed_tokens.weight")[torch.tensor(tokens, dtype=torch.long)])
     resid = cache["hook_embed"]                                          # no position embedding
     causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
     for l in range(c.n_layer):
@@ -727,6 +731,7 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
         q = linear(x, p + "self_attn.q_proj", c.qkv_bias).reshape(n_pos, H, dh)
         k = linear(x, p + "self_attn.k_proj", c.qkv_bias).reshape(n_pos, KV, dh)
         v = linear(x, p + "self_attn.v_proj", c.qkv_bias).reshape(n_pos, KV, dh)
+        q, k, v = hooked(k_ + "attn.hook_q", q), hooked(k_ + "attn.hook_k", k), hooked(k_ + "attn.hook_v", v)
         cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
         q, k = apply_rotary(q, inv_freq, c.rope_pairs), apply_rotary(k, inv_freq, c.rope_pairs)
         cache[k_ + "attn.hook_rot_q"], cache[k_ + "attn.hook_rot_k"] = q, k
@@ -734,7 +739,7 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
         scores = torch.einsum("qhd,khd->hqk", q, k_h) / math.sqrt(dh)
         scores = scores.masked_fill(~causal, float("-inf"))
         cache[k_ + "attn.hook_attn_scores"] = scores
-        pattern = torch.softmax(scores, dim=-1)
+        pattern = hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1))
         cache[k_ + "attn.hook_pattern"] = pattern
         z = hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v_h))
         cache[k_ + "attn.hook_z"] = z
@@ -742,17 +747,17 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
         cache[k_ + "attn.hook_result"] = torch.einsum("qhd,hdm->qhm", z, w_o.reshape(H, dh, c.d_model))
         attn_out = hooked(k_ + "hook_attn_out", linear(z.reshape(n_pos, H * dh), p + "self_attn.o_proj", c.o_bias))
         cache[k_ + "hook_attn_out"] = attn_out
-        resid = resid + attn_out
+        resid = hooked(k_ + "hook_resid_mid", resid + attn_out)
         cache[k_ + "hook_resid_mid"] = resid
         x, scale = rms_norm(resid, W(p + "post_attention_layernorm.weight"), c.rms_norm_eps)
         cache[k_ + "ln2.hook_scale"], cache[k_ + "ln2.hook_normalized"] = scale, x
-        gate = linear(x, p + "mlp.gate_proj", c.mlp_bias)
+        gate = hooked(k_ + "mlp.hook_pre", linear(x, p + "mlp.gate_proj", c.mlp_bias))
         up = linear(x, p + "mlp.up_proj", c.mlp_bias)
-        post = act(gate) * up
+        post = hooked(k_ + "mlp.hook_post", act(gate) * up)
         cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_pre_linear"], cache[k_ + "mlp.hook_post"] = gate, up, post
         mlp_out = hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.down_proj", c.mlp_bias))
         cache[k_ + "hook_mlp_out"] = mlp_out
-        resid = resid + mlp_out
+        resid = hooked(k_ + "hook_resid_post", resid + mlp_out)
         cache[k_ + "hook_resid_post"] = resid
     final, scale = rms_norm(resid, W("norm.weight"), c.rms_norm_eps)
     cache["ln_final.hook_scale"], cache["ln_final.hook_normalized"] = scale, final
@@ -984,6 +989,46 @@ def ablation_hooks(ablations: Iterable[Tuple[int, int, str]]) -> Dict[str, List]
             z[:, head, :] = 0.0 if kind == "zero" else z[:, head, :].mean(dim=0, keepdim=True)
             return z
         hooks.setdefault(f"blocks.{layer}.attn.hook_z", []).append(fn)
+    return hooks
+
+
+def edit_hooks(edits: Iterable[Mapping], source_cache=None) -> Dict[str, List]:
+    """TransformerLens forward hooks for HeadScope's edits (core/model/intervention.h), written
+    from their definition: each edit is {"hook": "attn.hook_z" (a name of HOOK_POINTS), "layer",
+    "unit" (head, key/value head or neuron; -1: the whole row), "pos" (-1: every position),
+    "kind": "zero" | "mean" | "patch" | "steer", "vector" and "scale" (steer)}. A mean is over
+    the positions of this run at that hook; a patch copies `source_cache`'s value; steering adds
+    scale * vector. attn.hook_pattern is [head, query_pos, key_pos], the others [pos, ...]."""
+    torch = _torch()
+    hooks: Dict[str, List] = {}
+    for e in edits:
+        name, unit, pos, kind = e["hook"], int(e.get("unit", -1)), int(e.get("pos", -1)), e["kind"]
+        key = name if name in ("hook_embed", "hook_pos_embed") else f"blocks.{int(e['layer'])}.{name}"
+        if kind not in ("zero", "mean", "patch", "steer"):
+            raise ValueError(f"edit kind '{kind}' is not zero, mean, patch or steer")
+
+        def fn(act, name=name, key=key, unit=unit, pos=pos, kind=kind, e=e):
+            act = act.clone()
+            pattern = name == "attn.hook_pattern"
+            # the index of the edited part: (positions, unit columns)
+            rows = slice(None) if pos < 0 else slice(pos, pos + 1)
+            if pattern:
+                index = (slice(None) if unit < 0 else unit, rows)        # [head, query_pos, key_pos]
+            elif act.dim() == 3:
+                index = (rows, slice(None) if unit < 0 else unit)        # [pos, head, d_head]
+            else:
+                index = (rows, slice(None) if unit < 0 else slice(unit, unit + 1))  # [pos, width]
+            if kind == "zero":
+                act[index] = 0.0
+            elif kind == "mean":
+                act[index] = act[index].mean(dim=0, keepdim=True)
+            elif kind == "patch":
+                act[index] = source_cache[key].to(act.dtype)[index]
+            else:
+                v = torch.tensor(e["vector"], dtype=act.dtype) * float(e["scale"])
+                act[index] = act[index] + v.reshape(act[index].shape[1:] if act.dim() == 3 and unit < 0 else v.shape)
+            return act
+        hooks.setdefault(key, []).append(fn)
     return hooks
 
 

@@ -249,6 +249,40 @@ class AnalysesTest(unittest.TestCase):
                             self.assertEqual(a.read(), b.read())
 
 
+class EditsTest(unittest.TestCase):
+    """edit_hooks (every editable hook) against the definitions it must agree with."""
+
+    def test_edits_fixtures_are_up_to_date(self):
+        analyses = os.path.join(REPO, "tests", "fixtures", "analyses")
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(analyses, "make_edits.py"), "--out", d],
+                           check=True, stdout=subprocess.DEVNULL)
+            for file in sorted(os.listdir(d)):
+                with self.subTest(file):
+                    with open(os.path.join(analyses, "edits", file), "rb") as a, \
+                            open(os.path.join(d, file), "rb") as b:
+                        self.assertEqual(a.read(), b.read())
+
+    def test_edit_hooks_agree_with_ablation_and_their_own_keys(self):
+        model = hsref.load_gpt2(os.path.join(FIXTURES, "f32_prefixed"))
+        tokens = [290, 5, 77, 260, 13, 99]
+        zero = hsref.forward(model, tokens, hooks=hsref.edit_hooks(
+            [{"hook": "attn.hook_z", "layer": 1, "unit": 2, "pos": -1, "kind": "zero"}]))
+        ablated = hsref.forward(model, tokens, hooks=hsref.ablation_hooks([(1, 2, "zero")]))
+        torch.testing.assert_close(zero["logits"], ablated["logits"], rtol=0, atol=0)
+        plain = hsref.forward(model, tokens)
+        v = [0.1 * i for i in range(model.config.d_model)]
+        steered = hsref.forward(model, tokens, hooks=hsref.edit_hooks(
+            [{"hook": "hook_resid_mid", "layer": 0, "unit": -1, "pos": 2, "kind": "steer", "vector": v, "scale": 2.0}]))
+        delta = steered["blocks.0.hook_resid_mid"] - plain["blocks.0.hook_resid_mid"]
+        torch.testing.assert_close(delta[2], 2.0 * torch.tensor(v, dtype=torch.float64))
+        self.assertEqual(float(delta[:2].abs().max()), 0.0)
+        meaned = hsref.forward(model, tokens, hooks=hsref.edit_hooks(
+            [{"hook": "mlp.hook_post", "layer": 1, "unit": 5, "pos": -1, "kind": "mean"}]))
+        post = meaned["blocks.1.mlp.hook_post"][:, 5]
+        torch.testing.assert_close(post, plain["blocks.1.mlp.hook_post"][:, 5].mean().expand(len(tokens)))
+
+
 class InterventionTest(unittest.TestCase):
     """The ablation and patching definitions against identities that must hold whatever the weights."""
 
@@ -268,7 +302,7 @@ class InterventionTest(unittest.TestCase):
         self.assertTrue(torch.equal(ablated["blocks.0.attn.hook_z"][:, 0], plain["blocks.0.attn.hook_z"][:, 0]))
         self.assertFalse(torch.equal(ablated["logits"], plain["logits"]))
         with self.assertRaises(ValueError):
-            hsref.forward(self.model, self.tokens, hooks={"blocks.0.hook_resid_post": [lambda x: x]})
+            hsref.forward(self.model, self.tokens, hooks={"blocks.0.attn.hook_result": [lambda x: x]})
 
     def test_patching_identities(self):
         corrupt = list(self.tokens)
