@@ -4,9 +4,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/io/npz_reader.h"
+#include "core/model/hooks.h"
+#include "core/model/intervention.h"
 #include "core/model/model.h"
 #include "core/tensor/safetensors.h"
 #include "test_support.h"
@@ -352,4 +355,78 @@ TEST_CASE("README's command line section lists every command of the table", "[cl
     INFO(name);
     CHECK(section.find("headscope-cli " + name + " ") != std::string::npos);
   }
+}
+
+namespace {
+
+// A float32 vector as numpy.save writes it (NPY format 1.0, little-endian, C order).
+void write_npy(const fs::path& p, const std::vector<float>& v) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(p, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out << header;
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
+}  // namespace
+
+TEST_CASE("cli hooks lists every hook point; run --edit and --steer edit the run as the core does", "[cli][edits]") {
+  const std::string model = fixture("llama_gqa");
+  const auto m = hs::Model::load(hs::test::fixture_model("llama_gqa"));
+  const fs::path listing = scratch("hooks.json");
+  Result r = cli("hooks --model " + model + " -o " + quote(listing.string()));
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(hs::test::read_text(listing));
+  CHECK(j["hooks"].size() == hs::hook_listing(&m->config()).size());
+  // Every key of a run is one of the listed hooks (per-layer ones as blocks.{l}.NAME).
+  const auto cache = m->run(std::vector<int32_t>{1, 5, 9});
+  for (const std::string& key : cache->keys()) {
+    std::string generic = key;
+    if (key.rfind("blocks.", 0) == 0) generic = "blocks.{l}." + key.substr(key.find('.', 7) + 1);
+    bool listed = false;
+    for (const auto& h : j["hooks"]) listed |= h["name"] == generic && h["exists"] == true;
+    INFO(key);
+    CHECK(listed);
+  }
+  r = cli("hooks --model " + model);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("mlp.hook_post") != std::string::npos);
+
+  // --edit: the CLI's file holds the core's edited run.
+  const fs::path edited = scratch("edited.json");
+  const std::string edits = "mlp.hook_post:1.5:zero,attn.hook_z:0.1:zero@2";
+  r = cli("run --model " + model + " --tokens 1,5,9,4 --edit " + edits + " -o " + quote(edited.string()));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  hs::RunOptions o;
+  o.interventions = hs::parse_edits(edits);
+  const auto core_edited = m->run(std::vector<int32_t>{1, 5, 9, 4}, o);
+  const auto je = nlohmann::json::parse(hs::test::read_text(edited));
+  CHECK(je["blocks.1.mlp.hook_post"][0][5] == 0.0);
+  CHECK(std::abs(je["logits"][3][7].get<double>() - core_edited->get("logits").data[3 * m->config().d_vocab + 7]) <= 1e-6);
+
+  // --steer: a vector from a .npy file; one of the wrong width is refused naming both widths.
+  const fs::path vec = scratch("steer.npy"), steered = scratch("steered.json");
+  std::vector<float> v(static_cast<size_t>(m->config().d_model), 0.0f);
+  v[3] = 1.0f;
+  write_npy(vec, v);
+  r = cli("run --model " + model + " --tokens 1,5,9 --steer blocks.1.hook_resid_pre:" + vec.string() + ":2.5 -o " +
+          quote(steered.string()));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto js = nlohmann::json::parse(hs::test::read_text(steered));
+  const auto plain = m->run(std::vector<int32_t>{1, 5, 9});
+  const float before = plain->layer(1).resid_pre.row(2)(3);
+  CHECK(std::abs(js["blocks.1.hook_resid_pre"][2][3].get<double>() - (before + 2.5)) <= 1e-5);
+  write_npy(vec, std::vector<float>(5, 1.0f));
+  r = cli("run --model " + model + " --tokens 1,5,9 --steer blocks.1.hook_resid_pre:" + vec.string() + ":2.5 -o " +
+          quote(steered.string()));
+  CHECK(r.code == 2);
+  CHECK(r.err.find("5") != std::string::npos);
+  r = cli("run --model " + model + " --tokens 1,5,9 --edit attn.hook_attn_scores:0.1:zero -o " + quote(steered.string()));
+  CHECK(r.code != 0);
 }
