@@ -374,7 +374,7 @@ void write_npy(const fs::path& p, const std::vector<float>& v) {
 
 }  // namespace
 
-TEST_CASE("cli hooks lists every hook point; run --edit and --steer edit the run as the core does", "[cli][edits]") {
+TEST_CASE("cli hooks lists every hook point, and run --edit and --steer edit the run as the core does", "[cli][edits]") {
   const std::string model = fixture("llama_gqa");
   const auto m = hs::Model::load(hs::test::fixture_model("llama_gqa"));
   const fs::path listing = scratch("hooks.json");

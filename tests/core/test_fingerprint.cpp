@@ -40,7 +40,7 @@ fs::path copy_builtin(const fs::path& dir, long flip_at = -1) {
 
 }  // namespace
 
-TEST_CASE("fingerprint: a copy of the same files is the same model; one changed weight is another", "[fingerprint]") {
+TEST_CASE("fingerprint: a copy of the same files is the same model, and one changed weight is another", "[fingerprint]") {
   const auto original = hs::Model::load(hs::builtin_model_dir());
   CHECK(original->fingerprint().size() == 16);
   const auto copy = hs::Model::load(copy_builtin(hs::test::scratch_dir() / "fp_copy" / "headscope-tiny"));

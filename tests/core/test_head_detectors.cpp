@@ -186,7 +186,7 @@ TEST_CASE("a prompt without repeats has no duplicate-token or induction score", 
   }
 }
 
-TEST_CASE("cli heads --text scores the prompt; without it the fixed scores are unchanged", "[head_detectors][cli]") {
+TEST_CASE("cli heads --text scores the prompt, and without it the fixed scores are unchanged", "[head_detectors][cli]") {
   const std::string m = " --model " + test::quote(test::fixture_model("f32_prefixed").string());
   const test::CliRun r = test::run_cli("heads" + m + " --text 'The cat sat. The cat sat'");
   REQUIRE(r.code == 0);

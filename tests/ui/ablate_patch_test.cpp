@@ -20,6 +20,7 @@
 
 #include "core/analysis/ablation.h"
 #include "core/analysis/patching.h"
+#include "core/analysis/patching_checks.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "ui/base/figure.h"
@@ -73,7 +74,7 @@ size_t ablationsOf(const std::shared_ptr<const RunResult>& run) { return run ? r
 
 }  // namespace
 
-TEST_CASE("Ablating a head from the grid re-runs every view with it; the panel compares; undo restores",
+TEST_CASE("Ablating a head from the grid re-runs every view with it, and the panel compares, and undo restores",
           "[window][ablation]") {
   Window w(QStringLiteral("The cat sat on the mat"));
   const auto plain = w.run();
@@ -204,6 +205,15 @@ TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers"
     CHECK(same == map->rowCount() * map->columnCount());
     CHECK(map->rangeLower() == -map->rangeUpper());  // diverging, symmetric around 0
   }
+  // The pair's warnings are the core's, beside the maps.
+  const hs::PatchingResult first = hs::patching_sweep(*run->run.cache, *corrupt, in.answer, in.wrong, PatchingView::kSites[0]);
+  const auto warnings = hs::patching_warnings(*run->run.cache, first.metric_clean, first.metric_corrupt);
+  const auto shown = std::dynamic_pointer_cast<const PatchingViewResult>(view->result());
+  REQUIRE(shown);
+  CHECK(shown->warnings == warnings);
+  for (const std::string& warning : warnings)
+    CHECK(view->summaryText().contains(QString::fromStdString(warning).toHtmlEscaped()));
+  CHECK_FALSE(view->summaryText().contains(QStringLiteral("Run again")));
   // Clicking a cell of the z map selects that head.
   HeatmapView* z = view->heatmap(hs::HookPoint::Z);
   z->replotNow();
@@ -214,6 +224,7 @@ TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers"
   // A new prompt makes the maps an earlier prompt's; Run would compute them again.
   w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat?"));
   REQUIRE(waitFor([&] { return w.run()->run.text == "The cat sat on the mat?"; }));
+  REQUIRE(waitFor([&] { return view->summaryText().contains(QStringLiteral("of an earlier prompt")); }));
   CHECK(view->viewInputs() == ViewInputs{{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
                                         {PatchingView::kAnswer, QStringLiteral("Z")},
                                         {PatchingView::kWrong, QStringLiteral("\"")}});

@@ -140,7 +140,7 @@ TEST_CASE("A prompt without repeats shows no duplicate or induction score, and s
   for (int i = 0; i < w.grid()->itemCount(); ++i) CHECK(w.grid()->itemRect(i).isEmpty());
 }
 
-TEST_CASE("Sorting and filtering by a score reorder the grid; a click still selects the head it shows",
+TEST_CASE("Sorting and filtering by a score reorder the grid, and a click still selects the head it shows",
           "[head_metrics][window]") {
   Window w(QStringLiteral("The cat sat on the mat. The cat sat on"));
   const auto run = w.run();

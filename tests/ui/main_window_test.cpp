@@ -407,7 +407,7 @@ TEST_CASE("An idle window does not keep repainting", "[window]") {
   }
 }
 
-TEST_CASE("Keep: last n_ctx tokens runs BOS and the end of an over-long text; first, its start", "[window][overlong]") {
+TEST_CASE("Keep: last n_ctx tokens runs BOS and the end of an over-long text, and first, its start", "[window][overlong]") {
   // The fixture's context is 24 tokens; this text is longer.
   const QString text = QStringLiteral("one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
                                       "fifteen sixteen seventeen eighteen nineteen twenty");

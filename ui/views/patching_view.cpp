@@ -11,6 +11,7 @@
 
 #include <chrono>
 
+#include "core/analysis/patching_checks.h"
 #include "core/model/model.h"
 #include "ui/controller/selection.h"
 #include "ui/views/view_text.h"
@@ -74,6 +75,7 @@ ViewDescriptor PatchingView::descriptor() {
       control.cancelled = job.cancelled;
       r->sweeps[i] = hs::patching_sweep(*clean, *corrupt, r->inputs.answer, r->inputs.wrong, kSites[i], control);
     }
+    r->warnings = hs::patching_warnings(*clean, r->sweeps[0].metric_clean, r->sweeps[0].metric_corrupt);
     r->elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return std::shared_ptr<ViewResult>(std::move(r));
   };
@@ -203,7 +205,10 @@ PatchingView::PatchingView(Selection* selection, QWidget* parent) : AnalysisView
   layout->addWidget(summary_);
 
   for (QLineEdit* edit : {corrupt_, answer_, wrong_}) {
-    connect(edit, &QLineEdit::textChanged, this, [this] { validate(); });
+    connect(edit, &QLineEdit::textChanged, this, [this] {
+      validate();
+      updateSummary();  // the maps are of the inputs they were made with: say so when these differ
+    });
     connect(edit, &QLineEdit::returnPressed, this, [this] { run(); });
   }
   connect(run_button_, &QPushButton::clicked, this, [this] { run(); });
@@ -233,6 +238,7 @@ AnalysisKey PatchingView::key() const {
 
 QString PatchingView::messageText() const { return message_->text(); }
 QString PatchingView::statusText() const { return status_->text(); }
+QString PatchingView::summaryText() const { return summary_->text(); }
 
 HeatmapView* PatchingView::heatmap(hs::HookPoint site) const {
   for (size_t i = 0; i < kSites.size(); ++i)
@@ -397,15 +403,30 @@ void PatchingView::updateSummary() {
   }
   const RunResult& run = *result_->run;
   const hs::PatchingResult& first = result_->sweeps[0];
-  // Patching runs plain prompts: new ablations leave the maps as they are, a new prompt does not.
-  const bool stale = run_ && run_->run.tokens != result_->inputs.clean;
-  summary_->setText(QStringLiteral("m_clean = %1, m_corrupt = %2 (logit(%3) − logit(%4)).%5%6")
+  // Patching runs plain prompts: new ablations leave the maps as they are; another model, prompt
+  // or input does not, and the note says which changed.
+  QStringList changed;
+  if (run_ && run_->model().fingerprint() != run.model().fingerprint())
+    changed << QStringLiteral("of %1, not of the model now open").arg(QString::fromStdString(run.model().name()).toHtmlEscaped());
+  else if (run_ && run_->run.tokens != result_->inputs.clean)
+    changed << QStringLiteral("of an earlier prompt");
+  if (corrupt_->text() != result_->corrupt_text || answer_->text() != result_->answer_text ||
+      wrong_->text() != result_->wrong_text)
+    changed << QStringLiteral("of other inputs than the ones above");
+  QString warnings;
+  for (const std::string& w : result_->warnings)
+    warnings += QStringLiteral("<br><span style=\"color: #b3261e;\">Warning: %1</span>")
+                    .arg(QString::fromStdString(w).toHtmlEscaped());
+  summary_->setText(QStringLiteral("m_clean = %1, m_corrupt = %2 (logit(%3) − logit(%4)).%5%6%7")
                         .arg(formatNumber(first.metric_clean), formatNumber(first.metric_corrupt),
                              tokenText(run, result_->inputs.answer).toHtmlEscaped(),
                              tokenText(run, result_->inputs.wrong).toHtmlEscaped(),
                              result_->ablations_left_out ? QStringLiteral(" Both prompts ran without the ablations.")
                                                          : QString(),
-                             stale ? QStringLiteral(" <b>These maps are of an earlier prompt: Run again.</b>") : QString()));
+                             changed.isEmpty() ? QString()
+                                               : QStringLiteral(" <b>These maps are %1: Run again.</b>")
+                                                     .arg(changed.join(QStringLiteral(" and "))),
+                             warnings));
 }
 
 std::vector<ExportFigure> PatchingView::exportFigures(const RunResult& run) {

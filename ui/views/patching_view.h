@@ -7,6 +7,8 @@
 #pragma once
 
 #include <array>
+#include <string>
+#include <vector>
 #include <memory>
 
 #include "core/analysis/patching.h"
@@ -31,6 +33,8 @@ struct PatchingViewResult : ViewResult {
   QString corrupt_text, answer_text, wrong_text;
   double elapsed_ms = 0.0;
   bool ablations_left_out = false;  // the run on screen had ablations; patching used plain runs
+  // Whether the pair measures much (core/analysis/patching_checks.h), shown beside the maps.
+  std::vector<std::string> warnings;
 };
 
 class PatchingView : public AnalysisView {
@@ -57,6 +61,8 @@ class PatchingView : public AnalysisView {
   void setViewInputs(const ViewInputs& inputs) override;
   void showProgress(double fraction, const QString& what) override;
   void showFailure(const QString& message) override;
+  // The line under the maps: the metrics, what changed since they were made, the pair's warnings.
+  QString summaryText() const;
 
   FigureText figureText() const override;
   QString figureFileStem() const override { return QStringLiteral("patching"); }
