@@ -168,7 +168,7 @@ std::vector<NpzArray> read_npz(std::span<const uint8_t> bytes, const std::string
     a.name = name.substr(0, name.size() - 4);
     a.tensor.shape = parse_npy(r, name, r.at(data), usize, data_offset);
     a.tensor.data.resize((usize - data_offset) / 4);
-    std::memcpy(a.tensor.data.data(), r.at(data + data_offset), usize - data_offset);
+    if (!a.tensor.data.empty()) std::memcpy(a.tensor.data.data(), r.at(data + data_offset), usize - data_offset);
     out.push_back(std::move(a));
   }
   return out;
@@ -180,7 +180,8 @@ Tensor read_npy(std::span<const uint8_t> bytes, const std::string& source) {
   Tensor t;
   t.shape = parse_npy(r, "the array", bytes.data(), bytes.size(), data_offset);
   t.data.resize((bytes.size() - data_offset) / 4);
-  std::memcpy(t.data.data(), bytes.data() + data_offset, bytes.size() - data_offset);
+  // An array of no elements has no data (and memcpy may not be given the null pointer of an empty vector).
+  if (!t.data.empty()) std::memcpy(t.data.data(), bytes.data() + data_offset, bytes.size() - data_offset);
   return t;
 }
 

@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/io/npz_reader.h"
 #include "core/model/config.h"
 #include "core/model/weights.h"
 #include "core/tensor/safetensors.h"
@@ -56,4 +57,21 @@ TEST_CASE("fuzz finding: a layer_norm_epsilon that float32 rounds to zero is ref
   const std::string tiny = R"({"model_type": "gpt2", "n_embd": 36, "n_head": 3, "n_layer": 2, "n_positions": 16,
                                 "vocab_size": 291, "layer_norm_epsilon": 1e-40})";
   CHECK(hs::parse_config(tiny, "config.json").norm_eps > 0.0f);
+}
+
+TEST_CASE("fuzz_edits: an .npy of no elements reads as an empty array (it passed a null pointer to memcpy)",
+          "[fuzz][npy]") {
+  const std::vector<uint8_t> seed = read_bytes(hs::test::source_dir() / "tools/fuzz/corpus/edits/empty_npy");
+  REQUIRE(seed.size() > 1);
+  // The fuzzer's first byte chose the .npy branch; the file is the rest.
+  const std::span<const uint8_t> npy(seed.data() + 1, seed.size() - 1);
+  try {
+    const hs::Tensor t = hs::read_npy(npy, "empty.npy");
+    CHECK(t.data.empty());
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    CHECK(n == 0);
+  } catch (const hs::Error& e) {
+    SUCCEED(std::string("refused: ") + e.what());  // a refusal is as good as an empty array
+  }
 }

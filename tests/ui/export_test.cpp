@@ -14,6 +14,8 @@
 #include "ui/views/attention_view.h"
 #include "ui/views/registry.h"
 #include "ui/widgets/heatmap_view.h"
+#include "ui/window/main_window.h"
+#include "ui/controller/selection.h"
 #include "ui_test_support.h"
 
 using namespace hs::ui;
@@ -224,4 +226,23 @@ TEST_CASE("headscope --export takes the selected head, ablations and the patchin
   CHECK(p.exitCode() == 2);
   CHECK(QString::fromUtf8(p.readAllStandardError()).startsWith(QStringLiteral("headscope: --ablate: ")));
   for (const char* dir : {"bad1", "bad2", "bad3"}) CHECK(!QDir(tmp.filePath(QLatin1String(dir))).exists());
+}
+
+TEST_CASE("File > Export All exports the views of the head selected in the window", "[export][window]") {
+  MainWindow window(MainWindowOptions{test::fixtureModelDir(), QStringLiteral("The cat sat. The cat"), false});
+  window.show();
+  REQUIRE(test::waitFor([&] { return window.controller()->currentRun() != nullptr; }));
+  window.selection()->setHead(1, 3);
+  QTemporaryDir tmp;
+  const ExportAllJob::Options options = window.exportAllOptions(tmp.filePath(QStringLiteral("out")));
+  CHECK(options.layer == 1);
+  CHECK(options.head == 3);
+  ExportAllJob job(window.controller()->currentRun(), options);
+  const ExportOutcome out = runExport(job);
+  REQUIRE(out.finished);
+  REQUIRE(out.ok);
+  const QStringList files = QDir(options.out_dir).entryList({QStringLiteral("*.png")}, QDir::Files, QDir::Name);
+  CHECK(files.contains(QStringLiteral("circuits_L1H3.png")));
+  CHECK_FALSE(files.contains(QStringLiteral("circuits_L0H0.png")));
+  CHECK(files.contains(QStringLiteral("concat_vs_sum_L1.png")));
 }

@@ -13,6 +13,7 @@
 #include "core/model/intervention.h"
 #include "ui/controller/results.h"
 #include "ui/views/analysis_view.h"
+#include "ui/window/export_all.h"
 
 class QComboBox;
 class QDockWidget;
@@ -92,6 +93,9 @@ class MainWindow : public QMainWindow {
   void loadModel(const QString& dir);
   void exportCurrentView();
   void exportAll();
+  // What File > Export All exports into `dir`: the window's selection (head, position, target) and
+  // each view's inputs, so every figure is of the state on screen.
+  ExportAllJob::Options exportAllOptions(const QString& dir) const;
   // File > Scan Data Set: asks what to scan, runs it on a worker with progress and cancel in the
   // status bar, and shows the per-head means in the head grid ("… (data set)" metrics).
   void scanDataSet();

@@ -40,15 +40,7 @@ void MainWindow::exportAll() {
   const QString dir = QFileDialog::getExistingDirectory(this, QStringLiteral("Export All Views To"), start);
   if (dir.isEmpty()) return;
   settings.setValue(QStringLiteral("export/lastFolder"), dir);
-  ExportAllJob::Options options;
-  options.out_dir = dir;
-  options.scale = 2.0;
-  options.position = selection_->position();
-  options.target = selection_->target();
-  for (size_t i = 0; i < views_.size(); ++i)
-    if (const ViewInputs inputs = views_[i]->viewInputs(); !inputs.isEmpty())
-      options.view_inputs[viewRegistry()[i].id] = inputs;
-  export_job_ = std::make_unique<ExportAllJob>(run_, options);
+  export_job_ = std::make_unique<ExportAllJob>(run_, exportAllOptions(dir));
   progress_->setValue(0);
   progress_->setFormat(QStringLiteral("%p%"));
   progress_->show();
@@ -64,6 +56,25 @@ void MainWindow::exportAll() {
     export_job_.release()->deleteLater();
   });
   export_job_->start();
+}
+
+}  // namespace hs::ui
+
+namespace hs::ui {
+
+ExportAllJob::Options MainWindow::exportAllOptions(const QString& dir) const {
+  ExportAllJob::Options options;
+  options.out_dir = dir;
+  options.scale = 2.0;
+  options.position = selection_->position();
+  // The selected head: a view of one head or layer exports the one on screen, not L0H0.
+  options.layer = selection_->layer();
+  options.head = selection_->head();
+  options.target = selection_->target();
+  for (size_t i = 0; i < views_.size(); ++i)
+    if (const ViewInputs inputs = views_[i]->viewInputs(); !inputs.isEmpty())
+      options.view_inputs[viewRegistry()[i].id] = inputs;
+  return options;
 }
 
 }  // namespace hs::ui
