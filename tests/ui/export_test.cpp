@@ -97,10 +97,12 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   const int L = run->n_layer(), H = run->n_head();
   const QStringList files = QDir(options.out_dir).entryList({QStringLiteral("*.png")}, QDir::Files, QDir::Name);
   // Attention: overview + every head; Contributions: 2; Concat vs Sum: one per layer; Logit Lens: 1;
-  // QK / OV: the selected head; Patching: the view as shown (no corrupted prompt was given:
-  // ablate_patch_test.cpp exports its maps).
-  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1 + 1);
-  CHECK(files.contains(QStringLiteral("patching.png")));
+  // QK / OV: the selected head; Patching: nothing, since no corrupted prompt was given (the
+  // message says so; ablate_patch_test.cpp exports its maps).
+  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1);
+  CHECK_FALSE(files.contains(QStringLiteral("patching.png")));
+  CHECK(out.message.contains(QStringLiteral("nothing to export from Patching: no corrupted prompt")));
+  REQUIRE(job.skipped().size() == 1);
   CHECK(files.contains(QStringLiteral("attention_L1H3.png")));
   CHECK(files.contains(QStringLiteral("concat_vs_sum_L0.png")));
   CHECK(files.contains(QStringLiteral("heads_overview.png")));
@@ -121,7 +123,7 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   const QSize pattern_size = AttentionView::kPatternFigureSize;
   CHECK(pattern.size() == QSize(pattern_size.width(), pattern_size.height() + figureTitleHeight()));
   CHECK(!pattern.hasAlphaChannel());
-  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1 + 1);
+  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
 }
 
@@ -152,7 +154,8 @@ TEST_CASE("headscope --export writes every view without a window and failures ex
   REQUIRE(p.waitForFinished(120000));
   INFO(p.readAllStandardError().toStdString());
   CHECK(p.exitCode() == 0);
-  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1 + 1);
+  // Every view's figures but the patching view's, which has no inputs here.
+  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1);
 
   p.start(exe, {QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"), QStringLiteral("x"),
                 QStringLiteral("--export"), QStringLiteral("/proc/no-such-place")});
@@ -199,7 +202,9 @@ TEST_CASE("headscope --export takes the selected head, ablations and the patchin
   exportWith(plain, {});
   REQUIRE(p.exitCode() == 0);
   CHECK(QFile::exists(plain + QStringLiteral("/circuits_L0H0.png")));
-  CHECK(QFile::exists(plain + QStringLiteral("/patching.png")));  // no inputs: the view as it stands
+  // No patching inputs: no empty patching figure, and the one line on stdout says so.
+  CHECK_FALSE(QFile::exists(plain + QStringLiteral("/patching.png")));
+  CHECK(QString::fromUtf8(p.readAllStandardOutput()).contains(QStringLiteral("nothing to export from Patching")));
 
   const QString chosen = tmp.filePath(QStringLiteral("chosen"));
   exportWith(chosen, {QStringLiteral("--head"), QStringLiteral("1.2"), QStringLiteral("--ablate"), QStringLiteral("0.1"),

@@ -62,7 +62,9 @@ TEST_CASE("Export All writes exactly the figures the registered views list", "[r
   for (const ViewDescriptor& v : viewRegistry()) {
     std::unique_ptr<AnalysisView> view(v.create(&selection, nullptr));
     const size_t figures = view->exportFigures(*run).size();
-    CHECK(figures > 0);
+    // A view exports figures, or says why it has none (the patching view without its inputs).
+    INFO(v.id.toStdString());
+    CHECK((figures > 0) != !view->exportSkipReason(*run).isEmpty());
     expected += figures;
   }
   QTemporaryDir tmp;

@@ -71,6 +71,9 @@ class AnalysisView : public QWidget, public FigureSource {
   virtual std::shared_ptr<const ViewResult> result() const { return nullptr; }
   // The figures this view adds to Export All for `run`, in order, for the view's selection.
   virtual std::vector<ExportFigure> exportFigures(const RunResult& run) = 0;
+  // Why exportFigures(run) gave nothing, for Export All to say ("" when it gave figures): a view
+  // with nothing to show exports no empty figure.
+  virtual QString exportSkipReason(const RunResult&) const { return {}; }
 
   // What the person typed into the view beyond the selection (a view whose analysis has
   // AnalysisKey::params), so that Export All's own instance of the view can be set up the same,

@@ -429,23 +429,23 @@ void PatchingView::updateSummary() {
                              warnings));
 }
 
+bool PatchingView::inputsFit(const RunResult& run) const {
+  if (corrupt_->text().isEmpty()) return false;
+  try {
+    const AnalysisKey k = key();
+    hs::patching_inputs(run.model(), run.run.text, k.params[0].toStdString(), k.params[1].toStdString(),
+                        k.params[2].toStdString(), run.run.bos_prepended);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 std::vector<ExportFigure> PatchingView::exportFigures(const RunResult& run) {
+  // Inputs that fit this run: its four maps, computed for the export. Otherwise nothing: four empty
+  // axes under an error are not a figure (exportSkipReason says why).
   std::vector<ExportFigure> figures;
-  // Inputs that fit this run: its four maps, computed for the export. Otherwise the view as it is.
-  bool fits = false;
-  if (!corrupt_->text().isEmpty()) {
-    try {
-      const AnalysisKey k = key();
-      hs::patching_inputs(run.model(), run.run.text, k.params[0].toStdString(), k.params[1].toStdString(),
-                          k.params[2].toStdString(), run.run.bos_prepended);
-      fits = true;
-    } catch (const std::exception&) {
-    }
-  }
-  if (!fits) {
-    figures.push_back({std::nullopt, [this]() -> ExportFigure::Target { return {this, size()}; }});
-    return figures;
-  }
+  if (!inputsFit(run)) return figures;
   for (size_t i = 0; i < kSites.size(); ++i)
     figures.push_back({key(), [this, i]() -> ExportFigure::Target {
                          if (maps_dirty_) drawMaps();
@@ -453,6 +453,13 @@ std::vector<ExportFigure> PatchingView::exportFigures(const RunResult& run) {
                          return {maps_[i], kHeatmapFigureSize};
                        }});
   return figures;
+}
+
+QString PatchingView::exportSkipReason(const RunResult& run) const {
+  if (inputsFit(run)) return {};
+  return corrupt_->text().isEmpty()
+             ? QStringLiteral("Patching: no corrupted prompt, answer and wrong answer (type them in its tab)")
+             : QStringLiteral("Patching: its inputs do not fit this prompt (see its tab)");
 }
 
 FigureText PatchingView::figureText() const {

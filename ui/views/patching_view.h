@@ -61,8 +61,11 @@ class PatchingView : public AnalysisView {
   void setViewInputs(const ViewInputs& inputs) override;
   void showProgress(double fraction, const QString& what) override;
   void showFailure(const QString& message) override;
+  QString exportSkipReason(const RunResult& run) const override;
   // The line under the maps: the metrics, what changed since they were made, the pair's warnings.
   QString summaryText() const;
+  // Whether the typed inputs make a sweep of `run` (the maps an export would compute).
+  bool inputsFit(const RunResult& run) const;
 
   FigureText figureText() const override;
   QString figureFileStem() const override { return QStringLiteral("patching"); }

@@ -66,7 +66,10 @@ void ExportAllJob::start() {
     if (const auto inputs = options_.view_inputs.find(descriptor.id); inputs != options_.view_inputs.end())
       state->view->setViewInputs(inputs->second);
     state->view->setRun(run_);
-    for (ExportFigure& figure : state->view->exportFigures(*run_)) steps_.push_back({state.get(), std::move(figure)});
+    std::vector<ExportFigure> figures = state->view->exportFigures(*run_);
+    if (figures.empty())
+      if (const QString why = state->view->exportSkipReason(*run_); !why.isEmpty()) skipped_ << why;
+    for (ExportFigure& figure : figures) steps_.push_back({state.get(), std::move(figure)});
     views_.push_back(std::move(state));
   }
   total_ = static_cast<int>(steps_.size());
@@ -129,9 +132,12 @@ void ExportAllJob::writeDone(const QString& path, const QString& error) {
 void ExportAllJob::maybeFinish() {
   if (done_ || failed_ || next_step_ < steps_.size() || waiting_ || pending_writes_ > 0) return;
   done_ = true;
-  Q_EMIT finished(true, QStringLiteral("Wrote %1 PNG files to %2")
+  Q_EMIT finished(true, QStringLiteral("Wrote %1 PNG files to %2%3")
                             .arg(written_.size())
-                            .arg(QDir::toNativeSeparators(QDir(options_.out_dir).absolutePath())));
+                            .arg(QDir::toNativeSeparators(QDir(options_.out_dir).absolutePath()),
+                                 skipped_.isEmpty() ? QString()
+                                                    : QStringLiteral("; nothing to export from %1")
+                                                          .arg(skipped_.join(QStringLiteral("; ")))));
 }
 
 void ExportAllJob::fail(const QString& message) {

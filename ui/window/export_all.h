@@ -43,6 +43,8 @@ class ExportAllJob : public QObject {
   void start();
   // Every file written so far (full paths).
   const QStringList& written() const { return written_; }
+  // The views that had nothing to export, each "View: why" (also in the finished message).
+  const QStringList& skipped() const { return skipped_; }
   int total() const { return total_; }
 
  Q_SIGNALS:
@@ -71,6 +73,7 @@ class ExportAllJob : public QObject {
   bool done_ = false;
   bool waiting_ = false;  // a worker computation is in flight; step() resumes when it lands
   QStringList written_;
+  QStringList skipped_;  // views with nothing to export, each with why
 };
 
 }  // namespace hs::ui
