@@ -5,7 +5,10 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
@@ -45,5 +48,26 @@ inline const std::filesystem::path& scratch_dir() {
 
 // Runs the test cases named on the command line (Catch2's session, tests/catch_impl.cpp).
 int run_catch(int argc, char** argv);
+
+// A copy of the model folder `from` in `to` (replaced if it exists). With `flip_from_end` > 0, the
+// lowest bit of the byte that many bytes before the end of the copy's model.safetensors is flipped:
+// the same family, shape and name, one weight different (tests of a model's fingerprint).
+inline void copy_model_folder(const std::filesystem::path& from, const std::filesystem::path& to,
+                              std::uintmax_t flip_from_end = 0) {
+  std::filesystem::remove_all(to);
+  std::filesystem::create_directories(to.parent_path());
+  std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+  if (flip_from_end == 0) return;
+  const std::filesystem::path weights = to / "model.safetensors";
+  std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+  const auto at = static_cast<std::streamoff>(std::filesystem::file_size(weights) - flip_from_end);
+  char byte = 0;
+  f.seekg(at);
+  f.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 1);
+  f.seekp(at);
+  f.write(&byte, 1);
+  if (!f.good()) throw std::runtime_error("could not change a byte of " + weights.string());
+}
 
 }  // namespace hs::test

@@ -16,25 +16,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The built-in model copied to `dir`; with `flip_at` >= 0, the lowest bit of the byte that many
-// bytes before the end of model.safetensors flipped (the same header, shape and name; one weight
-// differs).
-fs::path copy_builtin(const fs::path& dir, long flip_at = -1) {
-  fs::remove_all(dir);
-  fs::create_directories(dir.parent_path());
-  fs::copy(hs::builtin_model_dir(), dir, fs::copy_options::recursive);
-  if (flip_at >= 0) {
-    const fs::path w = dir / "model.safetensors";
-    std::fstream f(w, std::ios::in | std::ios::out | std::ios::binary);
-    const auto at = static_cast<std::streamoff>(fs::file_size(w)) - flip_at;
-    f.seekg(at);
-    char b = 0;
-    f.read(&b, 1);
-    b = static_cast<char>(b ^ 1);
-    f.seekp(at);
-    f.write(&b, 1);
-    REQUIRE(f.good());
-  }
+// The built-in model copied to `dir`, with one weight byte changed `flip_at` bytes before the end of
+// model.safetensors when flip_at > 0.
+fs::path copy_builtin(const fs::path& dir, long flip_at = 0) {
+  hs::test::copy_model_folder(hs::builtin_model_dir(), dir, static_cast<std::uintmax_t>(flip_at));
   return dir;
 }
 

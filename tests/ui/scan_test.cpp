@@ -137,24 +137,10 @@ TEST_CASE("File > Scan Data Set on a file that cannot be read says so", "[scan][
 
 namespace {
 
-// A copy of the fixture model in `dir`: the same files, or (perturbed) with the lowest bit of one
-// weight byte near the end of model.safetensors flipped — the same family, shape and name, other
-// weights.
+// A copy of the fixture model in `dir`: the same files, or (perturbed) with one weight byte near the
+// end of model.safetensors changed: the same family, shape and name, other weights.
 void copyFixtureModel(const std::filesystem::path& dir, bool perturbed) {
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir.parent_path());
-  std::filesystem::copy(test::fixtureModelDir().toStdString(), dir, std::filesystem::copy_options::recursive);
-  if (!perturbed) return;
-  const auto weights = dir / "model.safetensors";
-  std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
-  const auto at = static_cast<std::streamoff>(std::filesystem::file_size(weights) - 4);
-  f.seekg(at);
-  char byte = 0;
-  f.read(&byte, 1);
-  byte = static_cast<char>(byte ^ 1);
-  f.seekp(at);
-  f.write(&byte, 1);
-  REQUIRE(f.good());
+  hs::test::copy_model_folder(test::fixtureModelDir().toStdString(), dir, perturbed ? 4 : 0);
 }
 
 }  // namespace
