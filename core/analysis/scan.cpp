@@ -14,6 +14,7 @@
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/patching.h"
 #include "core/error.h"
+#include "core/io/fnv1a.h"
 #include "core/model/model.h"
 #include "core/model/thread_scope.h"
 #include "core/tokenizer/byte_level.h"
@@ -139,7 +140,7 @@ std::pair<int, int> grid_shape(const std::string& name, int n_layers, int n_head
 }
 
 struct InputSummary {
-  uint64_t fnv1a64 = 0xcbf29ce484222325ull;
+  Fnv1a64 hash;
   int64_t bytes = 0, lines = 0;
   bool jsonl = false;
 };
@@ -166,7 +167,7 @@ InputSummary summarize_input(const std::filesystem::path& path) {
     const std::streamsize got = in.gcount();
     for (std::streamsize i = 0; i < got; ++i) {
       const unsigned char ch = static_cast<unsigned char>(buf[static_cast<size_t>(i)]);
-      s.fnv1a64 = (s.fnv1a64 ^ ch) * 0x100000001b3ull;
+      s.hash.add(ch);
       if (ch == '\n') {
         ++s.lines;
         at_line_start = true;
@@ -260,7 +261,7 @@ json scan_settings(const Model& model, const ScanOptions& o) {
     paths["input"] = nullptr;
   } else {
     const InputSummary in = summarize_input(o.input);
-    s["input"] = {{"fnv1a64", hex64(in.fnv1a64)},
+    s["input"] = {{"fnv1a64", hex64(in.hash.h)},
                   {"bytes", in.bytes},
                   {"lines", in.lines},
                   {"format", in.jsonl ? "jsonl" : "text"}};

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/io/fnv1a.h"
 
 namespace hs {
 namespace {
@@ -16,15 +17,6 @@ constexpr uint64_t kWhole = 4u << 20;   // files up to this size are hashed whol
 constexpr uint64_t kHead = 1u << 20;    // a larger file's first bytes: the header and first tensors
 constexpr uint64_t kBlock = 4096;       // each sample of the rest
 constexpr int kSamples = 64;
-
-struct Fnv1a64 {
-  uint64_t h = 0xcbf29ce484222325ull;
-  void add(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  }
-  void add_u64(uint64_t v) { add(&v, sizeof v); }
-};
 
 class File {
  public:

@@ -18,6 +18,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/io/fnv1a.h"
 #include "core/tensor/safetensors.h"
 
 namespace hs {
@@ -48,12 +49,6 @@ fs::path cache_dir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return fs::path(x) / "headscope" / "packed";
   if (const char* h = std::getenv("HOME"); h && *h == '/') return fs::path(h) / ".cache" / "headscope" / "packed";
   return {};
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -198,7 +193,7 @@ PackCache::PackCache(const std::vector<std::shared_ptr<const SafetensorsFile>>& 
     key_ += "; " + id;
   }
   char name[32];
-  std::snprintf(name, sizeof name, "%016llx.hspack", static_cast<unsigned long long>(fnv1a(key_)));
+  std::snprintf(name, sizeof name, "%016llx.hspack", static_cast<unsigned long long>(fnv1a64(key_)));
   path_ = dir_ / name;
 
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
