@@ -553,20 +553,30 @@ void packed_gemm(const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0,
 // added in one fixed tree (sum_lanes). So every output's bits are fixed by its row of dy and of W
 // alone: not by M, the tiles, the blocking or the threads.
 //
-// The partial sums of a block of outputs live in a buffer (rows x depth vectors, in L1 or L2) while
-// the panels stream past in memory order: a register tile of R rows x D k-steps carries them
-// across kTGroup panels, then puts them back. Threads take contiguous ranges of k.
+// The partial sums of a block of outputs (rows x depth vectors) live in a buffer in L2 while the
+// panels stream past in order, a group at a time: for each row tile, a register tile of R rows x D
+// k-steps walks down the block's depth, carrying its sums across the group's panels and putting
+// them back. The first row tile reads each panel's slice of the block sequentially from memory,
+// the others from L2. Threads take contiguous ranges of k.
 namespace {
 
+// The register tile: R rows of dy x D k-steps, R * D accumulators + R vectors of dy + one weight
+// vector. Each weight vector read serves R multiply-adds and each dy vector D; AVX-512 has 32
+// registers, AVX2 and SSE 16. bench_kernels chose 5 x 5 over 3 x 8 and 4 x 5 at 20 rows
+// (docs/benchmarks.md): with 3 rows the weights' traffic from L2 set the pace.
 #if defined(__AVX512F__)
-constexpr int kTRows = 3;   // rows of dy per tile
-constexpr int kTDepth = 8;  // k-steps per tile: 24 accumulators + 3 rows of dy + a weight vector
+constexpr int kTRows = 5;
+constexpr int kTDepth = 5;
 #else
-constexpr int kTRows = 2;   // 16 registers: 8 accumulators
-constexpr int kTDepth = 4;
+constexpr int kTRows = 4;
+constexpr int kTDepth = 2;
 #endif
-constexpr int kTGroup = 8;                  // panels a tile reads between visits to the buffer
-constexpr int64_t kTBufferVectors = 4096;   // partial sums per thread: 256 KiB with AVX-512
+// Panels a tile reads between visits to the buffer of partial sums: many when several row tiles
+// share them from L2 (the buffer's loads and stores then count for little), few when one row
+// tile streams them from memory (fewer streams for the prefetchers).
+constexpr int kTGroup = 32;
+constexpr int kTGroupOneTile = 8;
+constexpr int64_t kTBufferVectors = 2048;  // partial sums per thread: 128 KiB with AVX-512, in L2
 constexpr int64_t kTBlockRows = 64;         // rows of dy per block, at most
 
 struct TileTArgs {
@@ -583,49 +593,47 @@ struct TileTArgs {
 template <int R, int D, class Panels>
 void tile_t(const TileTArgs& a) {
   Vec acc[R][D];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < D; ++t) acc[r][t] = Vec{};
   if (a.resume)
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int t = 0; t < D; ++t) acc[r][t] = a.acc[r * a.ldacc + t];
   const auto* w = static_cast<const typename Panels::T*>(a.w);
   for (int q = 0; q < a.np; ++q) {
     Vec d[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) d[r] = load(a.dy + r * a.lddy + q * kLanes);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < D; ++t) {
-      const Vec wv = Panels::load(w + q * a.pstride + t * kLanes);
-#pragma GCC unroll 4
+      Vec wv = Panels::load(w + q * a.pstride + t * kLanes);
+      // In a register: GCC would otherwise fold the load into each of the R multiply-adds, R loads
+      // of one vector, and the load ports, not the FMA units, would set the pace.
+      if constexpr (R > 1) asm("" : "+v"(wv));
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r][t] += d[r] * wv;
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < D; ++t) a.acc[r * a.ldacc + t] = acc[r][t];
 }
 
 using TileTFn = void (*)(const TileTArgs&);
-template <int R, class Panels, int... D>
-constexpr std::array<TileTFn, sizeof...(D)> tiles_t_of(std::integer_sequence<int, D...>) {
-  return {&tile_t<R, D + 1, Panels>...};
+template <class Panels, int... I>
+constexpr std::array<TileTFn, sizeof...(I)> tiles_t_of(std::integer_sequence<int, I...>) {
+  return {&tile_t<I / kTDepth + 1, I % kTDepth + 1, Panels>...};
 }
+// The tile of `rows` rows (at most kTRows) and `depth` k-steps (at most kTDepth).
 template <class Panels>
 TileTFn tile_t_for(int rows, int depth) {
-  static const auto t1 = tiles_t_of<1, Panels>(std::make_integer_sequence<int, kTDepth>{});
-  static const auto t2 = tiles_t_of<2, Panels>(std::make_integer_sequence<int, kTDepth>{});
-#if defined(__AVX512F__)
-  static const auto t3 = tiles_t_of<3, Panels>(std::make_integer_sequence<int, kTDepth>{});
-  if (rows == 3) return t3[static_cast<size_t>(depth - 1)];
-#endif
-  return (rows == 1 ? t1 : t2)[static_cast<size_t>(depth - 1)];
+  static constexpr auto tiles = tiles_t_of<Panels>(std::make_integer_sequence<int, kTRows * kTDepth>{});
+  return tiles[static_cast<size_t>((rows - 1) * kTDepth + depth - 1)];
 }
-static_assert(kTRows <= 3);
 
 // The last panel when N is not a multiple of kLanes: its lanes past N are zeroed in the weights as
 // well as in dy, so whatever the padding holds adds nothing. Once per block of outputs, so plain
@@ -697,21 +705,24 @@ void gemm_t_range(int64_t M, const float* dy, int64_t lddy, const PackedMatrix& 
   Vec* acc = static_cast<Vec*>(buffer.get());
   for (int64_t rb = 0, i0 = 0; rb < row_blocks; ++rb) {
     const int64_t rows = M / row_blocks + (rb < M % row_blocks ? 1 : 0);
+    const int64_t row_tiles = (rows + kTRows - 1) / kTRows;  // of near-equal height: 20 rows as 4 x 5
+    const int64_t group = row_tiles > 1 ? kTGroup : kTGroupOneTile;
     for (int64_t kd = ka; kd < kb; kd += depth_max) {
       const int64_t depth = std::min(depth_max, kb - kd);
-      for (int64_t p0 = 0; p0 < full; p0 += kTGroup) {
-        TileTArgs a{static_cast<int>(std::min<int64_t>(kTGroup, full - p0)), nullptr, lddy, nullptr, pstride, p0 > 0,
+      for (int64_t p0 = 0; p0 < full; p0 += group) {
+        TileTArgs a{static_cast<int>(std::min<int64_t>(group, full - p0)), nullptr, lddy, nullptr, pstride, p0 > 0,
                     nullptr, depth};
         const auto* panels = static_cast<const typename Panels::T*>(W.panel(p0));
-        for (int64_t t = 0; t < depth; t += kTDepth) {
-          const int d = static_cast<int>(std::min<int64_t>(kTDepth, depth - t));
-          a.w = panels + (kd + t) * kLanes;
-          for (int64_t r = 0; r < rows; r += kTRows) {
-            const int n = static_cast<int>(std::min<int64_t>(kTRows, rows - r));
-            a.dy = dy + (i0 + r) * lddy + p0 * kLanes;
+        for (int64_t tile = 0, r = 0; tile < row_tiles; ++tile) {
+          const int n = static_cast<int>(rows / row_tiles + (tile < rows % row_tiles ? 1 : 0));
+          a.dy = dy + (i0 + r) * lddy + p0 * kLanes;
+          for (int64_t t = 0; t < depth; t += kTDepth) {
+            const int d = static_cast<int>(std::min<int64_t>(kTDepth, depth - t));
+            a.w = panels + (kd + t) * kLanes;
             a.acc = acc + r * depth + t;
             tile_t_for<Panels>(n, d)(a);
           }
+          r += n;
         }
       }
       if (last_cols > 0)
