@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <span>
 #include <vector>
@@ -542,6 +543,239 @@ void packed_gemm(const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0,
   int64_t M = 0;
   for (const auto& segment : out_segments) M += segment.second;
   gemm_segments(M, x, ldx, W, k0, k1, bias, out_segments, ldo);
+}
+
+// ---- dx = dy W^T ----
+//
+// dx[i, k] = sum over j of dy[i, j] * W[k, j]: row k of W is one k-step of every panel, kLanes
+// values contiguous in each. Each output keeps kLanes partial sums, lane l of panel p adding
+// dy[i, p * kLanes + l] * W[k, p * kLanes + l], panels in order; after the last panel the lanes are
+// added in one fixed tree (sum_lanes). So every output's bits are fixed by its row of dy and of W
+// alone: not by M, the tiles, the blocking or the threads.
+//
+// The partial sums of a block of outputs (rows x depth vectors) live in a buffer in L2 while the
+// panels stream past in order, a group at a time: for each row tile, a register tile of R rows x D
+// k-steps walks down the block's depth, carrying its sums across the group's panels and putting
+// them back. The first row tile reads each panel's slice of the block sequentially from memory,
+// the others from L2. Threads take contiguous ranges of k.
+namespace {
+
+// The register tile: R rows of dy x D k-steps, R * D accumulators + R vectors of dy + one weight
+// vector. Each weight vector read serves R multiply-adds and each dy vector D; AVX-512 has 32
+// registers, AVX2 and SSE 16. bench_kernels chose 5 x 5 over 3 x 8 and 4 x 5 at 20 rows
+// (docs/benchmarks.md): with 3 rows the weights' traffic from L2 set the pace.
+#if defined(__AVX512F__)
+constexpr int kTRows = 5;
+constexpr int kTDepth = 5;
+#else
+constexpr int kTRows = 4;
+constexpr int kTDepth = 2;
+#endif
+// Panels a tile reads between visits to the buffer of partial sums: many when several row tiles
+// share them from L2 (the buffer's loads and stores then count for little), few when one row
+// tile streams them from memory (fewer streams for the prefetchers).
+constexpr int kTGroup = 32;
+constexpr int kTGroupOneTile = 8;
+constexpr int64_t kTBufferVectors = 2048;  // partial sums per thread: 128 KiB with AVX-512, in L2
+constexpr int64_t kTBlockRows = 64;         // rows of dy per block, at most
+
+struct TileTArgs {
+  int np;              // panels
+  const float* dy;     // first row, at the first panel's first column
+  int64_t lddy;
+  const void* w;       // first panel, at the tile's first k
+  int64_t pstride;     // elements from one panel to the next
+  bool resume;         // add to the partial sums in acc (from earlier panels), else start from 0
+  Vec* acc;            // [rows][depth] partial sums, ldacc vectors from one row to the next
+  int64_t ldacc;
+};
+
+template <int R, int D, class Panels>
+void tile_t(const TileTArgs& a) {
+  Vec acc[R][D];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < D; ++t) acc[r][t] = Vec{};
+  if (a.resume)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int t = 0; t < D; ++t) acc[r][t] = a.acc[r * a.ldacc + t];
+  const auto* w = static_cast<const typename Panels::T*>(a.w);
+  for (int q = 0; q < a.np; ++q) {
+    Vec d[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) d[r] = load(a.dy + r * a.lddy + q * kLanes);
+#pragma GCC unroll 16
+    for (int t = 0; t < D; ++t) {
+      Vec wv = Panels::load(w + q * a.pstride + t * kLanes);
+      // In a register: GCC would otherwise fold the load into each of the R multiply-adds, R loads
+      // of one vector, and the load ports, not the FMA units, would set the pace.
+      if constexpr (R > 1) asm("" : "+v"(wv));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][t] += d[r] * wv;
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < D; ++t) a.acc[r * a.ldacc + t] = acc[r][t];
+}
+
+using TileTFn = void (*)(const TileTArgs&);
+template <class Panels, int... I>
+constexpr std::array<TileTFn, sizeof...(I)> tiles_t_of(std::integer_sequence<int, I...>) {
+  return {&tile_t<I / kTDepth + 1, I % kTDepth + 1, Panels>...};
+}
+// The tile of `rows` rows (at most kTRows) and `depth` k-steps (at most kTDepth).
+template <class Panels>
+TileTFn tile_t_for(int rows, int depth) {
+  static constexpr auto tiles = tiles_t_of<Panels>(std::make_integer_sequence<int, kTRows * kTDepth>{});
+  return tiles[static_cast<size_t>((rows - 1) * kTDepth + depth - 1)];
+}
+
+// The last panel when N is not a multiple of kLanes: its lanes past N are zeroed in the weights as
+// well as in dy, so whatever the padding holds adds nothing. Once per block of outputs, so plain
+// loops; the same multiply-add per lane as the tiles.
+template <class Panels>
+void last_panel_t(int64_t rows, int64_t depth, const float* dy, int64_t lddy, const void* w, int cols, bool resume,
+                  Vec* acc, int64_t ldacc) {
+  typedef int32_t Mask __attribute__((vector_size(kLanes * sizeof(int32_t))));
+  Mask keep;
+  for (int l = 0; l < kLanes; ++l) keep[l] = l < cols ? -1 : 0;
+  const auto* p = static_cast<const typename Panels::T*>(w);
+  for (int64_t i = 0; i < rows; ++i) {
+    const Vec d = load_n(dy + i * lddy, cols);
+    for (int64_t k = 0; k < depth; ++k) {
+      Vec wv = Panels::load(p + k * kLanes);
+      Mask bits;
+      std::memcpy(&bits, &wv, sizeof bits);
+      bits &= keep;
+      std::memcpy(&wv, &bits, sizeof wv);
+      Vec s = resume ? acc[i * ldacc + k] : Vec{};
+      s += d * wv;
+      acc[i * ldacc + k] = s;
+    }
+  }
+}
+
+// One level of the lane tree over a pair of vectors x, y that each hold kLanes / (2 h) outputs'
+// 2h partial sums in consecutive lanes: the result holds both vectors' outputs, h partial sums
+// each, partial e being partial e + partial e + h.
+constexpr int tree_index(int h, int m) {
+  const int outputs = kLanes / (2 * h), o = m / h, e = m % h;
+  return (o < outputs ? 0 : kLanes) + (o % outputs) * 2 * h + e;
+}
+template <int H, size_t... I>
+Vec tree_level(Vec x, Vec y, std::index_sequence<I...>) {
+  return __builtin_shufflevector(x, y, tree_index(H, static_cast<int>(I))...) +
+         __builtin_shufflevector(x, y, (tree_index(H, static_cast<int>(I)) + H)...);
+}
+template <int H>
+void tree_levels(Vec* v, int n) {
+  for (int j = 0; j < n / 2; ++j) v[j] = tree_level<H>(v[2 * j], v[2 * j + 1], std::make_index_sequence<kLanes>{});
+  if constexpr (H > 1) tree_levels<H / 2>(v, n / 2);
+}
+// Lane l of the result: the sum of v[l]'s lanes, added in halves (lane e + lane e + kLanes / 2,
+// then the same on the first half, ...): kLanes outputs at a time with shuffles, one fixed tree
+// for every output.
+Vec sum_lanes(Vec v[kLanes]) {
+  tree_levels<kLanes / 2>(v, kLanes);
+  return v[0];
+}
+
+// Outputs [ka, kb) of dx (columns ka - k0 ...), rows [0, M), on one thread.
+template <class Panels>
+void gemm_t_range(int64_t M, const float* dy, int64_t lddy, const PackedMatrix& W, int64_t k0, int64_t ka, int64_t kb,
+                  float* dx, int64_t lddx, bool accumulate) {
+  const int64_t N = W.cols();
+  const int64_t full = N / kLanes;  // panels with every column in the matrix
+  const int last_cols = static_cast<int>(N - full * kLanes);
+  const int64_t pstride = W.rows() * kLanes;
+  // Row blocks of near-equal height, at most kTBlockRows; depth blocks as long as the buffer allows.
+  const int64_t row_blocks = (M + kTBlockRows - 1) / kTBlockRows;
+  const int64_t block_rows_max = (M + row_blocks - 1) / row_blocks;
+  const int64_t depth_max =
+      std::min(kb - ka, std::max<int64_t>(kTDepth, kTBufferVectors / block_rows_max / kTDepth * kTDepth));
+  const size_t vectors = static_cast<size_t>(block_rows_max * depth_max);
+  const std::unique_ptr<void, decltype(&std::free)> buffer(std::aligned_alloc(sizeof(Vec), vectors * sizeof(Vec)),
+                                                          &std::free);
+  if (!buffer) throw std::bad_alloc();
+  Vec* acc = static_cast<Vec*>(buffer.get());
+  for (int64_t rb = 0, i0 = 0; rb < row_blocks; ++rb) {
+    const int64_t rows = M / row_blocks + (rb < M % row_blocks ? 1 : 0);
+    const int64_t row_tiles = (rows + kTRows - 1) / kTRows;  // of near-equal height: 20 rows as 4 x 5
+    const int64_t group = row_tiles > 1 ? kTGroup : kTGroupOneTile;
+    for (int64_t kd = ka; kd < kb; kd += depth_max) {
+      const int64_t depth = std::min(depth_max, kb - kd);
+      for (int64_t p0 = 0; p0 < full; p0 += group) {
+        TileTArgs a{static_cast<int>(std::min<int64_t>(group, full - p0)), nullptr, lddy, nullptr, pstride, p0 > 0,
+                    nullptr, depth};
+        const auto* panels = static_cast<const typename Panels::T*>(W.panel(p0));
+        for (int64_t tile = 0, r = 0; tile < row_tiles; ++tile) {
+          const int n = static_cast<int>(rows / row_tiles + (tile < rows % row_tiles ? 1 : 0));
+          a.dy = dy + (i0 + r) * lddy + p0 * kLanes;
+          for (int64_t t = 0; t < depth; t += kTDepth) {
+            const int d = static_cast<int>(std::min<int64_t>(kTDepth, depth - t));
+            a.w = panels + (kd + t) * kLanes;
+            a.acc = acc + r * depth + t;
+            tile_t_for<Panels>(n, d)(a);
+          }
+          r += n;
+        }
+      }
+      if (last_cols > 0)
+        last_panel_t<Panels>(rows, depth, dy + i0 * lddy + full * kLanes, lddy,
+                             static_cast<const typename Panels::T*>(W.panel(full)) + kd * kLanes, last_cols, full > 0,
+                             acc, depth);
+      // The lanes of kLanes outputs at a time; a short last group is padded with zeros (their sums
+      // are not stored), so it takes the same tree.
+      for (int64_t r = 0; r < rows; ++r) {
+        float* out = dx + (i0 + r) * lddx + (kd - k0);
+        for (int64_t t = 0; t < depth; t += kLanes) {
+          const int n = static_cast<int>(std::min<int64_t>(kLanes, depth - t));
+          Vec v[kLanes];
+          for (int l = 0; l < kLanes; ++l) v[l] = l < n ? acc[r * depth + t + l] : Vec{};
+          Vec s = sum_lanes(v);
+          if (accumulate) s = load_n(out + t, n) + s;
+          store_n(out + t, s, n);
+        }
+      }
+    }
+    i0 += rows;
+  }
+}
+
+}  // namespace
+
+void packed_gemm_transposed(int64_t M, const float* dy, int64_t lddy, const PackedMatrix& W, int64_t k0, int64_t k1,
+                            float* dx, int64_t lddx, bool accumulate) {
+  const int64_t depth = k1 - k0, N = W.cols();
+  if (M <= 0 || depth <= 0) return;
+  if (N <= 0) {  // an empty sum
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(dx + i * lddx, dx + i * lddx + depth, 0.0f);
+    return;
+  }
+  auto range = [&](int64_t ka, int64_t kb) {
+    switch (W.type()) {
+      case PanelType::BF16: return gemm_t_range<BF16Panels>(M, dy, lddy, W, k0, ka, kb, dx, lddx, accumulate);
+      case PanelType::F16: return gemm_t_range<F16Panels>(M, dy, lddy, W, k0, ka, kb, dx, lddx, accumulate);
+      default: return gemm_t_range<F32Panels>(M, dy, lddy, W, k0, ka, kb, dx, lddx, accumulate);
+    }
+  };
+  // As for the forward product: below ~2 MFLOP a second thread costs more to wake than it saves.
+  const int64_t steps = (depth + kTDepth - 1) / kTDepth;
+  const bool parallel = steps > 1 && M * N * depth >= (int64_t{1} << 20);
+#pragma omp parallel if (parallel)
+  {
+    // Contiguous ranges of k, whole tiles each.
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t ka = k0 + std::min(depth, t * steps / threads * kTDepth);
+    const int64_t kb = k0 + std::min(depth, (t + 1) * steps / threads * kTDepth);
+    if (kb > ka) range(ka, kb);
+  }
 }
 
 }  // namespace hs

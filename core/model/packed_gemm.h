@@ -106,4 +106,16 @@ void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, 
 void packed_gemm(const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1, const float* bias,
                  std::span<const std::pair<float*, int64_t>> out_segments, int64_t ldo);
 
+// The product with W's transpose, the backward pass through x @ W: dx[i, k - k0] = sum over
+// j < W.cols() of dy[i, j] * W[k, j] for i < M and k in [k0, k1), added to dx when `accumulate`,
+// else written over it. Strides in floats (lddy >= W.cols(), lddx >= k1 - k0). A row range is how
+// the gradient of one head's z is taken through its rows of W_O; the unembedding (packed from
+// transposed rows) gives dx = dlogits @ W_U^T. Read from the panels as they are (16-bit ones
+// widened as read), in memory order, at the forward product's speed. Each output sums its lanes
+// panel by panel, then the lanes in one fixed tree: its bits depend on its row of dy and of W
+// only, not on M, the range or the thread count. Output ranges of k are shared among the calling
+// thread's OpenMP team when the product is large enough to be worth it.
+void packed_gemm_transposed(int64_t M, const float* dy, int64_t lddy, const PackedMatrix& W, int64_t k0, int64_t k1,
+                            float* dx, int64_t lddx, bool accumulate);
+
 }  // namespace hs

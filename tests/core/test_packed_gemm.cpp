@@ -7,7 +7,10 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -302,3 +305,181 @@ TEST_CASE("rows fetched a block at a time pack as rows read in place, and their 
       }
 }
 
+
+namespace {
+
+// W [K, N] of a panel type as the float32 values the kernel reads, and packed in that type.
+struct TestMatrix {
+  std::vector<float> values;  // [K, ldw]
+  hs::PackedMatrix packed;
+};
+
+TestMatrix test_matrix(hs::PanelType type, int64_t K, int64_t N, int64_t ldw, std::mt19937& gen) {
+  TestMatrix m;
+  if (type == hs::PanelType::F32) {
+    m.values = random_vector(static_cast<size_t>(K * ldw), gen);
+    m.packed = hs::PackedMatrix::from_rows(m.values.data(), K, N, ldw);
+  } else {
+    std::vector<uint16_t> h;
+    random_halves(type, static_cast<size_t>(K * ldw), gen, h, m.values);
+    m.packed = hs::PackedMatrix::from_rows(type, h.data(), K, N, ldw);
+  }
+  return m;
+}
+
+const char* type_name(hs::PanelType type) {
+  return type == hs::PanelType::F32 ? "F32" : type == hs::PanelType::BF16 ? "BF16" : "F16";
+}
+
+}  // namespace
+
+TEST_CASE("packed_gemm_transposed equals a float64 product of dy and W's transpose", "[packed_gemm]") {
+  // dx[i, k - k0] (+)= sum_j dy[i, j] W[k, j]: every tile height (1-3 rows), depth (a short last
+  // tile), a last panel narrower than a vector, N under one panel, row ranges, blocks of rows past
+  // 64 (M = 257), strides wider than the matrices, on one and two threads.
+  std::mt19937 gen(31);
+  const Case cases[] = {{1, 37, 19, 0, 19},    {3, 100, 41, 0, 41},   {20, 97, 65, 0, 65},    {257, 45, 23, 0, 23},
+                        {1, 5, 3, 0, 3},       {2, 1, 1, 0, 1},       {3, 16, 9, 0, 9},       {20, 768, 64, 8, 40},
+                        {257, 33, 100, 37, 91}, {1, 2311, 70, 3, 68}, {20, 300, 130, 0, 130}, {7, 50, 33, 32, 33}};
+  for (hs::PanelType type : {hs::PanelType::F32, hs::PanelType::BF16, hs::PanelType::F16})
+    for (const Case& c : cases) {
+      const int64_t ldw = c.N + 2, lddy = c.N + 3, Kx = c.k1 - c.k0, lddx = Kx + 5;
+      const TestMatrix W = test_matrix(type, c.K, c.N, ldw, gen);
+      auto dy = random_vector(static_cast<size_t>(c.M * lddy), gen);
+      for (int64_t i = 0; i < c.M; ++i)  // dy's columns past N are no part of it
+        for (int64_t j = c.N; j < lddy; ++j) dy[static_cast<size_t>(i * lddy + j)] = std::nanf("");
+      const auto start = random_vector(static_cast<size_t>(c.M * lddx), gen);
+      for (int threads : {1, 2})
+        for (bool accumulate : {false, true}) {
+          INFO(type_name(type) << " M " << c.M << " N " << c.N << " K " << c.K << " rows " << c.k0 << ".." << c.k1
+                               << " threads " << threads << " accumulate " << accumulate);
+          std::vector<float> dx = start;
+          omp_set_num_threads(threads);
+          hs::packed_gemm_transposed(c.M, dy.data(), lddy, W.packed, c.k0, c.k1, dx.data(), lddx, accumulate);
+          omp_set_num_threads(omp_get_num_procs());
+          // Error relative to the sum of the terms' magnitudes (F16 values reach 65504): float32
+          // sums of a few hundred terms stay well inside 1e-5 of it; a wrong term does not.
+          double worst = 0.0;
+          bool padding_kept = true;
+          for (int64_t i = 0; i < c.M; ++i) {
+            for (int64_t k = c.k0; k < c.k1; ++k) {
+              const size_t at = static_cast<size_t>(i * lddx + k - c.k0);
+              double s = accumulate ? start[at] : 0.0, magnitude = std::abs(s);
+              for (int64_t j = 0; j < c.N; ++j) {
+                const double term =
+                    static_cast<double>(dy[static_cast<size_t>(i * lddy + j)]) * W.values[static_cast<size_t>(k * ldw + j)];
+                s += term;
+                magnitude += std::abs(term);
+              }
+              worst = std::max(worst, std::abs(s - dx[at]) / std::max(magnitude, 1e-30));
+              padding_kept = padding_kept && std::isfinite(dx[at]);  // a NaN from dy's padding
+            }
+            for (int64_t k = Kx; k < lddx; ++k)  // between rows: never written
+              padding_kept = padding_kept && dx[static_cast<size_t>(i * lddx + k)] == start[static_cast<size_t>(i * lddx + k)];
+          }
+          CHECK(padding_kept);
+          CHECK(worst <= 1e-5);
+        }
+    }
+}
+
+TEST_CASE("packed_gemm_transposed gives an output the same bits whatever rows, range and threads come with it",
+          "[packed_gemm]") {
+  // The backward pass takes dx for all positions, one head's rows of W_O, or one position: the
+  // same output must come out the same bits every way, and 16-bit panels must give the bits of
+  // their float32 conversion (the widening is exact).
+  std::mt19937 gen(37);
+  const int64_t M = 150, K = 200;
+  for (int64_t N : {int64_t{2304 + 7}, int64_t{5000}})  // the second: one row alone is split over threads
+    for (hs::PanelType type : {hs::PanelType::F32, hs::PanelType::BF16, hs::PanelType::F16}) {
+      INFO(type_name(type) << " N " << N);
+      const TestMatrix W = test_matrix(type, K, N, N, gen);
+      const hs::PackedMatrix W32 = hs::PackedMatrix::from_rows(W.values.data(), K, N, N);
+      const auto dy = random_vector(static_cast<size_t>(M * N), gen);
+      std::vector<float> all(static_cast<size_t>(M * K)), all32(all);
+      omp_set_num_threads(2);
+      hs::packed_gemm_transposed(M, dy.data(), N, W.packed, 0, K, all.data(), K, false);
+      hs::packed_gemm_transposed(M, dy.data(), N, W32, 0, K, all32.data(), K, false);
+      CHECK(same_bits(all, all32));
+      struct Part { int64_t rows, k0, k1; int threads; };
+      const Part parts[] = {{1, 0, K, 1}, {1, 0, K, 2}, {2, 0, K, 2},    {3, 0, K, 1},  {20, 0, K, 2},
+                            {20, 0, K, 1}, {75, 0, K, 2}, {150, 0, K, 1}, {3, 64, 128, 2}, {20, 7, 9, 1}};
+      for (const Part& part : parts) {
+        INFO("rows " << part.rows << " range " << part.k0 << ".." << part.k1 << " threads " << part.threads);
+        const int64_t Kx = part.k1 - part.k0;
+        std::vector<float> dx(static_cast<size_t>(part.rows * Kx));
+        omp_set_num_threads(part.threads);
+        bool same = true;
+        for (int64_t i = 0; i + part.rows <= M; i += part.rows) {
+          hs::packed_gemm_transposed(part.rows, dy.data() + i * N, N, W.packed, part.k0, part.k1, dx.data(), Kx, false);
+          for (int64_t r = 0; r < part.rows; ++r)
+            same = same && std::memcmp(dx.data() + r * Kx, all.data() + (i + r) * K + part.k0,
+                                       static_cast<size_t>(Kx) * sizeof(float)) == 0;
+        }
+        CHECK(same);
+      }
+      omp_set_num_threads(omp_get_num_procs());
+    }
+}
+
+TEST_CASE("packed_gemm_transposed ignores whatever the last panel's padding holds", "[packed_gemm]") {
+  // A packed copy mapped from disk is only as good as the file: NaN in the columns past N must not
+  // reach dx. The padding of a copy of the panels is overwritten with NaN and the product compared.
+  std::mt19937 gen(41);
+  for (hs::PanelType type : {hs::PanelType::F32, hs::PanelType::BF16, hs::PanelType::F16})
+    for (int64_t N : {int64_t{5}, int64_t{37}, int64_t{1000 + 3}}) {
+      INFO(type_name(type) << " N " << N);
+      const int64_t K = 50, M = 4, lanes = hs::PackedMatrix::panel_width(), panels = (N + lanes - 1) / lanes;
+      const TestMatrix W = test_matrix(type, K, N, N, gen);
+      const size_t bytes = W.packed.bytes();
+      auto copy = std::shared_ptr<unsigned char>(static_cast<unsigned char*>(std::aligned_alloc(64, bytes)), std::free);
+      std::memcpy(copy.get(), W.packed.data(), bytes);
+      const size_t element = type == hs::PanelType::F32 ? 4 : 2;
+      unsigned char* last = copy.get() + static_cast<size_t>((panels - 1) * K * lanes) * element;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t l = N - (panels - 1) * lanes; l < lanes; ++l)
+          std::memset(last + static_cast<size_t>(k * lanes + l) * element, 0xff, element);  // a NaN in every type
+      const hs::PackedMatrix spoilt = hs::PackedMatrix::view(type, K, N, copy.get(), copy, -1);
+      CHECK(spoilt.count_non_finite() > 0);
+      const auto dy = random_vector(static_cast<size_t>(M * N), gen);
+      std::vector<float> clean(static_cast<size_t>(M * K)), dirty(clean);
+      hs::packed_gemm_transposed(M, dy.data(), N, W.packed, 0, K, clean.data(), K, false);
+      hs::packed_gemm_transposed(M, dy.data(), N, spoilt, 0, K, dirty.data(), K, false);
+      CHECK(same_bits(clean, dirty));
+    }
+}
+
+TEST_CASE("packed_gemm_transposed through the unembedding gives dlogits @ W_U^T", "[packed_gemm]") {
+  // W_U is packed from the rows of the [d_vocab, d_model] matrix (from_transposed_rows): then
+  // dx[i, d] = sum over v of dlogits[i, v] * U[v, d].
+  std::mt19937 gen(43);
+  const Case cases[] = {{1, 4097, 64, 0, 64}, {20, 1031, 96, 0, 96}, {3, 50, 768, 0, 768}, {2, 7, 5, 0, 5}};
+  for (hs::PanelType type : {hs::PanelType::F32, hs::PanelType::BF16, hs::PanelType::F16})
+    for (const Case& c : cases) {  // N = vocabulary rows, K = d_model
+      INFO(type_name(type) << " M " << c.M << " V " << c.N << " D " << c.K);
+      std::vector<uint16_t> U16;
+      std::vector<float> U;
+      if (type == hs::PanelType::F32) U = random_vector(static_cast<size_t>(c.N * c.K), gen);
+      else random_halves(type, static_cast<size_t>(c.N * c.K), gen, U16, U);
+      const hs::PackedMatrix W_U =
+          type == hs::PanelType::F32
+              ? hs::PackedMatrix::from_transposed_rows(U.data(), c.N, c.K, c.K)
+              : hs::PackedMatrix::from_transposed_rows(type, c.N, c.K,
+                                                       [&](int64_t j) -> const void* { return U16.data() + j * c.K; });
+      const auto dlogits = random_vector(static_cast<size_t>(c.M * c.N), gen);
+      std::vector<float> dx(static_cast<size_t>(c.M * c.K));
+      hs::packed_gemm_transposed(c.M, dlogits.data(), c.N, W_U, 0, c.K, dx.data(), c.K, false);
+      double worst = 0.0;
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t d = 0; d < c.K; ++d) {
+          double s = 0.0, magnitude = 0.0;
+          for (int64_t v = 0; v < c.N; ++v) {
+            const double term = static_cast<double>(dlogits[static_cast<size_t>(i * c.N + v)]) * U[static_cast<size_t>(v * c.K + d)];
+            s += term;
+            magnitude += std::abs(term);
+          }
+          worst = std::max(worst, std::abs(s - dx[static_cast<size_t>(i * c.K + d)]) / magnitude);
+        }
+      CHECK(worst <= 1e-5);  // relative to the terms' magnitudes, as above
+    }
+}

@@ -3,14 +3,21 @@
 // ratio, and the largest difference between the two results. This is the measurement behind the
 // tile choices in core/model/packed_gemm.cpp; run it after changing the kernel.
 //
-//   build/tools/bench/bench_kernels [REPS]
+// The second part times the backward pass's product dx = dy W^T (packed_gemm_transposed) at 1
+// and 20 rows (and 128), against the forward product of the same packed matrix (both stream the
+// same bytes) and against Eigen's dy * W.transpose() on the float32 rows; for float32 and BF16
+// panels.
+//
+//   build/tools/bench/bench_kernels [REPS] [forward|transposed|all]
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/model/packed_gemm.h"
@@ -35,15 +42,88 @@ double time_ms(int reps, F&& f) {
   return median(t);
 }
 
+struct Shape { const char* name; Eigen::Index K, N; };
+const Shape kShapes[] = {{"c_attn", 768, 2304}, {"c_proj", 768, 768}, {"c_fc", 768, 3072}, {"mlp c_proj", 3072, 768},
+                         {"unembed", 768, 50257}};
+
+// Rounds to BF16 (nearest, ties to even) and keeps the 16 bits: a BF16 file's weights.
+std::vector<uint16_t> to_bf16(const hs::RowMatrixXf& W) {
+  std::vector<uint16_t> h(static_cast<size_t>(W.size()));
+  for (Eigen::Index i = 0; i < W.size(); ++i) {
+    uint32_t b;
+    std::memcpy(&b, W.data() + i, 4);
+    h[static_cast<size_t>(i)] = static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+  }
+  return h;
+}
+
+// dx = dy W^T: Eigen on the float32 rows, the forward product of the same packed matrix, and
+// packed_gemm_transposed. Times in ms; the ratios are transposed / forward and Eigen / transposed.
+void bench_transposed(int reps, std::mt19937& gen) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::printf("\ndx = dy W^T (packed_gemm_transposed) against the forward product of the same panels and Eigen\n");
+  std::printf("%-11s %-4s %5s %3s %10s %10s %10s %8s %8s %9s %7s\n", "product", "type", "rows", "thr", "eigen ms",
+              "forward ms", "transp ms", "tr/fwd", "eig/tr", "GB/s tr", "max diff");
+  for (const Shape& s : kShapes) {
+    const int kMats = s.K * s.N > 10000000 ? 1 : 12;  // weights from memory, as above
+    std::vector<hs::RowMatrixXf> Ws(kMats, hs::RowMatrixXf(s.K, s.N));
+    for (auto& W : Ws) W = W.unaryExpr([&](float) { return nd(gen) * 0.02f; });
+    for (hs::PanelType type : {hs::PanelType::F32, hs::PanelType::BF16}) {
+      std::vector<hs::PackedMatrix> Ps;
+      std::vector<hs::RowMatrixXf> Es;  // Eigen's float32 rows: the packed values
+      for (auto& W : Ws) {
+        if (type == hs::PanelType::F32) {
+          Ps.push_back(hs::PackedMatrix::from_rows(W.data(), s.K, s.N, s.N));
+        } else {
+          const std::vector<uint16_t> h = to_bf16(W);
+          Ps.push_back(hs::PackedMatrix::from_rows(type, h.data(), s.K, s.N, s.N));
+        }
+        Es.emplace_back(s.K, s.N);
+        Ps.back().unpack_rows(Es.back().data());
+      }
+      for (Eigen::Index M : {1, 20, 128}) {
+        hs::RowMatrixXf dy = hs::RowMatrixXf::Random(M, s.N), x = hs::RowMatrixXf::Random(M, s.K);
+        hs::RowMatrixXf dxe(M, s.K), dxp(M, s.K), y(M, s.N);
+        for (int threads : {1, 2}) {
+          omp_set_num_threads(threads);
+          int i = 0, f = 0, q = 0;
+          const double te = time_ms(reps, [&] { dxe.noalias() = dy * Es[static_cast<size_t>(i++ % kMats)].transpose(); });
+          const double tf = time_ms(reps, [&] {
+            hs::packed_gemm(M, x.data(), s.K, Ps[static_cast<size_t>(f++ % kMats)], 0, s.K, nullptr, y.data(), s.N);
+          });
+          const double tt = time_ms(reps, [&] {
+            hs::packed_gemm_transposed(M, dy.data(), s.N, Ps[static_cast<size_t>(q++ % kMats)], 0, s.K, dxp.data(), s.K,
+                                       false);
+          });
+          dxe.noalias() = dy * Es[0].transpose();
+          hs::packed_gemm_transposed(M, dy.data(), s.N, Ps[0], 0, s.K, dxp.data(), s.K, false);
+          const double weight_gb = static_cast<double>(Ps[0].bytes()) * 1e-9;
+          std::printf("%-11s %-4s %5ld %3d %10.3f %10.3f %10.3f %8.2f %8.2f %9.1f %7.1e\n", s.name,
+                      type == hs::PanelType::F32 ? "f32" : "bf16", static_cast<long>(M), threads, te, tf, tt, tt / tf,
+                      te / tt, weight_gb / (tt * 1e-3), static_cast<double>((dxe - dxp).cwiseAbs().maxCoeff()));
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
-  struct Shape { const char* name; Eigen::Index K, N; };
-  const Shape shapes[] = {{"c_attn", 768, 2304}, {"c_proj", 768, 768}, {"c_fc", 768, 3072}, {"mlp c_proj", 3072, 768},
-                          {"unembed", 768, 50257}};
+  const std::string part = argc > 2 ? argv[2] : "all";
+  if (part != "all" && part != "forward" && part != "transposed") {
+    std::fprintf(stderr, "bench_kernels: the second argument is forward, transposed or all, not '%s'\n", part.c_str());
+    return 2;
+  }
   std::mt19937 gen(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  if (part == "transposed") {
+    bench_transposed(reps, gen);
+    return 0;
+  }
+  const auto& shapes = kShapes;
   std::printf("%-11s %5s %3s %11s %11s %7s %9s\n", "product", "rows", "thr", "eigen GF/s", "packed GF/s", "ratio",
               "max diff");
   for (const Shape& s : shapes) {
@@ -83,5 +163,6 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (part == "all") bench_transposed(reps, gen);
   return 0;
 }
