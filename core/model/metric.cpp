@@ -26,8 +26,8 @@ double log_sum_exp(const ConstRowVectorRef& row, RowVectorXf* p) {
 
 void check_token(const ModelConfig& c, int32_t t, std::string_view role) {
   if (t < 0 || t >= c.d_vocab)
-    throw Error(std::string(role) + " is token " + std::to_string(t) + ", outside the vocabulary [0, " +
-                std::to_string(c.d_vocab) + ").");
+    throw Error("token " + std::to_string(t) + " (" + std::string(role) + ") is outside the vocabulary [0, " +
+                std::to_string(c.d_vocab) + "); give an id from 0 to " + std::to_string(c.d_vocab - 1) + ".");
 }
 
 // The floats the dot product reads at (query) position p: [first, first + n) of the hook's row at
@@ -139,7 +139,7 @@ void check_metric(const Metric& m, const ModelConfig& c, int n_pos) {
       return;
     case MetricKind::Logit:
     case MetricKind::LogProb:
-      check_token(c, m.token, "the metric's token");
+      check_token(c, m.token, "the token");
       return;
     case MetricKind::Loss:
       if (n_pos < 2)

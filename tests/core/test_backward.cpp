@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "backward_reference.h"
@@ -18,6 +20,8 @@
 #include "test_support.h"
 
 using namespace hs;
+namespace fs = std::filesystem;
+using fs_path_t = std::filesystem::path;
 
 namespace {
 
@@ -359,7 +363,7 @@ TEST_CASE("the backward pass refuses what it cannot differentiate", "[backward][
   const std::vector<int32_t> tokens = {1, 2, 3};
   const auto cache = forward(model->weights(), tokens);
   const int V = model->config().d_vocab;
-  CHECK_THROWS_WITH(backward(*cache, logit_diff_metric(V, 2)), Catch::Contains("outside the vocabulary [0, " + std::to_string(V)));
+  CHECK_THROWS_WITH(backward(*cache, logit_diff_metric(V, 2)), Catch::Contains("token " + std::to_string(V) + " (the answer) is outside the vocabulary [0, " + std::to_string(V)));
   CHECK_THROWS_WITH(backward(*cache, logit_metric(1, 3)), Catch::Contains("give a position from 0 to 2"));
   CHECK_THROWS_WITH(backward(*cache, logit_diff_metric(4, 4)), Catch::Contains("same token"));
   CHECK_THROWS_WITH(backward(*forward(model->weights(), std::vector<int32_t>{1}), loss_metric()),
@@ -390,4 +394,101 @@ TEST_CASE("the backward pass refuses what it cannot differentiate", "[backward][
   const GradientCache r = backward(*cache, logit_metric(1), only);
   CHECK(r.keys() == std::vector<std::string>{"blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"});
   CHECK(r.get("blocks.1.hook_resid_pre").data == backward(*cache, logit_metric(1)).get("blocks.1.hook_resid_pre").data);
+}
+
+namespace {
+
+// The members of a stored (uncompressed) zip, as write_npz makes it: name -> (the .npy header's
+// dictionary, the data's bytes).
+std::map<std::string, std::pair<std::string, std::string>> read_stored_npz(const std::string& z) {
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  auto u16 = [&](size_t at) { return static_cast<size_t>(static_cast<uint8_t>(z[at]) | static_cast<uint8_t>(z[at + 1]) << 8); };
+  auto u32 = [&](size_t at) { return u16(at) | u16(at + 2) << 16; };
+  size_t at = 0;
+  while (at + 30 <= z.size() && u32(at) == 0x04034b50u) {
+    const size_t size = u32(at + 18), name_len = u16(at + 26), extra = u16(at + 28);
+    const std::string name = z.substr(at + 30, name_len);
+    const std::string npy = z.substr(at + 30 + name_len + extra, size);
+    const size_t h = static_cast<size_t>(static_cast<uint8_t>(npy[8]) | static_cast<uint8_t>(npy[9]) << 8);
+    out[name] = {npy.substr(10, h), npy.substr(10 + h)};
+    at += 30 + name_len + extra + size;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("headscope-cli grad writes the metric, the tokens and every dependent key's gradient", "[backward][cli]") {
+  const fs_path_t model = test::fixture_model("llama_gqa");
+  const auto m = Model::load(model);
+  const std::vector<int32_t> tokens = {1, 5, 9, 3, 7};
+  const GradientCache g = backward(*forward(m->weights(), tokens), logit_diff_metric(4, 7, 3));
+  const std::string base = "grad --model " + test::quote(model.string()) +
+                           " --tokens 1,5,9,3,7 --metric logit_diff --answer-id 4 --wrong-id 7 --pos 3 -o ";
+  SECTION("npz") {
+    const fs_path_t out = test::scratch_dir() / "grad.npz";
+    const test::CliRun r = test::run_cli(base + test::quote(out.string()));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto members = read_stored_npz(test::read_text(out));
+    REQUIRE(members.count("metric.npy"));
+    CHECK(members.at("metric.npy").first.find("'descr': '<f8'") != std::string::npos);
+    CHECK(members.at("metric.npy").first.find("'shape': (1,)") != std::string::npos);
+    double metric = 0;
+    std::memcpy(&metric, members.at("metric.npy").second.data(), 8);
+    CHECK(metric == g.metric_value);
+    CHECK(members.at("tokens.npy").first.find("'descr': '<i4'") != std::string::npos);
+    std::vector<int32_t> written(tokens.size());
+    std::memcpy(written.data(), members.at("tokens.npy").second.data(), tokens.size() * 4);
+    CHECK(written == tokens);
+    CHECK(members.size() == g.keys().size() + 2);
+    for (const std::string& key : g.keys()) {
+      INFO(key);
+      REQUIRE(members.count(key + ".grad.npy"));
+      const Tensor t = g.get(key);
+      const auto& [header, bytes] = members.at(key + ".grad.npy");
+      CHECK(header.find("'descr': '<f4'") != std::string::npos);
+      REQUIRE(bytes.size() == t.data.size() * 4);
+      CHECK(std::memcmp(bytes.data(), t.data.data(), bytes.size()) == 0);
+    }
+    // Every key of this metric: everything before the logits at position 3 depends on it.
+    CHECK(g.keys().size() == forward(m->weights(), tokens)->keys().size());
+  }
+  SECTION("json") {
+    const fs_path_t out = test::scratch_dir() / "grad.json";
+    REQUIRE(test::run_cli(base + test::quote(out.string())).code == 0);
+    const nlohmann::json j = nlohmann::json::parse(test::read_text(out));
+    CHECK(j["metric"].get<double>() == Approx(g.metric_value).epsilon(1e-12));
+    CHECK(j["metric_name"] == "logit_diff");
+    CHECK(j["tokens"].get<std::vector<int32_t>>() == tokens);
+    CHECK(j["grads"].size() == g.keys().size());
+    const Tensor z = g.get("blocks.1.attn.hook_z");
+    CHECK(j["grads"]["blocks.1.attn.hook_z"]["shape"].get<std::vector<int64_t>>() == z.shape);
+    CHECK(j["grads"]["blocks.1.attn.hook_z"]["data"].get<std::vector<float>>() == z.data);
+  }
+  SECTION("a dot product leaves out the keys after its hook") {
+    const fs_path_t out = test::scratch_dir() / "dot.json", vec = test::scratch_dir() / "dot.npy";
+    test::write_npy(vec, std::vector<float>(8, 0.5f));
+    const test::CliRun r = test::run_cli("grad --model " + test::quote(model.string()) +
+                                         " --tokens 1,5,9,3,7 --metric dot --hook blocks.0.attn.hook_v --unit 1 --vector " +
+                                         test::quote(vec.string()) + " -o " + test::quote(out.string()));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(test::read_text(out));
+    CHECK(j["grads"].contains("blocks.0.attn.hook_v"));
+    CHECK(j["grads"].contains("hook_embed"));
+    CHECK_FALSE(j["grads"].contains("blocks.0.attn.hook_q"));
+    CHECK_FALSE(j["grads"].contains("blocks.0.attn.hook_z"));
+    CHECK_FALSE(j["grads"].contains("logits"));
+  }
+  SECTION("usage mistakes exit with 2") {
+    const std::string cmd = "grad --model " + test::quote(model.string()) + " --tokens 1,5,9 -o " +
+                            test::quote((test::scratch_dir() / "u.json").string());
+    CHECK(test::run_cli(cmd).code == 2);  // no --metric
+    CHECK(test::run_cli(cmd + " --metric loss --pos 1").code == 2);
+    CHECK(test::run_cli(cmd + " --metric logit --answer-id 3 --wrong-id 4").code == 2);
+    CHECK(test::run_cli(cmd + " --metric logit_diff --answer-id 3").code == 2);
+    CHECK(test::run_cli(cmd + " --metric dot --hook blocks.0.hook_zz --vector x.npy").code == 2);
+    CHECK(!fs::exists(test::scratch_dir() / "u.json"));
+  }
 }

@@ -86,6 +86,19 @@ inline std::string build_safetensors(const std::vector<Entry>& entries) {
   return out + h + data;
 }
 
+// A float32 vector as numpy.save writes it (NPY format 1.0, little-endian, C order).
+inline void write_npy(const std::filesystem::path& path, const std::vector<float>& v) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
 struct Comparison {
   double max_abs = 0.0;
   double max_ref = 0.0;
