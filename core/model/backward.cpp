@@ -169,6 +169,11 @@ class Backward {
   void record(HookPoint hook, int l, const Flow& f) {
     if (f.live && hook_exists(c_, hook) && out_.keeps(hook)) out_.set(hook, l, f.m);
   }
+  // A hook point on the way back: the metric's seed there, if any, then its gradient kept.
+  void hook(HookPoint hook, int l, Flow& f, Eigen::Index rows, Eigen::Index cols) {
+    seed(hook, l, f, rows, cols);
+    record(hook, l, f);
+  }
   // The backward of a norm of x; `scale_hook` is its hook_scale (the seed it may carry and the
   // record of its gradient), d_y its output's gradient (maybe not live).
   Flow norm(const Flow& d_y, const RowMatrixXf& x, const float* w, HookPoint scale_hook, int l);
@@ -230,20 +235,17 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
   using Hk = HookPoint;
 
   Flow d_post = d_resid_post;
-  seed(Hk::ResidPost, l, d_post, S_, D);
-  record(Hk::ResidPost, l, d_post);
+  hook(Hk::ResidPost, l, d_post, S_, D);
 
   // The MLP, back from its output.
   Flow d_mlp_out = d_post;
-  seed(Hk::MlpOut, l, d_mlp_out, S_, D);
-  record(Hk::MlpOut, l, d_mlp_out);
+  hook(Hk::MlpOut, l, d_mlp_out, S_, D);
   Flow d_act;
   if (d_mlp_out.live) {
     linear_backward_input(d_act.m, d_mlp_out.m, WP.W_out, 0, M);
     d_act.live = true;
   }
-  seed(Hk::MlpPost, l, d_act, S_, M);
-  record(Hk::MlpPost, l, d_act);
+  hook(Hk::MlpPost, l, d_act, S_, M);
   Flow d_pre, d_up;  // mlp.hook_pre (the gate, gated) and hook_pre_linear
   if (d_act.live) {
     const RowMatrixXf pre = cache_.mlp_pre(l);
@@ -255,11 +257,9 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
     }
     d_pre.live = true;
   }
-  seed(Hk::MlpPre, l, d_pre, S_, M);
-  record(Hk::MlpPre, l, d_pre);
+  hook(Hk::MlpPre, l, d_pre, S_, M);
   if (gated) {
-    seed(Hk::MlpPreLinear, l, d_up, S_, M);
-    record(Hk::MlpPreLinear, l, d_up);
+    hook(Hk::MlpPreLinear, l, d_up, S_, M);
   }
   Flow d_ln2;
   if (d_pre.live) {
@@ -270,21 +270,18 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
     linear_backward_input(d_ln2.m, d_up.m, WP.W_in, 0, D, d_ln2.live);
     d_ln2.live = true;
   }
-  seed(Hk::Ln2Normalized, l, d_ln2, S_, D);
-  record(Hk::Ln2Normalized, l, d_ln2);
+  hook(Hk::Ln2Normalized, l, d_ln2, S_, D);
   const Flow d_x2 =
       norm(d_ln2, parallel ? a.resid_pre.to_matrix() : cache_.resid_mid(l), W.norm2_w, Hk::Ln2Scale, l);
 
   // resid_mid = resid_pre + attn_out; sequential blocks feed it to ln2 too.
   Flow d_mid = d_post;
   if (!parallel) d_mid.add(d_x2);
-  seed(Hk::ResidMid, l, d_mid, S_, D);
-  record(Hk::ResidMid, l, d_mid);
+  hook(Hk::ResidMid, l, d_mid, S_, D);
 
   // Attention, back from its output.
   Flow d_attn_out = d_mid;
-  seed(Hk::AttnOut, l, d_attn_out, S_, D);
-  record(Hk::AttnOut, l, d_attn_out);
+  hook(Hk::AttnOut, l, d_attn_out, S_, D);
   // attn_out = sum over heads of result_h + b_O: each head's result has attn_out's gradient.
   Flow result_seed;
   seed(Hk::Result, l, result_seed, S_, H * D);
@@ -308,8 +305,7 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
       linear_backward_input(d_z.m.data() + h * dh, q_width, result_seed.m.data() + h * D, H * D, S_, WP.W_O, h * dh,
                             (h + 1) * dh, true);
   }
-  seed(Hk::Z, l, d_z, S_, q_width);
-  record(Hk::Z, l, d_z);
+  hook(Hk::Z, l, d_z, S_, q_width);
 
   Flow pattern_seed, scores_seed;
   seed(Hk::Pattern, l, pattern_seed, H * S_, S_);
@@ -363,38 +359,32 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
     linear_backward_input(d_ln1.m, d_qkv, WP.W_qkv, 0, D);
     d_ln1.live = true;
   }
-  seed(Hk::Ln1Normalized, l, d_ln1, S_, D);
-  record(Hk::Ln1Normalized, l, d_ln1);
+  hook(Hk::Ln1Normalized, l, d_ln1, S_, D);
   const RowMatrixXf resid_pre = a.resid_pre.to_matrix();
   const Flow d_x1 = norm(d_ln1, resid_pre, W.norm1_w, Hk::Ln1Scale, l);
 
   Flow d_pre_resid = d_mid;
   d_pre_resid.add(d_x1);
   if (parallel) d_pre_resid.add(d_x2);
-  seed(Hk::ResidPre, l, d_pre_resid, S_, D);
-  record(Hk::ResidPre, l, d_pre_resid);
+  hook(Hk::ResidPre, l, d_pre_resid, S_, D);
   return d_pre_resid;
 }
 
 void Backward::run() {
   const Eigen::Index D = c_.d_model;
   Flow d_logits;
-  seed(HookPoint::Logits, -1, d_logits, S_, c_.d_vocab);
-  record(HookPoint::Logits, -1, d_logits);
+  hook(HookPoint::Logits, -1, d_logits, S_, c_.d_vocab);
   Flow d_lnf = logits_to_final_norm(d_logits);
-  seed(HookPoint::LnFinalNormalized, -1, d_lnf, S_, D);
-  record(HookPoint::LnFinalNormalized, -1, d_lnf);
+  hook(HookPoint::LnFinalNormalized, -1, d_lnf, S_, D);
   const int L = c_.n_layers;
   Flow d_resid = norm(d_lnf, cache_.resid_post(L - 1), cache_.weights()->final_norm_w(), HookPoint::LnFinalScale, -1);
   for (int l = L - 1; l >= 0; --l) d_resid = layer(l, d_resid);
   // resid_pre of layer 0 = hook_embed + hook_pos_embed.
   Flow d_embed = d_resid;
-  seed(HookPoint::Embed, -1, d_embed, S_, D);
-  record(HookPoint::Embed, -1, d_embed);
+  hook(HookPoint::Embed, -1, d_embed, S_, D);
   if (cache_.has_pos_embed()) {
     Flow d_pos = d_resid;
-    seed(HookPoint::PosEmbed, -1, d_pos, S_, D);
-    record(HookPoint::PosEmbed, -1, d_pos);
+    hook(HookPoint::PosEmbed, -1, d_pos, S_, D);
   }
 }
 
