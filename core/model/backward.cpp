@@ -106,10 +106,10 @@ void attention_backward(RowMatrixXf& d_q, RowMatrixXf& d_k, RowMatrixXf& d_v, co
     RowMatrixXf& dS = scratch_s[static_cast<size_t>(omp_get_thread_num())];
     dP.resize(S, S);
     dS.resize(S, S);
-    const auto k_kv = k.middleCols(kv * dh, dh);
-    const auto v_kv = v.middleCols(kv * dh, dh);
+    const ConstStridedMatrixRef k_kv(k.data() + kv * dh, S, dh, Eigen::OuterStride<>(k.cols()));  // [key_pos, d_head]
+    const ConstStridedMatrixRef v_kv(v.data() + kv * dh, S, dh, Eigen::OuterStride<>(v.cols()));
     for (int h = kv * group; h < (kv + 1) * group; ++h) {
-      const auto P = pattern.middleRows(h * S, S);
+      const ConstMatrixRef P(pattern.data() + h * S * S, S, S);  // [query_pos, key_pos]
       // dM/dpattern = d_z_h @ v^T over every key, the masked ones too (backward.h).
       if (io.d_z) dP.noalias() = io.d_z->middleCols(h * dh, dh) * v_kv.transpose();
       else dP.setZero();
@@ -122,7 +122,7 @@ void attention_backward(RowMatrixXf& d_q, RowMatrixXf& d_k, RowMatrixXf& d_v, co
         dS.row(i).tail(S - i - 1).setZero();
       }
       if (io.scores_seed) {
-        const auto seed = io.scores_seed->middleRows(h * S, S);
+        const ConstMatrixRef seed(io.scores_seed->data() + h * S * S, S, S);
         for (Eigen::Index i = 0; i < S; ++i) dS.row(i).head(i + 1) += seed.row(i).head(i + 1);
       }
       if (io.d_scores) io.d_scores->middleRows(h * S, S) = dS;
