@@ -223,21 +223,16 @@ namespace {
 // A tiny llama2.c checkpoint with random weights (test_llama2c.cpp's recipe): Llama math read from
 // another file format.
 std::shared_ptr<const Weights> tiny_llama2c() {
-  const int32_t D = 16, M = 24, L = 2, H = 4, KV = 2, V = 20, C = 8;
-  const int64_t hs = D / H, kv = KV * hs;
+  const int32_t header[7] = {16, 24, 2, 4, 2, 20, 8};  // dim, hidden, layers, heads, kv heads, vocab, context
   std::mt19937 rng(5);
   std::normal_distribution<float> noise(0.0f, 0.5f);
-  const int64_t floats = V * D + 2 * L * D + L * D * D + 2 * L * kv * D + L * D * D + 3 * L * M * D + D + C * hs;
-  std::vector<float> w(static_cast<size_t>(floats));
+  std::vector<float> w(static_cast<size_t>(test::llama2c_floats(header)));
   for (float& x : w) x = noise(rng);
-  std::string bytes(7 * 4, '\0');
-  const int32_t header[7] = {D, M, L, H, KV, V, C};
-  std::memcpy(bytes.data(), header, sizeof header);
-  bytes.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
-  static std::vector<Llama2cCheckpoint> keep;  // the weights view the bytes' conversion
-  keep.push_back(llama2c_checkpoint_from_bytes(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "tiny.bin"));
-  return keep.back().weights;
+  const std::string bytes = test::llama2c_bytes(header, w);
+  // The checkpoint's floats are copied in; its weights own what they read.
+  return llama2c_checkpoint_from_bytes(
+             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "tiny.bin")
+      .weights;
 }
 
 struct Subject {
