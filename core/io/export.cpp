@@ -128,8 +128,9 @@ void put(std::string& s, T v) {
   for (size_t i = 0; i < sizeof(T); ++i) s.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xffu));
 }
 
-std::string npy_header(const std::vector<int64_t>& shape) {
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+std::string npy_header(const std::vector<int64_t>& shape, NpyType type = NpyType::F32) {
+  const char* descr = type == NpyType::F64 ? "<f8" : type == NpyType::I32 ? "<i4" : "<f4";
+  std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     dict += std::to_string(shape[i]);
     if (shape.size() == 1) dict += ",";
@@ -159,12 +160,15 @@ class ZipWriter {
   explicit ZipWriter(std::ostream& out) : out_(out) {}
 
   void add(const std::string& name, const std::string& header, const float* data, size_t count) {
+    add_bytes(name, header, data, count * sizeof(float));
+  }
+  void add_bytes(const std::string& name, const std::string& header, const void* data, size_t bytes) {
     ZipEntry e;
     e.name = name;
     e.offset = pos_;
-    e.size = header.size() + count * sizeof(float);
+    e.size = header.size() + bytes;
     e.crc = crc32(header.data(), header.size());
-    e.crc = crc32(data, count * sizeof(float), e.crc);
+    e.crc = crc32(data, bytes, e.crc);
     const bool z64 = e.size >= 0xffffffffull || e.offset >= 0xffffffffull;
     std::string h;
     put<uint32_t>(h, 0x04034b50u);
@@ -187,7 +191,7 @@ class ZipWriter {
     }
     emit(h.data(), h.size());
     emit(header.data(), header.size());
-    emit(reinterpret_cast<const char*>(data), count * sizeof(float));
+    emit(reinterpret_cast<const char*>(data), bytes);
     entries_.push_back(std::move(e));
   }
 
@@ -282,8 +286,11 @@ void write_cache_npz(const ActivationCache& cache, std::ostream& out) {
 
 void write_npz(std::ostream& out, const std::vector<NpzArrayView>& arrays) {
   ZipWriter zip(out);
-  for (const NpzArrayView& a : arrays)
-    zip.add(a.name + ".npy", npy_header(a.shape), a.data, static_cast<size_t>(Tensor::count(a.shape)));
+  for (const NpzArrayView& a : arrays) {
+    const size_t element = a.type == NpyType::F64 ? 8 : 4;
+    zip.add_bytes(a.name + ".npy", npy_header(a.shape, a.type), a.data,
+                  static_cast<size_t>(Tensor::count(a.shape)) * element);
+  }
   zip.finish();
 }
 

@@ -1,6 +1,7 @@
 // Writing the activation cache to JSON and NPZ, and writing any file atomically.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <ostream>
@@ -27,12 +28,15 @@ void write_cache_json(const ActivationCache& cache, std::ostream& out);
 void write_cache_npz(const ActivationCache& cache, std::ostream& out);
 std::string cache_to_json(const ActivationCache& cache);
 
-// One float32 array of an NPZ archive: the key numpy.load gives it, its shape, and its
-// Tensor::count(shape) floats, row-major (read in place, not copied).
+// The element type of an NPZ array: float32 unless said ('<f4', '<f8', '<i4' in numpy's terms).
+enum class NpyType : uint8_t { F32, F64, I32 };
+// One array of an NPZ archive: the key numpy.load gives it, its shape, and its Tensor::count(shape)
+// elements of `type`, row-major (read in place, not copied).
 struct NpzArrayView {
   std::string name;
   std::vector<int64_t> shape;
-  const float* data = nullptr;
+  const void* data = nullptr;
+  NpyType type = NpyType::F32;
 };
 // An NPZ archive of these arrays, in the same format as write_cache_npz (analyses' exports).
 void write_npz(std::ostream& out, const std::vector<NpzArrayView>& arrays);

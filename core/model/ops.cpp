@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace hs {
 
@@ -36,6 +37,33 @@ void rmsnorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x
   }
 }
 
+void norm_backward(RowMatrixXf& d_x, VectorXf* d_scale, const RowMatrixXf& d_y, const RowMatrixXf& x, const float* w,
+                   float eps, NormKind kind, const float* scale_seed) {
+  const Eigen::Index S = x.rows(), D = x.cols();
+  const bool has_dy = d_y.rows() > 0;
+  d_x.resize(S, D);
+  if (d_scale) d_scale->resize(S);
+  ConstRowVectorRef wv(w, D);
+  RowVectorXf xc(D);
+  for (Eigen::Index i = 0; i < S; ++i) {
+    // The forward's statistics, in its own operations (layernorm_forward, rmsnorm_forward).
+    const float mean = kind == NormKind::LayerNorm ? x.row(i).mean() : 0.0f;
+    xc = x.row(i).array() - mean;
+    const float s = std::sqrt(xc.squaredNorm() / static_cast<float>(D) + eps);
+    double ds = scale_seed ? scale_seed[i] : 0.0;
+    if (has_dy) {
+      double dot = 0;
+      for (Eigen::Index j = 0; j < D; ++j) dot += double{d_y(i, j)} * wv(j) * xc(j);
+      ds -= dot / (double{s} * s);
+    }
+    if (d_scale) (*d_scale)(i) = static_cast<float>(ds);
+    const float k = static_cast<float>(ds / (double{s} * static_cast<double>(D)));
+    if (has_dy) d_x.row(i) = d_y.row(i).array() * wv.array() / s + k * xc.array();
+    else d_x.row(i) = k * xc;
+    if (kind == NormKind::LayerNorm) d_x.row(i).array() -= d_x.row(i).mean();
+  }
+}
+
 void norm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
                   float eps, NormKind kind) {
   switch (kind) {
@@ -47,6 +75,37 @@ void norm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, c
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& W, const float* b) {
   out.resize(x.rows(), W.cols());
   packed_gemm(x.rows(), x.data(), x.cols(), W, 0, W.rows(), b, out.data(), W.cols());
+}
+
+void linear_backward_input(float* dx, int64_t lddx, const float* dy, int64_t lddy, int64_t M, const PackedMatrix& W,
+                           int64_t k0, int64_t k1, bool accumulate) {
+  // The simple, correct body: W's columns a block at a time widened to float32 (exact for 16-bit
+  // panels) as a [block, k1 - k0] matrix, then dx += dy[:, block] @ that. The fast kernel that
+  // reads the panels in place (packed_gemm_transposed) replaces this body.
+  const int64_t K = k1 - k0, N = W.cols();
+  using Strided = Eigen::Map<RowMatrixXf, 0, Eigen::OuterStride<>>;
+  using ConstStrided = Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>>;
+  Strided out(dx, M, K, Eigen::OuterStride<>(lddx));
+  if (!accumulate) out.setZero();
+  if (M == 0 || K == 0 || N == 0) return;
+  constexpr int64_t kBlock = 64;
+  thread_local std::vector<float> column, block;
+  column.resize(static_cast<size_t>(W.rows()));
+  block.resize(static_cast<size_t>(kBlock * K));
+  for (int64_t j0 = 0; j0 < N; j0 += kBlock) {
+    const int64_t nb = std::min(kBlock, N - j0);
+    for (int64_t j = 0; j < nb; ++j) {
+      W.column(j0 + j, column.data());
+      std::copy_n(column.data() + k0, K, block.data() + j * K);
+    }
+    out.noalias() += ConstStrided(dy + j0, M, nb, Eigen::OuterStride<>(lddy)) * ConstMatrixRef(block.data(), nb, K);
+  }
+}
+
+void linear_backward_input(RowMatrixXf& dx, const RowMatrixXf& dy, const PackedMatrix& W, int64_t k0, int64_t k1,
+                           bool accumulate) {
+  if (!accumulate) dx.resize(dy.rows(), k1 - k0);
+  linear_backward_input(dx.data(), dx.cols(), dy.data(), dy.cols(), dy.rows(), W, k0, k1, accumulate);
 }
 
 void head_result_forward(float* out, int64_t ldo, const ConstStridedRowsRef& z, int h, int d_head, const PackedMatrix& W_O) {
@@ -84,9 +143,54 @@ void activation_forward(float* out_p, const float* pre_p, int64_t n, Activation 
   }
 }
 
+void activation_derivative(float* out_p, const float* x_p, int64_t n, Activation act) {
+  Eigen::Map<const Eigen::ArrayXf> x(x_p, n);
+  Eigen::Map<Eigen::ArrayXf> out(out_p, n);
+  switch (act) {
+    case Activation::GeluNew: {
+      // d/dx 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3)
+      constexpr float k = 0.7978845608028654f;
+      out = x.unaryExpr([](float v) {
+        const float t = std::tanh(k * (v + 0.044715f * v * v * v));
+        return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * v * v);
+      });
+      break;
+    }
+    case Activation::GeluErf:
+      // Phi(x) + x phi(x)
+      out = x.unaryExpr([](float v) {
+        return 0.5f * (1.0f + std::erf(v * 0.70710678118654752f)) + v * 0.3989422804014327f * std::exp(-0.5f * v * v);
+      });
+      break;
+    case Activation::Relu:
+      out = (x > 0.0f).cast<float>();
+      break;
+    case Activation::Silu:
+      out = x.unaryExpr([](float v) {
+        const float s = 1.0f / (1.0f + std::exp(-v));
+        return s * (1.0f + v * (1.0f - s));
+      });
+      break;
+  }
+}
+
+void activation_backward(RowMatrixXf& d_pre, const RowMatrixXf& d_out, const RowMatrixXf& pre, Activation act) {
+  d_pre.resize(pre.rows(), pre.cols());
+  activation_derivative(d_pre.data(), pre.data(), pre.size(), act);
+  d_pre.array() *= d_out.array();
+}
+
 void gated_activation_forward(RowMatrixXf& out, const RowMatrixXf& gate, const RowMatrixXf& up, Activation act) {
   activation_forward(out, gate, act);
   out.array() *= up.array();
+}
+
+void gated_activation_backward(RowMatrixXf& d_gate, RowMatrixXf& d_up, const RowMatrixXf& d_out, const RowMatrixXf& gate,
+                               const RowMatrixXf& up, Activation act) {
+  activation_forward(d_up, gate, act);
+  d_up.array() *= d_out.array();
+  activation_backward(d_gate, d_out, gate, act);
+  d_gate.array() *= up.array();
 }
 
 void rotary_tables(RowMatrixXf& cos, RowMatrixXf& sin, const std::vector<double>& inv_freq, Eigen::Index p0,
@@ -118,6 +222,31 @@ void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
       }
     }
   }
+}
+
+void rotary_backward(Eigen::Ref<RowMatrixXf> d, int n_heads, int d_head, int dim,
+                     const Eigen::Ref<const RowMatrixXf>& cos, const Eigen::Ref<const RowMatrixXf>& sin) {
+  const Eigen::Index half = dim / 2;
+  for (Eigen::Index r = 0; r < d.rows(); ++r) {
+    const float* c = cos.row(r).data();
+    const float* s = sin.row(r).data();
+    for (int h = 0; h < n_heads; ++h) {
+      float* lo = d.row(r).data() + static_cast<Eigen::Index>(h) * d_head;
+      float* hi = lo + half;
+      for (Eigen::Index i = 0; i < half; ++i) {
+        const float a = lo[i], b = hi[i];
+        lo[i] = a * c[i] + b * s[i];
+        hi[i] = b * c[i] - a * s[i];
+      }
+    }
+  }
+}
+
+void softmax_backward(float* d_s, const float* p, const float* d_p, int64_t n) {
+  double dot = 0;
+  for (int64_t j = 0; j < n; ++j) dot += double{p[j]} * d_p[j];
+  const float m = static_cast<float>(dot);
+  for (int64_t j = 0; j < n; ++j) d_s[j] = p[j] * (d_p[j] - m);
 }
 
 void unembed_forward(Eigen::Ref<RowMatrixXf> out, const RowMatrixXf& x, const PackedMatrix& W_U) {

@@ -36,6 +36,8 @@ Rows norm(const Rows& x, const float* w, const float* b, double eps, NormKind ki
   return out;
 }
 
+}  // namespace
+
 // The angle per position of each rotated pair, from the description's parameters (written out
 // here rather than taken from the core's rotary_inv_freq).
 std::vector<double> inverse_frequencies(const RotaryParams& r) {
@@ -57,6 +59,8 @@ std::vector<double> inverse_frequencies(const RotaryParams& r) {
   }
   return f;
 }
+
+namespace {
 
 // Rotates the first r.dim dimensions of each head of every row (position = row index), rotate-half.
 Rows rotate(const Rows& x, size_t n_heads, size_t d_head, const RotaryParams& r) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/model/cache.h"
 #include "core/model/weights.h"
@@ -15,5 +16,9 @@ namespace hs::test {
 // and ops.cpp.
 std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
                                                    std::span<const int32_t> tokens);
+
+// The rotary inverse frequency of each rotated pair, written out from the description's
+// parameters (not the core's rotary_inv_freq).
+std::vector<double> inverse_frequencies(const RotaryParams& r);
 
 }  // namespace hs::test

@@ -357,22 +357,7 @@ TEST_CASE("README's command line section lists every command of the table", "[cl
   }
 }
 
-namespace {
-
-// A float32 vector as numpy.save writes it (NPY format 1.0, little-endian, C order).
-void write_npy(const fs::path& p, const std::vector<float>& v) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::ofstream out(p, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = static_cast<uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&len), 2);
-  out << header;
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-}
-
-}  // namespace
+using hs::test::write_npy;
 
 TEST_CASE("cli hooks lists every hook point, and run --edit and --steer edit the run as the core does", "[cli][edits]") {
   const std::string model = fixture("llama_gqa");

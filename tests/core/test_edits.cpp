@@ -51,17 +51,7 @@ RowMatrixXf as_rows(const ActivationCache& cache, HookPoint hook, int l) {
   return ConstMatrixRef(t.data.data(), n, w);
 }
 
-void write_npy(const fs::path& path, const std::vector<float>& v) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = static_cast<uint16_t>(header.size());
-  out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
-  out << header;
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-}
+using test::write_npy;
 
 double relative(const std::vector<float>& a, const std::vector<float>& b) { return test::compare(a, b).relative; }
 

@@ -150,14 +150,11 @@ TEST_CASE("llama2.c: the rotate-half conversion of wq and wk keeps run.c's atten
   const int64_t hs = D / H, kv = KV * hs;
   std::mt19937 rng(3);
   std::normal_distribution<float> noise(0.0f, 0.5f);
-  const int64_t floats = V * D + 2 * L * D + L * D * D + 2 * L * kv * D + L * D * D + 3 * L * M * D + D + C * hs;
-  std::vector<float> w(static_cast<size_t>(floats));
+  const int32_t header[7] = {D, M, L, H, KV, V, C};
+  std::vector<float> w(static_cast<size_t>(test::llama2c_floats(header)));
   for (float& x : w) x = noise(rng);
   for (int64_t i = V * D; i < V * D + L * D; ++i) w[static_cast<size_t>(i)] = 1.0f;  // rms_att: ones
-  std::string bytes(7 * 4, '\0');
-  const int32_t header[7] = {D, M, L, H, KV, V, C};
-  std::memcpy(bytes.data(), header, sizeof header);
-  bytes.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
+  const std::string bytes = test::llama2c_bytes(header, w);
   const auto span = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   const Llama2cCheckpoint m = llama2c_checkpoint_from_bytes(span, "tiny.bin");
   const std::vector<int32_t> tokens = {1, 7, 3, 19, 4};

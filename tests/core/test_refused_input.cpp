@@ -170,7 +170,7 @@ const std::set<std::string> kTested = {
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
     "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R84", "R85",
-    "R90", "R91", "R92", "R93",
+    "R90", "R91", "R92", "R93", "R94", "R95", "R96", "R97",
 };
 
 const char* kText = "The cat sat on the mat.";
@@ -771,6 +771,19 @@ TEST_CASE("refused input: the command line (R53-R55)", "[refused]") {
   check_refused(cli("frobnicate"), expected("R53", {}), s, 2);
   check_refused(cli("info --bogus"), expected("R54", {}), s, 2);
   check_refused(cli("info --model"), expected("R55", {}), s, 2);
+}
+
+TEST_CASE("refused input: gradients (R94-R97)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model(), out = s.dir / "g.json", v = s.dir / "v.npy";
+  hs::test::write_npy(v, std::vector<float>(5, 1.0f));
+  const std::string grad = "grad --model " + quote(m.string()) + " --text " + quote(kText) + " -o " + quote(out.string());
+  const Subst sub = {{"<tmp>", s.dir.string()}};
+  check_refused(cli(grad + " --metric logit_diff --answer ' the mat' --wrong ' dog'"), expected("R94", sub), s);
+  check_refused(cli(grad + " --metric logit_diff --answer-id 5000 --wrong-id 3"), expected("R95", sub), s);
+  check_refused(cli(grad + " --metric logit --answer-id 5 --pos 40"), expected("R96", sub), s);
+  check_refused(cli(grad + " --metric dot --hook blocks.1.hook_resid_mid --vector " + quote(v.string())), expected("R97", sub), s);
+  CHECK(!fs::exists(out));
 }
 
 TEST_CASE("refused input: data-set scans (R60-R64)", "[refused]") {

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -84,6 +85,35 @@ inline std::string build_safetensors(const std::vector<Entry>& entries) {
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((uint64_t{h.size()} >> (8 * i)) & 0xff);
   return out + h + data;
+}
+
+// A float32 vector as numpy.save writes it (NPY format 1.0, little-endian, C order).
+inline void write_npy(const std::filesystem::path& path, const std::vector<float>& v) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
+// A llama2.c checkpoint as its file holds it. `header`: dim, hidden_dim, n_layers, n_heads,
+// n_kv_heads, vocab_size (shared classifier), seq_len; the floats follow, llama2c_floats(header)
+// of them in run.c's order (token embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3,
+// rms_final, the rotary tables' seq_len x head_size / 2 x 2).
+inline int64_t llama2c_floats(const int32_t (&h)[7]) {
+  const int64_t D = h[0], M = h[1], L = h[2], H = h[3], KV = h[4], V = h[5], C = h[6];
+  const int64_t hs = D / H, kv = KV * hs;
+  return V * D + 2 * L * D + L * D * D + 2 * L * kv * D + L * D * D + 3 * L * M * D + D + C * hs;
+}
+inline std::string llama2c_bytes(const int32_t (&h)[7], const std::vector<float>& w) {
+  std::string bytes(sizeof h, '\0');
+  std::memcpy(bytes.data(), h, sizeof h);
+  bytes.append(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float));
+  return bytes;
 }
 
 struct Comparison {
