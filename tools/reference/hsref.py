@@ -1448,7 +1448,7 @@ def attribute(model, tokens: Sequence[int], metric: Metric, method: str = "grad_
             g = g + at(base + (k + 0.5) / steps * (x - base))[1]
         g = g / steps
     attr = ((x - base) * g).sum(dim=-1)
-    return {"tokens": [int(t) for t in tokens], "method": method, "steps": steps if method != "grad_x_input" else 1,
+    return {"tokens": [int(t) for t in tokens], "method": method, "steps": steps,
             "attributions": attr.tolist(), "metric": m, "baseline_metric": m_base,
             "completeness_error": float(attr.sum()) - (m - m_base)}
 

@@ -533,6 +533,19 @@ class AttributeTest(unittest.TestCase):
         self.assertEqual(ig["attributions"][0], 0.0)
 
 
+class GradFixturesUpToDateTest(unittest.TestCase):
+    def test_regeneration_is_byte_identical(self):
+        out = os.path.join(REPO, "tests", "fixtures", "analyses", "grads")
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "analyses", "make_grads.py"),
+                            "--out", d], check=True, capture_output=True)
+            self.assertEqual(sorted(os.listdir(out)), sorted(os.listdir(d)))
+            for file in sorted(os.listdir(out)):
+                with self.subTest(file):
+                    with open(os.path.join(out, file), "rb") as a, open(os.path.join(d, file), "rb") as b:
+                        self.assertEqual(a.read(), b.read())
+
+
 class AblatePatchFixturesUpToDateTest(unittest.TestCase):
     def test_regeneration_is_byte_identical(self):
         out = os.path.join(REPO, "tests", "fixtures", "analyses", "ablate_patch")
