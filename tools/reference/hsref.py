@@ -1246,8 +1246,13 @@ class Metric:
 
 
 def _grad_tap(key, value):
-    """Keeps the gradient of every cache tensor: the embeddings (which need none) become leaves."""
+    """Keeps the gradient of every cache tensor: the embeddings (which need none) become leaves.
+    Each key gets a node of its own (a clone), as a TransformerLens HookPoint is a module of its
+    own: where two keys hold the same value (resid_post of layer l and resid_pre of layer l + 1;
+    Llama's hook_embed and resid_pre of layer 0) a metric read at the earlier one does not reach
+    the later one."""
     if value.requires_grad:
+        value = value.clone()
         value.retain_grad()
         return value
     return value.detach().clone().requires_grad_(True)

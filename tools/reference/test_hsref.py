@@ -417,6 +417,12 @@ class GradTest(unittest.TestCase):
         self.assertNotIn("blocks.0.mlp.hook_post", g)
         self.assertIn("blocks.0.attn.hook_rot_q", g)
         np.testing.assert_array_equal(g["blocks.0.hook_resid_mid"][-1], np.ones(model.config.d_model))
+        _, g = hsref.grad(model, self.TOKENS, hsref.Metric("dot", hook="blocks.0.hook_resid_post",
+                                                           vector=tuple([1.0] * model.config.d_model)))
+        self.assertNotIn("blocks.1.hook_resid_pre", g)                # the same value, but downstream
+        _, g = hsref.grad(model, self.TOKENS, hsref.Metric("dot", hook="hook_embed",
+                                                           vector=tuple([1.0] * model.config.d_model)))
+        self.assertEqual(sorted(g), ["hook_embed"])
         neox = hsref.load_any(os.path.join(FIXTURES, "neox_parallel"))
         _, g = hsref.grad(neox, self.TOKENS, hsref.Metric("logit_diff", 5, 7))
         self.assertNotIn("blocks.0.hook_resid_mid", g)               # parallel blocks never read it
