@@ -1,7 +1,7 @@
 // The gradient commands of issue 23 end to end against the float64 autograd reference
 // (tools/reference/hsref.py; fixtures written by tests/fixtures/analyses/make_grads.py):
 //   - headscope-cli grad: the metric and KEY.grad at every key the metric depends on, for every
-//     family and every metric kind, each key to 1e-4 of its largest reference magnitude;
+//     family (llama2.c too: a checkpoint written from llama_gqa's weights) and every metric kind, each key to 1e-4 of its largest reference magnitude;
 //   - headscope-cli patch --method atp | atp_qk: raw and normalized for every --what, and the
 //     exact sweep (the default method) on the same pair;
 //   - headscope-cli attribute: grad_x_input and integrated_gradients.
@@ -158,10 +158,10 @@ std::vector<int64_t> json_shape(const json& a) {
 // One sweep of atp.json against `headscope-cli patch` with `method` ("" for the default, exact).
 void check_sweep(const json& run, const json& sweep, const std::string& method) {
   const fs::path out = test::scratch_dir() / "sweep.json";
-  const std::string args = "patch --model " + test::quote(test::fixture_model(run["model"]).string()) +
-                           " --clean " + test::quote(run["clean_text"]) + " --corrupt " +
-                           test::quote(run["corrupt_text"]) + " --answer " + test::quote(run["answer_text"]) +
-                           " --wrong " + test::quote(run["wrong_text"]) + " --what " + sweep["what"].get<std::string>() +
+  const std::string args = "patch --model " + test::quote(test::fixture_model(run["model"].get<std::string>()).string()) +
+                           " --clean " + test::quote(run["clean_text"].get<std::string>()) + " --corrupt " +
+                           test::quote(run["corrupt_text"].get<std::string>()) + " --answer " + test::quote(run["answer_text"].get<std::string>()) +
+                           " --wrong " + test::quote(run["wrong_text"].get<std::string>()) + " --what " + sweep["what"].get<std::string>() +
                            (method.empty() ? "" : " --method " + method) + " --no-bos -o " + test::quote(out.string());
   INFO("headscope-cli " << args);
   const test::CliRun r = test::run_cli(args);
@@ -171,8 +171,8 @@ void check_sweep(const json& run, const json& sweep, const std::string& method) 
   CHECK(ours["clean_tokens"] == run["clean_tokens"]);
   CHECK(ours["corrupt_tokens"] == run["corrupt_tokens"]);
   CHECK(ours["answer_id"] == run["answer_id"]);
-  CHECK(metric_error(sweep["metric_clean"], ours["metric_clean"]) <= kMetricTol);
-  CHECK(metric_error(sweep["metric_corrupt"], ours["metric_corrupt"]) <= kMetricTol);
+  CHECK(metric_error(sweep["metric_clean"].get<double>(), ours["metric_clean"].get<double>()) <= kMetricTol);
+  CHECK(metric_error(sweep["metric_corrupt"].get<double>(), ours["metric_corrupt"].get<double>()) <= kMetricTol);
   CHECK(json_shape(ours["raw"]) == json_shape(sweep["raw"]));
   CHECK(json_shape(ours["normalized"]) == json_shape(sweep["normalized"]));
   const test::Comparison c = test::compare(effects(sweep), effects(ours));
@@ -193,7 +193,8 @@ TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autogr
     const std::string file = run["file"];
     DYNAMIC_SECTION(file) {
       const fs::path out = test::scratch_dir() / "grad.npz";
-      std::string args = "grad --model " + test::quote(test::fixture_model(run["model"]).string()) + " --tokens " +
+      const fs::path model = test::source_dir() / run["model_path"].get<std::string>();
+      std::string args = "grad --model " + test::quote(model.string()) + " --tokens " +
                          ids(run["tokens"]) + " --metric " + run["metric"].get<std::string>();
       if (run.contains("answer_id")) args += " --answer-id " + std::to_string(run["answer_id"].get<int>());
       if (run.contains("wrong_id")) args += " --wrong-id " + std::to_string(run["wrong_id"].get<int>());
@@ -212,7 +213,7 @@ TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autogr
       CHECK(ours.at("metric").shape == std::vector<int64_t>{1});
       const double metric = ours.at("metric").values.at(0);
       INFO("metric " << metric << ", reference " << run["value"].get<double>());
-      CHECK(metric_error(run["value"], metric) <= kMetricTol);
+      CHECK(metric_error(run["value"].get<double>(), metric) <= kMetricTol);
       REQUIRE(ours.count("tokens") == 1);
       CHECK(ours.at("tokens").descr == "<i4");
       std::vector<double> tokens;
@@ -274,7 +275,7 @@ TEST_CASE("attribute: grad x input and integrated gradients match the float64 re
     const std::string method = run["method"];
     DYNAMIC_SECTION(run["model"].get<std::string>() << " " << method) {
       const fs::path out = test::scratch_dir() / "attribute.json";
-      const std::string args = "attribute --model " + test::quote(test::fixture_model(run["model"]).string()) +
+      const std::string args = "attribute --model " + test::quote(test::fixture_model(run["model"].get<std::string>()).string()) +
                                " --tokens " + ids(run["tokens"]) + " --method " + method +
                                (method == "integrated_gradients" ? " --steps " + std::to_string(run["steps"].get<int>())
                                                                  : std::string()) +
@@ -287,8 +288,8 @@ TEST_CASE("attribute: grad x input and integrated gradients match the float64 re
       REQUIRE(r.code == 0);
       const json ours = read_json(out);
       CHECK(ours["tokens"] == run["tokens"]);
-      CHECK(metric_error(run["metric"], ours["metric"]) <= kMetricTol);
-      CHECK(metric_error(run["baseline_metric"], ours["baseline_metric"]) <= kMetricTol);
+      CHECK(metric_error(run["metric"].get<double>(), ours["metric"].get<double>()) <= kMetricTol);
+      CHECK(metric_error(run["baseline_metric"].get<double>(), ours["baseline_metric"].get<double>()) <= kMetricTol);
       const std::vector<float> ref = flatten(run["attributions"]), got = flatten(ours["attributions"]);
       REQUIRE(got.size() == ref.size());
       CHECK(got.at(0) == 0.0f);

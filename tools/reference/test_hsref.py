@@ -545,11 +545,52 @@ class GradFixturesUpToDateTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "analyses", "make_grads.py"),
                             "--out", d], check=True, capture_output=True)
-            self.assertEqual(sorted(os.listdir(out)), sorted(os.listdir(d)))
-            for file in sorted(os.listdir(out)):
+            files = lambda root: sorted(os.path.relpath(os.path.join(r, f), root)  # noqa: E731
+                                        for r, _, fs in os.walk(root) for f in fs)
+            self.assertEqual(files(out), files(d))
+            for file in files(out):
                 with self.subTest(file):
                     with open(os.path.join(out, file), "rb") as a, open(os.path.join(d, file), "rb") as b:
                         self.assertEqual(a.read(), b.read())
+
+    def test_llama2c_checkpoint_runs_as_run_c_reads_it(self):
+        # model.bin read the way run.c reads it (interleaved rope pairs on the file's own wq / wk
+        # rows) gives the logits of the reference make_grads.py uses (rotate-half, rows permuted).
+        sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "analyses"))
+        import make_grads
+        path = os.path.join(REPO, "tests", "fixtures", "analyses", "grads", "llama2c", "model.bin")
+        raw = np.fromfile(path, dtype="<i4", count=7)
+        D, M, L, H, KV, V, C = (int(x) for x in raw)
+        V = -V
+        f = np.fromfile(path, dtype="<f4", offset=28)
+        hs, at = D // H, 0
+
+        def take(*shape):
+            nonlocal at
+            n = int(np.prod(shape))
+            out = f[at:at + n].reshape(shape)
+            at += n
+            return out
+        embed, rms_att, wq, wk = take(V, D), take(L, D), take(L, D, D), take(L, KV * hs, D)
+        wv, wo, rms_ffn = take(L, KV * hs, D), take(L, D, D), take(L, D)
+        w1, w2, w3, rms_final = take(L, M, D), take(L, D, M), take(L, M, D), take(D)
+        take(C * hs)
+        wcls = take(V, D)
+        self.assertEqual(at, f.size)
+        weights = {"embed_tokens.weight": embed, "norm.weight": rms_final, "lm_head.weight": wcls}
+        for l in range(L):
+            p = f"layers.{l}."
+            weights.update({p + "input_layernorm.weight": rms_att[l], p + "post_attention_layernorm.weight": rms_ffn[l],
+                            p + "self_attn.q_proj.weight": wq[l], p + "self_attn.k_proj.weight": wk[l],
+                            p + "self_attn.v_proj.weight": wv[l], p + "self_attn.o_proj.weight": wo[l],
+                            p + "mlp.gate_proj.weight": w1[l], p + "mlp.down_proj.weight": w2[l],
+                            p + "mlp.up_proj.weight": w3[l]})
+        with tempfile.TemporaryDirectory() as d:
+            ref = make_grads.write_llama2c(d)
+        run_c = hsref.LlamaModel(dataclasses.replace(ref.config, rope_pairs="interleaved"), weights, {})
+        tokens = make_grads.TOKENS
+        torch.testing.assert_close(hsref.llama_forward(run_c, tokens)["logits"],
+                                   hsref.llama_forward(ref, tokens)["logits"], rtol=1e-12, atol=1e-12)
 
 
 class AblatePatchFixturesUpToDateTest(unittest.TestCase):
