@@ -1372,8 +1372,8 @@ def atp(model, clean_tokens: Sequence[int], corrupt_tokens: Sequence[int], answe
     site the metric does not depend on has dM/da = 0 (raw = m_corrupt).
 
     method="atp_qk": AtP*'s QK fix (Kramar, Lieberum, Shah, Nanda 2024, "AtP*: An efficient and
-    scalable method for localizing LLM behaviour to components", section 3.1.1 "False negatives
-    from attention saturation"). It changes only what = z and z_pos, the nodes that are an
+    scalable method for localizing LLM behaviour to components", arXiv 2403.00745: the section on
+    false negatives from attention saturation, the "QK fix"). It changes only what = z and z_pos, the nodes that are an
     attention head (its query, keys and values); resid_pre, attn_out, mlp_out and mlp_post are
     plain AtP (AtP* recomputes no softmax downstream of a node). Patching z[t, h] from the clean
     run is recomputing z[t, h] = sum_s A[t, s] v[s] with the clean query q_t, the clean keys and
