@@ -187,9 +187,10 @@ void check_sweep(const json& run, const json& sweep, const std::string& method) 
 }  // namespace
 
 // Awaits `headscope-cli grad` (issue 23 part 3): fails with "unknown command" until it lands.
-TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autograd reference, every family",
+TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autograd reference in every family",
           "[grad][cli][fixtures]") {
-  for (const auto& run : read_json(grads_dir() / "fixture.json")["runs"]) {
+  const json fixture = read_json(grads_dir() / "fixture.json");  // a local: ["runs"] of a temporary would dangle
+  for (const auto& run : fixture["runs"]) {
     const std::string file = run["file"];
     DYNAMIC_SECTION(file) {
       const fs::path out = test::scratch_dir() / "grad.npz";
@@ -245,9 +246,10 @@ TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autogr
 
 // Passes today for resid_pre, attn_out, mlp_out and z (the command exists): the same pair and
 // texts as the AtP cases, so the AtP cases below differ from it only in --method.
-TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float64 reference (GPT-2, Llama GQA)",
+TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float64 reference (GPT-2 and Llama GQA)",
           "[patch][cli][fixtures]") {
-  for (const auto& run : read_json(grads_dir() / "atp.json")["runs"])
+  const json atp = read_json(grads_dir() / "atp.json");
+  for (const auto& run : atp["runs"])
     for (const auto& sweep : run["sweeps"]) {
       const std::string what = sweep["what"];
       if (sweep["method"] != "exact" || what == "z_pos" || what == "mlp_post") continue;  // exact: 4 sites
@@ -256,9 +258,10 @@ TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float
 }
 
 // Awaits `headscope-cli patch --method atp|atp_qk` and --what z_pos|mlp_post (issue 23 part 4).
-TEST_CASE("patch --method atp and atp_qk match the float64 reference for every --what (GPT-2, Llama GQA)",
+TEST_CASE("patch --method atp and atp_qk match the float64 reference for every --what (GPT-2 and Llama GQA)",
           "[patch][atp][cli][fixtures]") {
-  for (const auto& run : read_json(grads_dir() / "atp.json")["runs"])
+  const json atp = read_json(grads_dir() / "atp.json");
+  for (const auto& run : atp["runs"])
     for (const auto& sweep : run["sweeps"]) {
       const std::string method = sweep["method"];
       if (method == "exact") continue;
@@ -269,9 +272,10 @@ TEST_CASE("patch --method atp and atp_qk match the float64 reference for every -
 }
 
 // Awaits `headscope-cli attribute` (issue 23 part 5).
-TEST_CASE("attribute: grad x input and integrated gradients match the float64 reference (GPT-2, Llama GQA)",
+TEST_CASE("attribute: grad x input and integrated gradients match the float64 reference (GPT-2 and Llama GQA)",
           "[attribute][cli][fixtures]") {
-  for (const auto& run : read_json(grads_dir() / "attribute.json")["runs"]) {
+  const json attribute = read_json(grads_dir() / "attribute.json");
+  for (const auto& run : attribute["runs"]) {
     const std::string method = run["method"];
     DYNAMIC_SECTION(run["model"].get<std::string>() << " " << method) {
       const fs::path out = test::scratch_dir() / "attribute.json";
