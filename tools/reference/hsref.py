@@ -29,11 +29,24 @@ OV circuit's eigenvalues and copying score (and, with --tokens, the token-to-tok
 the tokens each prompt token's OV circuit promotes), all computed by materializing the matrices.
 
 `patch` writes metric_clean, metric_corrupt, raw and normalized as JSON (TransformerLens's
-conventions: one full run per patched cell; see patching_sweep).
+conventions: one full run per patched cell; see patching_sweep; --what also z_pos, mlp_post).
+
+    /usr/bin/python3 tools/reference/hsref.py grad --model DIR --tokens 1,2,3 --metric logit_diff \
+        --answer-id 5 --wrong-id 6 [--pos P] [--hook KEY --vector V.npy [--head H]] -o OUT.npz
+    /usr/bin/python3 tools/reference/hsref.py atp --model DIR --clean 1,2,3 --corrupt 1,4,3 --answer 5 \
+        --wrong 6 --what resid_pre|attn_out|mlp_out|z|z_pos|mlp_post [--method atp|atp_qk] -o OUT.json
+    /usr/bin/python3 tools/reference/hsref.py attribute --model DIR --tokens 1,2,3 \
+        --method grad_x_input|integrated_gradients [--steps 32] --metric ... -o OUT.json
+
+`grad` writes "metric" (float64 [1]), "tokens" (int32) and KEY.grad (float32, the key's shape)
+for every key the metric depends on: float64 autograd through the forward pass (see grad()).
+`atp` is attribution patching in patch's layout (atp(): AtP*'s QK fix documented there);
+`attribute` writes tokens, attributions, metric, baseline_metric, completeness_error.
 
 Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward` (with hooks),
 `load_llama`, `llama_forward` (Llama and Qwen2), `load_neox`, `neox_forward`, `load_any`, `forward_any`,
-`ablation_hooks`, `edit_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`.
+`ablation_hooks`, `edit_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`,
+`Metric`, `grad`, `atp`, `attribute`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
 """
 
@@ -381,7 +394,7 @@ HOOK_POINTS = ("hook_embed", "hook_pos_embed", "hook_resid_pre", "attn.hook_q", 
 
 def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config] = None,
             dtype=None, hooks: Optional[Mapping[str, Sequence]] = None, weights=None,
-            attn_result: bool = True):
+            attn_result: bool = True, tap=None):
     """Runs the model in float64 and returns {cache key: torch tensor} (DESIGN.md's activation
     cache contract, no batch dimension). `config` overrides model.config (used to show that a
     fixture detects a wrong setting); `dtype` (default torch.float64) is there to measure how far
@@ -392,7 +405,12 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
     on with, applied in order where the hook sits; the cache records the edited value, as a
     caching hook added after the editing ones does in TransformerLens. `weights`: a
     torch_weights(model, dtype) dict, so repeated runs skip the conversion. `attn_result=False`
-    leaves out hook_result (TransformerLens computes it only with use_attn_result)."""
+    leaves out hook_result (TransformerLens computes it only with use_attn_result).
+
+    `tap(key, value) -> value` (used by grad() and the finite-difference checks) is called at
+    every cache key, after the editing hooks; what it returns is cached and used downstream, so
+    every key is on the autograd path. With a tap, hook_attn_out is sum over heads of hook_result
+    + b_O (TransformerLens's use_attn_result path) so that hook_result is on the path too."""
     torch = _torch()
     dtype = dtype or torch.float64
     c = config or model.config
@@ -420,58 +438,67 @@ def forward(model: GPT2Model, tokens: Sequence[int], config: Optional[GPT2Config
     n_pos, H, dh, D = len(tokens), c.n_head, c.d_head, c.d_model
     act = _ACTIVATIONS[c.activation]
     cache = {}
+    keep = _keeper(cache, tap)
     ids = torch.tensor(tokens, dtype=torch.long)
-    cache["hook_embed"] = hooked("hook_embed", W("wte.weight")[ids])               # [pos, d_model]
-    cache["hook_pos_embed"] = hooked("hook_pos_embed", W("wpe.weight")[:n_pos])    # [pos, d_model]
-    resid = cache["hook_embed"] + cache["hook_pos_embed"]            # [pos, d_model]
+    embed = keep("hook_embed", hooked("hook_embed", W("wte.weight")[ids]))               # [pos, d_model]
+    pos_embed = keep("hook_pos_embed", hooked("hook_pos_embed", W("wpe.weight")[:n_pos]))  # [pos, d_model]
+    resid = embed + pos_embed                                        # [pos, d_model]
     causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()       # [query_pos, key_pos]
 
     for l in range(c.n_layer):
         p, k_ = f"h.{l}.", f"blocks.{l}."  # Hugging Face weight prefix, TransformerLens key prefix
-        resid = hooked(k_ + "hook_resid_pre", resid)
-        cache[k_ + "hook_resid_pre"] = resid
+        resid = keep(k_ + "hook_resid_pre", hooked(k_ + "hook_resid_pre", resid))
         x = layer_norm(resid, W(p + "ln_1.weight"), W(p + "ln_1.bias"), c.layer_norm_eps)
         qkv = x @ W(p + "attn.c_attn.weight") + W(p + "attn.c_attn.bias")   # [pos, 3*d_model]
         q, k, v = (t.reshape(n_pos, H, dh) for t in qkv.split(D, dim=-1))   # [pos, head, d_head]
-        q, k, v = hooked(k_ + "attn.hook_q", q), hooked(k_ + "attn.hook_k", k), hooked(k_ + "attn.hook_v", v)
-        cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
+        q = keep(k_ + "attn.hook_q", hooked(k_ + "attn.hook_q", q))
+        k = keep(k_ + "attn.hook_k", hooked(k_ + "attn.hook_k", k))
+        v = keep(k_ + "attn.hook_v", hooked(k_ + "attn.hook_v", v))
         scores = torch.einsum("qhd,khd->hqk", q, k)                          # [head, query_pos, key_pos]
         if c.scale_attn_weights:
             scores = scores / math.sqrt(dh)
         if c.scale_attn_by_inverse_layer_idx:
             scores = scores / float(l + 1)
         # attention is the only place positions mix; a query may read only itself and earlier keys
-        scores = scores.masked_fill(~causal, float("-inf"))
-        cache[k_ + "attn.hook_attn_scores"] = scores
-        pattern = hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1))  # [head, query_pos, key_pos]
-        cache[k_ + "attn.hook_pattern"] = pattern
+        scores = keep(k_ + "attn.hook_attn_scores", scores.masked_fill(~causal, float("-inf")))
+        pattern = keep(k_ + "attn.hook_pattern",                             # [head, query_pos, key_pos]
+                       hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1)))
         z = torch.einsum("hqk,khd->qhd", pattern, v)                         # [pos, head, d_head]
-        z = hooked(k_ + "attn.hook_z", z)
-        cache[k_ + "attn.hook_z"] = z
+        z = keep(k_ + "attn.hook_z", hooked(k_ + "attn.hook_z", z))
         w_o = W(p + "attn.c_proj.weight")                                    # [d_model(in), d_model]
-        if attn_result:
-            cache[k_ + "attn.hook_result"] = torch.einsum(                    # [pos, head, d_model]
-                "qhd,hdm->qhm", z, w_o.reshape(H, dh, D))
-        # Hugging Face's way (concatenate heads, then project), independent of hook_result
-        attn_out = z.reshape(n_pos, D) @ w_o + W(p + "attn.c_proj.bias")     # [pos, d_model]
-        attn_out = hooked(k_ + "hook_attn_out", attn_out)
-        cache[k_ + "hook_attn_out"] = attn_out
-        resid = hooked(k_ + "hook_resid_mid", resid + attn_out)
-        cache[k_ + "hook_resid_mid"] = resid
+        if attn_result or tap is not None:
+            result = keep(k_ + "attn.hook_result", torch.einsum(             # [pos, head, d_model]
+                "qhd,hdm->qhm", z, w_o.reshape(H, dh, D)))
+        if tap is not None:
+            attn_out = result.sum(dim=1) + W(p + "attn.c_proj.bias")
+        else:
+            # Hugging Face's way (concatenate heads, then project), independent of hook_result
+            attn_out = z.reshape(n_pos, D) @ w_o + W(p + "attn.c_proj.bias")  # [pos, d_model]
+        attn_out = keep(k_ + "hook_attn_out", hooked(k_ + "hook_attn_out", attn_out))
+        resid = keep(k_ + "hook_resid_mid", hooked(k_ + "hook_resid_mid", resid + attn_out))
         x = layer_norm(resid, W(p + "ln_2.weight"), W(p + "ln_2.bias"), c.layer_norm_eps)
         pre = hooked(k_ + "mlp.hook_pre", x @ W(p + "mlp.c_fc.weight") + W(p + "mlp.c_fc.bias"))  # [pos, d_mlp]
-        post = hooked(k_ + "mlp.hook_post", act(pre))                       # [pos, d_mlp]
-        cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_post"] = pre, post
+        pre = keep(k_ + "mlp.hook_pre", pre)
+        post = keep(k_ + "mlp.hook_post", hooked(k_ + "mlp.hook_post", act(pre)))  # [pos, d_mlp]
         mlp_out = post @ W(p + "mlp.c_proj.weight") + W(p + "mlp.c_proj.bias")  # [pos, d_model]
-        mlp_out = hooked(k_ + "hook_mlp_out", mlp_out)
-        cache[k_ + "hook_mlp_out"] = mlp_out
-        resid = hooked(k_ + "hook_resid_post", resid + mlp_out)
-        cache[k_ + "hook_resid_post"] = resid
+        mlp_out = keep(k_ + "hook_mlp_out", hooked(k_ + "hook_mlp_out", mlp_out))
+        resid = keep(k_ + "hook_resid_post", hooked(k_ + "hook_resid_post", resid + mlp_out))
 
-    final = layer_norm(resid, W("ln_f.weight"), W("ln_f.bias"), c.layer_norm_eps)
-    cache["ln_final.hook_normalized"] = final                                # [pos, d_model]
-    cache["logits"] = final @ W("lm_head.weight").T                          # [pos, d_vocab]
+    final = keep("ln_final.hook_normalized",                                # [pos, d_model]
+                 layer_norm(resid, W("ln_f.weight"), W("ln_f.bias"), c.layer_norm_eps))
+    keep("logits", final @ W("lm_head.weight").T)                           # [pos, d_vocab]
     return cache
+
+
+def _keeper(cache, tap):
+    """keep(key, value): passes the value through `tap` (when given), stores it under `key` and
+    returns it, so that what is cached is what the model goes on with."""
+    def keep(key, value):
+        if tap is not None:
+            value = tap(key, value)
+        cache[key] = value
+        return value
+    return keep
 
 
 # ---------------------------------------------------------------------------------------------
@@ -686,9 +713,11 @@ def llama_cache_keys(c: LlamaConfig) -> List[str]:
 
 
 def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[LlamaConfig] = None,
-                  dtype=None, hooks: Optional[Mapping[str, Sequence]] = None, weights=None):
+                  dtype=None, hooks: Optional[Mapping[str, Sequence]] = None, weights=None, tap=None):
     """The Llama-family forward pass in float64: {cache key: tensor}, keys as llama_cache_keys.
-    `config` overrides model.config (a fixture's deliberate mistakes); `hooks` as forward()."""
+    `config` overrides model.config (a fixture's deliberate mistakes); `hooks` and `tap` as
+    forward() (with a tap, hook_attn_out = sum over heads of hook_result + b_O, and each RMSNorm's
+    hook_scale feeds its hook_normalized = x / scale * w)."""
     torch = _torch()
     dtype = dtype or torch.float64
     c = config or model.config
@@ -719,49 +748,52 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
     group = H // KV
     kv_of = [h // group if c.kv_of_head == "repeat" else h % KV for h in range(H)]
     cache = {}
-    cache["hook_embed"] = hooked("hook_embed", W("embed_tokens.weight")[torch.tensor(tokens, dtype=torch.long)])
-    resid = cache["hook_embed"]                                          # no position embedding
+    keep = _keeper(cache, tap)
+
+    def norm(name, x, weight):  # rms_norm, with hook_scale on the path of hook_normalized
+        if tap is None:
+            normalized, scale = rms_norm(x, weight, c.rms_norm_eps)
+            keep(name + ".hook_scale", scale)
+            return keep(name + ".hook_normalized", normalized)
+        scale = keep(name + ".hook_scale", (x.pow(2).mean(dim=-1, keepdim=True) + c.rms_norm_eps).sqrt())
+        return keep(name + ".hook_normalized", x / scale * weight)
+
+    resid = keep("hook_embed", hooked("hook_embed", W("embed_tokens.weight")[torch.tensor(tokens, dtype=torch.long)]))
+    # no position embedding
     causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
     for l in range(c.n_layer):
         p, k_ = f"layers.{l}.", f"blocks.{l}."
-        resid = hooked(k_ + "hook_resid_pre", resid)
-        cache[k_ + "hook_resid_pre"] = resid
-        x, scale = rms_norm(resid, W(p + "input_layernorm.weight"), c.rms_norm_eps)
-        cache[k_ + "ln1.hook_scale"], cache[k_ + "ln1.hook_normalized"] = scale, x
+        resid = keep(k_ + "hook_resid_pre", hooked(k_ + "hook_resid_pre", resid))
+        x = norm(k_ + "ln1", resid, W(p + "input_layernorm.weight"))
         q = linear(x, p + "self_attn.q_proj", c.qkv_bias).reshape(n_pos, H, dh)
         k = linear(x, p + "self_attn.k_proj", c.qkv_bias).reshape(n_pos, KV, dh)
         v = linear(x, p + "self_attn.v_proj", c.qkv_bias).reshape(n_pos, KV, dh)
-        q, k, v = hooked(k_ + "attn.hook_q", q), hooked(k_ + "attn.hook_k", k), hooked(k_ + "attn.hook_v", v)
-        cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
-        q, k = apply_rotary(q, inv_freq, c.rope_pairs), apply_rotary(k, inv_freq, c.rope_pairs)
-        cache[k_ + "attn.hook_rot_q"], cache[k_ + "attn.hook_rot_k"] = q, k
+        q = keep(k_ + "attn.hook_q", hooked(k_ + "attn.hook_q", q))
+        k = keep(k_ + "attn.hook_k", hooked(k_ + "attn.hook_k", k))
+        v = keep(k_ + "attn.hook_v", hooked(k_ + "attn.hook_v", v))
+        q = keep(k_ + "attn.hook_rot_q", apply_rotary(q, inv_freq, c.rope_pairs))
+        k = keep(k_ + "attn.hook_rot_k", apply_rotary(k, inv_freq, c.rope_pairs))
         k_h, v_h = k[:, kv_of, :], v[:, kv_of, :]                        # [pos, head, d_head]
         scores = torch.einsum("qhd,khd->hqk", q, k_h) / math.sqrt(dh)
-        scores = scores.masked_fill(~causal, float("-inf"))
-        cache[k_ + "attn.hook_attn_scores"] = scores
-        pattern = hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1))
-        cache[k_ + "attn.hook_pattern"] = pattern
-        z = hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v_h))
-        cache[k_ + "attn.hook_z"] = z
+        scores = keep(k_ + "attn.hook_attn_scores", scores.masked_fill(~causal, float("-inf")))
+        pattern = keep(k_ + "attn.hook_pattern", hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1)))
+        z = keep(k_ + "attn.hook_z", hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v_h)))
         w_o = W(p + "self_attn.o_proj.weight").T                         # [n_head*d_head, d_model]
-        cache[k_ + "attn.hook_result"] = torch.einsum("qhd,hdm->qhm", z, w_o.reshape(H, dh, c.d_model))
-        attn_out = hooked(k_ + "hook_attn_out", linear(z.reshape(n_pos, H * dh), p + "self_attn.o_proj", c.o_bias))
-        cache[k_ + "hook_attn_out"] = attn_out
-        resid = hooked(k_ + "hook_resid_mid", resid + attn_out)
-        cache[k_ + "hook_resid_mid"] = resid
-        x, scale = rms_norm(resid, W(p + "post_attention_layernorm.weight"), c.rms_norm_eps)
-        cache[k_ + "ln2.hook_scale"], cache[k_ + "ln2.hook_normalized"] = scale, x
-        gate = hooked(k_ + "mlp.hook_pre", linear(x, p + "mlp.gate_proj", c.mlp_bias))
-        up = linear(x, p + "mlp.up_proj", c.mlp_bias)
-        post = hooked(k_ + "mlp.hook_post", act(gate) * up)
-        cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_pre_linear"], cache[k_ + "mlp.hook_post"] = gate, up, post
-        mlp_out = hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.down_proj", c.mlp_bias))
-        cache[k_ + "hook_mlp_out"] = mlp_out
-        resid = hooked(k_ + "hook_resid_post", resid + mlp_out)
-        cache[k_ + "hook_resid_post"] = resid
-    final, scale = rms_norm(resid, W("norm.weight"), c.rms_norm_eps)
-    cache["ln_final.hook_scale"], cache["ln_final.hook_normalized"] = scale, final
-    cache["logits"] = final @ W("lm_head.weight").T
+        result = keep(k_ + "attn.hook_result", torch.einsum("qhd,hdm->qhm", z, w_o.reshape(H, dh, c.d_model)))
+        if tap is not None:
+            attn_out = result.sum(dim=1) + W(p + "self_attn.o_proj.bias") if c.o_bias else result.sum(dim=1)
+        else:
+            attn_out = linear(z.reshape(n_pos, H * dh), p + "self_attn.o_proj", c.o_bias)
+        attn_out = keep(k_ + "hook_attn_out", hooked(k_ + "hook_attn_out", attn_out))
+        resid = keep(k_ + "hook_resid_mid", hooked(k_ + "hook_resid_mid", resid + attn_out))
+        x = norm(k_ + "ln2", resid, W(p + "post_attention_layernorm.weight"))
+        gate = keep(k_ + "mlp.hook_pre", hooked(k_ + "mlp.hook_pre", linear(x, p + "mlp.gate_proj", c.mlp_bias)))
+        up = keep(k_ + "mlp.hook_pre_linear", linear(x, p + "mlp.up_proj", c.mlp_bias))
+        post = keep(k_ + "mlp.hook_post", hooked(k_ + "mlp.hook_post", act(gate) * up))
+        mlp_out = keep(k_ + "hook_mlp_out", hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.down_proj", c.mlp_bias)))
+        resid = keep(k_ + "hook_resid_post", hooked(k_ + "hook_resid_post", resid + mlp_out))
+    final = norm("ln_final", resid, W("norm.weight"))
+    keep("logits", final @ W("lm_head.weight").T)
     return cache
 
 
@@ -881,8 +913,11 @@ def neox_cache_keys(c: NeoXConfig) -> List[str]:
 
 
 def neox_forward(model: NeoXModel, tokens: Sequence[int], config: Optional[NeoXConfig] = None, dtype=None,
-                 hooks: Optional[Mapping[str, Sequence]] = None, weights=None):
-    """The GPT-NeoX forward pass in float64: {cache key: tensor}, keys as neox_cache_keys."""
+                 hooks: Optional[Mapping[str, Sequence]] = None, weights=None, tap=None):
+    """The GPT-NeoX forward pass in float64: {cache key: tensor}, keys as neox_cache_keys.
+    `hooks` and `tap` as forward(). With parallel residual blocks hook_resid_mid is
+    resid_pre + attn_out but nothing reads it (TransformerLens does not even compute it there): it
+    is off the autograd path, and grad() leaves it out."""
     torch = _torch()
     dtype = dtype or torch.float64
     c = config or model.config
@@ -907,13 +942,13 @@ def neox_forward(model: NeoXModel, tokens: Sequence[int], config: Optional[NeoXC
     n_pos, H, dh, D = len(tokens), c.n_head, c.d_head, c.d_model
     act = _ACTIVATIONS[c.activation]
     inv_freq = rope_inv_freq(c.rotary_dims, c.rotary_base, None)
-    cache = {"hook_embed": W("embed_in.weight")[torch.tensor(tokens, dtype=torch.long)]}
-    resid = cache["hook_embed"]
+    cache = {}
+    keep = _keeper(cache, tap)
+    resid = keep("hook_embed", hooked("hook_embed", W("embed_in.weight")[torch.tensor(tokens, dtype=torch.long)]))
     causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
     for l in range(c.n_layer):
         p, k_ = f"layers.{l}.", f"blocks.{l}."
-        resid = hooked(k_ + "hook_resid_pre", resid)
-        cache[k_ + "hook_resid_pre"] = resid
+        resid = keep(k_ + "hook_resid_pre", hooked(k_ + "hook_resid_pre", resid))
         x = layer_norm(resid, W(p + "input_layernorm.weight"), W(p + "input_layernorm.bias"), c.layer_norm_eps)
         qkv = linear(x, p + "attention.query_key_value")                 # [pos, 3 * d_model]
         if c.qkv_split == "per_head":
@@ -921,33 +956,34 @@ def neox_forward(model: NeoXModel, tokens: Sequence[int], config: Optional[NeoXC
             q, k, v = qkv[..., :dh], qkv[..., dh:2 * dh], qkv[..., 2 * dh:]
         else:
             q, k, v = (t.reshape(n_pos, H, dh) for t in qkv.split(D, dim=-1))
-        cache[k_ + "attn.hook_q"], cache[k_ + "attn.hook_k"], cache[k_ + "attn.hook_v"] = q, k, v
-        q, k = apply_rotary(q, inv_freq), apply_rotary(k, inv_freq)
-        cache[k_ + "attn.hook_rot_q"], cache[k_ + "attn.hook_rot_k"] = q, k
+        q = keep(k_ + "attn.hook_q", hooked(k_ + "attn.hook_q", q))
+        k = keep(k_ + "attn.hook_k", hooked(k_ + "attn.hook_k", k))
+        v = keep(k_ + "attn.hook_v", hooked(k_ + "attn.hook_v", v))
+        q = keep(k_ + "attn.hook_rot_q", apply_rotary(q, inv_freq))
+        k = keep(k_ + "attn.hook_rot_k", apply_rotary(k, inv_freq))
         scores = (torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(dh)).masked_fill(~causal, float("-inf"))
-        cache[k_ + "attn.hook_attn_scores"] = scores
-        pattern = torch.softmax(scores, dim=-1)
-        cache[k_ + "attn.hook_pattern"] = pattern
-        z = hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v))
-        cache[k_ + "attn.hook_z"] = z
+        scores = keep(k_ + "attn.hook_attn_scores", scores)
+        pattern = keep(k_ + "attn.hook_pattern", hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1)))
+        z = keep(k_ + "attn.hook_z", hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v)))
         w_o = W(p + "attention.dense.weight").T
-        cache[k_ + "attn.hook_result"] = torch.einsum("qhd,hdm->qhm", z, w_o.reshape(H, dh, D))
-        attn_out = hooked(k_ + "hook_attn_out", linear(z.reshape(n_pos, D), p + "attention.dense"))
-        cache[k_ + "hook_attn_out"] = attn_out
-        mlp_in = resid if c.parallel else resid + attn_out
-        cache[k_ + "hook_resid_mid"] = resid + attn_out
+        result = keep(k_ + "attn.hook_result", torch.einsum("qhd,hdm->qhm", z, w_o.reshape(H, dh, D)))
+        if tap is not None:
+            attn_out = result.sum(dim=1) + W(p + "attention.dense.bias")
+        else:
+            attn_out = linear(z.reshape(n_pos, D), p + "attention.dense")
+        attn_out = keep(k_ + "hook_attn_out", hooked(k_ + "hook_attn_out", attn_out))
+        mid = keep(k_ + "hook_resid_mid", hooked(k_ + "hook_resid_mid", resid + attn_out))
+        mlp_in = resid if c.parallel else mid
         x = layer_norm(mlp_in, W(p + "post_attention_layernorm.weight"), W(p + "post_attention_layernorm.bias"),
                        c.layer_norm_eps)
-        pre = linear(x, p + "mlp.dense_h_to_4h")
-        post = act(pre)
-        cache[k_ + "mlp.hook_pre"], cache[k_ + "mlp.hook_post"] = pre, post
-        mlp_out = hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.dense_4h_to_h"))
-        cache[k_ + "hook_mlp_out"] = mlp_out
-        resid = resid + attn_out + mlp_out
-        cache[k_ + "hook_resid_post"] = resid
-    final = layer_norm(resid, W("final_layer_norm.weight"), W("final_layer_norm.bias"), c.layer_norm_eps)
-    cache["ln_final.hook_normalized"] = final
-    cache["logits"] = final @ W("embed_out.weight").T
+        pre = keep(k_ + "mlp.hook_pre", hooked(k_ + "mlp.hook_pre", linear(x, p + "mlp.dense_h_to_4h")))
+        post = keep(k_ + "mlp.hook_post", hooked(k_ + "mlp.hook_post", act(pre)))
+        mlp_out = keep(k_ + "hook_mlp_out", hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.dense_4h_to_h")))
+        resid = keep(k_ + "hook_resid_post", hooked(k_ + "hook_resid_post",
+                                                    (resid + attn_out if c.parallel else mid) + mlp_out))
+    final = keep("ln_final.hook_normalized",
+                 layer_norm(resid, W("final_layer_norm.weight"), W("final_layer_norm.bias"), c.layer_norm_eps))
+    keep("logits", final @ W("embed_out.weight").T)
     return cache
 
 
@@ -1043,7 +1079,7 @@ def parse_ablations(text: str) -> List[Tuple[int, int, str]]:
 
 
 PATCH_SITES = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
-               "z": "attn.hook_z"}
+               "z": "attn.hook_z", "z_pos": "attn.hook_z", "mlp_post": "mlp.hook_post"}
 
 
 def logit_difference(logits, answer: int, wrong: int) -> float:
@@ -1051,9 +1087,10 @@ def logit_difference(logits, answer: int, wrong: int) -> float:
     return float(logits[-1, answer] - logits[-1, wrong])
 
 
-def patch_hook(site: str, layer: int, index: int, clean_cache) -> Dict[str, List]:
-    """The hook of one patched run: position `index` of resid_pre / attn_out / mlp_out, or head
-    `index` of z at every position, copied from the clean run into the running (corrupted) one."""
+def patch_hook(site: str, layer: int, index, clean_cache) -> Dict[str, List]:
+    """The hook of one patched run: position `index` of resid_pre / attn_out / mlp_out, head
+    `index` of z at every position, (head, pos) = `index` of z_pos, or neuron `index` of mlp_post
+    at every position, copied from the clean run into the running (corrupted) one."""
     key = f"blocks.{layer}.{PATCH_SITES[site]}"
     source = clean_cache[key]
 
@@ -1061,35 +1098,49 @@ def patch_hook(site: str, layer: int, index: int, clean_cache) -> Dict[str, List
         act = act.clone()
         if site == "z":
             act[:, index, :] = source[:, index, :]
+        elif site == "z_pos":
+            head, pos = index
+            act[pos, head, :] = source[pos, head, :]
+        elif site == "mlp_post":
+            act[:, index] = source[:, index]
         else:
             act[index] = source[index]
         return act
     return {key: [fn]}
 
 
-def patching_sweep(model: GPT2Model, clean_tokens: Sequence[int], corrupt_tokens: Sequence[int], answer: int,
-                   wrong: int, site: str, dtype=None, weights=None) -> Dict[str, object]:
-    """Activation patching from the clean run into the corrupted one, one full run per cell:
-    raw [n_layer, pos] (or [n_layer, n_head] for z) holds the metric of each patched run and
-    normalized = (raw - metric_corrupt) / (metric_clean - metric_corrupt)."""
+def patching_sweep(model, clean_tokens: Sequence[int], corrupt_tokens: Sequence[int], answer: Optional[int],
+                   wrong: Optional[int], site: str, dtype=None, weights=None, metric=None) -> Dict[str, object]:
+    """Activation patching from the clean run into the corrupted one, one full run per cell (any
+    family): raw [n_layer, pos] (resid_pre, attn_out, mlp_out), [n_layer, n_head] (z),
+    [n_layer, n_head, pos] (z_pos) or [n_layer, d_mlp] (mlp_post) holds the metric of each
+    patched run and normalized = (raw - metric_corrupt) / (metric_clean - metric_corrupt). The
+    metric is logit(answer) - logit(wrong) at the last position, or `metric` (a Metric)."""
     if site not in PATCH_SITES:
         raise ValueError(f"site '{site}' is not one of {sorted(PATCH_SITES)}")
     if len(clean_tokens) != len(corrupt_tokens):
         raise ValueError(f"clean ({len(clean_tokens)}) and corrupted ({len(corrupt_tokens)}) token counts differ")
-    torch = _torch()
     weights = weights if weights is not None else torch_weights(model, dtype)
     c = model.config
-    clean = forward(model, clean_tokens, dtype=dtype, weights=weights, attn_result=False)
-    corrupt = forward(model, corrupt_tokens, dtype=dtype, weights=weights, attn_result=False)
-    m_clean = logit_difference(clean["logits"], answer, wrong)
-    m_corrupt = logit_difference(corrupt["logits"], answer, wrong)
-    cols = c.n_head if site == "z" else len(corrupt_tokens)
-    raw = np.zeros((c.n_layer, cols))
+    extra = {"attn_result": False} if isinstance(model, GPT2Model) else {}
+
+    def run(tokens, hooks=None):
+        return forward_any(model, tokens, dtype=dtype, weights=weights, hooks=hooks, **extra)
+
+    def score(cache, tokens):
+        if metric is None:
+            return logit_difference(cache["logits"], answer, wrong)
+        return float(metric.value(cache, tokens))
+    clean = run(clean_tokens)
+    m_clean = score(clean, clean_tokens)
+    m_corrupt = score(run(corrupt_tokens), corrupt_tokens)
+    n = len(corrupt_tokens)
+    shape = {"z": (c.n_head,), "z_pos": (c.n_head, n), "mlp_post": (c.d_mlp,)}.get(site, (n,))
+    raw = np.zeros((c.n_layer,) + shape)
     for layer in range(c.n_layer):
-        for index in range(cols):
-            logits = forward(model, corrupt_tokens, dtype=dtype, weights=weights, attn_result=False,
-                             hooks=patch_hook(site, layer, index, clean))["logits"]
-            raw[layer, index] = logit_difference(logits, answer, wrong)
+        for index in np.ndindex(*shape):
+            cell = index if site == "z_pos" else index[0]
+            raw[(layer,) + index] = score(run(corrupt_tokens, patch_hook(site, layer, cell, clean)), corrupt_tokens)
     return {"metric_clean": m_clean, "metric_corrupt": m_corrupt, "raw": raw,
             "normalized": (raw - m_corrupt) / (m_clean - m_corrupt)}
 
@@ -1112,6 +1163,299 @@ def cache_to_float32(cache, tokens: Sequence[int]) -> Dict[str, np.ndarray]:
            for k, v in cache.items()}
     out["tokens"] = np.asarray([int(t) for t in tokens], dtype=np.float32)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# gradients: metrics, grad(), attribution patching (AtP and AtP*'s QK fix), input attributions
+# ---------------------------------------------------------------------------------------------
+# Everything here is PyTorch autograd in float64 through the forward passes above, with a `tap`
+# that keeps every cache tensor's gradient (retain_grad; the embeddings become leaves). A key's
+# gradient is the total derivative of the metric with respect to that activation, what a
+# TransformerLens backward hook at the hook point receives.
+
+METRIC_KINDS = ("logit_diff", "logit", "logprob", "loss", "dot")
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """What to differentiate (issue 23 part 2), at position `pos` (None: the last; negative
+    counts from the end):
+      logit_diff  logits[pos, answer] - logits[pos, wrong]
+      logit       logits[pos, answer]
+      logprob     log_softmax(logits[pos])[answer]
+      loss        mean over p = 0..S-2 of -log_softmax(logits[p])[tokens[p + 1]] (pos unused)
+      dot         activation(hook)[pos] . vector: the row at pos flattened ([head * d_head] for
+                  [pos, head, d_head] keys), or with `head` that head's [d_head] (or [d_model] of
+                  hook_result); for hook_pattern ([head, query, key]) pos is the query and the
+                  row is [head * key] (or [key] of `head`).
+    """
+    kind: str
+    answer: Optional[int] = None
+    wrong: Optional[int] = None
+    pos: Optional[int] = None
+    hook: Optional[str] = None
+    vector: Optional[Tuple[float, ...]] = None
+    head: Optional[int] = None
+
+    def __post_init__(self):
+        if self.kind not in METRIC_KINDS:
+            raise ValueError(f"metric '{self.kind}' is not one of {', '.join(METRIC_KINDS)}")
+        if self.kind in ("logit_diff", "logit", "logprob") and self.answer is None:
+            raise ValueError(f"metric {self.kind} needs an answer token")
+        if self.kind == "logit_diff" and self.wrong is None:
+            raise ValueError("metric logit_diff needs a wrong token")
+        if self.kind == "dot" and (self.hook is None or self.vector is None):
+            raise ValueError("metric dot needs a hook key and a vector")
+
+    def position(self, n_pos: int) -> int:
+        p = n_pos - 1 if self.pos is None else int(self.pos)
+        p = p + n_pos if p < 0 else p
+        if not 0 <= p < n_pos:
+            raise ValueError(f"metric position {self.pos} is outside the prompt's {n_pos} positions")
+        return p
+
+    def value(self, cache, tokens: Sequence[int]):
+        """The metric as a torch scalar (differentiable through `cache`)."""
+        torch = _torch()
+        n = len(tokens)
+        if self.kind == "loss":
+            if n < 2:
+                raise ValueError("metric loss needs at least 2 tokens (it predicts each next token)")
+            logp = torch.log_softmax(cache["logits"][:-1], dim=-1)
+            nxt = torch.tensor([int(t) for t in tokens[1:]], dtype=torch.long)
+            return -logp[torch.arange(n - 1), nxt].mean()
+        p = self.position(n)
+        if self.kind == "dot":
+            if self.hook not in cache:
+                raise ValueError(f"metric dot: '{self.hook}' is not a key of this model's cache")
+            a = cache[self.hook]
+            by_head = self.hook.endswith("attn.hook_pattern") or self.hook.endswith("attn.hook_attn_scores")
+            row = (a[:, p] if self.head is None else a[self.head, p]) if by_head else \
+                (a[p] if self.head is None else a[p, self.head])
+            row = row.reshape(-1)
+            vec = torch.tensor([float(x) for x in self.vector], dtype=row.dtype)
+            if vec.shape != row.shape:
+                raise ValueError(f"metric dot: the vector has {vec.numel()} values, {self.hook}'s row has {row.numel()}")
+            return (row * vec).sum()
+        logits = cache["logits"][p]
+        if self.kind == "logit_diff":
+            return logits[int(self.answer)] - logits[int(self.wrong)]
+        if self.kind == "logit":
+            return logits[int(self.answer)]
+        return torch.log_softmax(logits, dim=-1)[int(self.answer)]
+
+
+def _grad_tap(key, value):
+    """Keeps the gradient of every cache tensor: the embeddings (which need none) become leaves.
+    Each key gets a node of its own (a clone), as a TransformerLens HookPoint is a module of its
+    own: where two keys hold the same value (resid_post of layer l and resid_pre of layer l + 1;
+    Llama's hook_embed and resid_pre of layer 0) a metric read at the earlier one does not reach
+    the later one."""
+    if value.requires_grad:
+        value = value.clone()
+        value.retain_grad()
+        return value
+    return value.detach().clone().requires_grad_(True)
+
+
+def _backward(model, tokens: Sequence[int], metric: Metric, hooks=None):
+    """(metric value, cache {key: detached tensor}, grads {key: tensor}) of one forward and one
+    backward pass; keys off the autograd path (grad None) are not in grads."""
+    torch = _torch()
+    with torch.enable_grad():
+        cache = forward_any(model, tokens, hooks=hooks, tap=_grad_tap)
+        m = metric.value(cache, tokens)
+        m.backward()
+    grads = {k: v.grad.detach() for k, v in cache.items() if v.grad is not None}
+    return float(m), {k: v.detach() for k, v in cache.items()}, grads
+
+
+def grad(model, tokens: Sequence[int], metric: Metric) -> Tuple[float, Dict[str, np.ndarray]]:
+    """(metric value, {cache key: dM/d(activation) as a float64 ndarray of the key's shape}).
+
+    A key is included exactly when the metric depends on it through the forward pass (autograd
+    reaches it): every key upstream of the metric, for every row; rows and entries that do not
+    influence the metric are zeros (positions after `pos`, the logits of other positions, masked
+    attention scores - masked_fill(-inf) before the softmax gives them 0). Left out: keys
+    downstream of a dot metric's hook (e.g. logits for dot on blocks.0.hook_resid_post), keys
+    beside it in its layer that do not feed it, and GPT-NeoX parallel blocks' hook_resid_mid
+    (nothing reads it). Conventions, as TransformerLens's backward hooks with use_attn_result:
+    hook_result feeds hook_attn_out = sum over heads + b_O; hook_q / hook_k (before rotation) and
+    hook_rot_q / hook_rot_k are all on the path; hook_pattern's gradient above the diagonal is
+    dM/dz[q] . v[k] (z = pattern @ v reads every entry) and is kept; hook_k / hook_v with
+    grouped-query attention have n_kv heads, so their gradients are summed over the query heads
+    that share them; RMSNorm's hook_scale feeds hook_normalized = x / scale * w (the gradient at
+    hook_scale is sum_d dM/dnormalized_d * w_d * -x_d / scale^2)."""
+    m, _, grads = _backward(model, tokens, metric)
+    return m, {k: g.numpy().astype(np.float64) for k, g in grads.items()}
+
+
+def grads_to_float32(metric: float, grads: Mapping[str, np.ndarray], tokens: Sequence[int]) -> Dict[str, np.ndarray]:
+    """The grad file's arrays (headscope-cli grad's NPZ contract): "metric" float64 [1], "tokens"
+    int32 [pos], and "KEY.grad" float32 for every key in `grads`."""
+    out = {k + ".grad": np.asarray(g, dtype=np.float32) for k, g in grads.items()}
+    out["metric"] = np.asarray([metric], dtype=np.float64)
+    out["tokens"] = np.asarray([int(t) for t in tokens], dtype=np.int32)
+    return out
+
+
+def attention_scale(model, layer: int) -> float:
+    """The factor hook_attn_scores = (rot_)q . k * factor of `layer`: 1/sqrt(d_head), for GPT-2
+    also the config's scale_attn_weights and scale_attn_by_inverse_layer_idx (1 / (layer + 1))."""
+    c = model.config
+    if isinstance(model, GPT2Model):
+        f = 1.0 / math.sqrt(c.d_head) if c.scale_attn_weights else 1.0
+        return f / float(layer + 1) if c.scale_attn_by_inverse_layer_idx else f
+    return 1.0 / math.sqrt(c.d_head)
+
+
+def kv_head_of(model) -> List[int]:
+    """The key/value head each query head reads (repeat_kv: h // (n_head / n_kv))."""
+    c = model.config
+    kv = getattr(c, "n_kv", c.n_head)
+    return [h // (c.n_head // kv) for h in range(c.n_head)]
+
+
+def _site_key(what: str, layer: int) -> str:
+    return f"blocks.{layer}.{PATCH_SITES[what]}"
+
+
+def _linear_estimate(what: str, delta, g):
+    """(a_clean - a_corrupt) . dM/da summed the way each `what` groups its nodes."""
+    prod = delta * g
+    if what in ("resid_pre", "attn_out", "mlp_out"):
+        return prod.sum(dim=-1)                        # [pos]
+    if what == "z":
+        return prod.sum(dim=(0, 2))                    # [head]
+    if what == "z_pos":
+        return prod.sum(dim=2).T                       # [head, pos]
+    return prod.sum(dim=0)                             # mlp_post: [neuron]
+
+
+def _qk_fixed_head_rows(model, layer: int, head: int, clean, corrupt, grads):
+    """AtP*'s estimate for patching head `head`'s z row by row: [query pos] of the metric's change
+    when z[t, head] is recomputed from the clean run's query, keys and values (see atp())."""
+    torch = _torch()
+    b = f"blocks.{layer}."
+    rot = b + "attn.hook_rot_q" in corrupt
+    qname, kname = ("attn.hook_rot_q", "attn.hook_rot_k") if rot else ("attn.hook_q", "attn.hook_k")
+    kvh = kv_head_of(model)[head]
+    q_c, q_n = clean[b + qname][:, head], corrupt[b + qname][:, head]          # [pos, d_head]
+    k_c, k_n = clean[b + kname][:, kvh], corrupt[b + kname][:, kvh]
+    v_c, v_n = clean[b + "attn.hook_v"][:, kvh], corrupt[b + "attn.hook_v"][:, kvh]
+    n = q_n.shape[0]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    scale = attention_scale(model, layer)
+
+    def pattern(q, k):                                                           # [query, key]
+        return torch.softmax((q @ k.T * scale).masked_fill(~causal, float("-inf")), dim=-1)
+    a_n = corrupt[b + "attn.hook_pattern"][head]
+    if not torch.allclose(pattern(q_n, k_n), a_n, rtol=1e-9, atol=1e-12):
+        raise AssertionError(f"layer {layer}: recomputed pattern differs from the cache (attention scale?)")
+    g_z = grads.get(b + "attn.hook_z", torch.zeros_like(corrupt[b + "attn.hook_z"]))[:, head]  # [pos, d_head]
+    g_a = g_z @ v_n.T                                  # dM/dA[t, s] = dM/dz[t] . v[s]: [query, key]
+    d_a = (pattern(q_c, k_n) - a_n) + (pattern(q_n, k_c) - a_n)
+    through_values = ((a_n @ (v_c - v_n)) * g_z).sum(dim=-1)                   # [query]
+    return (d_a * g_a).sum(dim=-1) + through_values
+
+
+def atp(model, clean_tokens: Sequence[int], corrupt_tokens: Sequence[int], answer: Optional[int],
+        wrong: Optional[int], what: str, method: str = "atp", metric: Optional[Metric] = None) -> Dict[str, object]:
+    """Attribution patching (issue 23 part 4): the linear estimate of patching_sweep's cells from
+    one clean forward pass and one forward + backward pass on the corrupted prompt,
+        raw = m_corrupt + (a_clean - a_corrupt) . dM/da      (dM/da on the corrupted run)
+        normalized = (raw - m_corrupt) / (m_clean - m_corrupt)
+    in patching_sweep's layout: resid_pre, attn_out, mlp_out [layer][pos] (the dot product over
+    d_model at one position), z [layer][head] (over every position and d_head), z_pos
+    [layer][head][pos] (over d_head at one position), mlp_post [layer][neuron] (over every
+    position). M is logit(answer) - logit(wrong) at the last position unless `metric` is given. A
+    site the metric does not depend on has dM/da = 0 (raw = m_corrupt).
+
+    method="atp_qk": AtP*'s QK fix (Kramar, Lieberum, Shah, Nanda 2024, "AtP*: An efficient and
+    scalable method for localizing LLM behaviour to components", arXiv 2403.00745: the section on
+    false negatives from attention saturation, the "QK fix"). It changes only what = z and z_pos, the nodes that are an
+    attention head (its query, keys and values); resid_pre, attn_out, mlp_out and mlp_post are
+    plain AtP (AtP* recomputes no softmax downstream of a node). Patching z[t, h] from the clean
+    run is recomputing z[t, h] = sum_s A[t, s] v[s] with the clean query q_t, the clean keys and
+    the clean values of head h (the rotated query and keys where the model has rotary; with
+    grouped-query attention the keys and values of the key/value head h reads). AtP* splits
+    that into the query, key and value parts, each taken alone from the corrupted run:
+      queries:  A_Q[t] = softmax(scale * q_clean[t] . k_corrupt[s], masked s > t)
+      keys:     A_K[t] = softmax(scale * q_corrupt[t] . k_clean[s], masked)
+      values:   linear, sum_s A_corrupt[t, s] (v_clean[s] - v_corrupt[s]) . dM/dz[t]
+    the softmax recomputed exactly (no linearisation through it: a saturated softmax has a
+    near-zero gradient but can still flip), and the change of the pattern then taken linearly:
+      c[t] = sum_s (A_Q[t, s] - A[t, s] + A_K[t, s] - A[t, s]) * dM/dA[t, s]  +  values part,
+    with dM/dA[t, s] = dM/dz[t] . v_corrupt[s] (hook_pattern's gradient for that head).
+    z_pos[l][h][t] = m_corrupt + c[t]; z[l][h] = m_corrupt + sum_t c[t]. The query x key and
+    pattern x value interaction terms are left out (AtP* sums separate q, k and v nodes), so on z
+    it is not the same as plain AtP, which uses z's exact difference (already through this
+    head's softmax) and linearises only downstream of z. Written from the paper's definition: no
+    public implementation was found to follow (TransformerLens has none, issue #1742; Neel
+    Nanda's attribution patching demo notebook has plain AtP only)."""
+    if what not in PATCH_SITES:
+        raise ValueError(f"what '{what}' is not one of {sorted(PATCH_SITES)}")
+    if method not in ("atp", "atp_qk"):
+        raise ValueError(f"method '{method}' is not atp or atp_qk")
+    if len(clean_tokens) != len(corrupt_tokens):
+        raise ValueError(f"clean ({len(clean_tokens)}) and corrupted ({len(corrupt_tokens)}) token counts differ")
+    torch = _torch()
+    metric = metric or Metric("logit_diff", answer, wrong)
+    clean = {k: v.detach() for k, v in forward_any(model, clean_tokens, tap=lambda k, v: v).items()}
+    m_clean = float(metric.value(clean, clean_tokens))
+    m_corrupt, corrupt, grads = _backward(model, corrupt_tokens, metric)
+    c = model.config
+    rows = []
+    for layer in range(c.n_layer):
+        if method == "atp_qk" and what in ("z", "z_pos"):
+            per_head = torch.stack([_qk_fixed_head_rows(model, layer, h, clean, corrupt, grads)
+                                    for h in range(c.n_head)])                  # [head, pos]
+            rows.append(per_head.sum(dim=1) if what == "z" else per_head)
+            continue
+        key = _site_key(what, layer)
+        g = grads.get(key, torch.zeros_like(corrupt[key]))
+        rows.append(_linear_estimate(what, clean[key] - corrupt[key], g))
+    raw = m_corrupt + torch.stack(rows).numpy()
+    return {"what": what, "method": method, "metric_clean": m_clean, "metric_corrupt": m_corrupt,
+            "raw": raw, "normalized": (raw - m_corrupt) / (m_clean - m_corrupt)}
+
+
+ATTRIBUTE_METHODS = ("grad_x_input", "integrated_gradients")
+
+
+def attribute(model, tokens: Sequence[int], metric: Metric, method: str = "grad_x_input",
+              steps: int = 32) -> Dict[str, object]:
+    """Input-token attributions on the token embeddings x = hook_embed (issue 23 part 5); the
+    baseline x' is x at position 0 and zero token embeddings at every other position (learned
+    position embeddings stay as they are and are not attributed). attributions[p] =
+    sum_d (x - x')[p, d] * gbar[p, d], 0 at position 0, where gbar is dM/dx at x (grad_x_input)
+    or the mean of dM/dx at x' + alpha_k (x - x') over alpha_k = (k + 0.5) / steps, k = 0..steps-1
+    (integrated_gradients, the midpoint rule). metric = M(x), baseline_metric = M(x'),
+    completeness_error = sum(attributions) - (metric - baseline_metric) (-> 0 for integrated
+    gradients as steps grow; for grad_x_input it measures how far M is from linear in x)."""
+    if method not in ATTRIBUTE_METHODS:
+        raise ValueError(f"method '{method}' is not one of {', '.join(ATTRIBUTE_METHODS)}")
+    if steps < 1:
+        raise ValueError(f"steps {steps}: need at least 1")
+    torch = _torch()
+    x = forward_any(model, tokens)["hook_embed"].detach()
+    base = torch.zeros_like(x)
+    base[0] = x[0]
+
+    def at(e):
+        m, _, grads = _backward(model, tokens, metric, hooks={"hook_embed": [lambda _a, e=e: e]})
+        return m, grads["hook_embed"]
+    m, g = at(x)
+    m_base = at(base)[0]
+    if method == "integrated_gradients":
+        g = torch.zeros_like(x)
+        for k in range(steps):
+            g = g + at(base + (k + 0.5) / steps * (x - base))[1]
+        g = g / steps
+    attr = ((x - base) * g).sum(dim=-1)
+    return {"tokens": [int(t) for t in tokens], "method": method, "steps": steps,
+            "attributions": attr.tolist(), "metric": m, "baseline_metric": m_base,
+            "completeness_error": float(attr.sum()) - (m - m_base)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1375,8 +1719,57 @@ def _cmd_circuits(args) -> int:
         print(text)
 
 
+def _metric_from_args(args) -> Metric:
+    vector = None
+    if args.vector:
+        vector = tuple(float(x) for x in np.load(args.vector).reshape(-1))
+    return Metric(args.metric, answer=args.answer_id, wrong=args.wrong_id, pos=args.pos, hook=args.hook,
+                  vector=vector, head=args.head)
+
+
+def _add_metric_args(p, metric_required: bool = True) -> None:
+    p.add_argument("--metric", required=metric_required, choices=METRIC_KINDS)
+    p.add_argument("--answer-id", type=int, help="the answer token (logit_diff; the token of logit and logprob)")
+    p.add_argument("--wrong-id", type=int, help="the wrong token (logit_diff)")
+    p.add_argument("--pos", type=int, help="the metric's position (default: the last)")
+    p.add_argument("--hook", help="dot: the cache key, e.g. blocks.1.hook_resid_post")
+    p.add_argument("--vector", help="dot: a .npy float32 [row width] file")
+    p.add_argument("--head", type=int, help="dot: one head of a per-head key")
+
+
+def _cmd_grad(args) -> int:
+    model = load_any(args.model)
+    tokens = _parse_tokens(args.tokens)
+    m, grads = grad(model, tokens, _metric_from_args(args))
+    if not args.output.endswith(".npz"):
+        raise ValueError(f"output '{args.output}': grad writes .npz")
+    np.savez(args.output, **grads_to_float32(m, grads, tokens))
+    print(f"metric {m:.9g}; wrote {len(grads)} gradients to {args.output}")
+    return 0
+
+
+def _cmd_atp(args) -> int:
+    model = load_any(args.model)
+    r = atp(model, _parse_tokens(args.clean), _parse_tokens(args.corrupt), args.answer, args.wrong, args.what,
+            args.method)
+    out = dict(r, raw=r["raw"].tolist(), normalized=r["normalized"].tolist())
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    print(f"wrote the {args.method} estimate of the {args.what} sweep to {args.output}")
+    return 0
+
+
+def _cmd_attribute(args) -> int:
+    model = load_any(args.model)
+    r = attribute(model, _parse_tokens(args.tokens), _metric_from_args(args), args.method, args.steps)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(r, f)
+    print(f"completeness error {r['completeness_error']:.3g}; wrote {args.output}")
+    return 0
+
+
 def _cmd_patch(args) -> int:
-    model = load_gpt2(args.model)
+    model = load_any(args.model)
     r = patching_sweep(model, _parse_tokens(args.clean), _parse_tokens(args.corrupt), args.answer, args.wrong,
                        args.what)
     out = {"what": args.what, "metric_clean": r["metric_clean"], "metric_corrupt": r["metric_corrupt"],
@@ -1444,6 +1837,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     patch.add_argument("--what", required=True, choices=sorted(PATCH_SITES))
     patch.add_argument("-o", "--output", required=True, help="OUT.json")
     patch.set_defaults(func=_cmd_patch)
+    g = sub.add_parser("grad", help="float64 autograd: the metric's gradient at every cache key (.npz)")
+    g.add_argument("--model", required=True)
+    g.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
+    _add_metric_args(g)
+    g.add_argument("-o", "--output", required=True, help="OUT.npz: metric, tokens, KEY.grad (float32)")
+    g.set_defaults(func=_cmd_grad)
+    a = sub.add_parser("atp", help="attribution patching (atp) or AtP* with the QK fix (atp_qk), as JSON")
+    a.add_argument("--model", required=True)
+    a.add_argument("--clean", required=True, help="clean token ids, comma-separated")
+    a.add_argument("--corrupt", required=True, help="corrupted token ids (as many as --clean)")
+    a.add_argument("--answer", required=True, type=int, help="token id of the answer")
+    a.add_argument("--wrong", required=True, type=int, help="token id of the wrong answer")
+    a.add_argument("--what", required=True, choices=sorted(PATCH_SITES))
+    a.add_argument("--method", default="atp", choices=("atp", "atp_qk"))
+    a.add_argument("-o", "--output", required=True, help="OUT.json")
+    a.set_defaults(func=_cmd_atp)
+    at = sub.add_parser("attribute", help="input-token attributions: grad x input or integrated gradients")
+    at.add_argument("--model", required=True)
+    at.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
+    at.add_argument("--method", required=True, choices=ATTRIBUTE_METHODS)
+    at.add_argument("--steps", type=int, default=32, help="integrated gradients' midpoint-rule steps (default 32)")
+    _add_metric_args(at)
+    at.add_argument("-o", "--output", required=True, help="OUT.json")
+    at.set_defaults(func=_cmd_attribute)
     cmp_ = sub.add_parser("compare", help="compare two caches key by key",
                           description=compare_arrays.__doc__)
     cmp_.add_argument("--reference", required=True, help=".npz or .safetensors")

@@ -6,6 +6,7 @@ own conversions, the forward pass against the identities DESIGN.md promises, and
 fixtures against a fresh regeneration.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -319,6 +320,277 @@ class InterventionTest(unittest.TestCase):
         self.assertAlmostEqual(r["normalized"][0, 5], 1.0, places=9)
         z = hsref.patching_sweep(self.model, self.tokens, corrupt, 0, 11, "z")
         self.assertEqual(z["raw"].shape, (self.model.config.n_layer, self.model.config.n_head))
+
+
+class GradTest(unittest.TestCase):
+    """grad() against central finite differences: eps * e added at the hook (a tap), float64."""
+
+    FAMILIES = ["f32_prefixed", "bf16_prefixed", "llama_gqa", "llama_tied_headdim", "qwen2_bias", "neox_parallel",
+                "neox_sequential"]
+    TOKENS = [290, 5, 77, 260, 13, 99, 281]
+
+    def fd(self, model, tokens, metric, key, index, eps=1e-5):
+        def run(sign):
+            def tap(k, v):
+                if k != key:
+                    return v
+                v = v.clone()
+                v[index] = v[index] + sign * eps
+                return v
+            cache = hsref.forward_any(model, tokens, tap=tap)
+            return float(metric.value(cache, tokens))
+        return (run(1.0) - run(-1.0)) / (2 * eps)
+
+    def check_keys(self, model, tokens, metric, keys, n_entries=3):
+        _, grads = hsref.grad(model, tokens, metric)
+        rng = np.random.default_rng(7)
+        worst = 0.0
+        for key in keys:
+            g = grads[key]
+            scale = float(np.abs(g).max())
+            self.assertGreater(scale, 0.0, key)
+            picks = [np.unravel_index(int(np.argmax(np.abs(g))), g.shape)]
+            picks += [tuple(int(rng.integers(0, s)) for s in g.shape) for _ in range(n_entries - 1)]
+            for index in picks:
+                if key.endswith("hook_attn_scores") and index[2] > index[1]:
+                    continue  # masked: checked separately
+                err = abs(self.fd(model, tokens, metric, key, index) - g[index]) / scale
+                worst = max(worst, err)
+                self.assertLess(err, 1e-7, f"{key}{index}: fd vs grad")
+        return worst
+
+    def test_finite_differences_every_family(self):
+        for name in self.FAMILIES:
+            with self.subTest(name):
+                model = hsref.load_any(os.path.join(FIXTURES, name))
+                c = model.config
+                last = c.n_layer - 1
+                keys = ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_q", "blocks.0.attn.hook_k",
+                        "blocks.0.attn.hook_v", "blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern",
+                        "blocks.0.attn.hook_z", "blocks.0.attn.hook_result", "blocks.0.hook_attn_out",
+                        "blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post", f"blocks.{last}.hook_mlp_out",
+                        f"blocks.{last}.hook_resid_post", "ln_final.hook_normalized", "logits"]
+                if isinstance(model, hsref.GPT2Model):
+                    keys.append("hook_pos_embed")
+                if not isinstance(model, hsref.GPT2Model):
+                    keys += ["blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"]
+                if isinstance(model, hsref.LlamaModel):
+                    keys += ["blocks.0.ln1.hook_scale", "blocks.0.ln1.hook_normalized", "blocks.0.ln2.hook_scale",
+                             "blocks.0.mlp.hook_pre_linear", "ln_final.hook_scale"]
+                if not (isinstance(model, hsref.NeoXModel) and c.parallel):
+                    keys.append("blocks.0.hook_resid_mid")
+                self.check_keys(model, self.TOKENS, hsref.Metric("logit_diff", 5, 7), keys)
+
+    def test_every_metric_kind(self):
+        model = hsref.load_any(os.path.join(FIXTURES, "llama_gqa"))
+        vec = tuple(0.1 * ((i * 5) % 7 - 3) for i in range(model.config.d_mlp))
+        for metric in (hsref.Metric("logit", 5, pos=3), hsref.Metric("logprob", 11), hsref.Metric("loss"),
+                       hsref.Metric("dot", hook="blocks.1.mlp.hook_post", vector=vec, pos=4)):
+            with self.subTest(metric.kind):
+                keys = ["hook_embed", "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_rot_k", "blocks.1.mlp.hook_pre"]
+                if metric.kind != "dot":
+                    keys.append("logits")
+                self.check_keys(model, self.TOKENS, metric, keys)
+
+    def test_path_and_zeros(self):
+        model = hsref.load_any(os.path.join(FIXTURES, "llama_gqa"))
+        n = len(self.TOKENS)
+        plain = hsref.forward_any(model, self.TOKENS)
+        m, grads = hsref.grad(model, self.TOKENS, hsref.Metric("logit_diff", 5, 7, pos=3))
+        self.assertEqual(sorted(grads), sorted(plain))                  # every key is on the path
+        self.assertAlmostEqual(m, float(plain["logits"][3, 5] - plain["logits"][3, 7]), places=12)
+        for key, g in grads.items():
+            self.assertEqual(g.shape, tuple(plain[key].shape), key)
+        scores = grads["blocks.1.attn.hook_attn_scores"]
+        self.assertEqual(float(np.abs(scores[:, ~np.tri(n, dtype=bool)]).max()), 0.0)  # masked: 0
+        self.assertGreater(float(np.abs(grads["blocks.1.attn.hook_pattern"][:, 3, 4:]).max()), 0.0)  # dM/dz . v
+        for key in ("blocks.0.hook_resid_pre", "blocks.1.attn.hook_q", "logits"):   # nothing after pos 3 matters
+            rows = grads[key][4:] if grads[key].shape[0] == n else None
+            self.assertEqual(float(np.abs(rows).max()), 0.0, key)
+        # GQA: hook_k's gradient is the sum over the query heads sharing each key/value head.
+        kv = grads["blocks.0.attn.hook_rot_k"]
+        self.assertEqual(kv.shape[1], model.config.n_kv)
+        # dot on an early key: nothing downstream of it is on the path.
+        d = hsref.Metric("dot", hook="blocks.0.hook_resid_mid", vector=tuple([1.0] * model.config.d_model))
+        _, g = hsref.grad(model, self.TOKENS, d)
+        self.assertNotIn("logits", g)
+        self.assertNotIn("blocks.0.mlp.hook_post", g)
+        self.assertIn("blocks.0.attn.hook_rot_q", g)
+        np.testing.assert_array_equal(g["blocks.0.hook_resid_mid"][-1], np.ones(model.config.d_model))
+        _, g = hsref.grad(model, self.TOKENS, hsref.Metric("dot", hook="blocks.0.hook_resid_post",
+                                                           vector=tuple([1.0] * model.config.d_model)))
+        self.assertNotIn("blocks.1.hook_resid_pre", g)                # the same value, but downstream
+        _, g = hsref.grad(model, self.TOKENS, hsref.Metric("dot", hook="hook_embed",
+                                                           vector=tuple([1.0] * model.config.d_model)))
+        self.assertEqual(sorted(g), ["hook_embed"])
+        neox = hsref.load_any(os.path.join(FIXTURES, "neox_parallel"))
+        _, g = hsref.grad(neox, self.TOKENS, hsref.Metric("logit_diff", 5, 7))
+        self.assertNotIn("blocks.0.hook_resid_mid", g)               # parallel blocks never read it
+        self.assertIn("blocks.0.attn.hook_result", g)
+
+
+class AtPTest(unittest.TestCase):
+    """atp() is exact where the metric is linear in the patched activation, and differs elsewhere."""
+
+    CLEAN = [290, 5, 77, 260, 13, 99, 281]
+    CORRUPT = [290, 6, 77, 261, 13, 98, 281]
+
+    def assert_linear_cells(self, model, what, metric, layer):
+        exact = hsref.patching_sweep(model, self.CLEAN, self.CORRUPT, None, None, what, metric=metric)
+        est = hsref.atp(model, self.CLEAN, self.CORRUPT, None, None, what, metric=metric)
+        self.assertAlmostEqual(est["metric_clean"], exact["metric_clean"], places=10)
+        self.assertAlmostEqual(est["metric_corrupt"], exact["metric_corrupt"], places=10)
+        self.assertEqual(est["raw"].shape, exact["raw"].shape)
+        effect = exact["raw"] - exact["metric_corrupt"]
+        scale = float(np.abs(effect[layer]).max())
+        self.assertGreater(scale, 1e-6)
+        err = float(np.abs(est["raw"][layer] - exact["raw"][layer]).max()) / scale
+        self.assertLess(err, 1e-9, f"{what}: AtP vs exact on the linear layer {layer}")
+        return est, exact
+
+    def test_exact_where_linear(self):
+        for name in ("f32_prefixed", "llama_gqa", "neox_sequential"):
+            model = hsref.load_any(os.path.join(FIXTURES, name))
+            c = model.config
+            last = c.n_layer - 1
+            v = tuple(0.1 * ((i * 3) % 5 - 2) for i in range(c.d_model))
+            cases = [("mlp_out", f"blocks.{last}.hook_resid_post"), ("mlp_post", f"blocks.{last}.hook_mlp_out"),
+                     ("z", f"blocks.{last}.hook_attn_out"), ("z_pos", f"blocks.{last}.hook_attn_out"),
+                     ("attn_out", f"blocks.{last}.hook_resid_mid")]
+            for what, hook in cases:
+                with self.subTest(f"{name} {what}"):
+                    metric = hsref.Metric("dot", hook=hook, vector=v)
+                    est, exact = self.assert_linear_cells(model, what, metric, last)
+                    if what in ("z", "mlp_post") and c.n_layer > 1:  # the earlier layer is not linear
+                        self.assertGreater(float(np.abs(est["raw"][0] - exact["raw"][0]).max()), 1e-6)
+
+    def test_logit_difference_with_the_final_norm_made_linear(self):
+        # LayerNorm(x) = (x - mean) / sqrt(var + eps) * w + b is linear in x up to var / (2 eps):
+        # with eps 1e14 and every norm's weight times sqrt(eps) (so that the activations keep
+        # their size) the logit difference is linear in the last layer's mlp_out to ~1e-13.
+        model = hsref.load_gpt2(os.path.join(FIXTURES, "f32_prefixed"))
+        eps = 1e14
+        weights = {k: (np.asarray(w, dtype=np.float64) * np.sqrt(eps) if k.endswith(("ln_1.weight", "ln_2.weight",
+                                                                                       "ln_f.weight")) else w)
+                   for k, w in model.weights.items()}
+        model = dataclasses.replace(model, weights=weights,
+                                    config=dataclasses.replace(model.config, layer_norm_eps=eps))
+        est, exact = self.assert_linear_cells(model, "mlp_out", hsref.Metric("logit_diff", 5, 7),
+                                              model.config.n_layer - 1)
+        plain = hsref.load_gpt2(os.path.join(FIXTURES, "f32_prefixed"))
+        e2 = hsref.patching_sweep(plain, self.CLEAN, self.CORRUPT, 5, 7, "mlp_out")
+        a2 = hsref.atp(plain, self.CLEAN, self.CORRUPT, 5, 7, "mlp_out")
+        self.assertGreater(float(np.abs(a2["raw"] - e2["raw"]).max()), 1e-4)  # the real norm is not linear
+
+    def test_qk_fix_first_order_and_other_sites(self):
+        # For a small change of one head's q, k and v, the QK-fixed estimate agrees with the
+        # first-order sum dq . dM/dq + dk . dM/dk + dv . dM/dv to O(eps^2).
+        model = hsref.load_gpt2(os.path.join(FIXTURES, "bf16_prefixed"))   # scale_attn_by_inverse_layer_idx
+        metric = hsref.Metric("logit_diff", 5, 7)
+        _, corrupt, grads = hsref._backward(model, self.CORRUPT, metric)
+        rng = np.random.default_rng(3)
+        layer, head = 1, 2
+        for eps in (1e-4, 1e-5):
+            clean = dict(corrupt)
+            first = 0.0
+            for name in ("attn.hook_q", "attn.hook_k", "attn.hook_v"):
+                key = f"blocks.{layer}.{name}"
+                d = torch.zeros_like(corrupt[key])
+                d[:, head] = torch.from_numpy(rng.standard_normal(tuple(d[:, head].shape))) * eps
+                clean[key] = corrupt[key] + d
+                first += float((d * grads[key]).sum())
+            got = float(hsref._qk_fixed_head_rows(model, layer, head, clean, corrupt, grads).sum())
+            self.assertLess(abs(got - first), 1e-3 * abs(first), f"eps {eps}")
+        for what in ("resid_pre", "attn_out", "mlp_out", "mlp_post"):
+            a = hsref.atp(model, self.CLEAN, self.CORRUPT, 5, 7, what)
+            b = hsref.atp(model, self.CLEAN, self.CORRUPT, 5, 7, what, method="atp_qk")
+            np.testing.assert_array_equal(a["raw"], b["raw"])
+        z = hsref.atp(model, self.CLEAN, self.CORRUPT, 5, 7, "z", method="atp_qk")
+        zp = hsref.atp(model, self.CLEAN, self.CORRUPT, 5, 7, "z_pos", method="atp_qk")
+        np.testing.assert_allclose(z["raw"] - z["metric_corrupt"], (zp["raw"] - zp["metric_corrupt"]).sum(-1),
+                                   rtol=1e-12, atol=1e-12)
+
+
+class AttributeTest(unittest.TestCase):
+    TOKENS = [290, 5, 77, 260, 13, 99, 281]
+
+    def test_grad_x_input_and_integrated_gradients(self):
+        model = hsref.load_gpt2(os.path.join(FIXTURES, "f32_prefixed"))
+        metric = hsref.Metric("logit_diff", 5, 7)
+        r = hsref.attribute(model, self.TOKENS, metric, "grad_x_input")
+        x = hsref.forward(model, self.TOKENS)["hook_embed"].numpy()
+        _, g = hsref.grad(model, self.TOKENS, metric)
+        want = (x * g["hook_embed"]).sum(-1)
+        want[0] = 0.0
+        np.testing.assert_allclose(r["attributions"], want, rtol=1e-12, atol=1e-12)
+        self.assertAlmostEqual(r["completeness_error"], sum(r["attributions"]) - (r["metric"] - r["baseline_metric"]))
+        # Completeness: the error is the midpoint rule's, -> 0 as steps grow. The real norms make
+        # the path a near-step at alpha ~ sqrt(eps / mean square) (slow convergence, see the
+        # README), so the check uses a smooth model (eps 1): O(1 / steps^2).
+        smooth = dataclasses.replace(model, config=dataclasses.replace(model.config, layer_norm_eps=1.0))
+        errs = [abs(hsref.attribute(smooth, self.TOKENS, metric, "integrated_gradients", n)["completeness_error"])
+                for n in (4, 16, 64)]
+        gap = abs(r["metric"] - r["baseline_metric"])
+        self.assertLess(errs[2], 1e-3 * max(gap, 1e-3))
+        self.assertLess(errs[1], errs[0] / 4)
+        self.assertLess(errs[2], errs[1] / 4)
+        ig = hsref.attribute(model, self.TOKENS, metric, "integrated_gradients", 4096)
+        self.assertLess(abs(ig["completeness_error"]), 0.05 * max(abs(ig["metric"] - ig["baseline_metric"]), 1e-3))
+        self.assertEqual(ig["attributions"][0], 0.0)
+
+
+class GradFixturesUpToDateTest(unittest.TestCase):
+    def test_regeneration_is_byte_identical(self):
+        out = os.path.join(REPO, "tests", "fixtures", "analyses", "grads")
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "analyses", "make_grads.py"),
+                            "--out", d], check=True, capture_output=True)
+            files = lambda root: sorted(os.path.relpath(os.path.join(r, f), root)  # noqa: E731
+                                        for r, _, fs in os.walk(root) for f in fs)
+            self.assertEqual(files(out), files(d))
+            for file in files(out):
+                with self.subTest(file):
+                    with open(os.path.join(out, file), "rb") as a, open(os.path.join(d, file), "rb") as b:
+                        self.assertEqual(a.read(), b.read())
+
+    def test_llama2c_checkpoint_runs_as_run_c_reads_it(self):
+        # model.bin read the way run.c reads it (interleaved rope pairs on the file's own wq / wk
+        # rows) gives the logits of the reference make_grads.py uses (rotate-half, rows permuted).
+        sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "analyses"))
+        import make_grads
+        path = os.path.join(REPO, "tests", "fixtures", "analyses", "grads", "llama2c", "model.bin")
+        raw = np.fromfile(path, dtype="<i4", count=7)
+        D, M, L, H, KV, V, C = (int(x) for x in raw)
+        V = -V
+        f = np.fromfile(path, dtype="<f4", offset=28)
+        hs, at = D // H, 0
+
+        def take(*shape):
+            nonlocal at
+            n = int(np.prod(shape))
+            out = f[at:at + n].reshape(shape)
+            at += n
+            return out
+        embed, rms_att, wq, wk = take(V, D), take(L, D), take(L, D, D), take(L, KV * hs, D)
+        wv, wo, rms_ffn = take(L, KV * hs, D), take(L, D, D), take(L, D)
+        w1, w2, w3, rms_final = take(L, M, D), take(L, D, M), take(L, M, D), take(D)
+        take(C * hs)
+        wcls = take(V, D)
+        self.assertEqual(at, f.size)
+        weights = {"embed_tokens.weight": embed, "norm.weight": rms_final, "lm_head.weight": wcls}
+        for l in range(L):
+            p = f"layers.{l}."
+            weights.update({p + "input_layernorm.weight": rms_att[l], p + "post_attention_layernorm.weight": rms_ffn[l],
+                            p + "self_attn.q_proj.weight": wq[l], p + "self_attn.k_proj.weight": wk[l],
+                            p + "self_attn.v_proj.weight": wv[l], p + "self_attn.o_proj.weight": wo[l],
+                            p + "mlp.gate_proj.weight": w1[l], p + "mlp.down_proj.weight": w2[l],
+                            p + "mlp.up_proj.weight": w3[l]})
+        with tempfile.TemporaryDirectory() as d:
+            ref = make_grads.write_llama2c(d)
+        run_c = hsref.LlamaModel(dataclasses.replace(ref.config, rope_pairs="interleaved"), weights, {})
+        tokens = make_grads.TOKENS
+        torch.testing.assert_close(hsref.llama_forward(run_c, tokens)["logits"],
+                                   hsref.llama_forward(ref, tokens)["logits"], rtol=1e-12, atol=1e-12)
 
 
 class AblatePatchFixturesUpToDateTest(unittest.TestCase):
