@@ -1,10 +1,14 @@
 #include "core/model/position_rows.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <tuple>
 #include <unordered_map>
+
+#include "core/model/position_block_stats.h"
 
 namespace hs {
 namespace {
@@ -17,6 +21,38 @@ using Index = Eigen::Index;
 // the sizes of the last run's, so a few kept ones serve it. At most kPoolBytes are kept.
 constexpr size_t kPoolFrom = size_t{1} << 20;   // bytes: smaller blocks come from the heap anyway
 constexpr size_t kPoolBytes = size_t{64} << 20;
+
+// Blocks alive, counted as they are made and freed (position_block_stats).
+std::atomic<size_t> g_live_blocks{0}, g_live_bytes{0};
+void note_made(size_t bytes) {
+  g_live_blocks.fetch_add(1, std::memory_order_relaxed);
+  g_live_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+void note_freed(size_t bytes) {
+  g_live_blocks.fetch_sub(1, std::memory_order_relaxed);
+  g_live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+// std::allocator, counted: a small block stays one allocation with its shared pointer's
+// control block (allocate_shared_for_overwrite) and is still counted when freed.
+template <class T>
+struct CountingAllocator {
+  using value_type = T;
+  CountingAllocator() = default;
+  template <class U>
+  CountingAllocator(const CountingAllocator<U>&) {}  // NOLINT: rebinding, as allocate_shared does
+  T* allocate(size_t n) {
+    T* p = std::allocator<T>().allocate(n);
+    note_made(n * sizeof(T));
+    return p;
+  }
+  void deallocate(T* p, size_t n) {
+    note_freed(n * sizeof(T));
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const CountingAllocator<U>&) const { return true; }
+};
 
 class BlockPool {
  public:
@@ -40,6 +76,12 @@ class BlockPool {
     }
     std::free(p);
   }
+  std::pair<size_t, size_t> held() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t blocks = 0;
+    for (const auto& [floats, list] : free_) blocks += list.size();
+    return {blocks, held_};
+  }
 
  private:
   std::mutex mutex_;
@@ -56,11 +98,15 @@ BlockPool& pool() {
 // rest computed).
 std::shared_ptr<float[]> new_block(Index count) {
   const size_t floats = static_cast<size_t>(std::max<Index>(count, 1));
-  if (floats * sizeof(float) < kPoolFrom) return std::make_shared_for_overwrite<float[]>(floats);
+  if (floats * sizeof(float) < kPoolFrom) return std::allocate_shared_for_overwrite<float[]>(CountingAllocator<float>(), floats);
   float* p = pool().take(floats);
   if (!p) p = static_cast<float*>(std::malloc(floats * sizeof(float)));
   if (!p) throw std::bad_alloc();
-  return std::shared_ptr<float[]>(p, [floats](float* q) { pool().give(q, floats); });
+  note_made(floats * sizeof(float));
+  return std::shared_ptr<float[]>(p, [floats](float* q) {
+    note_freed(floats * sizeof(float));
+    pool().give(q, floats);
+  });
 }
 
 Index blocks_for(Index rows) { return (rows + kPositionBlock - 1) / kPositionBlock; }
@@ -85,6 +131,14 @@ void extend_blocks(std::vector<std::shared_ptr<float[]>>& blocks, const std::vec
 }
 
 }  // namespace
+
+PositionBlockStats position_block_stats() {
+  PositionBlockStats s;
+  s.live_blocks = g_live_blocks.load(std::memory_order_relaxed);
+  s.live_bytes = g_live_bytes.load(std::memory_order_relaxed);
+  std::tie(s.pooled_blocks, s.pooled_bytes) = pool().held();
+  return s;
+}
 
 PositionRows& PositionRows::operator=(const RowMatrixXf& m) {
   extend(nullptr, 0, m.rows(), m.cols());

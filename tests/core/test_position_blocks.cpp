@@ -11,6 +11,7 @@
 
 #include "core/analysis/view_data.h"
 #include "core/model/model.h"
+#include "core/model/position_block_stats.h"
 #include "core/model/position_rows.h"
 #include "forward_reference.h"
 #include "test_support.h"
@@ -239,4 +240,31 @@ TEST_CASE("thumbnails pooled from an earlier run's rows of cells equal thumbnail
       }
     }
   }
+}
+
+TEST_CASE("a cache extended key after key keeps only its own blocks alive, not its predecessors'",
+          "[forward][incremental][blocks][memory]") {
+  // Typing holds one cache (and, while the next run is made, the one before it): every block of
+  // the caches before those must have been freed. position_block_stats counts every block made
+  // and freed, so a block kept alive by anything (a shared block holding a predecessor, a chain of
+  // previous caches) shows as live bytes beyond what the current cache stores.
+  const auto model = Model::load(test::source_dir() / "resources/models/headscope-tiny");
+  const size_t before = position_block_stats().live_bytes;
+  std::vector<int32_t> tokens = random_tokens(150, model->config().d_vocab, 10);
+  auto previous = model->run(tokens);
+  for (int key = 0; key < 90; ++key) {
+    tokens.back() = (tokens.back() + 1) % model->config().d_vocab;  // the last word grows
+    if (key % 4 == 3) tokens.push_back(11);                         // and a new one starts
+    auto next = model->run(tokens, RunOptions{}, previous);
+    REQUIRE(next->reused_prefix == static_cast<int>(tokens.size()) - (key % 4 == 3 ? 2 : 1));
+    previous = std::move(next);
+    // Blocks are the cache's stored activations (lower-triangle patterns included) and nothing
+    // else; small blocks also count their shared pointer's few bytes of bookkeeping.
+    const size_t live = position_block_stats().live_bytes - before;
+    INFO("key " << key << ": " << live << " live bytes, the cache stores " << previous->stored_bytes());
+    REQUIRE(live >= previous->stored_bytes() - static_cast<size_t>(previous->ln_final_scale.size()) * sizeof(float));
+    REQUIRE(live <= previous->stored_bytes() + previous->stored_bytes() / 50);
+  }
+  previous.reset();
+  CHECK(position_block_stats().live_bytes == before);
 }
