@@ -15,6 +15,7 @@ struct PositionBlockStats {
   size_t live_bytes = 0;     // their bytes (small blocks: with their shared pointer's bookkeeping)
   size_t pooled_blocks = 0;  // freed large blocks kept for a later run (position_rows.cpp: BlockPool)
   size_t pooled_bytes = 0;
+  size_t fresh_large_blocks = 0;  // large blocks allocated anew so far, not taken from the pool
 };
 PositionBlockStats position_block_stats();
 

@@ -268,3 +268,42 @@ TEST_CASE("a cache extended key after key keeps only its own blocks alive, not i
   previous.reset();
   CHECK(position_block_stats().live_bytes == before);
 }
+
+TEST_CASE("typing at the end reuses the pooled large blocks: the pool holds what the next key asks for",
+          "[cache][blocks][memory]") {
+  // A logits-like activation (a full block is 5 MB) and a pattern with many heads (blocks of
+  // 1-3 MB), each extended row by row as typing at the end does, the previous one dropped. The
+  // last block grows by a row a key; a large block is allocated at its full size, so the block the
+  // previous key freed serves the next key's. Sized by rows, each key asked for a size the pool
+  // had never seen, and the pool filled with sizes nobody asked for again (issue 21).
+  const Eigen::Index B = kPositionBlock, cols = 40000;
+  const int heads = 200;
+  PositionRows rows;
+  rows.extend(nullptr, 0, 3 * B + 2, cols);
+  PatternRows pattern;
+  pattern.extend(nullptr, 0, 3 * B + 2, heads);
+  const size_t large_full = static_cast<size_t>(B * cols) * sizeof(float);
+  size_t fresh_after_warmup = 0;
+  int crossings = 0;  // keys whose prompt starts a new block: that block index is new to the pool
+  for (int key = 0; key < 2 * B + 5; ++key) {
+    PositionRows next;
+    next.extend(&rows, rows.rows() - 1, rows.rows() + 1, cols);  // the last token changed, one more
+    next.set_rows(rows.rows() - 1, RowMatrixXf::Constant(2, cols, static_cast<float>(key)));
+    PatternRows next_pattern;
+    next_pattern.extend(&pattern, pattern.rows() - 1, pattern.rows() + 1, heads);
+    rows = std::move(next);
+    pattern = std::move(next_pattern);
+    REQUIRE(rows(rows.rows() - 1, cols - 1) == static_cast<float>(key));
+    if (rows.rows() % B == 1) ++crossings;
+    const PositionBlockStats s = position_block_stats();
+    INFO("key " << key << ": " << s.pooled_blocks << " pooled blocks, " << s.pooled_bytes << " bytes, "
+                << s.fresh_large_blocks << " fresh large blocks, " << crossings << " new blocks started");
+    // Pooled: what the last key freed (its partial blocks), not 64 MB of sizes never asked for again.
+    CHECK(s.pooled_bytes <= 4 * large_full);
+    if (key == 1) fresh_after_warmup = s.fresh_large_blocks;
+    // After the first keys, a large block is allocated afresh only when a new block index starts
+    // (a pattern block's size depends on its index), not at every key.
+    if (key > 1) CHECK(s.fresh_large_blocks - fresh_after_warmup <= static_cast<size_t>(4 * crossings + 2));
+  }
+  CHECK(crossings == 2);
+}

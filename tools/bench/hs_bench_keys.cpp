@@ -628,8 +628,8 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
     std::snprintf(buf, sizeof buf,
                   "}, \"slope_keys\": %zu, \"rss_mb_per_key_slope\": %.4f, \"anon_mb_per_key_slope\": %.4f, "
                   "\"malloc_used_mb_per_key_slope\": %.4f, \"blocks_mb_per_key_slope\": %.4f, "
-                  "\"positions_per_key_slope\": %.4f}",
-                  n, slope(ph.rss, n), slope(ph.anon, n), slope(ph.malloc_used, n), slope(ph.blocks, n),
+                  "\"pooled_mb_per_key_slope\": %.4f, \"positions_per_key_slope\": %.4f}",
+                  n, slope(ph.rss, n), slope(ph.anon, n), slope(ph.malloc_used, n), slope(ph.blocks, n), slope(ph.pooled, n),
                   slope(std::vector<double>(ph.positions.begin(), ph.positions.end()), n));
     return s + buf;
   };
