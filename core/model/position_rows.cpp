@@ -1,10 +1,15 @@
 #include "core/model/position_rows.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <iterator>
 #include <mutex>
 #include <new>
-#include <unordered_map>
+#include <tuple>
+
+#include "core/model/position_block_stats.h"
 
 namespace hs {
 namespace {
@@ -13,37 +18,87 @@ using Index = Eigen::Index;
 
 // Large blocks (a block of logits is megabytes) are kept for the next run when freed. malloc
 // serves them by mmap and returns them to the kernel on free, so every run, a typed key or a
-// data set's next prompt, faulted its logits in afresh, zeroed page by page; a run's blocks have
-// the sizes of the last run's, so a few kept ones serve it. At most kPoolBytes are kept.
+// data set's next prompt, faulted its logits in afresh, zeroed page by page. A large block is
+// allocated at the size of a full block of its index whatever rows it holds, so the next run's
+// block there fits it: typing at the end of a long prompt grows the last block by a row every few
+// keys, and blocks sized by their rows were never asked for again (issue 21: the pool filled up
+// with 64 MB of such sizes, 1.5 MB a key, while every key's new blocks were faulted in afresh;
+// docs/benchmarks.md). The untouched rest of a fresh mmap'd block is never made resident.
+// At most kPoolBytes are kept, the most recently freed: those are what the next run asks for.
 constexpr size_t kPoolFrom = size_t{1} << 20;   // bytes: smaller blocks come from the heap anyway
 constexpr size_t kPoolBytes = size_t{64} << 20;
+
+// Blocks alive, counted as they are made and freed (position_block_stats).
+std::atomic<size_t> g_live_blocks{0}, g_live_bytes{0}, g_fresh_large{0};
+void note_made(size_t bytes) {
+  g_live_blocks.fetch_add(1, std::memory_order_relaxed);
+  g_live_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+void note_freed(size_t bytes) {
+  g_live_blocks.fetch_sub(1, std::memory_order_relaxed);
+  g_live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+// std::allocator, counted: a small block stays one allocation with its shared pointer's
+// control block (allocate_shared_for_overwrite) and is still counted when freed.
+template <class T>
+struct CountingAllocator {
+  using value_type = T;
+  CountingAllocator() = default;
+  template <class U>
+  CountingAllocator(const CountingAllocator<U>&) {}  // NOLINT: rebinding, as allocate_shared does
+  T* allocate(size_t n) {
+    T* p = std::allocator<T>().allocate(n);
+    note_made(n * sizeof(T));
+    return p;
+  }
+  void deallocate(T* p, size_t n) {
+    note_freed(n * sizeof(T));
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const CountingAllocator<U>&) const { return true; }
+};
 
 class BlockPool {
  public:
   float* take(size_t floats) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_.find(floats);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    float* p = it->second.back();
-    it->second.pop_back();
-    held_ -= floats * sizeof(float);
-    return p;
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it)  // the most recently freed first
+      if (it->floats == floats) {
+        float* p = it->p;
+        free_.erase(std::next(it).base());
+        held_ -= floats * sizeof(float);
+        return p;
+      }
+    return nullptr;
   }
   void give(float* p, size_t floats) {
+    std::vector<float*> evicted;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (held_ + floats * sizeof(float) <= kPoolBytes) {
-        free_[floats].push_back(p);
-        held_ += floats * sizeof(float);
-        return;
+      free_.push_back({p, floats});
+      held_ += floats * sizeof(float);
+      while (held_ > kPoolBytes) {  // the oldest go first: the newest are the next run's sizes
+        held_ -= free_.front().floats * sizeof(float);
+        evicted.push_back(free_.front().p);
+        free_.pop_front();
       }
     }
-    std::free(p);
+    for (float* q : evicted) std::free(q);
+  }
+  std::pair<size_t, size_t> held() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {free_.size(), held_};
   }
 
  private:
+  struct Kept {
+    float* p;
+    size_t floats;
+  };
   std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<float*>> free_;
+  std::deque<Kept> free_;  // oldest first; a few dozen at most
   size_t held_ = 0;
 };
 
@@ -53,23 +108,33 @@ BlockPool& pool() {
 }
 
 // Uninitialized: a block is written before it is read (the rows a run keeps are copied in, the
-// rest computed).
-std::shared_ptr<float[]> new_block(Index count) {
-  const size_t floats = static_cast<size_t>(std::max<Index>(count, 1));
-  if (floats * sizeof(float) < kPoolFrom) return std::make_shared_for_overwrite<float[]>(floats);
+// rest computed). `count` floats of a block whose full size is `full`: a large block gets its full
+// size (see kPoolFrom).
+std::shared_ptr<float[]> new_block(Index count, Index full) {
+  size_t floats = static_cast<size_t>(std::max<Index>(count, 1));
+  if (static_cast<size_t>(full) * sizeof(float) < kPoolFrom)
+    return std::allocate_shared_for_overwrite<float[]>(CountingAllocator<float>(), floats);
+  floats = std::max(floats, static_cast<size_t>(full));
   float* p = pool().take(floats);
-  if (!p) p = static_cast<float*>(std::malloc(floats * sizeof(float)));
-  if (!p) throw std::bad_alloc();
-  return std::shared_ptr<float[]>(p, [floats](float* q) { pool().give(q, floats); });
+  if (!p) {
+    p = static_cast<float*>(std::malloc(floats * sizeof(float)));
+    if (!p) throw std::bad_alloc();
+    g_fresh_large.fetch_add(1, std::memory_order_relaxed);
+  }
+  note_made(floats * sizeof(float));
+  return std::shared_ptr<float[]>(p, [floats](float* q) {
+    note_freed(floats * sizeof(float));
+    pool().give(q, floats);
+  });
 }
 
 Index blocks_for(Index rows) { return (rows + kPositionBlock - 1) / kPositionBlock; }
 
 // The blocks of a run that keeps `keep` rows of `from` and has `rows` in all: those wholly inside
 // the kept rows are shared; `copy_partial(block, from_block)` fills the one they end in. Each new
-// block holds just the rows it has (block_floats(b, rows in it)): a block is never appended to in
-// place (the next run copies a partial one), so room for more rows would only be memory to fault
-// in.
+// block is laid out for just the rows it has (block_floats(b, rows in it)): a block is never
+// appended to in place (the next run copies a partial one). Only large ones are allocated at a
+// full block's size (block_floats(b, kPositionBlock)), for the pool's sake.
 template <class BlockFloats, class CopyPartial>
 void extend_blocks(std::vector<std::shared_ptr<float[]>>& blocks, const std::vector<std::shared_ptr<float[]>>* from,
                    Index keep, Index rows, BlockFloats block_floats, CopyPartial copy_partial) {
@@ -78,13 +143,23 @@ void extend_blocks(std::vector<std::shared_ptr<float[]>>& blocks, const std::vec
   const Index shared = keep / kPositionBlock;
   for (Index b = 0; b < shared; ++b) blocks.push_back((*from)[static_cast<size_t>(b)]);
   for (Index b = shared; b < blocks_for(rows); ++b)
-    blocks.push_back(new_block(block_floats(b, std::min(kPositionBlock, rows - b * kPositionBlock))));
+    blocks.push_back(
+        new_block(block_floats(b, std::min(kPositionBlock, rows - b * kPositionBlock)), block_floats(b, kPositionBlock)));
   if (keep % kPositionBlock != 0)
     copy_partial(blocks[static_cast<size_t>(shared)].get(), (*from)[static_cast<size_t>(shared)].get(),
                  keep - shared * kPositionBlock);
 }
 
 }  // namespace
+
+PositionBlockStats position_block_stats() {
+  PositionBlockStats s;
+  s.live_blocks = g_live_blocks.load(std::memory_order_relaxed);
+  s.live_bytes = g_live_bytes.load(std::memory_order_relaxed);
+  std::tie(s.pooled_blocks, s.pooled_bytes) = pool().held();
+  s.fresh_large_blocks = g_fresh_large.load(std::memory_order_relaxed);
+  return s;
+}
 
 PositionRows& PositionRows::operator=(const RowMatrixXf& m) {
   extend(nullptr, 0, m.rows(), m.cols());
@@ -154,7 +229,7 @@ Index PatternRows::head_floats(Index b, Index rows) {
 
 void PatternRows::extend(const PatternRows* from, Index keep, Index rows, int heads) {
   extend_blocks(blocks_, from ? &from->blocks_ : nullptr, keep, rows,
-                [heads, rows](Index b, Index) { return heads * head_floats(b, rows); },
+                [heads](Index b, Index n) { return heads * head_floats(b, b * kPositionBlock + n); },
                 [&](float* to, const float* src, Index n) {
                   // Each head's first n rows of the block, from a block laid out for from's length.
                   const Index b = keep / kPositionBlock, s = b * kPositionBlock;

@@ -11,6 +11,7 @@
 
 #include "core/analysis/view_data.h"
 #include "core/model/model.h"
+#include "core/model/position_block_stats.h"
 #include "core/model/position_rows.h"
 #include "forward_reference.h"
 #include "test_support.h"
@@ -239,4 +240,70 @@ TEST_CASE("thumbnails pooled from an earlier run's rows of cells equal thumbnail
       }
     }
   }
+}
+
+TEST_CASE("a cache extended key after key keeps only its own blocks alive, not its predecessors'",
+          "[forward][incremental][blocks][memory]") {
+  // Typing holds one cache (and, while the next run is made, the one before it): every block of
+  // the caches before those must have been freed. position_block_stats counts every block made
+  // and freed, so a block kept alive by anything (a shared block holding a predecessor, a chain of
+  // previous caches) shows as live bytes beyond what the current cache stores.
+  const auto model = Model::load(test::source_dir() / "resources/models/headscope-tiny");
+  const size_t before = position_block_stats().live_bytes;
+  std::vector<int32_t> tokens = random_tokens(150, model->config().d_vocab, 10);
+  auto previous = model->run(tokens);
+  for (int key = 0; key < 90; ++key) {
+    tokens.back() = (tokens.back() + 1) % model->config().d_vocab;  // the last word grows
+    if (key % 4 == 3) tokens.push_back(11);                         // and a new one starts
+    auto next = model->run(tokens, RunOptions{}, previous);
+    REQUIRE(next->reused_prefix == static_cast<int>(tokens.size()) - (key % 4 == 3 ? 2 : 1));
+    previous = std::move(next);
+    // Blocks are the cache's stored activations (lower-triangle patterns included) and nothing
+    // else; small blocks also count their shared pointer's few bytes of bookkeeping.
+    const size_t live = position_block_stats().live_bytes - before;
+    INFO("key " << key << ": " << live << " live bytes, the cache stores " << previous->stored_bytes());
+    REQUIRE(live >= previous->stored_bytes() - static_cast<size_t>(previous->ln_final_scale.size()) * sizeof(float));
+    REQUIRE(live <= previous->stored_bytes() + previous->stored_bytes() / 50);
+  }
+  previous.reset();
+  CHECK(position_block_stats().live_bytes == before);
+}
+
+TEST_CASE("typing at the end reuses the pooled large blocks: the pool holds what the next key asks for",
+          "[cache][blocks][memory]") {
+  // A logits-like activation (a full block is 5 MB) and a pattern with many heads (blocks of
+  // 1-3 MB), each extended row by row as typing at the end does, the previous one dropped. The
+  // last block grows by a row a key; a large block is allocated at its full size, so the block the
+  // previous key freed serves the next key's. Sized by rows, each key asked for a size the pool
+  // had never seen, and the pool filled with sizes nobody asked for again (issue 21).
+  const Eigen::Index B = kPositionBlock, cols = 40000;
+  const int heads = 200;
+  PositionRows rows;
+  rows.extend(nullptr, 0, 3 * B + 2, cols);
+  PatternRows pattern;
+  pattern.extend(nullptr, 0, 3 * B + 2, heads);
+  const size_t large_full = static_cast<size_t>(B * cols) * sizeof(float);
+  size_t fresh_after_warmup = 0;
+  int crossings = 0;  // keys whose prompt starts a new block: that block index is new to the pool
+  for (int key = 0; key < 2 * B + 5; ++key) {
+    PositionRows next;
+    next.extend(&rows, rows.rows() - 1, rows.rows() + 1, cols);  // the last token changed, one more
+    next.set_rows(rows.rows() - 1, RowMatrixXf::Constant(2, cols, static_cast<float>(key)));
+    PatternRows next_pattern;
+    next_pattern.extend(&pattern, pattern.rows() - 1, pattern.rows() + 1, heads);
+    rows = std::move(next);
+    pattern = std::move(next_pattern);
+    REQUIRE(rows(rows.rows() - 1, cols - 1) == static_cast<float>(key));
+    if (rows.rows() % B == 1) ++crossings;
+    const PositionBlockStats s = position_block_stats();
+    INFO("key " << key << ": " << s.pooled_blocks << " pooled blocks, " << s.pooled_bytes << " bytes, "
+                << s.fresh_large_blocks << " fresh large blocks, " << crossings << " new blocks started");
+    // Pooled: what the last key freed (its partial blocks), not 64 MB of sizes never asked for again.
+    CHECK(s.pooled_bytes <= 4 * large_full);
+    if (key == 1) fresh_after_warmup = s.fresh_large_blocks;
+    // After the first keys, a large block is allocated afresh only when a new block index starts
+    // (a pattern block's size depends on its index), not at every key.
+    if (key > 1) CHECK(s.fresh_large_blocks - fresh_after_warmup <= static_cast<size_t>(4 * crossings + 2));
+  }
+  CHECK(crossings == 2);
 }

@@ -43,10 +43,14 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -58,6 +62,7 @@
 #include "core/analysis/head_scores.h"
 #include "core/analysis/view_data.h"
 #include "core/model/model.h"
+#include "core/model/position_block_stats.h"
 #include "core/model/thread_scope.h"
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
@@ -405,6 +410,60 @@ double rssMb() {
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
+// Where the resident memory is, after a key: the whole set and its anonymous part
+// (/proc/self/smaps_rollup; the rest is mostly the weights' file mapping), what malloc holds
+// (in use, and free but kept: glibc's mallinfo2, all arenas), and the position blocks of the
+// activation caches (live, and freed ones pooled for the next run). Growth that the live blocks
+// do not show is memory nobody uses.
+struct MemorySample {
+  double rss_mb = 0, anon_mb = 0, malloc_used_mb = 0, malloc_free_mb = 0, blocks_mb = 0, pooled_mb = 0;
+};
+MemorySample memorySample() {
+  constexpr double kMb = 1024.0 * 1024.0;
+  MemorySample m;
+  m.rss_mb = rssMb();
+  if (FILE* f = std::fopen("/proc/self/smaps_rollup", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f)) {
+      long kb = 0;
+      if (std::sscanf(line, "Anonymous: %ld kB", &kb) == 1) m.anon_mb = static_cast<double>(kb) / 1024.0;
+    }
+    std::fclose(f);
+  }
+#if defined(__GLIBC__)
+  const struct mallinfo2 mi = mallinfo2();
+  m.malloc_used_mb = static_cast<double>(mi.uordblks + mi.hblkhd) / kMb;
+  m.malloc_free_mb = static_cast<double>(mi.fordblks) / kMb;
+#endif
+  const hs::PositionBlockStats b = hs::position_block_stats();
+  m.blocks_mb = static_cast<double>(b.live_bytes) / kMb;
+  m.pooled_mb = static_cast<double>(b.pooled_bytes) / kMb;
+  return m;
+}
+
+// The least-squares slope of v over its last n entries (per entry), 0 with fewer than 2.
+double slope(const std::vector<double>& v, size_t n) {
+  n = std::min(n, v.size());
+  if (n < 2) return 0.0;
+  const size_t first = v.size() - n;
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < n; ++i) {
+    mx += static_cast<double>(i) / static_cast<double>(n);
+    my += v[first + i] / static_cast<double>(n);
+  }
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double dx = static_cast<double>(i) - mx;
+    sxy += dx * (v[first + i] - my);
+    sxx += dx * dx;
+  }
+  return sxy / sxx;
+}
+
+// What typing at the end of a long document types, one character a key, from its start again
+// after its end.
+constexpr const char* kLongTyped = " and then the quick brown fox jumped";
+
 // --long N: the window holds a document of about N tokens, and keys are typed one at a time,
 // each waited for: first at the end of the document ("end"), then in its middle ("middle"). Per key:
 // request -> the data of what is on screen (views_ms: the run, with the head grid's thumbnails,
@@ -459,10 +518,10 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
   }
   idle(500);
   const int document_positions = n_pos;
-  const QString typed = QStringLiteral(" and then the quick brown fox jumped");
+  const QString typed = QString::fromLatin1(kLongTyped);
 
   struct Phase {
-    std::vector<double> views, run, worker, rss;
+    std::vector<double> views, run, worker, rss, anon, malloc_used, malloc_free, blocks, pooled;
     std::vector<int> reused, positions;
     std::vector<std::string> with_run;  // the analyses that came with each key's run
   };
@@ -486,7 +545,13 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
       ph.reused.push_back(reused);
       ph.positions.push_back(n_pos);
       idle(50);
-      ph.rss.push_back(rssMb());
+      const MemorySample m = memorySample();
+      ph.rss.push_back(m.rss_mb);
+      ph.anon.push_back(m.anon_mb);
+      ph.malloc_used.push_back(m.malloc_used_mb);
+      ph.malloc_free.push_back(m.malloc_free_mb);
+      ph.blocks.push_back(m.blocks_mb);
+      ph.pooled.push_back(m.pooled_mb);
     }
     return !failed;
   };
@@ -545,11 +610,37 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + jstr(v[i]);
     return s + "]";
   };
+  // The resident set at keys 1, 24, 100 and 300 (those there are), and each measure's slope over
+  // the last 200 keys (MB per key): the resident set should grow no faster than the live blocks,
+  // which grow with the prompt.
+  auto memory = [&](const Phase& ph) {
+    std::string s = "{\"rss_mb_at_key\": {";
+    bool first = true;
+    for (size_t k : {size_t{1}, size_t{24}, size_t{100}, size_t{300}})
+      if (k <= ph.rss.size()) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "%s\"%zu\": %.1f", first ? "" : ", ", k, ph.rss[k - 1]);
+        s += buf;
+        first = false;
+      }
+    const size_t n = std::min<size_t>(200, ph.rss.size());
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "}, \"slope_keys\": %zu, \"rss_mb_per_key_slope\": %.4f, \"anon_mb_per_key_slope\": %.4f, "
+                  "\"malloc_used_mb_per_key_slope\": %.4f, \"blocks_mb_per_key_slope\": %.4f, "
+                  "\"pooled_mb_per_key_slope\": %.4f, \"positions_per_key_slope\": %.4f}",
+                  n, slope(ph.rss, n), slope(ph.anon, n), slope(ph.malloc_used, n), slope(ph.blocks, n), slope(ph.pooled, n),
+                  slope(std::vector<double>(ph.positions.begin(), ph.positions.end()), n));
+    return s + buf;
+  };
   auto phase = [&](const Phase& ph) {
     return "{\"views_ms\": " + jstats(stats(ph.views)) + ", \"run_ms\": " + jstats(stats(ph.run)) +
            ", \"worker_ms\": " + jstats(stats(ph.worker)) + ", \"views_ms_per_key\": " + list(ph.views) +
            ", \"reused_prefix\": " + ints(ph.reused) + ", \"positions\": " + ints(ph.positions) +
-           ", \"rss_mb_per_key\": " + list(ph.rss) + ", \"with_run\": " + strings(ph.with_run) + "}";
+           ", \"rss_mb_per_key\": " + list(ph.rss) + ", \"anon_mb_per_key\": " + list(ph.anon) +
+           ", \"malloc_used_mb_per_key\": " + list(ph.malloc_used) + ", \"malloc_free_mb_per_key\": " +
+           list(ph.malloc_free) + ", \"blocks_mb_per_key\": " + list(ph.blocks) + ", \"pooled_mb_per_key\": " +
+           list(ph.pooled) + ", \"memory\": " + memory(ph) + ", \"with_run\": " + strings(ph.with_run) + "}";
   };
   std::printf("{\"model\": %s, \"document_tokens\": %d, \"document_positions\": %d, \"keys\": %d, \"middle_keys\": %d, "
               "\"debounce_setting_ms\": %d, \"end\": %s, \"middle\": %s, \"sync_end_run_text_ms\": %s, "
@@ -620,7 +711,10 @@ int main(int argc, char** argv) {
   std::string document;
   int document_tokens = 0;
   if (long_tokens > 0) {
-    const int limit = std::min(long_tokens, cfg.n_ctx - long_keys - 2);
+    // Room for what the keys type (their tokens, not one per key: 300 keys are about 60 tokens).
+    std::string keys_text;
+    for (int i = 0; i < long_keys + middle_keys; ++i) keys_text += kLongTyped[i % std::strlen(kLongTyped)];
+    const int limit = std::min(long_tokens, cfg.n_ctx - static_cast<int>(probe->encode(keys_text, false).size()) - 4);
     std::string next = hs::kHeadScoreProse;
     while (static_cast<int>(probe->encode(next, true).size()) <= limit) {
       document = next;
