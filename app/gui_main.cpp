@@ -76,7 +76,7 @@ std::string usage() {
                       .arg(QString::fromStdString(hs::supported_families_text()))) +
       "  --text TEXT      the prompt to start with\n"
       "  --view NAME      the view shown first: " +
-      ids.join(QStringLiteral(", ")).toStdString() +
+      ids.join(QStringLiteral(", ")).toStdString() + ", " + hs::ui::MainWindow::kAblationViewId +
       "\n"
       "  --head L.H       the head selected first, e.g. 3.2 (layers and heads count from 0)\n"
       "  --ablate HEADS   run with these heads ablated, as headscope-cli run --ablate: LAYER.HEAD\n"
@@ -93,6 +93,8 @@ std::string usage() {
       "Views:\n";
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
     text += "  " + v.id.leftJustified(15).toStdString() + "  " + v.help.toStdString() + "\n";
+  text += "  " + QString::fromLatin1(hs::ui::MainWindow::kAblationViewId).leftJustified(15).toStdString() +
+          "  the Ablation panel beside the first view: the ablated heads, and the run before and after\n";
   text += "\nWithout --export a window opens; it needs a display (set DISPLAY, or run under Xvfb).\n";
   return text;
 }
@@ -232,9 +234,10 @@ int main(int argc, char** argv) {
   }
 
   const QString view_id = parser.value(view).toLower();
-  if (!hs::ui::findView(view_id)) {
+  if (!hs::ui::findView(view_id) && view_id != QLatin1String(hs::ui::MainWindow::kAblationViewId)) {
     QStringList ids;
     for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry()) ids << v.id;
+    ids << QString::fromLatin1(hs::ui::MainWindow::kAblationViewId);
     std::fprintf(stderr, "headscope: --view must be one of %s (got '%s')\n", qPrintable(ids.join(QStringLiteral(", "))),
                  qPrintable(parser.value(view)));
     return 2;

@@ -91,74 +91,75 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   title_->setWordWrap(true);
   layout->addWidget(title_);
 
+  // Three rows, each the view's full width: concat · W_O, the per-head sum, then the difference
+  // and the shapes. Side by side, at the default window size, z got about 50 px of width and each
+  // r_h about 35 px; a row of its own gives z and W_O room for their head bands and r_h a row of
+  // thumbnails big enough to compare.
   auto* vertical = new QSplitter(Qt::Vertical, this);
+  vertical->setObjectName(QStringLiteral("concatSumRows"));
   vertical->setChildrenCollapsible(false);
-  auto* sides = new QSplitter(Qt::Horizontal, vertical);
-  sides->setChildrenCollapsible(false);
 
-  // Left: concatenate, then project.
-  QFrame* left = panel(sides, QStringLiteral("concatPanel"));
-  auto* left_layout = new QVBoxLayout(left);
-  left_layout->setContentsMargins(6, 6, 6, 6);
-  concat_caption_ = caption(left, QStringLiteral("panelTitle"));
+  // Concatenate, then project.
+  QFrame* top = panel(vertical, QStringLiteral("concatPanel"));
+  auto* top_layout = new QVBoxLayout(top);
+  top_layout->setContentsMargins(6, 4, 6, 4);
+  top_layout->setSpacing(2);
+  concat_caption_ = caption(top, QStringLiteral("panelTitle"));
   concat_caption_->setText(QStringLiteral("Concatenate the heads, then project"));
-  left_layout->addWidget(concat_caption_);
+  top_layout->addWidget(concat_caption_);
   auto* grid = new QGridLayout;
-  grid->setHorizontalSpacing(2);
+  grid->setHorizontalSpacing(4);
   grid->setVerticalSpacing(2);
-  z_caption_ = caption(left);
-  wo_caption_ = caption(left);
-  concat_out_caption_ = caption(left);
-  z_ = signedPlot(left, QStringLiteral("concatZ"));
-  z_->setMinimumWidth(170);  // it shows the row labels
-  wo_ = signedPlot(left, QStringLiteral("concatWO"));
-  concat_out_ = signedPlot(left, QStringLiteral("concatOut"));
+  z_caption_ = caption(top);
+  wo_caption_ = caption(top);
+  concat_out_caption_ = caption(top);
+  z_ = signedPlot(top, QStringLiteral("concatZ"));
+  wo_ = signedPlot(top, QStringLiteral("concatWO"));
+  concat_out_ = signedPlot(top, QStringLiteral("concatOut"));
   grid->addWidget(z_caption_, 0, 0);
   grid->addWidget(wo_caption_, 0, 2);
   grid->addWidget(concat_out_caption_, 0, 4);
   grid->addWidget(z_, 1, 0);
-  grid->addWidget(operatorLabel(left, QStringLiteral("×")), 1, 1);
+  grid->addWidget(operatorLabel(top, QStringLiteral("×")), 1, 1);
   grid->addWidget(wo_, 1, 2);
-  concat_op_ = operatorLabel(left, QStringLiteral("+ b_O\n="));
+  concat_op_ = operatorLabel(top, QStringLiteral("+ b_O\n="));
   grid->addWidget(concat_op_, 1, 3);
   grid->addWidget(concat_out_, 1, 4);
-  grid->setColumnStretch(0, 1);
-  grid->setColumnStretch(2, 1);
-  grid->setColumnStretch(4, 1);
+  // z carries the row labels and H bands of d_head columns each: the widest share.
+  grid->setColumnStretch(0, 3);
+  grid->setColumnStretch(2, 2);
+  grid->setColumnStretch(4, 2);
   grid->setRowStretch(1, 1);
-  left_layout->addLayout(grid, 1);
+  top_layout->addLayout(grid, 1);
 
-  // Right: project each head, then sum.
-  QFrame* right = panel(sides, QStringLiteral("sumPanel"));
-  auto* right_layout = new QVBoxLayout(right);
-  right_layout->setContentsMargins(6, 6, 6, 6);
-  sum_caption_ = caption(right, QStringLiteral("panelTitle"));
+  // Project each head, then sum.
+  QFrame* middle = panel(vertical, QStringLiteral("sumPanel"));
+  auto* middle_layout = new QVBoxLayout(middle);
+  middle_layout->setContentsMargins(6, 4, 6, 4);
+  middle_layout->setSpacing(2);
+  sum_caption_ = caption(middle, QStringLiteral("panelTitle"));
   sum_caption_->setText(QStringLiteral("Project each head, then sum"));
-  right_layout->addWidget(sum_caption_);
-  auto* right_row = new QHBoxLayout;
+  middle_layout->addWidget(sum_caption_);
+  auto* middle_row = new QHBoxLayout;
   auto* results_box = new QVBoxLayout;
-  results_caption_ = caption(right);
-  results_ = new ImageGridView(right);
+  results_caption_ = caption(middle);
+  results_ = new ImageGridView(middle);
   results_->setObjectName(QStringLiteral("headResults"));
   results_->setCellAspect(1.0);
-  results_->setMinimumWidth(140);
+  results_->setMaxCellWidth(140);
+  results_->setMinimumWidth(240);
   results_box->addWidget(results_caption_);
   results_box->addWidget(results_, 1);
   auto* sum_box = new QVBoxLayout;
-  sum_out_caption_ = caption(right);
-  sum_out_ = signedPlot(right, QStringLiteral("sumOut"));
-  sum_out_->setMinimumWidth(170);  // it shows the row labels
+  sum_out_caption_ = caption(middle);
+  sum_out_ = signedPlot(middle, QStringLiteral("sumOut"));
   sum_box->addWidget(sum_out_caption_);
   sum_box->addWidget(sum_out_, 1);
-  right_row->addLayout(results_box, 1);
-  sum_op_ = operatorLabel(right, QStringLiteral("Σ r_h\n+ b_O\n="));
-  right_row->addWidget(sum_op_);
-  right_row->addLayout(sum_box, 1);
-  right_layout->addLayout(right_row, 1);
-  sides->addWidget(left);
-  sides->addWidget(right);
-  sides->setStretchFactor(0, 5);
-  sides->setStretchFactor(1, 4);
+  middle_row->addLayout(results_box, 3);
+  sum_op_ = operatorLabel(middle, QStringLiteral("Σ r_h\n+ b_O\n="));
+  middle_row->addWidget(sum_op_);
+  middle_row->addLayout(sum_box, 2);
+  middle_layout->addLayout(middle_row, 1);
 
   // Below: the difference, and the shapes.
   auto* below = new QWidget(vertical);
@@ -174,6 +175,7 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   diff_->setColorMap(ColorMap::Sequential);
   diff_->setRangeMode(HeatmapView::RangeMode::ZeroToMax);
   diff_->setColorScaleTitle(QStringLiteral("|concat − sum|"));
+  diff_->setCompact(true);
   diff_box->addWidget(diff_label_);
   diff_box->addWidget(diff_, 1);
   auto* shapes_box = new QVBoxLayout;
@@ -186,19 +188,32 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   shapes_->setColumnCount(3);
   shapes_->setHorizontalHeaderLabels({QStringLiteral("Step"), QStringLiteral("Shape"), QStringLiteral("Sizes")});
   shapes_->verticalHeader()->setVisible(false);
-  shapes_->horizontalHeader()->setStretchLastSection(true);
+  // The shapes and sizes are short and exact: as wide as they need. The step's words take the
+  // rest and wrap between words, so the table fits its width and never scrolls sideways.
+  shapes_->horizontalHeader()->setStretchLastSection(false);
+  shapes_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+  shapes_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+  shapes_->horizontalHeader()->setSectionResizeMode(2, QHeaderView::ResizeToContents);
+  shapes_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  shapes_->setTextElideMode(Qt::ElideNone);
   shapes_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   shapes_->setSelectionMode(QAbstractItemView::NoSelection);
   shapes_->setAlternatingRowColors(true);
-  shapes_->setWordWrap(false);
+  shapes_->setWordWrap(true);
+  // A narrower step column wraps into more lines: the rows follow.
+  connect(shapes_->horizontalHeader(), &QHeaderView::sectionResized, shapes_, [this](int index) {
+    if (index == 0) shapes_->resizeRowsToContents();
+  });
   shapes_box->addWidget(shapes_summary_);
   shapes_box->addWidget(shapes_, 1);
-  below_layout->addLayout(diff_box, 3);
-  below_layout->addLayout(shapes_box, 2);
-  vertical->addWidget(sides);
+  below_layout->addLayout(diff_box, 1);
+  below_layout->addLayout(shapes_box, 1);
+  vertical->addWidget(top);
+  vertical->addWidget(middle);
   vertical->addWidget(below);
-  vertical->setStretchFactor(0, 3);
-  vertical->setStretchFactor(1, 2);
+  vertical->setStretchFactor(0, 4);
+  vertical->setStretchFactor(1, 3);
+  vertical->setStretchFactor(2, 3);
   layout->addWidget(vertical, 1);
 
   connect(z_, &HeatmapView::cellClicked, this, [this](int row, int col) {
@@ -301,8 +316,13 @@ void ConcatSumView::refresh() {
                          .arg(D)
                          .arg(formatNumber(norm))});
   }
-  const int columns = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(H)))));
+  // One row of heads (two for more than 12): the row is the panel's width.
+  const int columns = H <= 12 ? H : (H + 1) / 2;
   results_->setItems(std::move(items), columns);
+  results_->setColorKeys({ColorKey{ColorMap::Diverging, QStringLiteral("r_h, one scale for every head"),
+                                   QStringLiteral("−%1").arg(formatNumber(result_->head_range)),
+                                   QStringLiteral("+%1").arg(formatNumber(result_->head_range)), QColor(), QString(),
+                                   QString()}});
   results_->setCellAspect(std::clamp(static_cast<double>(D) / std::max(1, S), 0.5, 2.0));
   results_caption_->setText(QStringLiteral("r_h = z_h · W_O[h], one per head\nS × D = %1 × %2 each, colours ±%3")
                                 .arg(S)

@@ -1,7 +1,9 @@
-// Multi-head attention as a sum over heads, for the selected layer, side by side:
-//   left:  z concatenated [pos, head*d_head] × W_O [head*d_head, d_model] (+ b_O) = attn_out
-//   right: each head's z_h × W_O[h] = r_h [pos, d_model] (small multiples), and Σ_h r_h + b_O
-//   below: |concat − sum| with its largest value, and the shapes at every step.
+// Multi-head attention as a sum over heads, for the selected layer, in three rows as wide as the
+// view:
+//   top:    z concatenated [pos, head*d_head] × W_O [head*d_head, d_model] (+ b_O) = attn_out
+//   middle: each head's z_h × W_O[h] = r_h [pos, d_model] (a row of small multiples on one
+//           colour scale, drawn under them), and Σ_h r_h + b_O
+//   below:  |concat − sum| with its largest value, and the shapes at every step.
 // Selecting a head outlines its band in z and in W_O, and its r_h.
 #pragma once
 

@@ -81,6 +81,13 @@ void showHeadOverview(ImageGridView& grid, const RunResult& run, bool tooltips, 
     for (int l = 0; l < n_layer; ++l) rows << QStringLiteral("L%1").arg(l);
     for (int h = 0; h < n_head; ++h) cols << QStringLiteral("H%1").arg(h);
   }
+  // The figure's colour scale: the patterns' key, and the badges' when a score is shown.
+  std::vector<ColorKey> keys = {ColorKey{}};
+  if (badges.metric)
+    keys.push_back({badges.metric->colors, badges.metric->name, QString::number(badges.metric->low, 'g', 3),
+                    QString::number(badges.metric->high, 'g', 3), headMetricColor(HeadMetric{}, NAN),
+                    QStringLiteral("—"), QStringLiteral("no score")});
+  grid.setColorKeys(std::move(keys), grid.colorKeysOnScreen());
   grid.setRowHeaders(rows);
   grid.setColumnHeaders(cols);
   QString title = QStringLiteral("Attention patterns of all %1 heads").arg(n_layer * n_head);

@@ -2,71 +2,76 @@
 
 #include <QPainter>
 
+#include <algorithm>
+
 namespace hs::ui {
 
-ColorLegend::ColorLegend(QWidget* parent)
-    : QWidget(parent),
-      caption_(QStringLiteral("attention weight")),
-      low_(QStringLiteral("0")),
-      high_(QStringLiteral("1")),
-      swatch_fill_(maskedColor()),  // as in the thumbnails (the large pattern hatches it)
-      swatch_label_(QStringLiteral("later position")) {
-  setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Fixed);
+int colorKeyHeight(const QFont& font) { return QFontMetrics(font).height() * 2 + 12; }
+
+void paintColorKey(QPainter& p, const QRect& rect, const ColorKey& key, const QFont& font, const QColor& text) {
+  p.save();
+  p.translate(rect.topLeft());
+  p.setFont(font);
+  const QFontMetrics fm(font);
+  const int width = rect.width();
+  const int bar_h = 10;
+  const int y = 4;
+  const int swatch = 14;
+  const bool with_swatch = !key.swatch_label.isEmpty() || !key.swatch_mark.isEmpty();
+  const int swatch_w = with_swatch ? swatch + 6 + fm.horizontalAdvance(key.swatch_label) + 24 : 0;
+  const int bar_w = std::max(60, width - swatch_w);
+  // The gradient, low to high.
+  for (int x = 0; x < bar_w; ++x) p.fillRect(QRect(x, y, 1, bar_h), QColor(colorAt(key.map, x / double(bar_w - 1))));
+  p.setPen(QPen(QColor(0xb0, 0xb0, 0xb0), 1));
+  p.setBrush(Qt::NoBrush);
+  p.drawRect(QRectF(0.5, y + 0.5, bar_w - 1, bar_h - 1));
+  p.setPen(text);
+  const int text_y = y + bar_h + 2;
+  p.drawText(QRect(0, text_y, bar_w, fm.height()), Qt::AlignLeft, key.low);
+  p.drawText(QRect(0, text_y, bar_w, fm.height()), Qt::AlignRight, key.high);
+  // Centred between the end labels, shortened with an ellipsis when the panel is narrow.
+  const int ends = std::max(fm.horizontalAdvance(key.low), fm.horizontalAdvance(key.high)) + 6;
+  p.drawText(QRect(ends, text_y, bar_w - 2 * ends, fm.height()), Qt::AlignHCenter,
+             fm.elidedText(key.caption, Qt::ElideRight, bar_w - 2 * ends));
+  if (!with_swatch) return p.restore();
+  // The swatch.
+  const int sx = bar_w + 24;
+  const QRect box(sx, y - 2, swatch, swatch);
+  p.fillRect(box, key.swatch_fill);
+  if (!key.swatch_mark.isEmpty()) {
+    p.setPen(text.darker(130));
+    p.drawText(box, Qt::AlignCenter, key.swatch_mark);
+  }
+  p.setPen(text);
+  p.drawText(QRect(sx + swatch + 6, y - 3, width - sx, fm.height()), Qt::AlignLeft | Qt::AlignVCenter, key.swatch_label);
+  p.restore();
 }
 
+ColorLegend::ColorLegend(QWidget* parent) : QWidget(parent) { setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Fixed); }
+
 void ColorLegend::setScale(ColorMap map, const QString& caption, const QString& low_text, const QString& high_text) {
-  if (map == map_ && caption == caption_ && low_text == low_ && high_text == high_) return;
-  map_ = map;
-  caption_ = caption;
-  low_ = low_text;
-  high_ = high_text;
+  if (map == key_.map && caption == key_.caption && low_text == key_.low && high_text == key_.high) return;
+  key_.map = map;
+  key_.caption = caption;
+  key_.low = low_text;
+  key_.high = high_text;
   update();
 }
 
 void ColorLegend::setSwatch(const QColor& fill, const QString& mark, const QString& label) {
-  swatch_fill_ = fill;
-  swatch_mark_ = mark;
-  swatch_label_ = label;
+  key_.swatch_fill = fill;
+  key_.swatch_mark = mark;
+  key_.swatch_label = label;
   update();
 }
 
-QSize ColorLegend::sizeHint() const { return QSize(240, fontMetrics().height() * 2 + 12); }
+QSize ColorLegend::sizeHint() const { return QSize(240, colorKeyHeight(font())); }
 QSize ColorLegend::minimumSizeHint() const { return QSize(160, sizeHint().height()); }
 
 void ColorLegend::paintEvent(QPaintEvent*) {
   QPainter p(this);
   p.setRenderHint(QPainter::Antialiasing);
-  const QFontMetrics fm = fontMetrics();
-  const int bar_h = 10;
-  const int y = 4;
-  const int swatch = 14;
-  const int swatch_w = swatch + 6 + fm.horizontalAdvance(swatch_label_);
-  const int bar_w = std::max(60, width() - swatch_w - 24);
-  // The gradient, low to high.
-  for (int x = 0; x < bar_w; ++x)
-    p.fillRect(QRect(x, y, 1, bar_h), QColor(colorAt(map_, x / double(bar_w - 1))));
-  p.setPen(QPen(QColor(0xb0, 0xb0, 0xb0), 1));
-  p.setBrush(Qt::NoBrush);
-  p.drawRect(QRectF(0.5, y + 0.5, bar_w - 1, bar_h - 1));
-  const QColor text = palette().color(QPalette::Text).lighter(140);
-  p.setPen(text);
-  const int text_y = y + bar_h + 2;
-  p.drawText(QRect(0, text_y, bar_w, fm.height()), Qt::AlignLeft, low_);
-  p.drawText(QRect(0, text_y, bar_w, fm.height()), Qt::AlignRight, high_);
-  // Centred between the end labels, shortened with an ellipsis when the panel is narrow.
-  const int ends = std::max(fm.horizontalAdvance(low_), fm.horizontalAdvance(high_)) + 6;
-  p.drawText(QRect(ends, text_y, bar_w - 2 * ends, fm.height()), Qt::AlignHCenter,
-             fm.elidedText(caption_, Qt::ElideRight, bar_w - 2 * ends));
-  // The swatch.
-  const int sx = bar_w + 24;
-  const QRect box(sx, y - 2, swatch, swatch);
-  p.fillRect(box, swatch_fill_);
-  if (!swatch_mark_.isEmpty()) {
-    p.setPen(text.darker(130));
-    p.drawText(box, Qt::AlignCenter, swatch_mark_);
-  }
-  p.setPen(text);
-  p.drawText(QRect(sx + swatch + 6, y - 3, width() - sx, fm.height()), Qt::AlignLeft | Qt::AlignVCenter, swatch_label_);
+  paintColorKey(p, rect(), key_, font(), palette().color(QPalette::Text).lighter(140));
 }
 
 }  // namespace hs::ui

@@ -1,6 +1,7 @@
 #include "ui/widgets/image_grid_view.h"
 
 #include <QContextMenuEvent>
+#include <QCursor>
 #include <QMenu>
 #include <QMouseEvent>
 #include <QPainter>
@@ -14,7 +15,7 @@
 
 namespace hs::ui {
 namespace {
-constexpr int kMinLabelCell = 40;  // below this width the labels under the images are left out
+constexpr int kMinLabelCell = ImageGridView::kLabelledCellWidth;
 }
 
 ImageGridView::ImageGridView(QWidget* parent) : QWidget(parent) {
@@ -26,6 +27,7 @@ ImageGridView::ImageGridView(QWidget* parent) : QWidget(parent) {
 }
 
 void ImageGridView::setItems(std::vector<Item> items, int columns) {
+  if (items.size() != items_.size()) hovered_ = -1;
   items_ = std::move(items);
   columns_ = std::max(1, columns);
   if (selected_ >= itemCount()) selected_ = -1;
@@ -94,6 +96,26 @@ void ImageGridView::setMaxCellWidth(int px) {
   update();
 }
 
+void ImageGridView::setMinCellWidth(int px) {
+  min_cell_w_ = std::max(6, px);
+  updateGeometry();
+  update();
+}
+
+void ImageGridView::setColorKeys(std::vector<ColorKey> keys, bool on_screen) {
+  if (keys == keys_ && on_screen == keys_on_screen_) return;
+  keys_ = std::move(keys);
+  keys_on_screen_ = on_screen;
+  updateGeometry();
+  update();
+}
+
+int ImageGridView::keysHeight() const {
+  return keys_.empty() ? 0 : static_cast<int>(keys_.size()) * (colorKeyHeight(font()) + 2) + 4;
+}
+
+int ImageGridView::cellWidth() const { return geometryFor(size(), keys_on_screen_).cell_w; }
+
 void ImageGridView::setSelectedIndex(int index) {
   if (index == selected_) return;
   selected_ = index;
@@ -112,9 +134,18 @@ void ImageGridView::setPickedIndices(const QList<int>& indices) {
   update();
 }
 
+QList<int> ImageGridView::outlinedIndices() const {
+  QList<int> out;
+  for (int i : picked_)
+    if (slotOf(i) >= 0) out << i;
+  for (int i : {hovered_, marked_})
+    if (i != selected_ && slotOf(i) >= 0 && !out.contains(i)) out << i;
+  return out;
+}
+
 int ImageGridView::rows() const { return (cellCount() + columns_ - 1) / columns_; }
 
-ImageGridView::Geometry ImageGridView::geometryFor(QSize size) const {
+ImageGridView::Geometry ImageGridView::geometryFor(QSize size, bool with_keys) const {
   Geometry g;
   const QFontMetrics fm(font());
   g.header_w = row_headers_.isEmpty() ? 0 : fm.horizontalAdvance(QStringLiteral("L00")) + 8;
@@ -127,13 +158,15 @@ ImageGridView::Geometry ImageGridView::geometryFor(QSize size) const {
   QFont small = font();
   small.setPointSizeF(small.pointSizeF() * 0.85);
   const int label_h = QFontMetrics(small).height() + 4;  // room below the selection outline
+  const int avail_h = size.height() - (with_keys ? keysHeight() : 0);
   auto fits = [&](int cell_w, int lh) {
     const int cell_h = static_cast<int>(std::ceil(cell_w / aspect_)) + lh;
-    return g.header_h + n_rows * (cell_h + g.gap) + g.gap <= size.height();
+    return g.header_h + n_rows * (cell_h + g.gap) + g.gap <= avail_h;
   };
-  int cell_w = std::min(max_cell_w_, std::max(6, w_from_width));
+  // Never below the minimum: a grid given less room than that is cut (its scroll area scrolls).
+  int cell_w = std::max(min_cell_w_, std::min(max_cell_w_, w_from_width));
   int lh = cell_w >= kMinLabelCell ? label_h : 0;
-  while (cell_w > 6 && !fits(cell_w, lh)) {
+  while (cell_w > min_cell_w_ && !fits(cell_w, lh)) {
     --cell_w;
     lh = cell_w >= kMinLabelCell ? label_h : 0;
   }
@@ -156,11 +189,11 @@ QRect ImageGridView::imageRect(const Geometry& g, int slot) const {
 QRect ImageGridView::itemRect(int index) const {
   const int slot = slotOf(index);
   if (slot < 0) return {};
-  return imageRect(geometryFor(size()), slot);
+  return imageRect(geometryFor(size(), keys_on_screen_), slot);
 }
 
 int ImageGridView::indexAt(const QPoint& pos) const {
-  const Geometry g = geometryFor(size());
+  const Geometry g = geometryFor(size(), keys_on_screen_);
   for (int s = 0; s < cellCount(); ++s) {
     QRect r = imageRect(g, s);
     r.setHeight(g.cell_h);
@@ -174,17 +207,42 @@ QSize ImageGridView::sizeHint() const {
   return QSize(columns_ * (cell + 4) + 40, rows() * (cell + 18) + 24);
 }
 
+int ImageGridView::cellsHeight(const Geometry& g) const { return g.header_h + rows() * (g.cell_h + g.gap) + g.gap; }
+
 int ImageGridView::heightForWidth(int width) const {
-  const Geometry g = geometryFor(QSize(width, 1 << 20));
-  return g.header_h + rows() * (g.cell_h + g.gap) + g.gap;
+  return cellsHeight(geometryFor(QSize(width, 1 << 20), keys_on_screen_)) + (keys_on_screen_ ? keysHeight() : 0);
 }
 
-QSize ImageGridView::minimumSizeHint() const { return QSize(120, 80); }
+QSize ImageGridView::minimumSizeHint() const {
+  // The grid at its smallest cells: narrower or shorter than this, it would have to shrink them.
+  const Geometry g = geometryFor(QSize(0, 0), keys_on_screen_);
+  const int width = g.header_w + columns_ * (g.cell_w + g.gap) + g.gap;
+  return QSize(std::max(120, width), std::max(80, cellsHeight(g) + (keys_on_screen_ ? keysHeight() : 0)));
+}
+
+QSize ImageGridView::figureSize() const {
+  const Geometry g = geometryFor(size(), keys_on_screen_);
+  return QSize(width(), std::min(height(), cellsHeight(g)) + keysHeight());
+}
 
 void ImageGridView::paintGrid(QPainter& p, QSize size, bool on_screen) const {
   p.fillRect(QRect(QPoint(0, 0), size), palette().color(QPalette::Base));
   if (items_.empty()) return;
-  const Geometry g = geometryFor(size);
+  const bool with_keys = !on_screen || keys_on_screen_;
+  const Geometry g = geometryFor(size, with_keys);
+  if (with_keys && !keys_.empty()) {
+    // Right under the last row of cells, as wide as the cells (at most 360 px: a key, not a plot).
+    const int grid_w = g.header_w + columns_ * (g.cell_w + g.gap) + g.gap;
+    const int key_w = std::clamp(grid_w - g.header_w - 2 * g.gap, std::min(200, size.width()), 360);
+    const int key_x = std::max(0, g.x0 + g.header_w + g.gap);
+    int y = g.y0 + cellsHeight(g) + 4;
+    const QColor key_text = palette().color(QPalette::Text).lighter(140);
+    for (const ColorKey& key : keys_) {
+      paintColorKey(p, QRect(key_x, y, std::min(key_w, size.width() - key_x), colorKeyHeight(font())), key, font(),
+                    key_text);
+      y += colorKeyHeight(font()) + 2;
+    }
+  }
   p.setRenderHint(QPainter::SmoothPixmapTransform, false);  // cells stay crisp squares
   const QColor text = palette().color(QPalette::Text);
   QFont header_font = font();
@@ -356,6 +414,14 @@ void ImageGridView::contextMenuEvent(QContextMenuEvent* event) {
   }
   addFigureExportActions(menu, this, *this);
   menu.exec(event->globalPos());
+  // The menu had the pointer: the item it hovered before may be left, or changed by the action.
+  const QPoint at = mapFromGlobal(QCursor::pos());
+  const int index = rect().contains(at) ? indexAt(at) : -1;
+  if (index != hovered_) {
+    hovered_ = index;
+    update();
+    Q_EMIT itemHovered(index);
+  }
 }
 
 }  // namespace hs::ui

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ui/base/figure.h"
+#include "ui/widgets/color_legend.h"
 
 class QMenu;
 
@@ -37,6 +38,10 @@ class ImageGridView : public QWidget, public FigureSource {
     QColor badge_color = {};
     QString tag = {};  // a short mark on the image's bottom-left corner ("0": the head is zero-ablated)
   };
+
+  // Cells narrower than this leave the labels under the images out (and a badge's text is cut
+  // to a colour chip a little below it).
+  static constexpr int kLabelledCellWidth = 40;
 
   explicit ImageGridView(QWidget* parent = nullptr);
 
@@ -63,6 +68,18 @@ class ImageGridView : public QWidget, public FigureSource {
   // Width / height of each image cell (1 for square patterns).
   void setCellAspect(double aspect);
   void setMaxCellWidth(int px);
+  // The narrowest a cell gets: below it the grid stops shrinking and asks for more room
+  // (minimumSizeHint), so a scroll area around it scrolls instead (the head grid keeps its labels
+  // and badges readable). Default 6.
+  void setMinCellWidth(int px);
+  int minCellWidth() const { return min_cell_w_; }
+  // The width of the cells as laid out now.
+  int cellWidth() const;
+  // Colour keys drawn under the cells, one per line: in exported figures always, on screen too
+  // unless `on_screen` is false (the head panel shows its key as a widget under its scroll area).
+  void setColorKeys(std::vector<ColorKey> keys, bool on_screen = true);
+  const std::vector<ColorKey>& colorKeys() const { return keys_; }
+  bool colorKeysOnScreen() const { return keys_on_screen_; }
   void setSelectedIndex(int index);
   int selectedIndex() const { return selected_; }
   // An index whose cell gets a light outline (e.g. the head under the mouse elsewhere); -1: none.
@@ -70,6 +87,12 @@ class ImageGridView : public QWidget, public FigureSource {
   // Items picked for an action on several at once (Ctrl+click), outlined with dashes.
   void setPickedIndices(const QList<int>& indices);
   const QList<int>& pickedIndices() const { return picked_; }
+  // The item under the pointer (outlined with dashes), or -1. A new set of items of another
+  // count forgets it (its index was an item of the old set) until the pointer moves again.
+  int hoveredIndex() const { return hovered_; }
+  // Every shown item drawn with an outline other than the selection's: the picked, the hovered
+  // and the marked ones, in that order.
+  QList<int> outlinedIndices() const;
 
   // The rectangle of an item's image in widget coordinates (tests click there); empty when the
   // item is not shown.
@@ -78,13 +101,15 @@ class ImageGridView : public QWidget, public FigureSource {
 
   void setFigureText(const FigureText& text, const QString& file_stem);
   FigureText figureText() const override { return figure_text_; }
-  QSize figureSize() const override { return size(); }
+  // As wide as the widget, as tall as its cells (no blank band below them), plus the colour keys.
+  QSize figureSize() const override;
   void paintFigure(QPainter& painter, QSize size) override;
   QString figureFileStem() const override { return file_stem_; }
 
   QSize sizeHint() const override;
-  // The height the grid needs at `width` (cells as wide as the width allows, up to the maximum).
-  bool hasHeightForWidth() const override { return true; }
+  // The height the grid needs at `width` (cells as wide as the width allows, up to the maximum),
+  // with its on-screen keys. The size policy says whether layouts use it (on by default; the
+  // head grid turns it off so that its scroll area gives it the viewport's height).
   int heightForWidth(int width) const override;
   QSize minimumSizeHint() const override;
 
@@ -107,7 +132,10 @@ class ImageGridView : public QWidget, public FigureSource {
   struct Geometry {
     int header_w = 0, header_h = 0, cell_w = 0, cell_h = 0, label_h = 0, gap = 4, x0 = 0, y0 = 0;
   };
-  Geometry geometryFor(QSize size) const;
+  // `with_keys`: room is kept below the cells for the colour keys (figures; on screen when shown there).
+  Geometry geometryFor(QSize size, bool with_keys) const;
+  int keysHeight() const;
+  int cellsHeight(const Geometry& g) const;
   QRect imageRect(const Geometry& g, int slot) const;
   // `on_screen`: badges come from badge_cache_ (exported figures draw them afresh, at any scale).
   void paintGrid(QPainter& painter, QSize size, bool on_screen) const;
@@ -136,6 +164,9 @@ class ImageGridView : public QWidget, public FigureSource {
   QStringList row_headers_, column_headers_;
   double aspect_ = 1.0;
   int max_cell_w_ = 120;
+  int min_cell_w_ = 6;
+  std::vector<ColorKey> keys_;
+  bool keys_on_screen_ = true;
   int selected_ = -1;
   int marked_ = -1;
   QList<int> picked_;

@@ -40,4 +40,26 @@ QString formatDuration(double ms) {
 
 QString tokenAt(const QString& label, int pos) { return QStringLiteral("%1 (%2)").arg(label).arg(pos); }
 
+QString breakableText(const QString& text, int long_word) {
+  QString out;
+  out.reserve(text.size() + text.size() / 8);
+  qsizetype word_start = 0;
+  for (qsizetype i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && !text[i].isSpace()) continue;
+    const QStringView word = QStringView(text).mid(word_start, i - word_start);
+    if (word.size() > long_word) {
+      for (qsizetype j = 0; j < word.size(); ++j) {
+        out += word[j];
+        const QChar c = word[j];
+        if ((c == u'.' || c == u'/' || c == u'\\' || c == u'_') && j + 1 < word.size()) out += QChar(0x200B);
+      }
+    } else {
+      out += word;
+    }
+    if (i < text.size()) out += text[i];
+    word_start = i + 1;
+  }
+  return out;
+}
+
 }  // namespace hs::ui

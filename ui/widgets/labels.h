@@ -15,5 +15,10 @@ QString formatSigned(double value);
 QString formatDuration(double ms);
 // "␣sat (2)": a token label with its position.
 QString tokenAt(const QString& label, int pos);
+// `text` for a word-wrapping label: words longer than `long_word` characters (a tensor name, a
+// path) get invisible break opportunities (U+200B) after each '.', '/', '\\' and '_', so they wrap
+// between their parts rather than mid-part; shorter words are untouched. The characters shown
+// are the same; copy the original text where it must be exact.
+QString breakableText(const QString& text, int long_word = 24);
 
 }  // namespace hs::ui

@@ -5,6 +5,7 @@
 
 #include <QCloseEvent>
 #include <QComboBox>
+#include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QFileInfo>
 #include <QFrame>
@@ -30,6 +31,7 @@
 #include "ui/views/head_metrics_bar.h"
 #include "ui/views/registry.h"
 #include "ui/widgets/color_legend.h"
+#include "ui/widgets/grid_scroll_area.h"
 #include "ui/widgets/image_grid_view.h"
 #include "ui/widgets/prompt_edit.h"
 #include "ui/widgets/token_strip.h"
@@ -75,7 +77,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   });
   if (restore_settings_) {
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
-    splitter_->restoreState(settings.value(QStringLiteral("window/splitter")).toByteArray());
+    heads_width_ = std::max(0, settings.value(QStringLiteral("window/headsWidth"), 0).toInt());
     head_metrics_->restoreSettings();
   }
   if (!restore_settings_ || settings.value(QStringLiteral("window/geometry")).isNull()) {
@@ -87,10 +89,17 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
     }
     resize(size);
   }
-  if (!restore_settings_ || settings.value(QStringLiteral("window/splitter")).isNull()) {
-    const int heads = std::clamp(width() / 5, 240, 340);
-    splitter_->setSizes({heads, width() - heads});
-  }
+  splitter_->setSizes({heads_width_ > 0 ? heads_width_ : 340, width()});
+  // Only a drag chooses the width; whatever else resizes the splitter (a dock, the window, a
+  // view's minimum) is followed by giving the panel its width back where there is room.
+  connect(splitter_, &QSplitter::splitterMoved, this, [this] {
+    heads_width_ = splitter_->sizes().value(0);
+    if (restore_settings_) QSettings().setValue(QStringLiteral("window/headsWidth"), heads_width_);
+  });
+  heads_width_timer_.setSingleShot(true);
+  heads_width_timer_.setInterval(0);
+  connect(&heads_width_timer_, &QTimer::timeout, this, &MainWindow::applyHeadsWidth);
+  splitter_->installEventFilter(this);
 
   try {
     builtin_dir_ = QString::fromStdString(hs::builtin_model_dir().string());
@@ -101,6 +110,11 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   updateRecentMenu();
   for (int i = 0; i < static_cast<int>(viewRegistry().size()); ++i)
     if (viewRegistry()[static_cast<size_t>(i)].id == options.view) tabs_->setCurrentIndex(i);
+  if (options.view == QLatin1String(kAblationViewId)) {
+    ablation_dock_->setProperty("shownOnce", true);  // no second resize with the first ablation
+    ablation_dock_->show();
+    resizeDocks({ablation_dock_}, {std::clamp(width() / 5, 280, 340)}, Qt::Horizontal);
+  }
 
   for (size_t i = 0; i < views_.size(); ++i)
     if (const auto inputs = options.view_inputs.find(viewRegistry()[i].id); inputs != options.view_inputs.end())
@@ -194,14 +208,19 @@ void MainWindow::buildCentral() {
   heads_caption_->setWordWrap(true);
   heads_caption_->setText(QStringLiteral("Every head's attention pattern. Click one, or use ←/→ for heads and "
                                          "↑/↓ or Page Up/Down for layers (Esc leaves the prompt)."));
-  head_grid_ = new ImageGridView(heads_panel);
+  head_grid_ = new ImageGridView;
   head_grid_->setObjectName(QStringLiteral("headGrid"));
   head_grid_->setMaxCellWidth(110);
+  // Thumbnails stay big enough for their labels and badges; a smaller panel scrolls.
+  head_grid_->setMinCellWidth(ImageGridView::kLabelledCellWidth);
+  head_grid_->setColorKeys({}, false);  // on screen the key is the widget below; exports draw it
+  auto* grid_scroll = new GridScrollArea(head_grid_, heads_panel);
+  grid_scroll->setObjectName(QStringLiteral("headGridScroll"));
   head_metrics_ = new HeadMetricsBar(head_grid_, heads_panel);
   heads_layout->addWidget(heads_title);
   heads_layout->addWidget(heads_caption_);
   heads_layout->addWidget(head_metrics_);
-  heads_layout->addWidget(head_grid_);
+  heads_layout->addWidget(grid_scroll);
   auto* legend = new ColorLegend(heads_panel);
   legend->setObjectName(QStringLiteral("headsLegend"));
   heads_layout->addWidget(legend);
@@ -233,11 +252,27 @@ AnalysisView* MainWindow::view(const QString& id) const {
 
 QObject* MainWindow::viewObject(const QString& id) const { return view(id); }
 
+void MainWindow::applyHeadsWidth() {
+  const QList<int> sizes = splitter_->sizes();
+  if (heads_width_ <= 0 || sizes.size() != 2 || sizes[0] == heads_width_) return;
+  const int total = sizes[0] + sizes[1];
+  // QSplitter keeps each side at least at its minimum: the views' wins when both cannot be had.
+  const int heads = std::min(heads_width_, std::max(splitter_->widget(0)->minimumSizeHint().width(),
+                                                    total - splitter_->widget(1)->minimumSizeHint().width()));
+  if (heads != sizes[0]) splitter_->setSizes({heads, total - heads});
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == splitter_ && (event->type() == QEvent::Resize || event->type() == QEvent::LayoutRequest))
+    heads_width_timer_.start();
+  return QMainWindow::eventFilter(watched, event);
+}
+
 void MainWindow::closeEvent(QCloseEvent* event) {
   QSettings settings;
   if (restore_settings_) {
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
-    settings.setValue(QStringLiteral("window/splitter"), splitter_->saveState());
+    if (heads_width_ > 0) settings.setValue(QStringLiteral("window/headsWidth"), heads_width_);
     head_metrics_->saveSettings();
   }
   QMainWindow::closeEvent(event);

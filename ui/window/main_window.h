@@ -84,6 +84,12 @@ class MainWindow : public QMainWindow {
     return qobject_cast<View*>(viewObject(id));
   }
   QTabWidget* tabs() const { return tabs_; }
+  // The width the heads panel keeps (the splitter's left side): chosen by dragging the splitter,
+  // saved in QSettings ("window/headsWidth"), given back whenever the room allows (after a dock
+  // closes, on a wider window); a model or tab switch leaves it alone.
+  int headsWidth() const { return heads_width_; }
+  // `--view ablation`: not a tab but the Ablation dock, shown from the start.
+  static constexpr const char* kAblationViewId = "ablation";
   // The debounce between a keystroke and the run it starts.
   static constexpr int kDebounceMs = 150;
 
@@ -110,6 +116,9 @@ class MainWindow : public QMainWindow {
   // drops), main_window_menus.cpp, main_window_ablation.cpp, main_window_status.cpp,
   // main_window_runs.cpp, main_window_models.cpp, main_window_export.cpp, main_window_scan.cpp.
   void buildCentral();
+  // Gives the heads panel its width back (headsWidth) where the views' minimum allows.
+  void applyHeadsWidth();
+  bool eventFilter(QObject* watched, QEvent* event) override;
   QObject* viewObject(const QString& id) const;
   // menus
   void buildMenus();
@@ -181,6 +190,8 @@ class MainWindow : public QMainWindow {
   std::unique_ptr<ScanJob> scan_job_;
   QToolButton* scan_cancel_ = nullptr;
   bool restore_settings_ = true;
+  int heads_width_ = 0;  // 0: not chosen yet (the first run chooses it by the model's heads)
+  QTimer heads_width_timer_;
 };
 
 }  // namespace hs::ui

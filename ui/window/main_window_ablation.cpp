@@ -71,17 +71,16 @@ void MainWindow::addHeadActions(int index, QMenu* menu) {
 
 void MainWindow::onAblationsChanged() {
   controller_->setAblations(ablations_->list());
+  // Ctrl+clicked picks are heads gathered for one ablation: any change of the list (made from
+  // them or not, undone, removed from the dock) spends them, so no dashed outline outlives the
+  // list it was gathered against; the "0"/"μ" marks come from the run's own ablations.
+  head_grid_->setPickedIndices({});
   if (!ablations_->isEmpty() && !ablation_dock_->isVisible() && !ablation_dock_->property("shownOnce").toBool()) {
     ablation_dock_->setProperty("shownOnce", true);
     ablation_dock_->show();
     // Wide enough for the before/after table, about a fifth of the window; the room comes
-    // from the views, not from the heads.
-    const int heads = splitter_->sizes().value(0);
+    // from the views, not from the heads (applyHeadsWidth gives the panel its width back).
     resizeDocks({ablation_dock_}, {std::clamp(width() / 5, 280, 340)}, Qt::Horizontal);
-    QTimer::singleShot(0, this, [this, heads] {
-      const QList<int> sizes = splitter_->sizes();
-      if (sizes.size() == 2 && heads > 0) splitter_->setSizes({heads, sizes[0] + sizes[1] - heads});
-    });
   }
   debounce_.stop();
   controller_->requestRun(prompt_->toPlainText());

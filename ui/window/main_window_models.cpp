@@ -19,6 +19,7 @@
 #include "ui/controller/ablations.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/widgets/image_grid_view.h"
+#include "ui/widgets/labels.h"
 #include "ui/widgets/prompt_edit.h"
 #include "ui/window/recent_models.h"
 
@@ -94,15 +95,18 @@ void MainWindow::onModelLoadFailed(const QString& dir, const QString& message) {
                               QStringLiteral("HeadScope could not load the model folder\n%1").arg(QDir::toNativeSeparators(dir)),
                               QMessageBox::Ok, this);
   box->setObjectName(QStringLiteral("modelLoadError"));
-  box->setInformativeText(message + (have_model ? QStringLiteral("\n\nThe previous model (%1) is still loaded.")
+  // A tensor name or a path wraps between its parts, not mid-name; Show Details has the message
+  // as the core wrote it, to copy.
+  box->setInformativeText(breakableText(message) + (have_model ? QStringLiteral("\n\nThe previous model (%1) is still loaded.")
                                                       .arg(QString::fromStdString(controller_->model()->name()))
                                                 : QString()));
+  box->setDetailedText(message);
   box->setAttribute(Qt::WA_DeleteOnClose);
   box->setWindowModality(Qt::WindowModal);
   load_error_box_ = box;
   box->open();
   if (!have_model)
-    showBanner(QStringLiteral("<b>No model loaded.</b> %1").arg(message.toHtmlEscaped()), true);
+    showBanner(QStringLiteral("<b>No model loaded.</b> %1").arg(breakableText(message).toHtmlEscaped()), true);
 }
 
 void MainWindow::refreshModelCombo() {

@@ -155,7 +155,6 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
   if (!run->run.warnings.empty()) banner_->setProperty("source", QStringLiteral("run"));
 
   const int n_layer = run->n_layer(), n_head = run->n_head(), n_pos = run->n_pos();
-  const bool shape_changed = selection_->layerCount() != n_layer || selection_->headCount() != n_head;
   {
     // Bounds first, quietly: the views below take the new run before anyone redraws.
     QSignalBlocker block(selection_);
@@ -175,14 +174,13 @@ void MainWindow::onRunReady(std::shared_ptr<const RunResult> run) {
   tokens_->setHoverPosition(selection_->hoverPosition());
 
   head_metrics_->setRun(run);  // the thumbnails, with the chosen score's badges, order and filter
-  if (shape_changed) {
-    // Room for thumbnails big enough to read, with their labels, up to a share of the window; a
-    // model with many heads gets smaller ones.
-    const int wanted = n_head * 48 + 60;
-    const int heads_width = std::clamp(wanted, 240, std::max(240, width() * 3 / 10));
-    const QList<int> sizes = splitter_->sizes();
-    if (sizes.size() == 2 && std::abs(sizes[0] - heads_width) > 8)
-      splitter_->setSizes({heads_width, sizes[0] + sizes[1] - heads_width});
+  if (heads_width_ <= 0) {
+    // Not chosen yet (no drag, nothing saved): room for the first model's thumbnails at their
+    // smallest readable size, up to a share of the window; past it the grid scrolls. Chosen once:
+    // another model or tab leaves the panel's width where it is.
+    const int wanted = head_grid_->minimumSizeHint().width() + 40;  // the panel's margins, a scroll bar
+    heads_width_ = std::clamp(wanted, 260, std::max(260, width() * 3 / 10));
+    applyHeadsWidth();
   }
   head_grid_->setSelectedIndex(selection_->layer() * n_head + selection_->head());
 

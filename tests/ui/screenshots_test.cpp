@@ -1,0 +1,107 @@
+// Not a check: takes the README's screenshots of window states a person reaches through menus and
+// clicks, so they can be taken again after a change. Hidden (it needs a real X display); run it
+// under Xvfb, where the window fills the 1600 x 1000 screen at (0, 0):
+//
+//   Xvfb :99 -screen 0 1600x1000x24 &
+//   DISPLAY=:99 QT_QPA_PLATFORM=xcb HEADSCOPE_SHOTS_DIR=docs/screenshots
+//       build/tests/ui/ui_tests '[.screenshots]'     (one command line)
+//
+// Each shot is `import -window root` (ImageMagick) of the whole screen, as a person sees it.
+#include <catch2/catch.hpp>
+
+#include <QAction>
+#include <QApplication>
+#include <QDir>
+#include <QDockWidget>
+#include <QMenu>
+#include <QProcess>
+#include <QTest>
+#include <QTimer>
+
+#include <filesystem>
+
+#include "core/session/session.h"
+#include "ui/controller/ablations.h"
+#include "ui/views/head_metrics_bar.h"
+#include "ui/widgets/image_grid_view.h"
+#include "ui/window/main_window.h"
+#include "ui/window/scan_dialog.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using hs::ui::test::waitFor;
+
+namespace {
+
+QString shotsDir() { return qEnvironmentVariable("HEADSCOPE_SHOTS_DIR"); }
+
+void shoot(const QString& name) {
+  QTest::qWait(600);  // every deferred paint and relayout done
+  const QString path = QDir(shotsDir()).filePath(name);
+  REQUIRE(QProcess::execute(QStringLiteral("import"), {QStringLiteral("-window"), QStringLiteral("root"), path}) == 0);
+}
+
+struct Window {
+  MainWindow window;
+  Window(const QString& text, const QString& model = {}) : window(MainWindowOptions{.model_dir = model, .text = text, .restore_settings = false}) {
+    window.move(0, 0);
+    window.resize(1600, 1000);
+    window.show();
+    window.activateWindow();
+    REQUIRE(QTest::qWaitForWindowExposed(&window));
+    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
+  }
+  std::shared_ptr<const RunResult> run() const { return window.controller()->currentRun(); }
+  void ablate(int layer, int head, const QString& action = QStringLiteral("actionZeroAblate")) {
+    QMenu menu;
+    Q_EMIT window.headGrid()->itemContextMenu(layer * run()->n_head() + head, &menu);
+    for (QAction* a : menu.actions())
+      if (a->objectName() == action) a->trigger();
+    REQUIRE(waitFor([&] { return run() && run()->ablations().size() == window.ablations()->list().size(); }));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Screenshots of the heads panel", "[.screenshots]") {
+  if (shotsDir().isEmpty() || QGuiApplication::platformName() != QStringLiteral("xcb")) {
+    WARN("set HEADSCOPE_SHOTS_DIR and run on an X display (QT_QPA_PLATFORM=xcb) to take the screenshots");
+    return;
+  }
+  QDir().mkpath(shotsDir());
+  {
+    // The Ablation dock open beside the heads panel: the thumbnails keep their labels.
+    Window w(QStringLiteral("When Mary and John went to the store, John gave a drink to"));
+    w.ablate(3, 2);
+    w.ablate(2, 5);
+    w.ablate(1, 0, QStringLiteral("actionMeanAblate"));
+    REQUIRE(waitFor([&] { return w.window.ablationDock()->isVisible(); }));
+    w.window.headMetricsBar()->setMetricId(QStringLiteral("induction"));
+    shoot(QStringLiteral("ablation.png"));
+  }
+  {
+    // File > Scan Data Set on the built-in model, then a model of the same name and shape whose
+    // weights differ in one place: the grid does not pass the first model's scores off as its own.
+    Window w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
+    bool filled = false;
+    QTimer::singleShot(0, &w.window, [&] {
+      if (auto* dialog = qobject_cast<ScanDialog*>(QApplication::activeModalWidget())) {
+        dialog->setRepeatRandom(20);
+        dialog->setLimit(100);
+        filled = true;
+        dialog->accept();
+      }
+    });
+    w.window.findChild<QAction*>(QStringLiteral("actionScanDataSet"))->trigger();
+    REQUIRE(filled);
+    HeadMetricsBar* bar = w.window.headMetricsBar();
+    REQUIRE(waitFor([&] { return bar->metricId() == QStringLiteral("induction_dataset") && bar->currentValues(); }, 120000));
+    const std::filesystem::path copy = hs::test::scratch_dir() / "headscope-tiny-one-weight-changed" / "headscope-tiny";
+    hs::test::copy_model_folder(hs::builtin_model_dir(), copy, 1000);
+    const auto before = w.run();
+    w.window.loadModel(QString::fromStdString(copy.string()));
+    REQUIRE(waitFor([&] { return w.run() && w.run()->run.model != before->run.model; }, 30000));
+    REQUIRE(bar->currentValues() == nullptr);
+    shoot(QStringLiteral("scan-then-other-model.png"));
+  }
+}
