@@ -946,6 +946,10 @@ void HeatmapView::updateTicks() {
   if (plot_->yAxis->tickLabels() && row_band_ == 0 && row_labels_.size() == rows_ && rows_ > 0)
     minimum.setLeft(widest(row_labels_, row_labels_px_) + title_px + 16);
   if (rotate_columns && col_labels_.size() == cols_ && cols_ > 0) minimum.setBottom(widest(col_labels_, col_labels_px_) + title_px + 16);
+  // QCustomPlot leaves out a cached tick label that would cross the plot's border
+  // (QCPAxisPainterPrivate::placeTickLabel, labelClippedByBorder): row 0's label, centred on the
+  // top row, needs half a line above the cells.
+  if (plot_->yAxis->tickLabels() && !row_labels_.isEmpty()) minimum.setTop(line / 2 + 2);
   rect->setMinimumMargins(minimum);
 }
 
