@@ -24,11 +24,12 @@ int tokenize(const Args& a) {
   const auto m = load_model(a);
   const std::vector<int32_t> ids = m->tokenizer().encode(text);
   json tokens = json::array(), labels = json::array();
-  for (int32_t id : ids) {
-    const std::string label = m->tokenizer().display(id);
-    const std::string bytes = m->tokenizer().token_bytes(id);
-    tokens.push_back(valid_utf8(bytes) ? bytes : label);
-    labels.push_back(label);
+  // The labels the window shows: a character split across tokens is named in each of them.
+  const std::vector<std::string> in_context = hs::display_in_context(m->tokenizer(), ids);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string bytes = m->tokenizer().token_bytes(ids[i]);
+    tokens.push_back(valid_utf8(bytes) ? bytes : m->tokenizer().display(ids[i]));
+    labels.push_back(in_context[i]);
   }
   std::cout << json{{"ids", ids}, {"tokens", tokens}, {"labels", labels}}.dump() << "\n";
   return 0;
@@ -45,7 +46,9 @@ const CommandSpec& tokenize_command() {
 
 Prints {"ids": [...], "tokens": [...], "labels": [...]} as JSON. "tokens" holds each token's text
 (or its display label when the token is only part of a UTF-8 character); "labels" shows spaces
-as '␣' and newlines as '↵'. Never adds BOS.
+as '␣' and newlines as '↵', bytes that are not a whole character in hex ("‹E6 97›"), and a
+character split across tokens in each of them ("日‹E6 97›", "日‹A5›"), as the window does.
+Never adds BOS.
 )",
       .options = {model_option(), required(text_option("the text to tokenize"), "tokenize needs --text TEXT.")},
       .run = tokenize,

@@ -1,5 +1,6 @@
 #include "core/session/session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -35,10 +36,14 @@ fs::path builtin_model_dir() {
 }
 
 std::vector<std::string> token_labels(const Model& model, const std::vector<int32_t>& tokens) {
+  const Tokenizer& tok = model.tokenizer();
+  const bool all_known = std::all_of(tokens.begin(), tokens.end(), [&](int32_t t) { return t >= 0 && t < tok.vocab_size(); });
+  // A character split across tokens is named in each of them (display_in_context).
+  if (all_known) return display_in_context(tok, tokens);
   std::vector<std::string> out;
   out.reserve(tokens.size());
   for (int32_t t : tokens) {
-    if (t >= 0 && t < model.tokenizer().vocab_size()) out.push_back(model.tokenizer().display(t));
+    if (t >= 0 && t < tok.vocab_size()) out.push_back(tok.display(t));
     else out.push_back("<" + std::to_string(t) + ">");
   }
   return out;

@@ -56,7 +56,8 @@ TextRun run_text(std::shared_ptr<const Model> model, std::string_view text, cons
 TextRun run_tokens(std::shared_ptr<const Model> model, std::vector<int32_t> tokens, const RunOptions& options = {},
                    std::shared_ptr<const ActivationCache> previous = nullptr);
 
-// Labels for views: the tokenizer's display string of each id.
+// Labels for views: the tokenizer's display string of each id, a character split across tokens
+// named in each of them (hs::display_in_context).
 std::vector<std::string> token_labels(const Model& model, const std::vector<int32_t>& tokens);
 
 }  // namespace hs

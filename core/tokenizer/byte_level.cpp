@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+
 namespace hs::tokenizer_detail {
 
 namespace {
@@ -154,24 +156,50 @@ void require_utf8_text(std::string_view text) {
   }
 }
 
+namespace {
+
+// "‹E6 97›": bytes that are not (complete, printable) UTF-8, as one group in hex.
+void append_byte_group(std::string& label, std::string_view bytes) {
+  label += "\u2039";  // ‹
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    const auto b = static_cast<uint8_t>(bytes[k]);
+    if (k > 0) label += ' ';
+    label += kHexUpper[b >> 4];
+    label += kHexUpper[b & 0xF];
+  }
+  label += "\u203A";  // ›
+}
+
+}  // namespace
+
 std::string display_label(std::string_view bytes) {
   std::string label;
   label.reserve(bytes.size() + 8);
-  auto append_byte = [&label](uint8_t b) {
-    label += "<0x";
-    label += kHexUpper[b >> 4];
-    label += kHexUpper[b & 0xF];
-    label += '>';
+  std::string stray;  // bytes waiting to be shown as one ‹..› group
+  auto flush = [&] {
+    if (!stray.empty()) append_byte_group(label, stray);
+    stray.clear();
   };
   size_t i = 0;
   while (i < bytes.size()) {
     char32_t cp = 0;
     const size_t length = decode_utf8(bytes, i, cp);
     if (length == 0) {  // a byte of a character split across tokens, or not UTF-8 at all
-      append_byte(static_cast<uint8_t>(bytes[i]));
+      stray += bytes[i];
       ++i;
       continue;
     }
+    if (cp < 0x20 && cp != ' ' && cp != '\n' && cp != '\t' && cp != '\r') {  // C0 controls, DEL and C1 too
+      stray.append(bytes.substr(i, length));
+      i += length;
+      continue;
+    }
+    if (cp >= 0x7F && cp <= 0x9F) {
+      stray.append(bytes.substr(i, length));
+      i += length;
+      continue;
+    }
+    flush();
     if (cp == ' ') {
       label += "\u2423";  // ␣
     } else if (cp == '\n') {
@@ -180,14 +208,67 @@ std::string display_label(std::string_view bytes) {
       label += "\u21E5";  // ⇥
     } else if (cp == '\r') {
       label += "\u240D";  // ␍
-    } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) {  // C0, DEL and C1 controls
-      for (size_t k = 0; k < length; ++k) append_byte(static_cast<uint8_t>(bytes[i + k]));
     } else {
       label.append(bytes.substr(i, length));
     }
     i += length;
   }
+  flush();
   return label;
+}
+
+std::vector<std::string> display_labels_in_context(const std::vector<std::string>& bytes,
+                                                   const std::vector<std::string>& labels) {
+  std::vector<std::string> out = labels;
+  // The whole text, and where each token starts in it.
+  std::string text;
+  std::vector<size_t> start(bytes.size() + 1, 0);
+  for (size_t t = 0; t < bytes.size(); ++t) {
+    start[t] = text.size();
+    text += bytes[t];
+  }
+  start[bytes.size()] = text.size();
+  // Per token, the parts of split characters it holds: (offset in the token, length, character).
+  struct Part {
+    size_t offset, length;
+    char32_t cp;
+  };
+  std::vector<std::vector<Part>> parts(bytes.size());
+  size_t token = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    while (token + 1 < bytes.size() && start[token + 1] <= pos) ++token;
+    char32_t cp = 0;
+    const size_t length = decode_utf8(text, pos, cp);
+    if (length == 0) {
+      ++pos;
+      continue;
+    }
+    const size_t end = pos + length;
+    // Split across tokens, and printable (a split C1 control stays hex).
+    if (end > start[token + 1] && cp > 0x9F) {
+      for (size_t t = token; t < bytes.size() && start[t] < end; ++t) {
+        const size_t from = std::max(pos, start[t]), to = std::min(end, start[t + 1]);
+        if (to > from) parts[t].push_back({from - start[t], to - from, cp});
+      }
+    }
+    pos = end;
+  }
+  for (size_t t = 0; t < bytes.size(); ++t) {
+    if (parts[t].empty()) continue;
+    const std::string_view b = bytes[t];
+    std::string label;
+    size_t at = 0;
+    for (const Part& part : parts[t]) {
+      label += display_label(b.substr(at, part.offset - at));
+      append_utf8(label, part.cp);
+      append_byte_group(label, b.substr(part.offset, part.length));
+      at = part.offset + part.length;
+    }
+    label += display_label(b.substr(at));
+    out[t] = std::move(label);
+  }
+  return out;
 }
 
 std::string quote_for_message(std::string_view s, size_t max_bytes) {

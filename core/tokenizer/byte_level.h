@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hs::tokenizer_detail {
 
@@ -36,8 +37,15 @@ void require_utf8_text(std::string_view text);
 // when the bytes at `pos` are not a complete, well-formed sequence.
 size_t decode_utf8(std::string_view text, size_t pos, char32_t& cp);
 
-// The label display() shows for a token's bytes (see Tokenizer::display).
+// The label display() shows for a token's bytes (see Tokenizer::display): bytes that are not
+// complete, printable UTF-8 as one hex group "‹E6 97›".
 std::string display_label(std::string_view bytes);
+
+// The labels of a sequence of tokens (their bytes, and their labels one by one): the same, except
+// in a token holding part of a character split across tokens, where that part shows as the whole
+// character and then the bytes this token holds, "日‹E6 97›" and "日‹A5›" (see display_in_context).
+std::vector<std::string> display_labels_in_context(const std::vector<std::string>& bytes,
+                                                   const std::vector<std::string>& labels);
 
 // `s` in double quotes for an error message: at most `max_bytes` of it (then "..."), control
 // characters and bytes that are not UTF-8 written as \xNN, so the message stays one readable line.

@@ -35,7 +35,8 @@ class Tokenizer {
   virtual std::string token_bytes(int32_t id) const = 0;
   // A short label for views: valid UTF-8 always; a space is shown as "␣", a newline as "↵",
   // a tab as "⇥", a carriage return as "␍", other control bytes and bytes that are not complete
-  // UTF-8 as "<0xNN>". By default the label of token_bytes(id).
+  // UTF-8 as one hex group "‹E6 97›". By default the label of token_bytes(id). A prompt's labels
+  // come from display_in_context, which also names a character split across tokens.
   virtual std::string display(int32_t id) const;
 
   // Number of ids (max id + 1).
@@ -72,5 +73,12 @@ class Tokenizer {
  private:
   friend std::shared_ptr<const Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
 };
+
+// The labels of a prompt's tokens: display(id) each, except that a character whose bytes are
+// split across neighbouring tokens (byte-level BPE splits rare characters, emoji, CJK) shows in
+// each of those tokens as the whole character followed by the bytes that token holds:
+// "日‹E6 97›", "日‹A5›". Bytes that form no character stay "‹E6 97›". Throws hs::Error for an id
+// outside the vocabulary.
+std::vector<std::string> display_in_context(const Tokenizer& tokenizer, std::span<const int32_t> ids);
 
 }  // namespace hs

@@ -255,11 +255,11 @@ TEST_CASE("display labels are readable UTF-8", "[tokenizer]") {
   CHECK(tok.display('\n') == "\u21B5");  // ↵
   CHECK(tok.display('\t') == "\u21E5");  // ⇥
   CHECK(tok.display('\r') == "\u240D");  // ␍
-  CHECK(tok.display(0) == "<0x00>");
-  CHECK(tok.display(0x1B) == "<0x1B>");
-  CHECK(tok.display(0x7F) == "<0x7F>");
-  CHECK(tok.display(0xC3) == "<0xC3>");  // half of a character
-  CHECK(tok.display(0xA9) == "<0xA9>");
+  CHECK(tok.display(0) == "\u2039" "00\u203A");  // ‹00›
+  CHECK(tok.display(0x1B) == "\u2039" "1B\u203A");
+  CHECK(tok.display(0x7F) == "\u2039" "7F\u203A");
+  CHECK(tok.display(0xC3) == "\u2039" "C3\u203A");  // half of a character
+  CHECK(tok.display(0xA9) == "\u2039" "A9\u203A");
   CHECK(tok.display(259) == "hello");
   CHECK(tok.display(264) == "\u2423world");
   CHECK(tok.display(276) == "\u21B5\u21B5");
@@ -270,12 +270,29 @@ TEST_CASE("display labels are readable UTF-8", "[tokenizer]") {
   CHECK_THROWS_AS(tok.display(-1), hs::Error);
 
   using hs::tokenizer_detail::display_label;
-  CHECK(display_label("\xC2\x85") == "<0xC2><0x85>");  // a C1 control
+  CHECK(display_label("\xC2\x85") == "\u2039" "C2 85\u203A");  // a C1 control
   CHECK(display_label("\xE6\x97\xA5") == "\xE6\x97\xA5");
-  CHECK(display_label("\xE6\x97") == "<0xE6><0x97>");
-  CHECK(display_label("\x97\xA5") == "<0x97><0xA5>");
+  CHECK(display_label("\xE6\x97") == "\u2039" "E6 97\u203A");  // one group, not two
+  CHECK(display_label("\x97\xA5") == "\u2039" "97 A5\u203A");
+  CHECK(display_label("a\x97\x01" "b") == "a\u2039" "97 01\u203A" "b");
   CHECK(display_label("a b\r\n") == "a\u2423b\u240D\u21B5");
   CHECK(display_label("\xC2\xA0") == "\xC2\xA0");  // no-break space: printable, shown as is
+}
+
+TEST_CASE("a character split across tokens is named in each of its tokens", "[tokenizer]") {
+  const ByteLevelBpeTokenizer& tok = small_tokenizer();
+  using Labels = std::vector<std::string>;
+  // 日 is E6 97 A5: three byte tokens, each showing the character and the byte it holds.
+  CHECK(hs::display_in_context(tok, Ids{'a', 0xE6, 0x97, 0xA5, 'b'}) ==
+        Labels{"a", "\xE6\x97\xA5\u2039" "E6\u203A", "\xE6\x97\xA5\u2039" "97\u203A", "\xE6\x97\xA5\u2039" "A5\u203A", "b"});
+  // Bytes that never complete a character stay hex; a split C1 control (C2 85) too.
+  CHECK(hs::display_in_context(tok, Ids{0xE6, 0x97, 'b'}) == Labels{"\u2039" "E6\u203A", "\u2039" "97\u203A", "b"});
+  CHECK(hs::display_in_context(tok, Ids{0xC2, 0x85}) == Labels{"\u2039" "C2\u203A", "\u2039" "85\u203A"});
+  // A token with a whole character and the start of the next: only the split part is marked.
+  CHECK(hs::display_in_context(tok, Ids{281, 0xC3, 0xA9}) ==
+        Labels{"caf\xC3\xA9", "\xC3\xA9\u2039" "C3\u203A", "\xC3\xA9\u2039" "A9\u203A"});
+  CHECK(hs::display_in_context(tok, Ids{}).empty());
+  CHECK_THROWS_AS(hs::display_in_context(tok, Ids{-1}), hs::Error);
 }
 
 TEST_CASE("decode(encode(text)) gives the text back", "[tokenizer]") {
@@ -442,7 +459,7 @@ TEST_CASE("GPT-2: known ids", "[tokenizer][gpt2]") {
   CHECK(tok.display(198) == "\u21B5");
   CHECK(tok.display(628) == "\u21B5\u21B5");
   CHECK(tok.display(995) == "\u2423world");
-  CHECK(tok.display(33768) == "<0xE6><0x97>");  // the first two bytes of 日
+  CHECK(tok.display(33768) == "\u2039" "E6 97\u203A");  // the first two bytes of 日
   CHECK(tok.display(50256) == "<|endoftext|>");
   CHECK(tok.token_bytes(995) == " world");
 }

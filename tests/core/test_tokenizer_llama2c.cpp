@@ -174,7 +174,11 @@ TEST_CASE("llama2.c tokenizer: a tiny vocabulary, ids by hand", "[tokenizer][lla
   CHECK(t.display(1) == "<s>");
   CHECK(t.display(2) == "</s>");
   CHECK(t.display(264) == "\xE2\x90\xA3" "a");  // ␣a
-  CHECK(t.display(0xFF + 3) == "<0xFF>");
+  CHECK(t.display(0xFF + 3) == "\u2039" "FF\u203A");  // ‹FF›
+  // The byte tokens of € (E2 82 AC), in a prompt: each names the character.
+  CHECK(hs::display_in_context(t, Ids{1, 0xE2 + 3, 0x82 + 3, 0xAC + 3}) ==
+        std::vector<std::string>{"<s>", "\xE2\x82\xAC\u2039" "E2\u203A", "\xE2\x82\xAC\u2039" "82\u203A",
+                                 "\xE2\x82\xAC\u2039" "AC\u203A"});
   CHECK(t.id_of(" ab") == 266);
   CHECK(t.id_of("\xE2\x96\x81" "ab") == std::nullopt);  // the file spells a space as a space
   CHECK(error_of([&] { t.decode(Ids{267}); }) == "token id 267 is outside the vocabulary (ids 0 to 266).");

@@ -79,6 +79,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (id < 0 || id >= tok.vocab_size()) __builtin_trap();
     if (!strictly_valid_utf8(tok.display(id))) __builtin_trap();
   }
+  // The prompt's labels, a character split across tokens named in each: readable UTF-8 too.
+  const std::vector<std::string> labels = hs::display_in_context(tok, ids);
+  if (labels.size() != ids.size()) __builtin_trap();
+  for (const std::string& label : labels)
+    if (!strictly_valid_utf8(label)) __builtin_trap();
   if (tok.decode(ids) != text) __builtin_trap();
   if (text.empty() != ids.empty()) __builtin_trap();
   return 0;

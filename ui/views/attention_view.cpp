@@ -2,6 +2,8 @@
 
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QPushButton>
+#include <QShortcut>
 #include <QTimer>
 #include <QVBoxLayout>
 
@@ -67,6 +69,29 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : AnalysisVi
   layout->addWidget(title_);
   layout->addWidget(summary_);
   layout->addWidget(note_);
+  // Long prompts: the pattern zooms (wheel) and pans (drag); this line says what is shown.
+  heatmap_->setPositionZoom(true);
+  auto* zoom_row = new QHBoxLayout;
+  zoom_row->setSpacing(8);
+  zoom_caption_ = new QLabel(this);
+  zoom_caption_->setObjectName(QStringLiteral("attentionZoomCaption"));
+  zoom_caption_->setStyleSheet(QStringLiteral("color: #666"));
+  reset_zoom_ = new QPushButton(QStringLiteral("Reset Zoom"), this);
+  reset_zoom_->setObjectName(QStringLiteral("attentionResetZoom"));
+  reset_zoom_->setToolTip(QStringLiteral("Show every position again (also: double-click the pattern, or Ctrl+0).\n"
+                                         "Mouse wheel over the pattern zooms in around the pointer; drag to pan."));
+  reset_zoom_->setFocusPolicy(Qt::NoFocus);
+  reset_zoom_->setEnabled(false);
+  connect(reset_zoom_, &QPushButton::clicked, heatmap_, &HeatmapView::resetZoom);
+  auto* reset_shortcut = new QShortcut(QKeySequence(QStringLiteral("Ctrl+0")), this);
+  reset_shortcut->setContext(Qt::WindowShortcut);
+  connect(reset_shortcut, &QShortcut::activated, this, [this] {
+    if (isVisible()) heatmap_->resetZoom();
+  });
+  connect(heatmap_, &HeatmapView::zoomChanged, this, &AttentionView::updateZoomCaption);
+  zoom_row->addWidget(zoom_caption_, 1);
+  zoom_row->addWidget(reset_zoom_);
+  layout->addLayout(zoom_row);
   auto* row = new QHBoxLayout;
   row->setSpacing(12);
   row->addWidget(heatmap_, 1);
@@ -124,6 +149,12 @@ std::shared_ptr<const HeatmapCells> AttentionView::patternCells(const RunResult&
 
 void AttentionView::setRun(std::shared_ptr<const RunResult> run) {
   run_ = std::move(run);
+  // The zoom is kept while the prompt changes (a prompt that grows keeps showing the same
+  // positions), not across models.
+  if (run_ && zoom_model_.lock() != run_->run.model) {
+    heatmap_->resetZoom();
+    zoom_model_ = run_->run.model;
+  }
   shown_layer_ = shown_head_ = -1;
   prepared_.reset();  // it holds its run, and with it that run's whole cache
   // The window hands over the pattern computed with this run right after this call, in the same
@@ -198,6 +229,22 @@ void AttentionView::showHead(int layer, int head) {
     heatmap_->setFigureText({label + " attention pattern", runSubtitle(*run_)}, "attention_" + label);
   }
   updateSummary();
+  updateZoomCaption();
+}
+
+void AttentionView::updateZoomCaption() {
+  const int n = run_ ? run_->n_pos() : 0;
+  reset_zoom_->setEnabled(heatmap_->isZoomed());
+  if (n == 0) {
+    zoom_caption_->clear();
+  } else if (heatmap_->isZoomed()) {
+    const auto [first, last] = heatmap_->visiblePositions();
+    zoom_caption_->setText(QStringLiteral("Showing positions %1–%2 of %3 · drag to pan, wheel to zoom, "
+                                          "double-click or Ctrl+0 to show all")
+                               .arg(first).arg(last).arg(n));
+  } else {
+    zoom_caption_->setText(QStringLiteral("All %1 positions · mouse wheel over the pattern zooms in").arg(n));
+  }
 }
 
 void AttentionView::resizeEvent(QResizeEvent* event) {
@@ -255,8 +302,11 @@ void AttentionView::updateSummary() {
 FigureText AttentionView::figureText() const {
   if (!run_ || shown_layer_ < 0) return {QStringLiteral("Attention pattern"), {}};
   const int q = std::clamp(selection_->position(), 0, run_->n_pos() - 1);
-  return {QStringLiteral("%1 attention pattern, query %2")
-              .arg(headLabel(shown_layer_, shown_head_), tokenAt(run_->labels.value(q), q)),
+  // Exports show what the screen shows: zoomed in, the title says which positions.
+  const QString range = heatmap_->zoomCaption();
+  return {QStringLiteral("%1 attention pattern, query %2%3")
+              .arg(headLabel(shown_layer_, shown_head_), tokenAt(run_->labels.value(q), q),
+                   range.isEmpty() ? QString() : QStringLiteral(", ") + range),
           runSubtitle(*run_)};
 }
 

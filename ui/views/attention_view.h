@@ -8,6 +8,11 @@
 #include "ui/views/analysis_view.h"
 
 class QLabel;
+class QPushButton;
+
+namespace hs {
+class Model;
+}
 
 namespace hs::ui {
 
@@ -45,6 +50,9 @@ class AttentionView : public AnalysisView {
   HeatmapView* heatmap() const { return heatmap_; }
   // The selected query position's row of the pattern, as bars over the keys.
   BarChartView* rowProfile() const { return row_bars_; }
+  // "Reset Zoom" beside the pattern (enabled while zoomed in), and the caption saying what is shown.
+  QPushButton* resetZoomButton() const { return reset_zoom_; }
+  QLabel* zoomCaption() const { return zoom_caption_; }
   // Shows head (layer, head) regardless of the selection (used by the exporter).
   void showHead(int layer, int head);
 
@@ -60,6 +68,7 @@ class AttentionView : public AnalysisView {
   void updateSummary();
   void updateRowProfile();
   void keepCellsSquare();
+  void updateZoomCaption();
 
   std::shared_ptr<const RunResult> run_;
   QLabel* title_ = nullptr;
@@ -69,6 +78,10 @@ class AttentionView : public AnalysisView {
   QLabel* row_caption_ = nullptr;
   BarChartView* row_bars_ = nullptr;
   QWidget* side_ = nullptr;
+  QLabel* zoom_caption_ = nullptr;
+  QPushButton* reset_zoom_ = nullptr;
+  // The model the zoom was made on: a new model shows its prompt whole.
+  std::weak_ptr<const hs::Model> zoom_model_;
   int shown_layer_ = -1, shown_head_ = -1;
   std::shared_ptr<const AttentionPatternResult> prepared_;
   // A new run waits for its pattern, prepared on the worker, until the window's turn of the event

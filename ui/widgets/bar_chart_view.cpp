@@ -206,7 +206,8 @@ void BarChartView::updateTicks() {
   const int n = barCount();
   const int step = std::max(1, static_cast<int>(std::ceil(n * double(line) / std::max(1, width))));
   auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-  for (int i = 0; i < n; i += step) ticker->addTick(i, elideLabel(bars_[static_cast<size_t>(i)].label, 12));
+  // Room for "<|endoftext|> (0)" whole: a token label with its position.
+  for (int i = 0; i < n; i += step) ticker->addTick(i, elideLabel(bars_[static_cast<size_t>(i)].label, 18));
   plot_->xAxis->setTicker(ticker);
 }
 

@@ -1,6 +1,9 @@
 #include "ui/widgets/heatmap_view.h"
 
+#include <QAction>
 #include <QMenu>
+#include <QMouseEvent>
+#include <QWheelEvent>
 #include <QPainter>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -127,19 +130,19 @@ class ImageBuffers {
   std::vector<std::unique_ptr<Buffer>> free_;
 };
 
-// Nearest-cell stretch of `image` onto `out` (its size is the target's), mirrored as asked:
-// into an image kept from the last draw, so no new memory per keystroke.
-void stretchInto(const QImage& image, QImage& out, bool mirror_x, bool mirror_y) {
-  const int w = out.width(), h = out.height(), iw = image.width(), ih = image.height();
+// Nearest-cell stretch of the part `source` of `image` onto `out` (its size is the target's),
+// mirrored as asked: into an image kept from the last draw, so no new memory per keystroke.
+void stretchInto(const QImage& image, const QRect& source, QImage& out, bool mirror_x, bool mirror_y) {
+  const int w = out.width(), h = out.height(), iw = source.width(), ih = source.height();
   std::vector<int> column(static_cast<size_t>(w));
   for (int x = 0; x < w; ++x) {
     const int c = static_cast<int>(static_cast<int64_t>(x) * iw / w);
-    column[static_cast<size_t>(x)] = mirror_x ? iw - 1 - c : c;
+    column[static_cast<size_t>(x)] = source.left() + (mirror_x ? iw - 1 - c : c);
   }
   for (int y = 0; y < h; ++y) {
     int r = static_cast<int>(static_cast<int64_t>(y) * ih / h);
     if (mirror_y) r = ih - 1 - r;
-    const auto* in = reinterpret_cast<const QRgb*>(image.constScanLine(r));
+    const auto* in = reinterpret_cast<const QRgb*>(image.constScanLine(source.top() + r));
     auto* line = reinterpret_cast<QRgb*>(out.scanLine(y));
     for (int x = 0; x < w; ++x) line[x] = in[column[static_cast<size_t>(x)]];
   }
@@ -170,8 +173,16 @@ class CellsPlottable : public QCPColorMap {
  protected:
   void draw(QCPPainter* painter) override {
     if (!cells_ || cells_->rows == 0 || cells_->cols == 0 || cells_->image.isNull()) return;
-    const QRectF target = QRectF(coordsToPixels(-0.5, -0.5), coordsToPixels(cells_->cols - 0.5, cells_->rows - 0.5))
-                              .normalized();
+    // Only the cells in view (zoomed in, the whole matrix stretched would be an image of tens of
+    // thousands of pixels a side): whole cells, from the first partly shown to the last.
+    const QCPRange xr = keyAxis()->range(), yr = valueAxis()->range();
+    const int c0 = std::clamp(static_cast<int>(std::floor(xr.lower + 0.5)), 0, cells_->cols - 1);
+    const int c1 = std::clamp(static_cast<int>(std::ceil(xr.upper - 0.5)), c0, cells_->cols - 1);
+    const int r0 = std::clamp(static_cast<int>(std::floor(yr.lower + 0.5)), 0, cells_->rows - 1);
+    const int r1 = std::clamp(static_cast<int>(std::ceil(yr.upper - 0.5)), r0, cells_->rows - 1);
+    const int fx = cells_->image.width() / cells_->cols, fy = cells_->image.height() / cells_->rows;
+    const QRect source(c0 * fx, r0 * fy, (c1 - c0 + 1) * fx, (r1 - r0 + 1) * fy);
+    const QRectF target = QRectF(coordsToPixels(c0 - 0.5, r0 - 0.5), coordsToPixels(c1 + 0.5, r1 + 0.5)).normalized();
     // Row 0 is the image's first scanline: it goes at the top unless the row axis runs upwards.
     const bool mirror_x = keyAxis()->rangeReversed(), mirror_y = !valueAxis()->rangeReversed();
     painter->save();
@@ -184,15 +195,18 @@ class CellsPlottable : public QCPColorMap {
     // cost fresh memory at every resize.
     const bool keep_stretched = static_cast<int64_t>(cells_->image.width()) * cells_->image.height() >= kKeepStretchedFrom;
     if (keep_stretched && painter->transform().isIdentity() && !rounded.isEmpty()) {
-      if (stretched_for_ != cells_ || stretched_.size() != rounded.size() || stretched_mirror_ != std::pair(mirror_x, mirror_y)) {
+      if (stretched_for_ != cells_ || stretched_.size() != rounded.size() || stretched_source_ != source ||
+          stretched_mirror_ != std::pair(mirror_x, mirror_y)) {
         if (stretched_.size() != rounded.size()) stretched_ = QImage(rounded.size(), QImage::Format_ARGB32_Premultiplied);
-        stretchInto(cells_->image, stretched_, mirror_x, mirror_y);
+        stretchInto(cells_->image, source, stretched_, mirror_x, mirror_y);
         stretched_for_ = cells_;
+        stretched_source_ = source;
         stretched_mirror_ = {mirror_x, mirror_y};
       }
       painter->drawImage(rounded.topLeft(), stretched_);
     } else {
-      painter->drawImage(target, mirror_x || mirror_y ? cells_->image.mirrored(mirror_x, mirror_y) : cells_->image);
+      const QImage part = source == cells_->image.rect() ? cells_->image : cells_->image.copy(source);
+      painter->drawImage(target, mirror_x || mirror_y ? part.mirrored(mirror_x, mirror_y) : part);
     }
     painter->restore();
   }
@@ -201,6 +215,7 @@ class CellsPlottable : public QCPColorMap {
   std::shared_ptr<const HeatmapCells> cells_;
   QImage stretched_;
   std::shared_ptr<const HeatmapCells> stretched_for_;
+  QRect stretched_source_;
   std::pair<bool, bool> stretched_mirror_{false, false};
 };
 
@@ -339,6 +354,11 @@ HeatmapView::HeatmapView(QWidget* parent) : QWidget(parent) {
   connect(plot_, &QWidget::customContextMenuRequested, this, &HeatmapView::showContextMenu);
   connect(plot_, &QCustomPlot::mouseMove, this, &HeatmapView::onMouseMove);
   connect(plot_, &QCustomPlot::mousePress, this, &HeatmapView::onMousePress);
+  connect(plot_, &QCustomPlot::mouseRelease, this, &HeatmapView::onMouseRelease);
+  connect(plot_, &QCustomPlot::mouseWheel, this, &HeatmapView::onWheel);
+  connect(plot_, &QCustomPlot::mouseDoubleClick, this, [this](QMouseEvent* event) {
+    if (zoomable_ && event->button() == Qt::LeftButton) resetZoom();
+  });
   retickAfterLayout(plot_, this, [this] { updateTicks(); });
   setMinimumSize(160, 140);
   clear();
@@ -370,8 +390,7 @@ void HeatmapView::setCells(std::shared_ptr<const HeatmapCells> cells) {
     axis->setBasePen(empty ? QPen(Qt::NoPen) : QPen(QColor(0x88, 0x88, 0x88)));
   }
   scale_->setVisible(!empty && color_scale_wanted_);
-  plot_->xAxis->setRange(-0.5, std::max(1, cols_) - 0.5);
-  plot_->yAxis->setRange(-0.5, std::max(1, rows_) - 0.5);
+  applyRanges();
   if (highlighted_row_ >= rows_) highlighted_row_ = -1;
   if (hover_row_ >= rows_) hover_row_ = -1;
   if (cell_row_ >= rows_ || cell_col_ >= cols_) cell_row_ = cell_col_ = -1;
@@ -389,6 +408,79 @@ QRgb HeatmapView::plottedColor(int row, int col) const {
   if (row < 0 || col < 0 || row >= rows_ || col >= cols_) return 0;
   const int fx = cells_->image.width() / cols_, fy = cells_->image.height() / rows_;
   return cells_->image.pixel(col * fx, row * fy);
+}
+
+void HeatmapView::setPositionZoom(bool on) {
+  zoomable_ = on;
+  if (!on) resetZoom();
+}
+
+void HeatmapView::applyRanges() {
+  const int n = std::max(rows_, cols_);
+  if (zoomed_ && n <= kMinZoomPositions) zoomed_ = false;  // nothing to zoom into
+  if (zoomed_) {
+    // Clamped into the matrix, never fewer than kMinZoomPositions positions; the whole matrix is
+    // no zoom at all.
+    const double full = n;
+    const double span = std::clamp(view_hi_ - view_lo_, double(kMinZoomPositions), full);
+    if (span >= full - 1e-9) {
+      zoomed_ = false;
+    } else {
+      view_lo_ = std::clamp(view_lo_, -0.5, full - 0.5 - span);
+      view_hi_ = view_lo_ + span;
+      plot_->xAxis->setRange(view_lo_, view_hi_);
+      plot_->yAxis->setRange(view_lo_, view_hi_);
+      return;
+    }
+  }
+  plot_->xAxis->setRange(-0.5, std::max(1, cols_) - 0.5);
+  plot_->yAxis->setRange(-0.5, std::max(1, rows_) - 0.5);
+}
+
+void HeatmapView::setWindow(double lo, double hi) {
+  if (!zoomable_ || rows_ == 0 || cols_ == 0) return;
+  const std::pair<int, int> before = visiblePositions();
+  const bool was_zoomed = zoomed_;
+  zoomed_ = true;
+  view_lo_ = lo;
+  view_hi_ = hi;
+  applyRanges();
+  updateTicks();
+  scheduleReplot();
+  if (visiblePositions() != before || zoomed_ != was_zoomed) Q_EMIT zoomChanged();
+}
+
+void HeatmapView::setVisiblePositions(int first, int last) { setWindow(first - 0.5, last + 0.5); }
+
+void HeatmapView::resetZoom() {
+  if (!zoomed_) return;
+  zoomed_ = false;
+  applyRanges();
+  updateTicks();
+  scheduleReplot();
+  Q_EMIT zoomChanged();
+}
+
+std::pair<int, int> HeatmapView::visiblePositions() const {
+  const int n = std::max(rows_, cols_);
+  if (n == 0) return {0, -1};
+  if (!zoomed_) return {0, n - 1};
+  // Every cell at least half in view.
+  const int first = std::clamp(static_cast<int>(std::ceil(view_lo_)), 0, n - 1);
+  const int last = std::clamp(static_cast<int>(std::floor(view_hi_)), first, n - 1);
+  return {first, last};
+}
+
+QString HeatmapView::zoomCaption() const {
+  if (!zoomed_) return {};
+  const auto [first, last] = visiblePositions();
+  return QStringLiteral("positions %1–%2").arg(first).arg(last);
+}
+
+FigureText HeatmapView::figureText() const {
+  FigureText text = figure_text_;
+  if (zoomed_ && !text.title.isEmpty()) text.title += QStringLiteral(", ") + zoomCaption();
+  return text;
 }
 
 void HeatmapView::setColorMap(ColorMap map) {
@@ -532,6 +624,7 @@ void HeatmapView::setHighlightedColumnBand(int band) {
 
 void HeatmapView::setHighlightedRow(int row) {
   highlighted_row_ = row;
+  updateTicks();  // its label is always shown
   updateOverlays();
   scheduleReplot();
 }
@@ -546,6 +639,7 @@ void HeatmapView::setHighlightedCell(int row, int col) {
 void HeatmapView::setHoverRow(int row) {
   if (row == hover_row_) return;
   hover_row_ = row;
+  updateTicks();  // its label is always shown
   updateOverlays();
   scheduleReplot();
 }
@@ -608,7 +702,11 @@ void HeatmapView::paintFigure(QPainter& painter, QSize size) {
   if (!selection_in_exports_)
     for (QCPItemRect* r : {row_highlight_, cell_highlight_}) hidden.emplace_back(r, r->visible());
   for (auto& [rect, was_visible] : hidden) rect->setVisible(false);
+  exporting_ = true;  // nor is the label shown only because a position is hovered or selected
+  updateTicks();
   paintPlotInto(plot_, painter, size);
+  exporting_ = false;
+  updateTicks();
   for (auto& [rect, was_visible] : hidden) rect->setVisible(was_visible);
   plot_->replot(QCustomPlot::rpQueuedReplot);  // toPainter laid the plot out for `size`
 }
@@ -652,12 +750,35 @@ void HeatmapView::leaveEvent(QEvent* event) {
 }
 
 void HeatmapView::onMouseMove(QMouseEvent* event) {
+  if (press_pos_.x() >= 0 && (event->buttons() & Qt::LeftButton) && zoomed_) {
+    const QPoint d = event->pos() - press_pos_;
+    if (dragging_ || d.manhattanLength() > 3) {
+      // A pan: the cells follow the pointer along the larger of the two moves (one window serves
+      // both axes, so a drag right and a drag down both bring earlier positions into view).
+      if (!dragging_) {
+        dragging_ = true;
+        plot_->setCursor(Qt::ClosedHandCursor);
+        QToolTip::hideText();
+      }
+      const QCPAxisRect* rect = plot_->axisRect();
+      const double span = view_hi_ - view_lo_;
+      const double moved = std::abs(d.x()) >= std::abs(d.y()) ? double(d.x()) / std::max(1, rect->width())
+                                                              : double(d.y()) / std::max(1, rect->height());
+      setWindow(press_lo_ - moved * span, press_lo_ - moved * span + span);
+      return;
+    }
+  }
   const QPoint cell = cellAt(plot_->mapTo(this, event->pos()));
+  if (cell.y() < 0) {
+    // Over the labels: the full text of a label the axis shortened.
+    const QString label = labelTooltipAt(event->pos());
+    if (!label.isEmpty()) QToolTip::showText(event->globalPosition().toPoint(), label, plot_);
+  }
   if (cell == last_hover_) return;
   last_hover_ = cell;
   const int col = cell.x(), row = cell.y();
   if (row < 0) {
-    QToolTip::hideText();
+    if (labelTooltipAt(event->pos()).isEmpty()) QToolTip::hideText();
   } else {
     const float v = cells_->value(row, col);
     const QString text = tooltip_ ? tooltip_(row, col, v)
@@ -667,10 +788,68 @@ void HeatmapView::onMouseMove(QMouseEvent* event) {
   Q_EMIT cellHovered(row, col);
 }
 
+QString HeatmapView::labelTextAt(const QPoint& widget_pos) const { return labelTooltipAt(plot_->mapFrom(this, widget_pos)); }
+
+QString HeatmapView::rowTickLabel(int row) const {
+  const auto ticker = plot_->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+  return ticker ? ticker->ticks().value(row) : QString();
+}
+
+QFont HeatmapView::tickLabelFont() const { return plot_->yAxis->tickLabelFont(); }
+
+QString HeatmapView::labelTooltipAt(const QPoint& plot_pos) const {
+  const QCPAxisRect* rect = plot_->axisRect();
+  const QRect cells = rect->rect();
+  if (!row_labels_.isEmpty() && plot_pos.x() < cells.left() && plot_pos.y() >= cells.top() && plot_pos.y() <= cells.bottom()) {
+    const int row = static_cast<int>(std::lround(plot_->yAxis->pixelToCoord(plot_pos.y())));
+    if (row >= 0 && row < row_labels_.size()) return tokenAt(row_labels_[row], row);
+  }
+  if (!col_labels_.isEmpty() && plot_pos.y() > cells.bottom() && plot_pos.x() >= cells.left() && plot_pos.x() <= cells.right()) {
+    const int col = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(plot_pos.x())));
+    if (col >= 0 && col < col_labels_.size()) return tokenAt(col_labels_[col], col);
+  }
+  return {};
+}
+
 void HeatmapView::onMousePress(QMouseEvent* event) {
   if (event->button() != Qt::LeftButton) return;
+  if (zoomable_) {
+    // A click selects on release, unless the press became a pan.
+    press_pos_ = event->pos();
+    press_lo_ = view_lo_;
+    dragging_ = false;
+    return;
+  }
   const QPoint cell = cellAt(plot_->mapTo(this, event->pos()));
   if (cell.y() >= 0) Q_EMIT cellClicked(cell.y(), cell.x());
+}
+
+void HeatmapView::onMouseRelease(QMouseEvent* event) {
+  if (event->button() != Qt::LeftButton || !zoomable_ || press_pos_.x() < 0) return;
+  const bool was_drag = dragging_;
+  press_pos_ = {-1, -1};
+  dragging_ = false;
+  plot_->setCursor(zoomed_ ? Qt::OpenHandCursor : Qt::ArrowCursor);
+  if (was_drag) return;
+  const QPoint cell = cellAt(plot_->mapTo(this, event->pos()));
+  if (cell.y() >= 0) Q_EMIT cellClicked(cell.y(), cell.x());
+}
+
+void HeatmapView::onWheel(QWheelEvent* event) {
+  if (!zoomable_ || rows_ == 0 || cols_ == 0) return;
+  const QPointF p = event->position();
+  if (!plot_->axisRect()->rect().contains(p.toPoint())) return;
+  const double steps = event->angleDelta().y() / 120.0;  // one notch of a mouse wheel is 120
+  if (steps == 0.0) return;
+  const double factor = std::pow(0.8, steps);  // a notch shows 80% (in) or 125% (out) as many
+  const double lo = zoomed_ ? view_lo_ : -0.5;
+  const double hi = zoomed_ ? view_hi_ : std::max(rows_, cols_) - 0.5;
+  // The point of the diagonal nearest to the pointer stays where it is.
+  const double centre = (plot_->xAxis->pixelToCoord(p.x()) + plot_->yAxis->pixelToCoord(p.y())) / 2.0;
+  const double new_lo = centre - (centre - lo) * factor;
+  setWindow(new_lo, new_lo + (hi - lo) * factor);
+  plot_->setCursor(zoomed_ ? Qt::OpenHandCursor : Qt::ArrowCursor);
+  event->accept();
 }
 
 void HeatmapView::showContextMenu(const QPoint& pos) {
@@ -678,6 +857,11 @@ void HeatmapView::showContextMenu(const QPoint& pos) {
   if (const QPoint cell = cellAt(pos); cell.x() >= 0) {
     Q_EMIT cellContextMenu(cell.y(), cell.x(), &menu);
     if (!menu.isEmpty()) menu.addSeparator();
+  }
+  if (zoomable_) {
+    QAction* reset = menu.addAction(QStringLiteral("Reset Zoom (show every position)"), this, &HeatmapView::resetZoom);
+    reset->setEnabled(zoomed_);
+    menu.addSeparator();
   }
   addFigureExportActions(menu, this, *this);
   menu.exec(plot_->mapToGlobal(pos));
@@ -688,13 +872,23 @@ void HeatmapView::updateTicks() {
   // label too; an upright band label ("h7") needs its width.
   const QFontMetrics metrics(plot_->xAxis->tickLabelFont());
   const int line = metrics.height() + 1;
+  // Labels up to this wide are shown whole ("<|endoftext|>" is); longer ones end in an ellipsis.
+  const int max_label_px = metrics.averageCharWidth() * 18;
   QCPAxisRect* rect = plot_->axisRect();
   const int height = rect->height() > 20 ? rect->height() : std::max(60, plot_->height() - 90);
   const int width = rect->width() > 20 ? rect->width() : std::max(60, plot_->width() - 130);
   const bool rotate_columns = col_labels_rotated_ && col_band_ == 0 && !col_labels_.isEmpty();
+  // Positions whose label always shows: the selected one, and the hovered one (not in exports).
+  std::vector<int> forced_rows, forced_cols;
+  if (!exporting_ || selection_in_exports_) {
+    forced_rows.push_back(highlighted_row_);
+    forced_cols.push_back(cell_col_);
+  }
+  if (!exporting_) forced_rows.push_back(hover_row_);
+  if (zoomable_) forced_cols.insert(forced_cols.end(), forced_rows.begin(), forced_rows.end());  // same positions
 
   auto tick_axis = [&](QCPAxis* axis, int n, const QStringList& labels, int band, const QString& prefix, int length,
-                       int label_px) {
+                       int label_px, const std::vector<int>& forced) -> int {
     if (band > 0 && n > 0) {
       auto ticker = QSharedPointer<QCPAxisTickerText>::create();
       const int bands = (n + band - 1) / band;
@@ -702,23 +896,61 @@ void HeatmapView::updateTicks() {
       const int step = std::max(1, static_cast<int>(std::ceil(bands * double(px) / std::max(1, length))));
       for (int b = 0; b < bands; b += step) ticker->addTick(b * band + (band - 1) / 2.0, prefix + QString::number(b));
       axis->setTicker(ticker);
-    } else if (!labels.isEmpty() && labels.size() == n) {
-      auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-      const int step = std::max(1, static_cast<int>(std::ceil(n * double(label_px) / std::max(1, length))));
-      for (int i = 0; i < n; i += step) ticker->addTick(i, elideLabel(labels[i], 12));
-      axis->setTicker(ticker);
-    } else {
-      auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
-      ticker->setTickStep(1.0);
-      ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-      ticker->setTickCount(std::clamp(length / 80, 1, 8));
-      axis->setTicker(ticker);
+      return static_cast<int>(ticker->ticks().size());
     }
+    if (!labels.isEmpty() && labels.size() == n) {
+      // Thinned by the size of a cell on screen at this zoom: every label when a cell has room
+      // for one, else every step-th, on a lattice from position 0 so that labels stay put while
+      // panning. A forced label displaces the lattice labels it would overlap.
+      auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+      const QCPRange range = axis->range();
+      const double cell_px = length / std::max(1.0, range.size());
+      const int step = std::max(1, static_cast<int>(std::ceil(label_px / cell_px)));
+      const int first = std::clamp(static_cast<int>(std::ceil(range.lower)), 0, n - 1);
+      const int last = std::clamp(static_cast<int>(std::floor(range.upper)), 0, n - 1);
+      auto label = [&](int i) { return metrics.elidedText(labels[i], Qt::ElideRight, max_label_px); };
+      for (int i = (first + step - 1) / step * step; i <= last; i += step) {
+        const bool crowded = std::any_of(forced.begin(), forced.end(), [&](int f) {
+          return f >= first && f <= last && f != i && std::abs(f - i) * cell_px < label_px;
+        });
+        if (!crowded) ticker->addTick(i, label(i));
+      }
+      for (int f : forced)
+        if (f >= first && f <= last && !ticker->ticks().contains(f)) ticker->addTick(f, label(f));
+      axis->setTicker(ticker);
+      return static_cast<int>(ticker->ticks().size());
+    }
+    auto ticker = QSharedPointer<QCPAxisTickerFixed>::create();
+    ticker->setTickStep(1.0);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    ticker->setTickCount(std::clamp(length / 80, 1, 8));
+    axis->setTicker(ticker);
+    return 0;
   };
-  tick_axis(plot_->yAxis, rows_, row_labels_, row_band_, row_band_prefix_, height, line);
-  tick_axis(plot_->xAxis, cols_, col_labels_, col_band_, col_band_prefix_, width,
-            rotate_columns ? line : metrics.horizontalAdvance(QStringLiteral("0000")) + 8);
+  shown_row_labels_ = tick_axis(plot_->yAxis, rows_, row_labels_, row_band_, row_band_prefix_, height, line, forced_rows);
+  shown_col_labels_ = tick_axis(plot_->xAxis, cols_, col_labels_, col_band_, col_band_prefix_, width,
+                                rotate_columns ? line : metrics.horizontalAdvance(QStringLiteral("0000")) + 8, forced_cols);
   plot_->xAxis->setTickLabelRotation(rotate_columns ? 90 : 0);
+  // The label area fits the longest label of the whole axis, not only of those shown now, so that
+  // it does not jump as the pointer moves or the view pans. Measured once per set of labels.
+  const QString font_key = plot_->xAxis->tickLabelFont().key();
+  auto widest = [&](const QStringList& labels, LabelWidth& cache) {
+    if (cache.font == font_key && cache.labels.size() == labels.size() && cache.labels == labels) return cache.px;
+    int w = 0;
+    for (const QString& l : labels) w = std::max(w, std::min(max_label_px, metrics.horizontalAdvance(l)));
+    cache = {labels, font_key, w};
+    return w;
+  };
+  const int title_px = QFontMetrics(plot_->yAxis->labelFont()).height();
+  QMargins minimum(0, 0, 0, 0);
+  if (plot_->yAxis->tickLabels() && row_band_ == 0 && row_labels_.size() == rows_ && rows_ > 0)
+    minimum.setLeft(widest(row_labels_, row_labels_px_) + title_px + 16);
+  if (rotate_columns && col_labels_.size() == cols_ && cols_ > 0) minimum.setBottom(widest(col_labels_, col_labels_px_) + title_px + 16);
+  // QCustomPlot leaves out a cached tick label that would cross the plot's border
+  // (QCPAxisPainterPrivate::placeTickLabel, labelClippedByBorder): row 0's label, centred on the
+  // top row, needs half a line above the cells.
+  if (plot_->yAxis->tickLabels() && !row_labels_.isEmpty()) minimum.setTop(line / 2 + 2);
+  rect->setMinimumMargins(minimum);
 }
 
 void HeatmapView::updateOverlays() {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ui/base/figure.h"
@@ -27,6 +28,7 @@ class QCPPainter;
 class QCPTextElement;
 class QMenu;
 class QMouseEvent;
+class QWheelEvent;
 
 namespace hs::ui {
 
@@ -80,8 +82,11 @@ class HeatmapView : public QWidget, public FigureSource {
   // Hide the row labels when a neighbouring plot with the same rows shows them.
   void setRowTickLabelsVisible(bool visible);
 
-  // Labels of rows / columns (token labels); empty = numeric ticks. Long labels are shortened
-  // with an ellipsis and thinned out when there are more than fit.
+  // Labels of rows / columns (token labels); empty = numeric ticks. A label longer than a cap
+  // (about 18 characters' width) is shortened with an ellipsis; the label area is as wide as the
+  // longest shown label needs, and hovering it shows the full text. Labels are thinned by the
+  // size of a cell on screen at the current zoom: every label when a cell is a line of text tall,
+  // else every k-th (k from the cell size), always with the selected and hovered position's.
   void setRowLabels(const QStringList& labels);
   void setColumnLabels(const QStringList& labels);
   void setAxisTitles(const QString& rows, const QString& columns);
@@ -104,6 +109,34 @@ class HeatmapView : public QWidget, public FigureSource {
   void setSelectionInExports(bool on) { selection_in_exports_ = on; }
   int highlightedRow() const { return highlighted_row_; }
 
+  // Zoom and pan, for a matrix whose rows and columns are the same positions (an attention
+  // pattern: query x key). One window of positions applies to both axes, so cells stay square
+  // and the diagonal stays the diagonal. The wheel zooms around the pointer (the point of the
+  // diagonal nearest to it stays put: with one window for both axes that is the best fit to
+  // "the cell under the pointer stays under it"), a drag pans, a double-click resets. The window
+  // survives new cells of the same or a larger size (a prompt that grows keeps showing the same
+  // positions); it is clamped when the matrix shrinks. Off by default.
+  void setPositionZoom(bool on);
+  bool isZoomed() const { return zoomed_; }
+  // The positions shown, first and last (0 and n - 1 when not zoomed; (0, -1) when empty).
+  std::pair<int, int> visiblePositions() const;
+  // Shows positions first..last (clamped; at least kMinZoomPositions of them).
+  void setVisiblePositions(int first, int last);
+  void resetZoom();
+  // "positions 120–180" while zoomed, else empty. Exports show what the screen shows, so their
+  // title carries it (see figureText()).
+  QString zoomCaption() const;
+  static constexpr int kMinZoomPositions = 4;
+  // The labels the axes show now (tests).
+  int shownRowLabelCount() const { return shown_row_labels_; }
+  int shownColumnLabelCount() const { return shown_col_labels_; }
+  // The text the row axis shows at `row` (empty: no label there), and the font of tick labels.
+  QString rowTickLabel(int row) const;
+  QFont tickLabelFont() const;
+  // Over the row or column labels (widget coordinates): the full label there, with its position,
+  // as its tooltip shows it; empty elsewhere.
+  QString labelTextAt(const QPoint& widget_pos) const;
+
   void setTooltipFormatter(std::function<QString(int row, int col, float value)> formatter);
 
   // Text inside each cell, row-major like the matrix (empty: none): elided to the cell's width,
@@ -114,7 +147,7 @@ class HeatmapView : public QWidget, public FigureSource {
 
   // Figure export.
   void setFigureText(const FigureText& text, const QString& file_stem);
-  FigureText figureText() const override { return figure_text_; }
+  FigureText figureText() const override;
   QSize figureSize() const override;
   void paintFigure(QPainter& painter, QSize size) override;
   QString figureFileStem() const override { return file_stem_; }
@@ -133,6 +166,7 @@ class HeatmapView : public QWidget, public FigureSource {
   void cellHovered(int row, int col);  // (-1, -1) when the mouse leaves the cells
   // Right-click on a cell: receivers add their actions to `menu` (the export actions follow).
   void cellContextMenu(int row, int col, QMenu* menu);
+  void zoomChanged();  // the window of visible positions moved, grew, shrank or was reset
 
  protected:
   void resizeEvent(QResizeEvent* event) override;
@@ -141,6 +175,11 @@ class HeatmapView : public QWidget, public FigureSource {
  private:
   void onMouseMove(QMouseEvent* event);
   void onMousePress(QMouseEvent* event);
+  void onMouseRelease(QMouseEvent* event);
+  void onWheel(QWheelEvent* event);
+  void applyRanges();
+  void setWindow(double lo, double hi);  // in cell coordinates; clamped, emits zoomChanged
+  QString labelTooltipAt(const QPoint& plot_pos) const;
   void showContextMenu(const QPoint& pos);
   void recolor();
   void updateTicks();
@@ -176,6 +215,21 @@ class HeatmapView : public QWidget, public FigureSource {
   int cell_row_ = -1, cell_col_ = -1;
   int hover_row_ = -1;
   bool selection_in_exports_ = false;
+  bool exporting_ = false;  // the hover (and unless asked, the selection) gets no forced label
+  // Zoom: the window [view_lo_, view_hi_] in cell coordinates (a cell c spans c +- 0.5).
+  bool zoomable_ = false, zoomed_ = false;
+  double view_lo_ = 0.0, view_hi_ = 0.0;
+  // A left-button press: where, the window then, and whether it became a drag (a pan).
+  QPoint press_pos_{-1, -1};
+  double press_lo_ = 0.0;
+  bool dragging_ = false;
+  int shown_row_labels_ = 0, shown_col_labels_ = 0;
+  struct LabelWidth {  // the widest label of an axis, as last measured
+    QStringList labels;
+    QString font;
+    int px = 0;
+  };
+  LabelWidth row_labels_px_, col_labels_px_;
   QPoint last_hover_{-1, -1};
   std::function<QString(int, int, float)> tooltip_;
   FigureText figure_text_;

@@ -2,6 +2,8 @@
 
 #include <QMouseEvent>
 #include <QPainter>
+#include <QScrollArea>
+#include <QTimer>
 #include <QToolTip>
 
 #include "ui/style/colormap.h"
@@ -36,12 +38,28 @@ void TokenStrip::setTokens(const QStringList& labels, bool bos) {
   }
   updateGeometry();
   update();
+  revealSelection();
 }
 
 void TokenStrip::setSelectedPosition(int pos) {
   if (pos == selected_) return;
   selected_ = pos;
   update();
+  revealSelection();
+}
+
+void TokenStrip::revealSelection() {
+  if (reveal_queued_) return;
+  reveal_queued_ = true;
+  QTimer::singleShot(0, this, [this] {
+    reveal_queued_ = false;
+    QWidget* viewport = parentWidget();
+    auto* area = viewport ? qobject_cast<QScrollArea*>(viewport->parentWidget()) : nullptr;
+    const QRect chip = chipRect(selected_);
+    if (!area || chip.isNull()) return;
+    // The chip's row whole, with the gap around it.
+    area->ensureVisible(chip.center().x(), chip.center().y(), chip.width() / 2 + kGap, chip.height() / 2 + kGap);
+  });
 }
 
 void TokenStrip::setHoverPosition(int pos) {

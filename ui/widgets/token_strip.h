@@ -22,6 +22,9 @@ class TokenStrip : public QWidget {
   void setTooltipProvider(std::function<QString(int pos)> provider);
   int tokenCount() const { return labels_.size(); }
   QString label(int pos) const { return labels_.value(pos); }
+  // The selected chip is kept in view: when the strip sits in a QScrollArea, it scrolls to the
+  // selection when that changes and when new tokens come (typing with the last token selected
+  // follows the end of the prompt).
   void setSelectedPosition(int pos);
   void setHoverPosition(int pos);
   QRect chipRect(int pos) const;
@@ -45,6 +48,7 @@ class TokenStrip : public QWidget {
  private:
   void layoutChips(int width, std::vector<QRect>* rects, int* height) const;
   int chipAt(const QPoint& pos) const;
+  void revealSelection();  // queued: after the scroll area has taken the strip's new height
 
   QStringList labels_;
   std::function<QString(int)> tooltip_;
@@ -53,6 +57,7 @@ class TokenStrip : public QWidget {
   int selected_ = -1;
   int hover_ = -1;
   int content_height_ = 0;
+  bool reveal_queued_ = false;
 };
 
 }  // namespace hs::ui

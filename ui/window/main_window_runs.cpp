@@ -40,6 +40,9 @@ QString tokenTooltip(const RunResult& run, int pos) {
   }
   QString text = QStringLiteral("position %1 · id %2\n%3").arg(pos).arg(id).arg(run.labels.value(pos));
   if (!bytes.isEmpty()) text += QStringLiteral("\nbytes: %1").arg(bytes);
+  if (run.labels.value(pos).contains(QChar(0x2039)))
+    text += QStringLiteral("\n‹hex›: bytes that are not a whole character; a character before them is the one\n"
+                           "they belong to, split across neighbouring tokens");
   if (pos == 0 && run.run.bos_prepended) text += QStringLiteral("\n(BOS, added before the prompt)");
   return text;
 }

@@ -18,6 +18,8 @@ std::vector<Shortcut> windowShortcuts(const QStringList& view_titles) {
       {QStringLiteral("↑ / ↓, Page Up / Page Down"), QStringLiteral("previous / next layer")},
       {QStringLiteral("Shift+← / Shift+→"), QStringLiteral("previous / next position")},
       {QStringLiteral("Ctrl+") + keys.join(QStringLiteral(", ")), titles.join(QStringLiteral(", "))},
+      {QStringLiteral("Wheel / drag / double-click"), QStringLiteral("zoom / pan / show all of the attention pattern")},
+      {QStringLiteral("Ctrl+0"), QStringLiteral("attention pattern: reset the zoom (show every position)")},
       {QStringLiteral("Ctrl+O"), QStringLiteral("open a model folder")},
       {QStringLiteral("Ctrl+E"), QStringLiteral("export the current view (PNG, 2×)")},
       {QStringLiteral("Ctrl+Shift+E"), QStringLiteral("export every view")},
