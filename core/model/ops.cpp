@@ -79,27 +79,9 @@ void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& 
 
 void linear_backward_input(float* dx, int64_t lddx, const float* dy, int64_t lddy, int64_t M, const PackedMatrix& W,
                            int64_t k0, int64_t k1, bool accumulate) {
-  // The simple, correct body: W's columns a block at a time widened to float32 (exact for 16-bit
-  // panels) as a [block, k1 - k0] matrix, then dx += dy[:, block] @ that. The fast kernel that
-  // reads the panels in place (packed_gemm_transposed) replaces this body.
-  const int64_t K = k1 - k0, N = W.cols();
-  using Strided = Eigen::Map<RowMatrixXf, 0, Eigen::OuterStride<>>;
-  using ConstStrided = Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>>;
-  Strided out(dx, M, K, Eigen::OuterStride<>(lddx));
-  if (!accumulate) out.setZero();
-  if (M == 0 || K == 0 || N == 0) return;
-  constexpr int64_t kBlock = 64;
-  thread_local std::vector<float> column, block;
-  column.resize(static_cast<size_t>(W.rows()));
-  block.resize(static_cast<size_t>(kBlock * K));
-  for (int64_t j0 = 0; j0 < N; j0 += kBlock) {
-    const int64_t nb = std::min(kBlock, N - j0);
-    for (int64_t j = 0; j < nb; ++j) {
-      W.column(j0 + j, column.data());
-      std::copy_n(column.data() + k0, K, block.data() + j * K);
-    }
-    out.noalias() += ConstStrided(dy + j0, M, nb, Eigen::OuterStride<>(lddy)) * ConstMatrixRef(block.data(), nb, K);
-  }
+  // Read straight from the forward pass's packed panels (16-bit ones stay 16-bit), each output's
+  // bits independent of M, the row range and the threads (packed_gemm.h).
+  packed_gemm_transposed(M, dy, lddy, W, k0, k1, dx, lddx, accumulate);
 }
 
 void linear_backward_input(RowMatrixXf& dx, const RowMatrixXf& dy, const PackedMatrix& W, int64_t k0, int64_t k1,

@@ -259,7 +259,7 @@ TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float
 
 // Awaits `headscope-cli patch --method atp|atp_qk` and --what z_pos|mlp_post (issue 23 part 4).
 TEST_CASE("patch --method atp and atp_qk match the float64 reference for every --what (GPT-2 and Llama GQA)",
-          "[patch][atp][cli][fixtures]") {
+          "[.][patch][atp][cli][fixtures]") {
   const json atp = read_json(grads_dir() / "atp.json");
   for (const auto& run : atp["runs"])
     for (const auto& sweep : run["sweeps"]) {
@@ -273,7 +273,7 @@ TEST_CASE("patch --method atp and atp_qk match the float64 reference for every -
 
 // Awaits `headscope-cli attribute` (issue 23 part 5).
 TEST_CASE("attribute: grad x input and integrated gradients match the float64 reference (GPT-2 and Llama GQA)",
-          "[attribute][cli][fixtures]") {
+          "[.][attribute][cli][fixtures]") {
   const json attribute = read_json(grads_dir() / "attribute.json");
   for (const auto& run : attribute["runs"]) {
     const std::string method = run["method"];

@@ -915,9 +915,11 @@ def neox_cache_keys(c: NeoXConfig) -> List[str]:
 def neox_forward(model: NeoXModel, tokens: Sequence[int], config: Optional[NeoXConfig] = None, dtype=None,
                  hooks: Optional[Mapping[str, Sequence]] = None, weights=None, tap=None):
     """The GPT-NeoX forward pass in float64: {cache key: tensor}, keys as neox_cache_keys.
-    `hooks` and `tap` as forward(). With parallel residual blocks hook_resid_mid is
-    resid_pre + attn_out but nothing reads it (TransformerLens does not even compute it there): it
-    is off the autograd path, and grad() leaves it out."""
+    `hooks` and `tap` as forward(). With parallel residual blocks the MLP reads the block's input,
+    and hook_resid_mid = resid_pre + attn_out is the stream that mlp_out is added to
+    (resid_post = resid_mid + mlp_out), as in HeadScope's forward pass: an edit there reaches
+    resid_post, and its gradient is resid_post's. (TransformerLens does not call hook_resid_mid in
+    parallel blocks at all.)"""
     torch = _torch()
     dtype = dtype or torch.float64
     c = config or model.config
@@ -980,7 +982,7 @@ def neox_forward(model: NeoXModel, tokens: Sequence[int], config: Optional[NeoXC
         post = keep(k_ + "mlp.hook_post", hooked(k_ + "mlp.hook_post", act(pre)))
         mlp_out = keep(k_ + "hook_mlp_out", hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.dense_4h_to_h")))
         resid = keep(k_ + "hook_resid_post", hooked(k_ + "hook_resid_post",
-                                                    (resid + attn_out if c.parallel else mid) + mlp_out))
+                                                    mid + mlp_out))
     final = keep("ln_final.hook_normalized",
                  layer_norm(resid, W("final_layer_norm.weight"), W("final_layer_norm.bias"), c.layer_norm_eps))
     keep("logits", final @ W("embed_out.weight").T)
@@ -1277,9 +1279,8 @@ def grad(model, tokens: Sequence[int], metric: Metric) -> Tuple[float, Dict[str,
     reaches it): every key upstream of the metric, for every row; rows and entries that do not
     influence the metric are zeros (positions after `pos`, the logits of other positions, masked
     attention scores - masked_fill(-inf) before the softmax gives them 0). Left out: keys
-    downstream of a dot metric's hook (e.g. logits for dot on blocks.0.hook_resid_post), keys
-    beside it in its layer that do not feed it, and GPT-NeoX parallel blocks' hook_resid_mid
-    (nothing reads it). Conventions, as TransformerLens's backward hooks with use_attn_result:
+    downstream of a dot metric's hook (e.g. logits for dot on blocks.0.hook_resid_post) and keys
+    beside it in its layer that do not feed it. Conventions, as TransformerLens's backward hooks with use_attn_result:
     hook_result feeds hook_attn_out = sum over heads + b_O; hook_q / hook_k (before rotation) and
     hook_rot_q / hook_rot_k are all on the path; hook_pattern's gradient above the diagonal is
     dM/dz[q] . v[k] (z = pattern @ v reads every entry) and is kept; hook_k / hook_v with
