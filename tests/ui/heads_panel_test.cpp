@@ -280,7 +280,7 @@ TEST_CASE("Concat vs Sum reads at the default window size: z and r_h get room, t
   }
 }
 
-TEST_CASE("A long tensor name in a load error wraps between its parts; the details keep it whole", "[window]") {
+TEST_CASE("A long tensor name in a load error wraps between its parts, and the details keep it whole", "[window]") {
   CHECK(breakableText(QStringLiteral("tensor transformer.h.0.attn.c_attn.weight is short")) ==
         QStringLiteral("tensor transformer.\u200Bh.\u200B0.\u200Battn.\u200Bc_\u200Battn.\u200Bweight is short"));
   CHECK(breakableText(QStringLiteral("a short.name stays")) == QStringLiteral("a short.name stays"));
@@ -302,7 +302,7 @@ TEST_CASE("A long tensor name in a load error wraps between its parts; the detai
   box->close();
 }
 
-TEST_CASE("--view ablation opens the window with the Ablation panel showing", "[window][ablation]") {
+TEST_CASE("The option --view ablation opens the window with the Ablation panel showing", "[window][ablation]") {
   Window w(test::fixtureModelDir(), QSize(1400, 900), false, QString::fromLatin1(MainWindow::kAblationViewId));
   CHECK(w.window.ablationDock()->isVisible());
   CHECK(w.window.tabs()->currentIndex() == 0);

@@ -70,7 +70,7 @@ struct ZoomView {
 
 }  // namespace
 
-TEST_CASE("The mouse wheel zooms the attention heatmap around the pointer; a double-click resets", "[zoom]") {
+TEST_CASE("The mouse wheel zooms the attention heatmap around the pointer and a double-click resets", "[zoom]") {
   ZoomView z(250);
   HeatmapView& view = z.view;
   QSignalSpy changed(&view, &HeatmapView::zoomChanged);
@@ -141,7 +141,7 @@ TEST_CASE("Labels thin out by the cell size at the current zoom: every label at 
   CHECK(view.shownRowLabelCount() <= before + 2);
 }
 
-TEST_CASE("A drag pans the zoomed heatmap without selecting; a click still selects", "[zoom]") {
+TEST_CASE("A drag pans the zoomed heatmap without selecting, but a click still selects", "[zoom]") {
   ZoomView z(250);
   HeatmapView& view = z.view;
   QSignalSpy clicked(&view, &HeatmapView::cellClicked);
