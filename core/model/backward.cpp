@@ -186,6 +186,7 @@ class Backward {
   GradientCache& out_;
   const Eigen::Index S_;
   RowMatrixXf pattern_;  // a layer's patterns [head * S + query, key], reused across layers
+  RowMatrixXf rotary_cos_, rotary_sin_;  // rotary models: the angles of every position, once per pass
 };
 
 Flow Backward::norm(const Flow& d_y, const RowMatrixXf& x, const float* w, HookPoint scale_hook, int l) {
@@ -234,6 +235,7 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
   const bool rotary = c.architecture.positions == PositionKind::Rotary;
   using Hk = HookPoint;
 
+  const RowMatrixXf resid_pre = a.resid_pre.to_matrix();
   Flow d_post = d_resid_post;
   hook(Hk::ResidPost, l, d_post, S_, D);
 
@@ -272,7 +274,7 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
   }
   hook(Hk::Ln2Normalized, l, d_ln2, S_, D);
   const Flow d_x2 =
-      norm(d_ln2, parallel ? a.resid_pre.to_matrix() : cache_.resid_mid(l), W.norm2_w, Hk::Ln2Scale, l);
+      norm(d_ln2, parallel ? resid_pre : cache_.resid_mid(l), W.norm2_w, Hk::Ln2Scale, l);
 
   // resid_mid = resid_pre + attn_out; sequential blocks feed it to ln2 too.
   Flow d_mid = d_post;
@@ -337,10 +339,9 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
     record(Hk::RotQ, l, d_q);
     record(Hk::RotK, l, d_k);
     // hook_q and hook_k sit before the rotation: its transpose carries the gradient back.
-    RowMatrixXf cos, sin;
-    rotary_tables(cos, sin, rotary_inv_freq(c.architecture.rotary), 0, S_);
-    if (d_q.live) rotary_backward(d_q.m, c.n_heads, c.d_head, c.architecture.rotary.dim, cos, sin);
-    if (d_k.live) rotary_backward(d_k.m, c.n_key_value_heads, c.d_head, c.architecture.rotary.dim, cos, sin);
+    if (d_q.live) rotary_backward(d_q.m, c.n_heads, c.d_head, c.architecture.rotary.dim, rotary_cos_, rotary_sin_);
+    if (d_k.live)
+      rotary_backward(d_k.m, c.n_key_value_heads, c.d_head, c.architecture.rotary.dim, rotary_cos_, rotary_sin_);
   }
   seed(Hk::Q, l, d_q, S_, q_width);
   seed(Hk::K, l, d_k, S_, kv_width);
@@ -360,7 +361,6 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
     d_ln1.live = true;
   }
   hook(Hk::Ln1Normalized, l, d_ln1, S_, D);
-  const RowMatrixXf resid_pre = a.resid_pre.to_matrix();
   const Flow d_x1 = norm(d_ln1, resid_pre, W.norm1_w, Hk::Ln1Scale, l);
 
   Flow d_pre_resid = d_mid;
@@ -372,6 +372,8 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
 
 void Backward::run() {
   const Eigen::Index D = c_.d_model;
+  if (c_.architecture.positions == PositionKind::Rotary)
+    rotary_tables(rotary_cos_, rotary_sin_, rotary_inv_freq(c_.architecture.rotary), 0, S_);
   Flow d_logits;
   hook(HookPoint::Logits, -1, d_logits, S_, c_.d_vocab);
   Flow d_lnf = logits_to_final_norm(d_logits);
