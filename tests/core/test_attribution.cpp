@@ -3,8 +3,8 @@
 // ActivationCache::get; against exact zero-ablations where the estimate is exact (the last layer's
 // mlp_out and neurons with a dot product at the last hook_resid_post, which is linear in them);
 // input attributions against their own identities (the baseline run made with zero edits, the
-// row sums of the embedding's gradient, completeness as steps grow, the same numbers on any
-// number of threads); and the backward pass on a run edited at hook_embed against finite
+// row sums of the embedding's gradient, one step against a midpoint run made with edits,
+// completeness as steps grow where the path is smooth, the same numbers on any number of threads); and the backward pass on a run edited at hook_embed against finite
 // differences. The float64 reference values are checked end to end in test_grad_fixtures.cpp.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -254,10 +254,32 @@ TEST_CASE("input attributions: the baseline, gradient x input, completeness and 
       CHECK(ig1.steps == 8);
       CHECK(ig1.attributions == ig2.attributions);
       CHECK(ig1.baseline_metric == gxi.baseline_metric);
-      const InputAttribution ig64 = input_attribution(*cache, metric, InputAttributionMethod::IntegratedGradients, 64);
-      INFO("completeness error: 8 steps " << ig1.completeness_error << ", 64 steps " << ig64.completeness_error);
-      CHECK(std::abs(ig64.completeness_error) < std::abs(ig1.completeness_error));
-      CHECK(std::abs(ig64.completeness_error) < 0.05 * (std::abs(ig64.metric - ig64.baseline_metric) + 1.0));
+      // One step is x[p] . dM/dx at the midpoint x' + (x - x') / 2, here made independently: zero
+      // embeddings after position 0, then half of each row added back.
+      RunOptions midpoint = zeroed;
+      for (int p = 1; p < S; ++p) {
+        const float* row = x.data.data() + static_cast<size_t>(p) * model->config().d_model;
+        midpoint.interventions.push_back(
+            steer_at(HookPoint::Embed, -1, std::vector<float>(row, row + model->config().d_model), 0.5f, -1, p));
+      }
+      const Tensor g_mid = backward(*forward(model->weights(), kTokens, midpoint), metric).get("hook_embed");
+      const InputAttribution ig_one = input_attribution(*cache, metric, InputAttributionMethod::IntegratedGradients, 1);
+      for (int p = 1; p < S; ++p) {
+        double a = 0;
+        for (int d = 0; d < model->config().d_model; ++d) {
+          const size_t i = static_cast<size_t>(p) * model->config().d_model + d;
+          a += double{x.data[i]} * g_mid.data[i];
+        }
+        CHECK(ig_one.attributions[static_cast<size_t>(p)] == Approx(a).epsilon(1e-5).margin(1e-5));
+      }
+      // With learned positions the path is smooth and the midpoint rule converges; rotary models'
+      // zero baseline is a near-singular point of the norm, where it does not (docs/attribution.md).
+      if (cache->has_pos_embed()) {
+        const InputAttribution ig64 = input_attribution(*cache, metric, InputAttributionMethod::IntegratedGradients, 64);
+        INFO("completeness error: 8 steps " << ig1.completeness_error << ", 64 steps " << ig64.completeness_error);
+        CHECK(std::abs(ig64.completeness_error) < 0.25 * std::abs(ig1.completeness_error));
+        CHECK(std::abs(ig64.completeness_error) < 1e-2 * std::abs(ig64.metric - ig64.baseline_metric));
+      }
     }
   }
 }

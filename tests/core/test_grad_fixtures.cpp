@@ -271,9 +271,8 @@ TEST_CASE("patch --method atp and atp_qk match the float64 reference for every -
     }
 }
 
-// Awaits `headscope-cli attribute` (issue 23 part 5).
 TEST_CASE("attribute: grad x input and integrated gradients match the float64 reference (GPT-2 and Llama GQA)",
-          "[.][attribute][cli][fixtures]") {
+          "[attribute][cli][fixtures]") {
   const json attribute = read_json(grads_dir() / "attribute.json");
   for (const auto& run : attribute["runs"]) {
     const std::string method = run["method"];
