@@ -51,6 +51,14 @@ GradOptions keeping(std::vector<HookPoint> hooks) {
   return o;
 }
 
+// Row p of two [pos, d_model] tensors, dotted in double.
+double row_dot(const Tensor& a, const Tensor& b, int p) {
+  const size_t D = static_cast<size_t>(a.shape.back());
+  double s = 0;
+  for (size_t d = 0; d < D; ++d) s += double{a.data[static_cast<size_t>(p) * D + d]} * b.data[static_cast<size_t>(p) * D + d];
+  return s;
+}
+
 double max_abs(const RowMatrixXf& m) { return m.size() ? double{m.cwiseAbs().maxCoeff()} : 0.0; }
 
 }  // namespace
@@ -234,11 +242,7 @@ TEST_CASE("input attributions: the baseline, gradient x input, completeness and 
       const Tensor x = cache->get("hook_embed"), dx = backward(*cache, metric).get("hook_embed");
       double sum = 0;
       for (int p = 1; p < S; ++p) {
-        double a = 0;
-        for (int d = 0; d < model->config().d_model; ++d) {
-          const size_t i = static_cast<size_t>(p) * model->config().d_model + d;
-          a += double{x.data[i]} * dx.data[i];
-        }
+        const double a = row_dot(x, dx, p);
         CHECK(gxi.attributions[static_cast<size_t>(p)] == Approx(a).epsilon(1e-6).margin(1e-6));
         sum += a;
       }
@@ -264,14 +268,8 @@ TEST_CASE("input attributions: the baseline, gradient x input, completeness and 
       }
       const Tensor g_mid = backward(*forward(model->weights(), kTokens, midpoint), metric).get("hook_embed");
       const InputAttribution ig_one = input_attribution(*cache, metric, InputAttributionMethod::IntegratedGradients, 1);
-      for (int p = 1; p < S; ++p) {
-        double a = 0;
-        for (int d = 0; d < model->config().d_model; ++d) {
-          const size_t i = static_cast<size_t>(p) * model->config().d_model + d;
-          a += double{x.data[i]} * g_mid.data[i];
-        }
-        CHECK(ig_one.attributions[static_cast<size_t>(p)] == Approx(a).epsilon(1e-5).margin(1e-5));
-      }
+      for (int p = 1; p < S; ++p)
+        CHECK(ig_one.attributions[static_cast<size_t>(p)] == Approx(row_dot(x, g_mid, p)).epsilon(1e-5).margin(1e-5));
       // With learned positions the path is smooth and the midpoint rule converges; rotary models'
       // zero baseline is a near-singular point of the norm, where it does not (docs/attribution.md).
       if (cache->has_pos_embed()) {
