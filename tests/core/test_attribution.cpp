@@ -6,8 +6,10 @@
 // row sums of the embedding's gradient, one step against a midpoint run made with edits,
 // completeness as steps grow where the path is smooth, the same numbers on any number of threads); and the backward pass on a run edited at hook_embed against finite
 // differences. The float64 reference values are checked end to end in test_grad_fixtures.cpp.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/analysis/attribution.h"
@@ -327,4 +329,41 @@ TEST_CASE("attributions refuse what they cannot explain", "[attribution][refused
   CHECK(e.heads.row(1).isZero());
   CHECK(e.mlp_layers(1) == 0.0f);
   CHECK_FALSE(e.heads.row(0).isZero());
+}
+
+TEST_CASE("headscope-cli attribute --components writes the core's estimates and each layer's top neurons",
+          "[attribution][cli]") {
+  const std::filesystem::path dir = test::fixture_model("llama_gqa"), out = test::scratch_dir() / "attribute.json";
+  const test::CliRun r = test::run_cli("attribute --model " + test::quote(dir.string()) +
+                                       " --tokens 1,7,3,12,4,9 --method grad_x_input --metric logprob --answer-id 5"
+                                       " --components --top-neurons 4 -o " + test::quote(out.string()));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(test::read_text(out));
+  const auto model = Model::load(dir);
+  const ModelConfig& c = model->config();
+  const auto cache = forward(model->weights(), kTokens);
+  const Metric metric = logprob_metric(5);
+  const ComponentAttribution est = component_attribution(*cache, backward(*cache, metric, keeping(component_gradient_hooks())));
+  CHECK(j["method"] == "grad_x_input");
+  CHECK(j["steps"] == 0);
+  CHECK(j["metric_name"] == "logprob");
+  CHECK(j["tokens"] == nlohmann::json(kTokens));
+  REQUIRE(j["heads"].size() == static_cast<size_t>(c.n_layers));
+  REQUIRE(j["top_neurons"].size() == static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    REQUIRE(j["heads"][l].size() == static_cast<size_t>(c.n_heads));
+    for (int h = 0; h < c.n_heads; ++h) CHECK(j["heads"][l][h].get<float>() == est.heads(l, h));
+    CHECK(j["mlp_layers"][l].get<float>() == est.mlp_layers(l));
+    // The 4 largest |estimate| of the layer, largest first.
+    std::vector<float> sorted(est.neurons.row(l).data(), est.neurons.row(l).data() + c.d_mlp);
+    for (float& v : sorted) v = std::abs(v);
+    std::sort(sorted.rbegin(), sorted.rend());
+    REQUIRE(j["top_neurons"][l].size() == 4);
+    for (int i = 0; i < 4; ++i) {
+      const int n = j["top_neurons"][l][i]["neuron"].get<int>();
+      CHECK(j["top_neurons"][l][i]["attribution"].get<float>() == est.neurons(l, n));
+      CHECK(std::abs(est.neurons(l, n)) == sorted[static_cast<size_t>(i)]);
+    }
+  }
 }
