@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +50,12 @@ struct InputAttribution {
 // Throws hs::Error for a metric that does not fit (check_metric), hs::Cancelled when asked.
 InputAttribution input_attribution(const ActivationCache& cache, const Metric& metric, InputAttributionMethod method,
                                    int steps = 32, const AttributionControl& control = {});
+
+// Sentences to show beside an integrated-gradients result whose completeness error is large
+// (over 5% of |metric - baseline_metric|, and over 1e-3): its attributions do not add up to the
+// change they split, so they are an estimate at this number of steps. Empty otherwise, and for
+// gradient x input (whose completeness error measures how far M is from linear, not a flaw).
+std::vector<std::string> input_attribution_warnings(const InputAttribution& a);
 
 // -a . dM/da for every head, MLP layer and neuron, from a gradient that keeps attn.hook_z,
 // hook_mlp_out and mlp.hook_post (component_gradient_hooks()).

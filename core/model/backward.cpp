@@ -394,9 +394,16 @@ void Backward::run() {
 
 GradientCache backward(const ActivationCache& cache, const Metric& metric, const GradOptions& options) {
   const ModelConfig& c = cache.config();
-  if (!cache.interventions.empty())
-    throw Error("the backward pass differentiates a plain run, and this run was made with edits (" +
-                describe(cache.interventions.front()) + "); run the prompt without them.");
+  // Edits at hook_embed are the one kind allowed (integrated gradients runs on x' + alpha (x - x')):
+  // nothing here recomputes hook_embed or anything before it from the tokens. The pass reads the
+  // stored, edited values (the first resid_pre holds the edited embedding) and derives the rest
+  // from them as the cache does; the tokens are read only as the loss's targets. So the gradient
+  // is that of the edited run, at hook_embed with respect to the edited value, as a TransformerLens
+  // backward hook sees it behind a forward hook that replaced the embedding.
+  for (const Intervention& i : cache.interventions)
+    if (i.hook != HookPoint::Embed)
+      throw Error("the backward pass differentiates a plain run (or one edited only at hook_embed), and this run "
+                  "was made with edits (" + describe(i) + "); run the prompt without them.");
   if (cache.n_layer() != c.n_layers || (c.n_layers > 0 && cache.layer(0).resid_pre.rows() != cache.n_pos()))
     throw Error("the backward pass needs every activation of the run, and this run kept only the logits.");
   check_metric(metric, c, cache.n_pos());

@@ -86,8 +86,9 @@ class GradientCache {
 };
 
 // The gradient of `metric` on the run `cache` was made by. The cache must be a full one (not
-// logits-only) of a run without interventions; throws hs::Error otherwise, or for a metric that
-// does not fit (check_metric).
+// logits-only) of a run without interventions, or with interventions at hook_embed only (what
+// integrated gradients runs); throws hs::Error otherwise, or for a metric that does not fit
+// (check_metric).
 GradientCache backward(const ActivationCache& cache, const Metric& metric, const GradOptions& options = {});
 
 // One layer's attention backward, for the pass and its tests. From the forward's rotated queries
