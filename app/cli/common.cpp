@@ -215,12 +215,21 @@ std::string output_extension(const std::string& out, const std::vector<std::stri
   return ext;
 }
 
-nlohmann::json matrix_json(const hs::RowMatrixXf& x) {
+nlohmann::json matrix_json(const hs::RowMatrixXf& x, Eigen::Index inner) {
+  auto row = [&](Eigen::Index r) {
+    nlohmann::json out = nlohmann::json::array();
+    for (Eigen::Index c = 0; c < x.cols(); ++c) out.push_back(x(r, c));
+    return out;
+  };
   nlohmann::json out = nlohmann::json::array();
-  for (Eigen::Index r = 0; r < x.rows(); ++r) {
-    nlohmann::json row = nlohmann::json::array();
-    for (Eigen::Index c = 0; c < x.cols(); ++c) row.push_back(x(r, c));
-    out.push_back(std::move(row));
+  if (inner <= 0) {
+    for (Eigen::Index r = 0; r < x.rows(); ++r) out.push_back(row(r));
+    return out;
+  }
+  for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += inner) {
+    nlohmann::json block = nlohmann::json::array();
+    for (Eigen::Index r = r0; r < r0 + inner; ++r) block.push_back(row(r));
+    out.push_back(std::move(block));
   }
   return out;
 }

@@ -60,8 +60,9 @@ void print_run_warnings(const hs::TextRun& r, const hs::Model& m);
 // The extension of -o, refused unless it is one of `allowed` (".json", ".npz").
 std::string output_extension(const std::string& out, const std::vector<std::string>& allowed);
 
-// A matrix as JSON: an array of its rows, each an array of numbers.
-nlohmann::json matrix_json(const hs::RowMatrixXf& x);
+// A matrix as JSON: an array of its rows, each an array of numbers; with `inner` > 0,
+// [rows / inner][inner][cols] (z_pos: rows are layer * n_heads + head).
+nlohmann::json matrix_json(const hs::RowMatrixXf& x, Eigen::Index inner = 0);
 
 // A float for JSON: the shortest text that reads back as the same float; null when not finite.
 void write_json_float(std::ostream& out, float v);
