@@ -84,8 +84,6 @@ ViewDescriptor AttributionView::descriptor() {
        QStringLiteral("the attribution view's input attribution: grad_x_input (default) or integrated_gradients")},
       {kSteps, QStringLiteral("N"), QStringLiteral("the attribution view's integrated-gradients steps (default 32)"),
        ViewOption::Type::Integer},
-      {kVersus, QStringLiteral("TEXT"),
-       QStringLiteral("a second token: the attribution view explains logit(target) - logit(TEXT)")},
   };
   d.analysis.id = d.id;
   d.analysis.reads = kReadsPosition | kReadsTarget | kReadsVersus;
@@ -245,15 +243,14 @@ AttributionView::AttributionView(Selection* selection, QWidget* parent) : Analys
   bottom->setStretchFactor(1, 2);
   splitter->addWidget(top);
   splitter->addWidget(bottom);
-  splitter->setStretchFactor(0, 2);
-  splitter->setStretchFactor(1, 3);
+  // The tokens' bars need the height their rotated labels take and then some: half the view.
+  splitter->setStretchFactor(0, 1);
+  splitter->setStretchFactor(1, 1);
+  token_bars_->setMinimumHeight(220);
   layout->addWidget(splitter, 1);
 
   connect(target_, &TargetPicker::targetChosen, selection_, &Selection::setTarget);
-  connect(versus_, &TargetPicker::targetChosen, this, [this](std::optional<int32_t> versus) {
-    pending_versus_.clear();
-    selection_->setVersus(versus);
-  });
+  connect(versus_, &TargetPicker::targetChosen, selection_, &Selection::setVersus);
   connect(gxi_button_, &QRadioButton::toggled, this, [this] {
     steps_->setEnabled(ig_button_->isChecked());
     Q_EMIT analysisKeyChanged();
@@ -295,7 +292,7 @@ AttributionView::AttributionView(Selection* selection, QWidget* parent) : Analys
   token_bars_->setTooltipFormatter([this](int i) {
     if (!result_) return QString();
     const auto& b = token_bars_->bar(i);
-    return QStringLiteral("%1: %2 to %3").arg(b.label, formatSigned(b.value), metricText());
+    return QStringLiteral("%1: %2 to %3").arg(tokenAt(b.label, i), formatSigned(b.value), metricText());
   });
   mlp_bars_->setTooltipFormatter([this](int i) {
     const auto& b = mlp_bars_->bar(i);
@@ -335,8 +332,6 @@ ViewInputs AttributionView::viewInputs() const {
   ViewInputs inputs;
   if (method() != hs::InputAttributionMethod::GradXInput) inputs[kMethod] = methodName(method());
   if (steps() != kDefaultSteps) inputs[kSteps] = steps();
-  if (const auto v = selection_->versus(); v && run_) inputs[kVersus] = tokenText(*run_, *v);
-  else if (!pending_versus_.isEmpty()) inputs[kVersus] = pending_versus_;
   return inputs;
 }
 
@@ -346,22 +341,10 @@ void AttributionView::setViewInputs(const ViewInputs& inputs) {
   else if (m == QStringLiteral("integrated_gradients")) setMethod(hs::InputAttributionMethod::IntegratedGradients);
   else failure_ = QStringLiteral("--attr-method must be grad_x_input or integrated_gradients (got '%1').").arg(m);
   setSteps(inputs.contains(kSteps) ? inputs.value(kSteps).toInt() : kDefaultSteps);
-  // A token's text needs the model's tokenizer: resolved when a run is there.
-  pending_versus_ = inputs.value(kVersus).toString();
-  if (run_ && !pending_versus_.isEmpty()) setRun(run_);
 }
 
 void AttributionView::setRun(std::shared_ptr<const RunResult> run) {
   run_ = std::move(run);
-  if (run_ && !pending_versus_.isEmpty()) {
-    QString error;
-    if (const auto id = typedSingleToken(*run_, pending_versus_, &error)) {
-      pending_versus_.clear();
-      selection_->setVersus(id);
-    } else {
-      failure_ = QStringLiteral("--versus: %1").arg(error);
-    }
-  }
   updateStatus();  // says at once that what is drawn is of the previous prompt
 }
 
@@ -507,8 +490,7 @@ void AttributionView::refresh() {
   std::vector<BarChartView::Bar> bars;
   bars.reserve(in.attributions.size());
   for (size_t p = 0; p < in.attributions.size(); ++p)
-    bars.push_back({tokenAt(run.labels.value(static_cast<int>(p)), static_cast<int>(p)), in.attributions[p],
-                    signedColor(in.attributions[p])});
+    bars.push_back({run.labels.value(static_cast<int>(p)), in.attributions[p], signedColor(in.attributions[p])});
   token_bars_->setBars(std::move(bars));
   token_bars_->setHighlighted(r.target.pos);
   token_bars_->setValueAxisTitle(QStringLiteral("attribution to M"));

@@ -48,9 +48,9 @@ class AttributionView : public AnalysisView {
   Q_OBJECT
 
  public:
-  // Its inputs (and command-line options): --attr-method, --ig-steps, --versus.
-  static inline const QString kMethod = QStringLiteral("attr-method"), kSteps = QStringLiteral("ig-steps"),
-                              kVersus = QStringLiteral("versus");
+  // Its inputs (and command-line options): --attr-method, --ig-steps. The second token of a logit
+  // difference is the selection's (Selection::versus), shared with the attention view's edges.
+  static inline const QString kMethod = QStringLiteral("attr-method"), kSteps = QStringLiteral("ig-steps");
   static constexpr int kDefaultSteps = 32;
   static constexpr int kTopNeurons = 20;
   static constexpr int kTopK = 10;  // predictions offered as targets
@@ -126,8 +126,6 @@ class AttributionView : public AnalysisView {
   BarChartView* mlp_bars_ = nullptr;
   QTableWidget* neurons_ = nullptr;
   RefreshWhenShown* refresher_ = nullptr;
-  // What a --versus typed on the command line names, resolved once a run is there.
-  QString pending_versus_;
   // Exact ablations of the shown result, by (layer, head); the one the person asked about.
   std::map<std::pair<int, int>, double> exact_;
   std::pair<int, int> asked_head_{-1, -1};
