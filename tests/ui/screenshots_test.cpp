@@ -24,7 +24,9 @@
 #include "core/session/session.h"
 #include "ui/controller/ablations.h"
 #include "ui/controller/selection.h"
+#include "ui/views/attention_view.h"
 #include "ui/views/attribution_view.h"
+#include "ui/widgets/heatmap_view.h"
 #include "ui/views/head_metrics_bar.h"
 #include "ui/widgets/image_grid_view.h"
 #include "ui/window/main_window.h"
@@ -128,4 +130,13 @@ TEST_CASE("Screenshot of the Attribution view", "[.screenshots]") {
   w.window.selection()->setHead(3, 2);
   REQUIRE(waitFor([&] { return view->exactAblation(3, 2).has_value(); }, 30000));
   shoot(QStringLiteral("attribution.png"));
+  // The same head's edges, attributed to the same target, in the attention view.
+  auto* attention = w.window.viewAs<AttentionView>(QStringLiteral("attention"));
+  w.window.tabs()->setCurrentWidget(attention);
+  attention->setMode(AttentionView::Mode::EdgeAttribution);
+  REQUIRE(waitFor([&] {
+    auto r = std::dynamic_pointer_cast<const AttentionPatternResult>(attention->result());
+    return r && r->edges && r->run_job == w.run()->job && attention->heatmap()->cells() == r->cells;
+  }, 30000));
+  shoot(QStringLiteral("attention-edges.png"));
 }

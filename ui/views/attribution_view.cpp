@@ -496,11 +496,13 @@ void AttributionView::refresh() {
   token_bars_->setValueAxisTitle(QStringLiteral("attribution to M"));
   tokens_caption_->setText(
       QStringLiteral("Each input token's attribution to M by %1: (x − x′) · %2 at its token embedding, x′ the "
-                     "baseline (zero token embeddings after the first position). Tokens after %3 cannot change it.")
+                     "baseline (zero token embeddings after the first position).%3")
           .arg(method,
                in.method == hs::InputAttributionMethod::GradXInput ? QStringLiteral("∂M/∂x")
                                                                    : QStringLiteral("the mean of ∂M/∂x along the path"),
-               tokenAt(run.labels.value(r.target.pos), r.target.pos)));
+               r.target.pos + 1 < run.n_pos()
+                   ? QStringLiteral(" Tokens after %1 cannot change it.").arg(tokenAt(run.labels.value(r.target.pos), r.target.pos))
+                   : QString()));
   double sum = 0;
   for (double a : in.attributions) sum += a;
   completeness_->setText(QStringLiteral("Completeness: sum of attributions %1 − (M %2 − M(baseline) %3) = %4%5")
