@@ -247,3 +247,10 @@ TEST_CASE("Export All writes the Attribution view's figures and the selected hea
     CHECK(!QImage(QDir(options.out_dir).filePath(f)).isNull());
   }
 }
+
+TEST_CASE("The Attribution view fits beside the heads panel in a 1280-pixel window", "[window][attribution]") {
+  Window w;
+  REQUIRE(waitFor([&] { return w.current(); }));
+  INFO("minimum width " << w.view()->minimumSizeHint().width());
+  CHECK(w.view()->minimumSizeHint().width() <= 900);
+}

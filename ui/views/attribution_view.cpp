@@ -179,14 +179,19 @@ AttributionView::AttributionView(Selection* selection, QWidget* parent) : Analys
   steps_->setSuffix(QStringLiteral(" steps"));
   steps_->setToolTip(QStringLiteral("Integrated gradients' steps: more steps, a smaller completeness error."));
   steps_->setEnabled(false);
+  // Two rows, so that the view fits beside the heads panel in a 1280-pixel window.
   controls->addWidget(target_);
   controls->addWidget(versus_);
-  controls->addSpacing(12);
-  controls->addWidget(gxi_button_);
-  controls->addWidget(ig_button_);
-  controls->addWidget(steps_);
   controls->addStretch(1);
   layout->addLayout(controls);
+  auto* method_row = new QHBoxLayout;
+  method_row->setSpacing(10);
+  method_row->addWidget(new QLabel(QStringLiteral("Input tokens by:"), this));
+  method_row->addWidget(gxi_button_);
+  method_row->addWidget(ig_button_);
+  method_row->addWidget(steps_);
+  method_row->addStretch(1);
+  layout->addLayout(method_row);
   status_ = textLabel(this, QStringLiteral("attrStatus"));
   layout->addWidget(status_);
 
