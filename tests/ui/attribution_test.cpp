@@ -10,6 +10,8 @@
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QElapsedTimer>
+#include <QSignalSpy>
 #include <QTest>
 
 #include <cmath>
@@ -253,4 +255,55 @@ TEST_CASE("The Attribution view fits beside the heads panel in a 1280-pixel wind
   REQUIRE(waitFor([&] { return w.current(); }));
   INFO("minimum width " << w.view()->minimumSizeHint().width());
   CHECK(w.view()->minimumSizeHint().width() <= 900);
+}
+
+TEST_CASE("A newer request supersedes an integrated-gradients job in flight, which stops", "[attribution][controller]") {
+  QElapsedTimer clock;
+  {
+    AnalysisController c;
+    test::addViewAnalyses(c);
+    c.setModel(test::fixtureModel());
+    QSignalSpy ready(&c, &AnalysisController::runReady);
+    c.requestRun(QStringLiteral("The cat sat on the mat. The cat"));
+    REQUIRE(waitFor([&] { return ready.count() == 1; }));
+    test::AnalysisSpy spy(&c, QStringLiteral("attribution"));
+    const int last = c.currentRun()->n_pos() - 1;
+    AnalysisKey slow{-1, -1, last};
+    slow.params = {QStringLiteral("integrated_gradients"), QStringLiteral("100000")};  // minutes, unless stopped
+    AnalysisKey quick{-1, -1, last};
+    quick.params = {QStringLiteral("grad_x_input"), QStringLiteral("0")};
+    clock.start();
+    c.request(QStringLiteral("attribution"), slow);
+    QTest::qWait(50);
+    c.request(QStringLiteral("attribution"), quick);
+    REQUIRE(waitFor([&] { return spy.count() == 1; }, 60000));
+    CHECK(spy.at<AttributionResult>(0)->key == quick);
+    QTest::qWait(100);
+    CHECK(spy.count() == 1);  // the superseded job delivers nothing
+  }
+  // The controller's destructor waits for its workers: it returns long before 100000 steps could
+  // run, because the superseded job stopped between passes.
+  CHECK(clock.elapsed() < 20000);
+}
+
+TEST_CASE("The Attribution view draws the core's numbers for a Llama model with key/value heads", "[window][attribution]") {
+  MainWindow window(MainWindowOptions{.model_dir = QStringLiteral(HEADSCOPE_SOURCE_DIR "/tests/fixtures/models/llama_gqa"),
+                                      .text = QStringLiteral("The cat sat on the mat. The cat"),
+                                      .restore_settings = false,
+                                      .view = QStringLiteral("attribution")});
+  window.resize(1400, 900);
+  window.show();
+  auto* view = window.viewAs<AttributionView>(QStringLiteral("attribution"));
+  REQUIRE(waitFor([&] { return window.controller()->currentRun() && view->isCurrent(); }, 30000));
+  const auto run = window.controller()->currentRun();
+  const hs::ActivationCache& cache = *run->run.cache;
+  REQUIRE(cache.config().n_key_value_heads < cache.config().n_heads);
+  const hs::TargetMetric t = hs::target_metric(cache, run->n_pos() - 1, std::nullopt, std::nullopt);
+  const hs::InputAttribution gxi = hs::input_attribution(cache, t.metric, hs::InputAttributionMethod::GradXInput);
+  hs::GradOptions keep;
+  keep.keep = hs::component_gradient_hooks();
+  const hs::ComponentAttribution comp = hs::component_attribution(cache, hs::backward(cache, t.metric, keep));
+  for (int p = 0; p < run->n_pos(); ++p) checkClose(view->tokenBars()->plottedValue(p), gxi.attributions[static_cast<size_t>(p)]);
+  for (int l = 0; l < run->n_layer(); ++l)
+    for (int h = 0; h < run->n_head(); ++h) checkClose(view->headHeatmap()->plottedValue(l, h), comp.heads(l, h));
 }
