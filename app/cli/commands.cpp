@@ -12,6 +12,7 @@ const CommandSpec& tokenize_command();
 const CommandSpec& run_command();
 const CommandSpec& patch_command();
 const CommandSpec& grad_command();
+const CommandSpec& attribute_command();
 const CommandSpec& heads_command();
 const CommandSpec& generate_command();
 const CommandSpec& lens_command();
@@ -22,9 +23,9 @@ const CommandSpec& hooks_command();
 
 const std::vector<const CommandSpec*>& commands() {
   static const std::vector<const CommandSpec*> table = {
-      &info_command(),     &tokenize_command(), &run_command(),  &patch_command(), &grad_command(), &heads_command(),
-      &generate_command(), &lens_command(),     &circuits_command(), &scan_command(), &merge_command(),
-      &hooks_command(),
+      &info_command(),     &tokenize_command(), &run_command(),      &patch_command(), &grad_command(),
+      &attribute_command(), &heads_command(),   &generate_command(), &lens_command(),  &circuits_command(),
+      &scan_command(),      &merge_command(),   &hooks_command(),
   };
   return table;
 }

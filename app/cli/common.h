@@ -3,11 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "app/cli/options.h"
+#include "core/model/metric.h"
 #include "core/session/session.h"
 
 namespace hs::cli {
@@ -24,6 +26,19 @@ OptionSpec required(OptionSpec o, const std::string& missing);
 // -o OUT (or --output OUT), required; `kinds` says what it may end in, `missing` is the message
 // when it is not given.
 OptionSpec output_option(const std::string& kinds, const std::string& missing);
+
+// The metric options of the commands that differentiate one (grad, attribute): --metric KIND,
+// --answer TEXT | --answer-id N, --wrong TEXT | --wrong-id N, --pos P and, with `dot`, the dot
+// product's --hook KEY, --vector V.npy and --unit U. `command` names the command in the message
+// when --metric is missing.
+std::vector<OptionSpec> metric_options(const std::string& command, bool dot);
+// The metric those options give (answers as text must be one token each: the patch command's
+// rule and message). --metric dot only for a command that declares --hook. A UsageError says what
+// is missing or does not belong to the metric chosen.
+hs::Metric metric_from(const Args& a, const hs::Model& m);
+
+// Several lists of options as one, in order.
+std::vector<OptionSpec> concat(std::initializer_list<std::vector<OptionSpec>> lists);
 
 // Loads --model (the built-in model without it) and says on stderr what is wrong with it
 // (non-finite weights, a vocabulary larger than the model's): every command that shows numbers
@@ -44,6 +59,9 @@ void print_run_warnings(const hs::TextRun& r, const hs::Model& m);
 
 // The extension of -o, refused unless it is one of `allowed` (".json", ".npz").
 std::string output_extension(const std::string& out, const std::vector<std::string>& allowed);
+
+// A matrix as JSON: an array of its rows, each an array of numbers.
+nlohmann::json matrix_json(const hs::RowMatrixXf& x);
 
 // A float for JSON: the shortest text that reads back as the same float; null when not finite.
 void write_json_float(std::ostream& out, float v);

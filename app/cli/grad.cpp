@@ -1,75 +1,13 @@
 // headscope-cli grad: the gradient of a metric with respect to every activation of one run.
-#include <climits>
 #include <sstream>
 
 #include "app/cli/commands.h"
 #include "app/cli/common.h"
-#include "core/analysis/patching.h"
 #include "core/io/export.h"
-#include "core/io/npz_reader.h"
 #include "core/model/backward.h"
 
 namespace hs::cli {
 namespace {
-
-// A token given as --NAME TEXT (one token, the patch command's rule) or --NAME-id N; nullopt when
-// neither is given.
-std::optional<int32_t> token_option(const Args& a, const hs::Model& m, const std::string& name, const std::string& role) {
-  const bool text = a.has(name), id = a.has(name + "-id");
-  if (text && id) throw UsageError("give " + name + " TEXT or " + name + "-id N, not both.");
-  if (text) return hs::single_token(m, a.text(name), role);
-  if (id) return static_cast<int32_t>(a.integer(name + "-id"));
-  return std::nullopt;
-}
-
-hs::Metric metric_from(const Args& a, const hs::Model& m, hs::MetricKind kind) {
-  const bool wants_answer = kind == hs::MetricKind::LogitDiff || kind == hs::MetricKind::Logit ||
-                            kind == hs::MetricKind::LogProb;
-  const std::string name(hs::to_string(kind));
-  if (!wants_answer && (a.has("--answer") || a.has("--answer-id")))
-    throw UsageError("--metric " + name + " takes no answer; --answer is for logit_diff, logit and logprob.");
-  if (kind != hs::MetricKind::LogitDiff && (a.has("--wrong") || a.has("--wrong-id")))
-    throw UsageError("--wrong is for --metric logit_diff only.");
-  if (kind != hs::MetricKind::Dot && (a.has("--hook") || a.has("--vector") || a.has("--unit")))
-    throw UsageError("--hook, --vector and --unit are for --metric dot only.");
-  if (kind == hs::MetricKind::Loss && a.has("--pos"))
-    throw UsageError("--metric loss covers every position (each predicting the next); --pos is for the other metrics.");
-  const int pos = a.has("--pos") ? static_cast<int>(a.integer("--pos")) : -1;
-  hs::Metric metric;
-  switch (kind) {
-    case hs::MetricKind::LogitDiff: {
-      const auto answer = token_option(a, m, "--answer", "the answer");
-      const auto wrong = token_option(a, m, "--wrong", "the wrong answer");
-      if (!answer || !wrong)
-        throw UsageError("--metric logit_diff needs --answer TEXT and --wrong TEXT (or --answer-id N and --wrong-id N).");
-      metric = hs::logit_diff_metric(*answer, *wrong, pos);
-      break;
-    }
-    case hs::MetricKind::Logit:
-    case hs::MetricKind::LogProb: {
-      const auto token = token_option(a, m, "--answer", "the token");
-      if (!token) throw UsageError("--metric " + name + " needs the token: --answer TEXT or --answer-id N.");
-      metric = kind == hs::MetricKind::Logit ? hs::logit_metric(*token, pos) : hs::logprob_metric(*token, pos);
-      break;
-    }
-    case hs::MetricKind::Loss:
-      metric = hs::loss_metric();
-      break;
-    case hs::MetricKind::Dot: {
-      if (!a.has("--hook") || !a.has("--vector"))
-        throw UsageError("--metric dot needs --hook KEY (blocks.3.hook_resid_post, ...) and --vector FILE.npy.");
-      const std::string key = a.text("--hook");
-      const std::optional<hs::HookKey> k = hs::parse_hook_key(m.config(), key);
-      if (!k || !hs::hook_exists(m.config(), k->hook))
-        throw UsageError("--hook " + key + ": not a key of this model; give a full key such as blocks.0.attn.hook_z "
-                         "(`headscope-cli hooks --model DIR` lists them).");
-      const hs::Tensor v = hs::read_npy_file(a.text("--vector"));
-      metric = hs::dot_metric(k->hook, k->layer, v.data, pos, a.has("--unit") ? static_cast<int>(a.integer("--unit")) : -1);
-      break;
-    }
-  }
-  return metric;
-}
 
 void write_grad_json(std::ostream& out, const hs::GradientCache& g) {
   out << "{\"metric\": ";
@@ -112,11 +50,8 @@ int grad(const Args& a) {
   if (a.has("--text") == a.has("--tokens")) throw UsageError("grad needs exactly one of --text TEXT or --tokens 1,2,3.");
   const std::string out = a.text("-o");
   const std::string ext = output_extension(out, {".json", ".npz"});
-  const std::string metric_name = a.text("--metric");
-  const std::optional<hs::MetricKind> kind = hs::parse_metric_kind(metric_name);
-  if (!kind) throw UsageError("--metric " + metric_name + ": choose one of " + hs::metric_kind_names() + ".");
   const auto m = load_model(a);
-  const hs::Metric metric = metric_from(a, *m, *kind);
+  const hs::Metric metric = metric_from(a, *m);
   const hs::TextRun r = run_input(a, m);
   hs::GradOptions o;
   o.threads = threads(a);
@@ -166,23 +101,10 @@ With key/value heads, hook_k and hook_v gradients are summed over the query head
 masked attention scores have gradient 0; attn.hook_pattern's gradient above the diagonal is
 dM/dz[q] . v[k], as TransformerLens's autograd gives it.
 )",
-      .options = {model_option(), text_option("the prompt to run"), tokens_option(), no_bos_option(),
-                  required({.name = "--metric", .metavar = "KIND", .help = "logit_diff, logit, logprob, loss or dot"},
-                           "grad needs --metric logit_diff|logit|logprob|loss|dot."),
-                  {.name = "--answer", .metavar = "TEXT", .help = "the answer (logit_diff) or the token (logit, logprob): one token"},
-                  {.name = "--wrong", .metavar = "TEXT", .help = "the token subtracted (logit_diff): one token"},
-                  {.name = "--answer-id", .metavar = "N", .kind = ValueKind::Integer, .help = "the answer as a token id",
-                   .min = 0, .max = INT32_MAX},
-                  {.name = "--wrong-id", .metavar = "N", .kind = ValueKind::Integer, .help = "the wrong answer as a token id",
-                   .min = 0, .max = INT32_MAX},
-                  {.name = "--pos", .metavar = "P", .kind = ValueKind::Integer, .help = "the position the metric reads (default: the last)",
-                   .min = 0, .max = INT32_MAX},
-                  {.name = "--hook", .metavar = "KEY", .help = "dot: the activation, a full key such as blocks.0.attn.hook_z"},
-                  {.name = "--vector", .metavar = "V.npy", .help = "dot: the float32 vector (numpy.save)"},
-                  {.name = "--unit", .metavar = "U", .kind = ValueKind::Integer, .help = "dot: one head, key/value head or neuron of the row",
-                   .min = 0, .max = INT32_MAX},
-                  threads_option("threads (default: the engine's choice)"),
-                  output_option(".npz or .json", "grad needs -o OUT.npz or -o OUT.json.")},
+      .options = concat({{model_option(), text_option("the prompt to run"), tokens_option(), no_bos_option()},
+                       metric_options("grad", true),
+                       {threads_option("threads (default: the engine's choice)"),
+                        output_option(".npz or .json", "grad needs -o OUT.npz or -o OUT.json.")}}),
       .run = grad,
   };
   return c;

@@ -39,15 +39,6 @@ int patch(const Args& a) {
   hs::SweepControl control;
   control.threads = threads(a);
   const hs::PatchingResult p = hs::patching_sweep(*clean.cache, *corrupt.cache, in.answer, in.wrong, what, control);
-  auto rows = [](const hs::RowMatrixXf& x) {
-    json out = json::array();
-    for (Eigen::Index r = 0; r < x.rows(); ++r) {
-      json row = json::array();
-      for (Eigen::Index c = 0; c < x.cols(); ++c) row.push_back(x(r, c));
-      out.push_back(std::move(row));
-    }
-    return out;
-  };
   // Said beside the result, not refused: a pair the model does not solve still patches.
   const std::vector<std::string> warnings = hs::patching_warnings(*clean.cache, p.metric_clean, p.metric_corrupt);
   for (const std::string& w : warnings) std::cerr << "headscope-cli: warning: " << w << "\n";
@@ -55,8 +46,8 @@ int patch(const Args& a) {
                   {"metric_clean", p.metric_clean},
                   {"metric_corrupt", p.metric_corrupt},
                   {"warnings", warnings},
-                  {"raw", rows(p.raw)},
-                  {"normalized", rows(p.normalized)},
+                  {"raw", matrix_json(p.raw)},
+                  {"normalized", matrix_json(p.normalized)},
                   {"clean_tokens", in.clean},
                   {"corrupt_tokens", in.corrupt},
                   {"answer_id", in.answer},

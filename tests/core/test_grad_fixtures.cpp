@@ -4,7 +4,7 @@
 //     family (llama2.c too: a checkpoint written from llama_gqa's weights) and every metric kind, each key to 1e-4 of its largest reference magnitude;
 //   - headscope-cli patch --method atp | atp_qk: raw and normalized for every --what, and the
 //     exact sweep (the default method) on the same pair;
-//   - headscope-cli attribute: grad_x_input and integrated_gradients.
+//   - headscope-cli attribute: grad_x_input and integrated_gradients, every family (llama2.c too).
 // The grad NPZ holds "metric" (float64 [1]) and "tokens" (int32) beside the float32 gradients,
 // which the engine's float32-only reader (core/io/npz_reader.h) refuses, so it is read here by
 // a small reader of stored NPZ archives and .npy headers of <f4, <f8 and <i4.
@@ -271,15 +271,14 @@ TEST_CASE("patch --method atp and atp_qk match the float64 reference for every -
     }
 }
 
-// Awaits `headscope-cli attribute` (issue 23 part 5).
-TEST_CASE("attribute: grad x input and integrated gradients match the float64 reference (GPT-2 and Llama GQA)",
-          "[.][attribute][cli][fixtures]") {
+TEST_CASE("attribute: grad x input and integrated gradients match the float64 reference in every family",
+          "[attribute][cli][fixtures]") {
   const json attribute = read_json(grads_dir() / "attribute.json");
   for (const auto& run : attribute["runs"]) {
     const std::string method = run["method"];
     DYNAMIC_SECTION(run["model"].get<std::string>() << " " << method) {
       const fs::path out = test::scratch_dir() / "attribute.json";
-      const std::string args = "attribute --model " + test::quote(test::fixture_model(run["model"].get<std::string>()).string()) +
+      const std::string args = "attribute --model " + test::quote((test::source_dir() / run["model_path"].get<std::string>()).string()) +
                                " --tokens " + ids(run["tokens"]) + " --method " + method +
                                (method == "integrated_gradients" ? " --steps " + std::to_string(run["steps"].get<int>())
                                                                  : std::string()) +

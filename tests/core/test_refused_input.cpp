@@ -171,6 +171,7 @@ const std::set<std::string> kTested = {
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
     "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R84", "R85",
     "R90", "R91", "R92", "R93", "R94", "R95", "R96", "R97",
+    "R110", "R111", "R112", "R113",
 };
 
 const char* kText = "The cat sat on the mat.";
@@ -179,7 +180,7 @@ const char* kText = "The cat sat on the mat.";
 
 TEST_CASE("refused input: every case of the catalogue has a test", "[refused]") {
   std::set<std::string> in_doc;
-  const std::regex heading(R"(\n### (R\d\d)\. )");
+  const std::regex heading(R"(\n### (R\d+)\. )");
   const std::string& doc = catalogue();
   for (auto it = std::sregex_iterator(doc.begin(), doc.end(), heading); it != std::sregex_iterator(); ++it)
     in_doc.insert((*it)[1]);
@@ -783,6 +784,19 @@ TEST_CASE("refused input: gradients (R94-R97)", "[refused]") {
   check_refused(cli(grad + " --metric logit_diff --answer-id 5000 --wrong-id 3"), expected("R95", sub), s);
   check_refused(cli(grad + " --metric logit --answer-id 5 --pos 40"), expected("R96", sub), s);
   check_refused(cli(grad + " --metric dot --hook blocks.1.hook_resid_mid --vector " + quote(v.string())), expected("R97", sub), s);
+  CHECK(!fs::exists(out));
+}
+
+TEST_CASE("refused input: attributions (R110-R113)", "[refused]") {
+  Scratch s;
+  const fs::path m = s.model(), out = s.dir / "a.json";
+  const std::string attribute =
+      "attribute --model " + quote(m.string()) + " --text " + quote(kText) + " -o " + quote(out.string());
+  const Subst sub = {{"<tmp>", s.dir.string()}};
+  check_refused(cli(attribute + " --method saliency --metric logit --answer-id 5"), expected("R110", sub), s, 2);
+  check_refused(cli(attribute + " --method integrated_gradients --steps 0 --metric logit --answer-id 5"), expected("R111", sub), s, 2);
+  check_refused(cli(attribute + " --method grad_x_input --steps 8 --metric logit --answer-id 5"), expected("R112", sub), s, 2);
+  check_refused(cli(attribute + " --method grad_x_input --metric dot --answer-id 5"), expected("R113", sub), s, 2);
   CHECK(!fs::exists(out));
 }
 
