@@ -98,8 +98,9 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   const QStringList files = QDir(options.out_dir).entryList({QStringLiteral("*.png")}, QDir::Files, QDir::Name);
   // Attention: overview + every head; Contributions: 2; Concat vs Sum: one per layer; Logit Lens: 1;
   // QK / OV: the selected head; Patching: nothing, since no corrupted prompt was given (the
-  // message says so; ablate_patch_test.cpp exports its maps).
-  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1);
+  // message says so; ablate_patch_test.cpp exports its maps); the selected head's edge
+  // attributions (attention) and the Attribution view's 4 figures.
+  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4);
   CHECK_FALSE(files.contains(QStringLiteral("patching.png")));
   CHECK(out.message.contains(QStringLiteral("nothing to export from Patching: no corrupted prompt")));
   REQUIRE(job.skipped().size() == 1);
@@ -123,7 +124,7 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   const QSize pattern_size = AttentionView::kPatternFigureSize;
   CHECK(pattern.size() == QSize(pattern_size.width(), pattern_size.height() + figureTitleHeight()));
   CHECK(!pattern.hasAlphaChannel());
-  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1);
+  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
 }
 
@@ -154,8 +155,9 @@ TEST_CASE("headscope --export writes every view without a window and failures ex
   REQUIRE(p.waitForFinished(120000));
   INFO(p.readAllStandardError().toStdString());
   CHECK(p.exitCode() == 0);
-  // Every view's figures but the patching view's, which has no inputs here.
-  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1);
+  // Every view's figures but the patching view's, which has no inputs here (the attention view's
+  // include the selected head's edge attributions; the Attribution view writes 4).
+  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1 + 1 + 4);
 
   p.start(exe, {QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"), QStringLiteral("x"),
                 QStringLiteral("--export"), QStringLiteral("/proc/no-such-place")});

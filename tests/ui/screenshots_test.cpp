@@ -15,6 +15,7 @@
 #include <QDockWidget>
 #include <QMenu>
 #include <QProcess>
+#include <QTabWidget>
 #include <QTest>
 #include <QTimer>
 
@@ -22,6 +23,10 @@
 
 #include "core/session/session.h"
 #include "ui/controller/ablations.h"
+#include "ui/controller/selection.h"
+#include "ui/views/attention_view.h"
+#include "ui/views/attribution_view.h"
+#include "ui/widgets/heatmap_view.h"
 #include "ui/views/head_metrics_bar.h"
 #include "ui/widgets/image_grid_view.h"
 #include "ui/window/main_window.h"
@@ -104,4 +109,34 @@ TEST_CASE("Screenshots of the heads panel", "[.screenshots]") {
     REQUIRE(bar->currentValues() == nullptr);
     shoot(QStringLiteral("scan-then-other-model.png"));
   }
+}
+
+TEST_CASE("Screenshot of the Attribution view", "[.screenshots]") {
+  if (shotsDir().isEmpty() || QGuiApplication::platformName() != QStringLiteral("xcb")) {
+    WARN("set HEADSCOPE_SHOTS_DIR and run on an X display (QT_QPA_PLATFORM=xcb) to take the screenshots");
+    return;
+  }
+  QDir().mkpath(shotsDir());
+  // The built-in model completing a repeated sentence: integrated gradients over the input tokens,
+  // and an induction head's exact ablation beside its estimate.
+  Window w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
+  auto* view = w.window.viewAs<AttributionView>(QStringLiteral("attribution"));
+  REQUIRE(view);
+  w.window.tabs()->setCurrentWidget(view);
+  view->setMethod(hs::InputAttributionMethod::IntegratedGradients);
+  REQUIRE(waitFor([&] { return view->isCurrent() && view->result() &&
+                               std::static_pointer_cast<const AttributionResult>(view->result())->input.steps > 0; },
+                  60000));
+  w.window.selection()->setHead(3, 2);
+  REQUIRE(waitFor([&] { return view->exactAblation(3, 2).has_value(); }, 30000));
+  shoot(QStringLiteral("attribution.png"));
+  // The same head's edges, attributed to the same target, in the attention view.
+  auto* attention = w.window.viewAs<AttentionView>(QStringLiteral("attention"));
+  w.window.tabs()->setCurrentWidget(attention);
+  attention->setMode(AttentionView::Mode::EdgeAttribution);
+  REQUIRE(waitFor([&] {
+    auto r = std::dynamic_pointer_cast<const AttentionPatternResult>(attention->result());
+    return r && r->edges && r->run_job == w.run()->job && attention->heatmap()->cells() == r->cells;
+  }, 30000));
+  shoot(QStringLiteral("attention-edges.png"));
 }

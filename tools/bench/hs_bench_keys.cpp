@@ -1,7 +1,10 @@
 // Keystroke latency of the GUI, headless: the real MainWindow on Qt's offscreen platform, a
 // sentence typed into its prompt editor one key at a time.
 //
-//   hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50]
+//   hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50] [--view ID]
+//
+// --view ID: that view's tab is on screen while typing (default: the first); with an analysis of
+// its own, phase 1 also waits for it and reports shown_view_ms (request -> its result).
 //
 // Phase 1 ("step"): one key, then wait until the views' data for that text is ready, then the
 // next key. Per key it records
@@ -656,7 +659,7 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
 
 int main(int argc, char** argv) {
   if (!std::getenv("QT_QPA_PLATFORM")) setenv("QT_QPA_PLATFORM", "offscreen", 1);
-  std::string model_dir, sentence = kSentence, load_dir;
+  std::string model_dir, sentence = kSentence, load_dir, view_id;
   int interval_ms = 100, settle_ms = 50, long_tokens = 0, long_keys = 24, middle_keys = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -669,6 +672,7 @@ int main(int argc, char** argv) {
     };
     if (k == "--model") model_dir = value();
     else if (k == "--text") sentence = value();
+    else if (k == "--view") view_id = value();
     else if (k == "--interval-ms") interval_ms = std::atoi(value().c_str());
     else if (k == "--settle-ms") settle_ms = std::atoi(value().c_str());
     else if (k == "--load") load_dir = value();
@@ -743,7 +747,17 @@ int main(int argc, char** argv) {
   hs::ui::applyAppStyle(app);
 
   const QString text = QString::fromStdString(sentence);
-  MainWindow window(MainWindowOptions{QString::fromStdString(model_dir), text.left(1), false});
+  MainWindow window(MainWindowOptions{.model_dir = QString::fromStdString(model_dir), .text = text.left(1),
+                                      .restore_settings = false, .view = QString::fromStdString(view_id)});
+  const hs::ui::ViewDescriptor* shown_descriptor = view_id.empty() ? nullptr : findView(QString::fromStdString(view_id));
+  if (!view_id.empty() && !shown_descriptor) {
+    std::cerr << "hs_bench_keys: no view named " << view_id << "\n";
+    return 2;
+  }
+  // Views drawn from the run alone have nothing more to wait for.
+  const bool wait_view = shown_descriptor && shown_descriptor->analysis.compute &&
+                         shown_descriptor->id != QStringLiteral("contributions") &&
+                         shown_descriptor->id != QStringLiteral("concat");
   window.resize(1400, 900);
   window.show();
   AnalysisController* controller = window.controller();
@@ -763,16 +777,16 @@ int main(int argc, char** argv) {
   QElapsedTimer clock;
   clock.start();
   auto now_ms = [&] { return static_cast<double>(clock.nsecsElapsed()) / 1e6; };
-  double t_text = 0, t_request = 0, t_run = 0, t_pos = 0, t_layer = 0;
+  double t_text = 0, t_request = 0, t_run = 0, t_pos = 0, t_layer = 0, t_view = 0;
   quint64 job = 0;
-  bool have_run = false, have_pos = false, have_layer = false;
+  bool have_run = false, have_pos = false, have_layer = false, have_view = false;
   double worker_ms = 0, hop_ms = 0;
   int reused = 0, n_pos = 0;
   QObject::connect(prompt, &QPlainTextEdit::textChanged, [&] { t_text = now_ms(); });
   QObject::connect(controller, &AnalysisController::runStarted, [&](quint64 j) {
     job = j;
     t_request = now_ms();
-    have_run = have_pos = have_layer = false;
+    have_run = have_pos = have_layer = have_view = false;
   });
   QObject::connect(controller, &AnalysisController::runReady, [&](std::shared_ptr<const RunResult> r) {
     if (r->job != job) return;
@@ -786,6 +800,11 @@ int main(int argc, char** argv) {
   // The contributions view's analysis (one position) and the concat-vs-sum view's (one layer).
   QObject::connect(controller, &AnalysisController::analysisReady, [&](const QString& id, std::shared_ptr<const ViewResult> r) {
     if (r->run_job != job) return;
+    if (wait_view && id == shown_descriptor->id && !have_view) {
+      t_view = now_ms();
+      have_view = true;
+    }
+    if (wait_view && id == shown_descriptor->id) return;  // timed above, not as the position's analysis
     const bool is_layer = id == QStringLiteral("concat");
     bool& have = is_layer ? have_layer : have_pos;
     if (have) return;
@@ -806,7 +825,7 @@ int main(int argc, char** argv) {
   timed->startRecording();
 
   // Phase 1: one key at a time, each waited for.
-  std::vector<double> debounce, run_ms, views_ms, worker, window_slot;
+  std::vector<double> debounce, run_ms, views_ms, worker, window_slot, view_ms;
   std::vector<int> positions, reused_list;
   for (int i = 1; i < text.size() && !failed; ++i) {
     const QString expect = text.left(i + 1);
@@ -818,13 +837,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     const double typed_at = t_text;
-    if (!waitUntil([&] { return job != job_before && have_run && have_pos && have_layer; }, 30000)) {
+    if (!waitUntil([&] { return job != job_before && have_run && have_pos && have_layer && (have_view || !wait_view); },
+                   30000)) {
       std::cerr << "hs_bench_keys: no result for \"" << expect.toStdString() << "\" within 30 s\n";
       return 1;
     }
     debounce.push_back(t_request - typed_at);
     run_ms.push_back(t_run - t_request);
     views_ms.push_back(std::max({t_run, t_pos, t_layer}) - t_request);
+    if (wait_view) view_ms.push_back(t_view - t_request);
     worker.push_back(worker_ms);
     window_slot.push_back(std::max(0.0, (t_run - t_request) - hop_ms));
     positions.push_back(n_pos);
@@ -882,7 +903,7 @@ int main(int argc, char** argv) {
   const Stats s_debounce = stats(debounce), s_run = stats(run_ms), s_views = stats(views_ms), s_worker = stats(worker),
               s_slot = stats(window_slot);
   std::printf(
-      "{\"model\": %s, \"model_kind\": %s, \"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"n_ctx\": %d, "
+      "{\"shown_view\": %s, \"shown_view_ms\": %s, \"model\": %s, \"model_kind\": %s, \"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"n_ctx\": %d, "
       "\"sentence\": %s, \"tokens_at_end\": %d, \"keys\": %zu, \"debounce_setting_ms\": %d, "
       "\"debounce_ms\": %s, \"run_ms\": %s, \"views_ms\": %s, \"worker_ms\": %s, \"window_slot_ms\": %s, "
       "\"views_ms_per_key\": %s, \"reused_prefix_last\": %d, "
@@ -894,7 +915,9 @@ int main(int argc, char** argv) {
       "\"sync_run_full_ms\": %s, \"sync_run_incremental_ms\": %s, \"sync_position_ms\": %s, \"sync_layer_ms\": %s, "
       "\"slowest_dispatches_step\": %s, \"slowest_dispatches_typing\": %s, "
       "\"dispatches_over_1ms_step\": %s, \"dispatches_over_1ms_typing\": %s, \"qtest\": %s}\n",
-      jstr(model_dir).c_str(), jstr(model_kind).c_str(), cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.n_ctx,
+      jstr(view_id.empty() ? std::string("(first tab)") : view_id).c_str(),
+      view_ms.empty() ? "null" : jstats(stats(view_ms)).c_str(), jstr(model_dir).c_str(), jstr(model_kind).c_str(),
+      cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.n_ctx,
       jstr(sentence).c_str(), n_tokens, views_ms.size(), MainWindow::kDebounceMs, jstats(s_debounce).c_str(),
       jstats(s_run).c_str(), jstats(s_views).c_str(), jstats(s_worker).c_str(), jstats(s_slot).c_str(),
       list(views_ms).c_str(),

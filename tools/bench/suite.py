@@ -814,6 +814,17 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
             for phase, d in slow:
                 inner = f"{d['inner']} ({d['inner_ms']:.2f} ms)" if d.get("inner") else "—"
                 L.append(f"| {phase} | {d['ms']:.2f} | {d['cpu_ms']:.2f} | {d['what']} | {inner} |")
+        at = keys.get("attribution")
+        if at and at.get("shown_view_ms"):
+            ar, av = at["run_ms"], at["shown_view_ms"]
+            L.append("")
+            L.append(f"With the Attribution view on screen (`hs_bench_keys --view attribution`: gradient x input and the "
+                     f"components' backward pass, its own job after each run): request to the run's result median "
+                     f"{ar['median']:.2f} ms (p90 {ar['p90']:.2f}), to the attribution on the GUI thread median "
+                     f"{av['median']:.2f} ms (p90 {av['p90']:.2f}, max {av['max']:.2f}); longest stall one key at a time "
+                     f"**{at['stall_step_max_ms']:.1f} ms** ({at['stall_step_over16']} gaps over 16 ms), typing at one key "
+                     f"per {at['typing_interval_ms']} ms **{at['stall_typing_max_ms']:.1f} ms** "
+                     f"({at['stall_typing_over16']} gaps over 16 ms).")
         ld = keys.get("load")
         if ld and "stall_max_ms" in ld:
             L.append("")
@@ -1011,6 +1022,14 @@ def main() -> int:
             log(f"suite: hs_bench_keys failed: {e}")
             keys = {"error": str(e).splitlines()[0]}
         if "views_ms" in keys:
+            log("suite: typing with the Attribution view on screen (hs_bench_keys --view attribution) ...")
+            try:
+                keys["attribution"] = run_json([hs_keys, "--view", "attribution"], env, timeout=600)
+                log(f"suite:        run median {keys['attribution']['run_ms']['median']:.2f} ms, attribution "
+                    f"{keys['attribution']['shown_view_ms']['median']:.2f} ms; longest stall "
+                    f"{keys['attribution']['stall_max_ms']:.1f} ms")
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                log(f"suite: hs_bench_keys --view attribution failed: {e}")
             log("suite: typing into a 1000-token prompt (hs_bench_keys --long 1000) ...")
             try:
                 # 300 keys: enough for the resident set's slope after the first keys (issue 21).

@@ -60,7 +60,7 @@ double msSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 AnalysisKey followRun(AnalysisKey key, unsigned reads, bool pos_was_last, const RunResult& run) {
-  if (reads & kReadsPosition) key.pos = pos_was_last || key.pos < 0 ? run.n_pos() - 1 : std::min(key.pos, run.n_pos() - 1);
+  if ((reads & kReadsPosition) || key.pos >= 0) key.pos = pos_was_last || key.pos < 0 ? run.n_pos() - 1 : std::min(key.pos, run.n_pos() - 1);
   if (reads & kReadsLayer) key.layer = std::clamp(key.layer, 0, run.n_layer() - 1);
   if (reads & kReadsHead) key.head = std::clamp(key.head, 0, run.n_head() - 1);
   return key;

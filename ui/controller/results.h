@@ -79,7 +79,14 @@ struct RunResult {
 };
 
 // The parts of the selection an analysis reads (bits of AnalysisSpec::reads).
-enum SelectionPart : unsigned { kReadsLayer = 1u, kReadsHead = 2u, kReadsPosition = 4u, kReadsTarget = 8u };
+// kReadsVersus: the token a logit difference subtracts from the target (Selection::versus).
+enum SelectionPart : unsigned {
+  kReadsLayer = 1u,
+  kReadsHead = 2u,
+  kReadsPosition = 4u,
+  kReadsTarget = 8u,
+  kReadsVersus = 16u
+};
 
 // What a view's analysis is computed for: the parts of the selection it reads. The parts it does
 // not read stay unset, so changing them neither asks for nor invalidates a computation.
@@ -88,6 +95,7 @@ struct AnalysisKey {
   int head = -1;
   int pos = -1;
   std::optional<int32_t> target;  // empty: the predicted next token
+  std::optional<int32_t> versus;  // empty: the target's logit alone, no logit difference
   // The view's own inputs beyond the selection (a second prompt, answer tokens as text), opaque
   // to the controller; part of the key like the rest.
   QStringList params;
@@ -137,7 +145,8 @@ struct AnalysisSpec {
 
 // The key for a new run, from the key asked for on the previous one: a position on the previous
 // last token follows the new last token (typing keeps the end selected), and everything is
-// clamped into the new run's bounds.
+// clamped into the new run's bounds. A position the key holds although `reads` lacks it (a view
+// that reads it in one mode only, AnalysisView::analysisKey) follows the same way.
 AnalysisKey followRun(AnalysisKey key, unsigned reads, bool pos_was_last, const RunResult& run);
 
 }  // namespace hs::ui

@@ -50,6 +50,12 @@ void Selection::setTarget(std::optional<int32_t> target) {
   Q_EMIT targetChanged();
 }
 
+void Selection::setVersus(std::optional<int32_t> versus) {
+  if (versus == versus_) return;
+  versus_ = versus;
+  Q_EMIT targetChanged();
+}
+
 void Selection::setHoverPosition(int pos) {
   if (pos < 0 || pos >= n_pos_) pos = -1;
   if (pos == hover_) return;

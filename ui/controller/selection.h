@@ -21,6 +21,10 @@ class Selection : public QObject {
   int position() const { return position_; }
   // The attribution target; empty means "the predicted next token".
   std::optional<int32_t> target() const { return target_; }
+  // The token a logit difference subtracts from the target: the metric the Attribution view and
+  // the Attention view's edge attributions explain is logit(target) - logit(versus); empty: the
+  // target's logit alone. Changing it emits targetChanged.
+  std::optional<int32_t> versus() const { return versus_; }
   int hoverPosition() const { return hover_; }  // -1 when nothing is hovered
 
   int layerCount() const { return n_layer_; }
@@ -35,6 +39,7 @@ class Selection : public QObject {
   void setLayer(int layer);
   void setPosition(int pos);
   void setTarget(std::optional<int32_t> target);
+  void setVersus(std::optional<int32_t> versus);
   void setHoverPosition(int pos);
   // Moves through heads in reading order (wrapping into the next/previous layer), or layers.
   void stepHead(int delta);
@@ -50,6 +55,7 @@ class Selection : public QObject {
   int n_layer_ = 0, n_head_ = 0, n_pos_ = 0;
   int layer_ = 0, head_ = 0, position_ = 0, hover_ = -1;
   std::optional<int32_t> target_;
+  std::optional<int32_t> versus_;
 };
 
 }  // namespace hs::ui

@@ -46,6 +46,7 @@ AnalysisKey keyFromSelection(const Selection& selection, unsigned reads) {
   if (reads & kReadsHead) key.head = selection.head();
   if (reads & kReadsPosition) key.pos = selection.position();
   if (reads & kReadsTarget) key.target = selection.target();
+  if (reads & kReadsVersus) key.versus = selection.versus();
   return key;
 }
 

@@ -81,6 +81,11 @@ class AnalysisView : public QWidget, public FigureSource {
   // reads only the names it declares; a name missing from `inputs` means an empty field.
   virtual ViewInputs viewInputs() const { return {}; }
   virtual void setViewInputs(const ViewInputs&) {}
+  // The key of this view's analysis for the selection now, from `selected` (the parts its
+  // descriptor reads): a live analysis with inputs beyond the selection (a method, a number of
+  // steps) puts them in params, and a view with modes adds the parts of the selection only one
+  // mode reads. The window asks with this key, and again on analysisKeyChanged.
+  virtual AnalysisKey analysisKey(AnalysisKey selected) const { return selected; }
   // A long analysis on its way (AnalysisSpec::compute_long), and why it failed: only for views
   // that request their analysis themselves (AnalysisSpec::on_demand). Default: nothing.
   virtual void showProgress(double fraction, const QString& what);
@@ -95,6 +100,9 @@ class AnalysisView : public QWidget, public FigureSource {
   // view's id), or for the one in flight to stop.
   void analysisRequested(const hs::ui::AnalysisKey& key);
   void cancelRequested();
+  // What analysisKey() gives changed (a mode or an input beyond the selection): the window asks
+  // for the analysis again.
+  void analysisKeyChanged();
   // Right-click on a head somewhere in the view: the window adds what can be done to a head
   // (ablate it) to `menu`.
   void headContextMenu(int layer, int head, QMenu* menu);

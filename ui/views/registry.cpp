@@ -1,6 +1,7 @@
 #include "ui/views/registry.h"
 
 #include "ui/views/attention_view.h"
+#include "ui/views/attribution_view.h"
 #include "ui/views/circuits_view.h"
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
@@ -17,6 +18,7 @@ const std::vector<ViewDescriptor>& viewRegistry() {
       LogitLensView::descriptor(),
       CircuitsView::descriptor(),
       PatchingView::descriptor(),
+      AttributionView::descriptor(),
   };
   return views;
 }

@@ -58,6 +58,7 @@ void ExportAllJob::start() {
     s.setPosition(options_.position < 0 ? run_->n_pos() - 1 : options_.position);
     s.setHead(options_.layer, options_.head);
     s.setTarget(options_.target);
+    s.setVersus(options_.versus);
     state->view.reset(descriptor.create(&s, nullptr));
     // Laid out at its export size and never shown, so painting it gives what a window would.
     state->view->setAttribute(Qt::WA_DontShowOnScreen);

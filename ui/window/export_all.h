@@ -32,6 +32,7 @@ class ExportAllJob : public QObject {
     int position = -1;                     // -1: the last token
     int layer = 0, head = 0;               // the selected head (views of one head or layer)
     std::optional<int32_t> target;         // empty: the predicted next token
+    std::optional<int32_t> versus;         // a logit difference's second token (Selection::versus)
     // A view's inputs beyond the selection, by view id (AnalysisView::viewInputs of the window's
     // views), given to the job's own instance before it lists its figures.
     ViewInputsById view_inputs;
