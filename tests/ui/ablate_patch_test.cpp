@@ -225,9 +225,11 @@ TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers"
   w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat?"));
   REQUIRE(waitFor([&] { return w.run()->run.text == "The cat sat on the mat?"; }));
   REQUIRE(waitFor([&] { return view->summaryText().contains(QStringLiteral("of an earlier prompt")); }));
+  // Run showed the exact sweep: the method is part of the inputs Export All copies.
   CHECK(view->viewInputs() == ViewInputs{{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
                                         {PatchingView::kAnswer, QStringLiteral("Z")},
-                                        {PatchingView::kWrong, QStringLiteral("\"")}});
+                                        {PatchingView::kWrong, QStringLiteral("\"")},
+                                        {PatchingView::kMethod, QStringLiteral("exact")}});
 }
 
 TEST_CASE("A patching sweep can be cancelled and the window stays live while it runs", "[window][patching]") {
@@ -311,17 +313,10 @@ TEST_CASE("Export All writes the Patching view's four maps when it has inputs", 
                                                      {PatchingView::kAnswer, QStringLiteral("Z")},
                                                      {PatchingView::kWrong, QStringLiteral("\"")}};
   ExportAllJob job(run, options);
-  bool done = false, ok = false;
-  QString message;
-  QObject::connect(&job, &ExportAllJob::finished, [&](bool success, const QString& m) {
-    done = true;
-    ok = success;
-    message = m;
-  });
-  job.start();
-  REQUIRE(waitFor([&] { return done; }, 60000));
-  INFO(message.toStdString());
-  CHECK(ok);
+  const test::ExportOutcome out = test::runExport(job);
+  REQUIRE(out.finished);
+  INFO(out.message.toStdString());
+  CHECK(out.ok);
   const QStringList files = QDir(tmp.path()).entryList({QStringLiteral("*.png")}, QDir::Files);
   for (const char* stem : {"patching_resid_pre", "patching_attn_out", "patching_mlp_out", "patching_z"}) {
     INFO(stem);
