@@ -34,15 +34,9 @@
 namespace hs::ui {
 namespace {
 
+// Short enough for a map a quarter of the view wide at 1280 x 800; the axes say the rest.
 QString siteTitle(hs::HookPoint site) {
-  switch (site) {
-    case hs::HookPoint::ResidPre: return QStringLiteral("resid_pre: the residual stream entering the layer, one position");
-    case hs::HookPoint::AttnOut: return QStringLiteral("attn_out: the attention block's output, one position");
-    case hs::HookPoint::MlpOut: return QStringLiteral("mlp_out: the MLP block's output, one position");
-    case hs::HookPoint::Z: return QStringLiteral("z: one head's output, every position");
-    default: break;
-  }
-  return {};
+  return site == hs::HookPoint::Z ? QStringLiteral("z (per head)") : QString::fromLatin1(hs::hook_short_name(site).data());
 }
 
 QString siteName(hs::HookPoint site) { return QString::fromLatin1(hs::hook_short_name(site).data()); }
@@ -54,6 +48,9 @@ QString methodName(hs::PatchMethod m) {
     case hs::PatchMethod::Exact: return QStringLiteral("exact sweep");
   }
   return {};
+}
+QString shortMethodTitle(hs::PatchMethod m) {
+  return m == hs::PatchMethod::AtP ? QStringLiteral("AtP estimate") : m == hs::PatchMethod::AtPQK ? QStringLiteral("AtP* estimate") : QStringLiteral("exact sweep");
 }
 QString shortMethodName(hs::PatchMethod m) {
   return m == hs::PatchMethod::AtP ? QStringLiteral("AtP") : m == hs::PatchMethod::AtPQK ? QStringLiteral("AtP*") : QStringLiteral("exact");
@@ -361,7 +358,7 @@ PatchingView::PatchingView(Selection* selection, QWidget* parent) : AnalysisView
   compare->addLayout(site_row);
   scatter_ = new ScatterView(compare_page);
   scatter_->setObjectName(QStringLiteral("patchScatter"));
-  scatter_->setMinimumHeight(220);
+  scatter_->setMinimumHeight(150);
   connect(scatter_, &ScatterView::pointClicked, this, [this](int index) {
     if (!shown_compare_.result || index < 0) return;
     const int cols = static_cast<int>(shown_compare_.result->sweeps[compare_site_].normalized.cols());
@@ -388,7 +385,7 @@ PatchingView::PatchingView(Selection* selection, QWidget* parent) : AnalysisView
   note_row->addWidget(scatter_run_, 0, Qt::AlignTop);
   compare->addLayout(note_row);
   worst_ = newNodeTable({QStringLiteral("node"), QStringLiteral("estimate"), QStringLiteral("exact"),
-                         QStringLiteral("|difference|")},
+                         QStringLiteral("|diff.|")},
                         compare_page, QStringLiteral("patchWorst"));
   worst_->setToolTip(QStringLiteral("The nodes where the estimate and the exact sweep disagree most (normalized "
                                     "units). Click one to select it."));
@@ -396,6 +393,7 @@ PatchingView::PatchingView(Selection* selection, QWidget* parent) : AnalysisView
     if (row >= 0 && row < static_cast<int>(worst_nodes_.size()))
       pickNode(compare_site_, worst_nodes_[static_cast<size_t>(row)].first, worst_nodes_[static_cast<size_t>(row)].second);
   });
+  worst_->setMinimumHeight(90);
   compare->addWidget(worst_, 2);
   side->addTab(compare_page, QStringLiteral("Estimate vs exact"));
   auto* neurons_page = new QWidget(side);
@@ -412,11 +410,11 @@ PatchingView::PatchingView(Selection* selection, QWidget* parent) : AnalysisView
   });
   neurons->addWidget(neurons_, 1);
   side->addTab(neurons_page, QStringLiteral("Top neurons"));
-  side->setMinimumWidth(280);
+  side->setMinimumWidth(300);
   splitter->addWidget(maps_box);
   splitter->addWidget(side);
-  splitter->setStretchFactor(0, 3);
-  splitter->setStretchFactor(1, 1);
+  splitter->setStretchFactor(0, 5);
+  splitter->setStretchFactor(1, 2);
   layout->addWidget(splitter, 1);
   summary_ = new QLabel(this);
   summary_->setObjectName(QStringLiteral("patchSummary"));
@@ -770,7 +768,7 @@ void PatchingView::drawMaps() {
       map->setColumnLabelsRotated(true);
     }
     map->setTitle(QStringLiteral("%1 · %2").arg(
-        z_pos ? QStringLiteral("z_pos: one head's output, one position") : siteTitle(kSites[i]), methodName(method_)));
+        z_pos ? QStringLiteral("z_pos (per head, position)") : siteTitle(kSites[i]), shortMethodTitle(method_)));
     const QString file_stem = exact ? QStringLiteral("patching_%1").arg(name)
                                     : QStringLiteral("patching_%1_%2").arg(methodId(method_), name);
     map->setFigureText({exact ? QStringLiteral("Activation patching: %1 (normalized effect)").arg(name)
@@ -844,9 +842,8 @@ void PatchingView::drawCompare() {
   if (!want.result) {
     scatter_->clear(QStringLiteral("No exact sweep of these inputs"));
     scatter_->setFigureText({}, QStringLiteral("patching_scatter"));
-    scatter_note_->setText(running_ ? QStringLiteral("The exact sweep is running; the scatter follows when it lands.")
-                                    : QStringLiteral("The exact sweep has not been run for these inputs: Run computes "
-                                                     "it, and the estimates of the same inputs with it."));
+    scatter_note_->setText(running_ ? QStringLiteral("The exact sweep is running; the scatter follows.")
+                                    : QStringLiteral("Exact has not been run for these inputs: Run computes it."));
     scatter_run_->setVisible(!running_);
     scatter_run_->setEnabled(want.valid);
   } else {

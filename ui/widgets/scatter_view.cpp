@@ -34,7 +34,7 @@ ScatterView::ScatterView(QWidget* parent) : QWidget(parent) {
     styleValueAxis(axis);
     axis->grid()->setPen(QPen(QColor(0xe8, 0xe8, 0xe8)));
     axis->grid()->setZeroLinePen(QPen(QColor(0xb0, 0xb0, 0xb0)));
-    axis->ticker()->setTickCount(5);
+    axis->ticker()->setTickCount(4);  // the pane is narrow: more labels run into each other
   }
   diagonal_ = new QCPItemLine(plot_);
   diagonal_->setPen(QPen(QColor(0x60, 0x60, 0x60), 1.2, Qt::DashLine));
