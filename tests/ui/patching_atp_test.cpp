@@ -18,7 +18,9 @@
 #include "core/analysis/attribution_patching.h"
 #include "core/analysis/patching.h"
 #include "core/model/model.h"
+#include "core/session/session.h"
 #include "ui/base/figure.h"
+#include "ui/base/stall_monitor.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/selection.h"
 #include "ui/views/patching_view.h"
@@ -296,4 +298,42 @@ TEST_CASE("Export All writes the Patching estimate maps and the scatters, titled
   // Nothing half-written: no temporary files left beside them.
   CHECK(dir.entryList(QDir::Files | QDir::Hidden).filter(QStringLiteral(".png")).size() ==
         dir.entryList({QStringLiteral("*.png")}, QDir::Files).size());
+}
+
+TEST_CASE("Quick edits in the Patching tab keep the window live and end on the last inputs' estimate", "[window][patching][atp]") {
+  // The built-in model (the keystroke benchmark's), the answer changed every 30 ms: each change asks
+  // for an estimate on a worker and supersedes the one in flight; the GUI thread only draws.
+  MainWindow window(MainWindowOptions{QString::fromStdString(hs::builtin_model_dir().string()),
+                                      QStringLiteral("The cat sat on the mat. The cat sat on the"), false});
+  window.resize(1400, 900);
+  window.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&window));
+  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
+  auto* view = window.viewAs<PatchingView>(QStringLiteral("patching"));
+  window.tabs()->setCurrentWidget(view);
+  view->setViewInputs({{PatchingView::kCorrupt, QStringLiteral("The cat sat on the mat. The cat ran on the")},
+                       {PatchingView::kAnswer, QStringLiteral(" sat")},
+                       {PatchingView::kWrong, QStringLiteral(" ran")}});
+  INFO(view->messageText().toStdString());
+  REQUIRE(view->runButton()->isEnabled());
+  StallMonitor monitor(1);
+  monitor.start();
+  const QStringList answers = {QStringLiteral(" on"), QStringLiteral(" the"), QStringLiteral(" sat")};
+  for (int i = 0; i < 40; ++i) {
+    view->answerEdit()->setText(answers[i % answers.size()]);
+    waitFor([] { return false; }, 30);
+  }
+  REQUIRE(waitFor([&] { return view->currentEstimate() != nullptr; }, 30000));
+  monitor.stop();
+  WARN("longest GUI-thread stall over 40 edits 30 ms apart: " << monitor.maxStallMs() << " ms (" << monitor.ticks()
+                                                               << " ticks)");
+  CHECK(monitor.maxStallMs() < 250.0);  // a loaded shared machine; the benchmark's 16 ms is measured quietly
+  // The estimate shown is of the last answer typed.
+  const auto est = view->currentEstimate();
+  CHECK(est->key.params.value(1) == answers[39 % answers.size()]);
+  const auto run = window.controller()->currentRun();
+  CHECK(est->inputs.answer == hs::patching_inputs(run->model(), run->run.text, "The cat sat on the mat. The cat ran on the",
+                                                  answers[39 % answers.size()].toStdString(), " ran",
+                                                  run->run.bos_prepended)
+                                  .answer);
 }
