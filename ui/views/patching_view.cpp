@@ -131,8 +131,8 @@ ViewDescriptor PatchingView::descriptor() {
     const std::shared_ptr<const hs::ActivationCache> corrupt = model.run(r->inputs.corrupt);
     for (const std::string& label : hs::token_labels(model, r->inputs.corrupt)) r->corrupt_labels << QString::fromStdString(label);
     if (job.cancelled()) throw hs::Cancelled();
-    // Every estimate from one backward pass on the corrupted run: the QK fix's gradients are a
-    // superset of plain AtP's (atp_gradient_hooks), so one pass serves both methods.
+    // Every estimate from one backward pass on the corrupted run: the QK fix reads the same
+    // gradients as plain AtP (z's: atp_gradient_hooks), so one pass serves both methods.
     const hs::GradientCache grad =
         hs::atp_gradients(*corrupt, r->inputs.answer, r->inputs.wrong, hs::kAtpSites, hs::PatchMethod::AtPQK);
     for (int m = 0; m < 2; ++m)
