@@ -103,7 +103,9 @@ ViewDescriptor PatchingView::descriptor() {
       {kWrong, QStringLiteral("TEXT"), QStringLiteral("the patching view's wrong answer token")},
       {kMethod, QStringLiteral("METHOD"),
        QStringLiteral("the patching view's maps: atp (the estimate, the default), atp_qk (AtP* with the QK fix) or "
-                      "exact (the sweep)")},
+                      "exact (the sweep)"),
+       ViewOption::Type::Text,
+       {QStringLiteral("atp"), QStringLiteral("atp_qk"), QStringLiteral("exact")}},
   };
   d.analysis.id = d.id;
   d.analysis.with_every_run = false;  // seconds on GPT-2 small: only when asked
