@@ -3,8 +3,10 @@
 // corrupted prompt (Nanda 2023; Kramár et al. 2024, "AtP*", arXiv 2403.00745):
 //   raw[node] = m_corrupt + (a_clean - a_corrupt) . dM/da     (dM/da on the corrupted run)
 //   normalized = (raw - m_corrupt) / (m_clean - m_corrupt)
-// with M = logit(answer) - logit(wrong) at the last position, the exact sweep's metric. The dot
-// product runs over the node's part of the activation:
+// with M = logit(answer) - logit(wrong) at the last position, the exact sweep's metric (as
+// atp_gradients takes it; attribution_patching estimates any metric its gradient was taken for,
+// which the tests use: a dot product where the estimate is exact). The dot product runs over the
+// node's part of the activation:
 //   resid_pre, attn_out, mlp_out  [layer][pos]      d_model at one position
 //   z                             [layer][head]     every position and d_head of one head
 //   z_pos                         [layer][head][pos] d_head of one head at one position (rows of

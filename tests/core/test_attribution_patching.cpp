@@ -13,6 +13,7 @@
 #include "core/model/intervention.h"
 #include "core/model/metric.h"
 #include "core/model/model.h"
+#include "core/model/ops.h"
 #include "test_support.h"
 
 using namespace hs;
@@ -189,6 +190,59 @@ TEST_CASE("attribution patching is m_corrupt exactly at nodes the metric does no
           // ... and the positions that changed do move the estimate somewhere.
           CHECK((d.raw.array() != d.metric_corrupt).any());
         }
+    }
+  }
+}
+
+// AtP*'s QK fix splits a head into its queries, keys and values. Where only one of them differs,
+// the split has nothing to leave out, and the fix must equal plain AtP, which uses z's exact
+// difference: a check of each part on its own. The "clean" run is the corrupted one with layer
+// 0's v, k or q moved and z recomputed to match.
+TEST_CASE("AtP*'s QK fix equals plain AtP when only a head's values, keys or queries differ", "[atp]") {
+  for (const char* name : {"f32_prefixed", "llama_gqa"}) {
+    DYNAMIC_SECTION(name) {
+      const Runs r = runs(name);
+      const ModelConfig& c = r.model->config();
+      const Eigen::Index S = r.corrupt->n_pos(), dh = c.d_head;
+      const LayerActivations& a = r.corrupt->layer(0);
+      const RowMatrixXf q = a.q.to_matrix(), k = a.k.to_matrix(), v = a.v.to_matrix();
+      RowMatrixXf shift(S, q.cols());  // wide enough for q, and its left columns for k or v
+      for (Eigen::Index i = 0; i < shift.size(); ++i) shift.data()[i] = 0.4f * std::sin(1.3f * static_cast<float>(i));
+      const GradientCache g = atp_gradients(*r.corrupt, 5, 7, kAtpSites, PatchMethod::AtP);
+      for (const char* part : {"values", "keys", "queries"}) {
+        INFO(part << " differ");
+        const std::string_view p = part;
+        auto moved = std::make_shared<ActivationCache>(*r.corrupt);
+        const RowMatrixXf q_c = p == "queries" ? RowMatrixXf(q + shift) : q;
+        const RowMatrixXf k_c = p == "keys" ? RowMatrixXf(k + shift.leftCols(k.cols())) : k;
+        const RowMatrixXf v_c = p == "values" ? RowMatrixXf(v + shift.leftCols(v.cols())) : v;
+        // z = softmax(scale q k^T) v per head, with the moved keys or values.
+        RowMatrixXf z(S, q.cols()), pattern;
+        for (int h = 0; h < c.n_heads; ++h) {
+          const Eigen::Index kv = Eigen::Index{c.kv_head(h)} * dh;
+          pattern.noalias() = q_c.middleCols(h * dh, dh) * k_c.middleCols(kv, dh).transpose();
+          for (Eigen::Index t = 0; t < S; ++t) {
+            scaled_softmax_forward(pattern.row(t).data(), t + 1, r.corrupt->attention_scale(0));
+            pattern.row(t).tail(S - t - 1).setZero();
+          }
+          z.middleCols(h * dh, dh).noalias() = pattern * v_c.middleCols(kv, dh);
+        }
+        moved->layer(0).q = q_c;
+        moved->layer(0).k = k_c;
+        moved->layer(0).v = v_c;
+        moved->layer(0).z = z;
+        moved->logits = r.clean->logits;  // m_clean only normalizes; it must differ from m_corrupt
+        for (const AtpSite what : {AtpSite::Z, AtpSite::ZPos}) {
+          const AtpResult plain = attribution_patching(*moved, *r.corrupt, g, what, PatchMethod::AtP);
+          const AtpResult fixed = attribution_patching(*moved, *r.corrupt, g, what, PatchMethod::AtPQK);
+          const RowMatrixXf e_plain = plain.raw.array() - plain.metric_corrupt;
+          const RowMatrixXf e_fixed = fixed.raw.array() - fixed.metric_corrupt;
+          const double scale = e_plain.cwiseAbs().maxCoeff();
+          INFO(to_string(what) << ": max |AtP| " << scale << ", max |AtP* - AtP| " << (e_fixed - e_plain).cwiseAbs().maxCoeff());
+          CHECK(scale > 1e-3);
+          CHECK((e_fixed - e_plain).cwiseAbs().maxCoeff() <= 1e-4 * scale);
+        }
+      }
     }
   }
 }

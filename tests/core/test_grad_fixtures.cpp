@@ -160,6 +160,8 @@ void check_sweep(const json& run, const json& sweep, const std::string& method) 
   INFO(r.err);
   REQUIRE(r.code == 0);
   const json ours = read_json(out);
+  CHECK(ours["what"] == sweep["what"]);
+  CHECK(ours["method"] == (method.empty() ? "exact" : method));
   CHECK(ours["clean_tokens"] == run["clean_tokens"]);
   CHECK(ours["corrupt_tokens"] == run["corrupt_tokens"]);
   CHECK(ours["answer_id"] == run["answer_id"]);
