@@ -37,25 +37,14 @@
 #include "ui/window/ablation_panel.h"
 #include "ui/window/export_all.h"
 #include "ui/window/main_window.h"
+#include "test_window.h"
 #include "ui_test_support.h"
 
 using namespace hs::ui;
 using hs::ui::test::waitFor;
+using hs::ui::test::Window;
 
 namespace {
-
-struct Window {
-  MainWindow window;
-  explicit Window(const QString& text, const QString& model = test::fixtureModelDir())
-      : window(MainWindowOptions{model, text, false}) {
-    window.resize(1400, 900);
-    window.show();
-    window.activateWindow();
-    REQUIRE(QTest::qWaitForWindowActive(&window));
-    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
-  }
-  std::shared_ptr<const RunResult> run() const { return window.controller()->currentRun(); }
-};
 
 // The action of the head grid's right-click menu on item `index` whose object name is `name`;
 // triggered without opening the menu.

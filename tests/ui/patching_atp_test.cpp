@@ -30,24 +30,14 @@
 #include "ui/widgets/scatter_view.h"
 #include "ui/window/export_all.h"
 #include "ui/window/main_window.h"
+#include "test_window.h"
 #include "ui_test_support.h"
 
 using namespace hs::ui;
 using hs::ui::test::waitFor;
+using hs::ui::test::Window;
 
 namespace {
-
-struct Window {
-  MainWindow window;
-  explicit Window(const QString& text) : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {
-    window.resize(1400, 900);
-    window.show();
-    window.activateWindow();
-    REQUIRE(QTest::qWaitForWindowActive(&window));
-    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
-  }
-  std::shared_ptr<const RunResult> run() const { return window.controller()->currentRun(); }
-};
 
 // The core's estimate of the run on screen for the view's inputs, computed here from the same caches.
 struct Expected {
@@ -303,12 +293,9 @@ TEST_CASE("Export All writes the Patching estimate maps and the scatters, titled
 TEST_CASE("Quick edits in the Patching tab keep the window live and end on the last inputs' estimate", "[window][patching][atp]") {
   // The built-in model (the keystroke benchmark's), the answer changed every 30 ms: each change asks
   // for an estimate on a worker and supersedes the one in flight; the GUI thread only draws.
-  MainWindow window(MainWindowOptions{QString::fromStdString(hs::builtin_model_dir().string()),
-                                      QStringLiteral("The cat sat on the mat. The cat sat on the"), false});
-  window.resize(1400, 900);
-  window.show();
-  REQUIRE(QTest::qWaitForWindowExposed(&window));
-  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
+  Window w(QStringLiteral("The cat sat on the mat. The cat sat on the"),
+           QString::fromStdString(hs::builtin_model_dir().string()));
+  MainWindow& window = w.window;
   auto* view = window.viewAs<PatchingView>(QStringLiteral("patching"));
   window.tabs()->setCurrentWidget(view);
   view->setViewInputs({{PatchingView::kCorrupt, QStringLiteral("The cat sat on the mat. The cat ran on the")},
