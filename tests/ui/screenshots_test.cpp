@@ -112,6 +112,23 @@ TEST_CASE("Screenshot of the Patching view's estimate beside the exact sweep", "
     WARN("set HEADSCOPE_SHOTS_DIR and run on an X display (QT_QPA_PLATFORM=xcb) to take the screenshots");
     return;
   }
+  {
+    // The README's patching example, as the Patching tab shows it after Run: the exact sweep, and
+    // beside it each head's AtP estimate against its exact effect.
+    Window w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
+    auto* view = w.window.viewAs<PatchingView>(QStringLiteral("patching"));
+    w.window.tabs()->setCurrentWidget(view);
+    view->setViewInputs({{PatchingView::kCorrupt,
+                          QStringLiteral("The vivid walrus juggles eight copper kites near Oslo. The vivid walrus juggles")},
+                         {PatchingView::kAnswer, QStringLiteral(" seven")},
+                         {PatchingView::kWrong, QStringLiteral(" eight")}});
+    REQUIRE(waitFor([&] { return view->currentEstimate() != nullptr; }, 30000));
+    REQUIRE(view->run());
+    REQUIRE(waitFor([&] { return view->result() != nullptr; }, 120000));
+    REQUIRE(view->method() == hs::PatchMethod::Exact);
+    view->setCompareSite(3);
+    shoot(QStringLiteral("patching.png"));
+  }
   // The README's patching example on the built-in model: the AtP maps, Run for the exact sweep,
   // the scatter of resid_pre with its worst node picked.
   Window w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
