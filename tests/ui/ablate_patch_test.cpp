@@ -37,25 +37,14 @@
 #include "ui/window/ablation_panel.h"
 #include "ui/window/export_all.h"
 #include "ui/window/main_window.h"
+#include "test_window.h"
 #include "ui_test_support.h"
 
 using namespace hs::ui;
 using hs::ui::test::waitFor;
+using hs::ui::test::Window;
 
 namespace {
-
-struct Window {
-  MainWindow window;
-  explicit Window(const QString& text, const QString& model = test::fixtureModelDir())
-      : window(MainWindowOptions{model, text, false}) {
-    window.resize(1400, 900);
-    window.show();
-    window.activateWindow();
-    REQUIRE(QTest::qWaitForWindowActive(&window));
-    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
-  }
-  std::shared_ptr<const RunResult> run() const { return window.controller()->currentRun(); }
-};
 
 // The action of the head grid's right-click menu on item `index` whose object name is `name`;
 // triggered without opening the menu.
@@ -225,9 +214,11 @@ TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers"
   w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat?"));
   REQUIRE(waitFor([&] { return w.run()->run.text == "The cat sat on the mat?"; }));
   REQUIRE(waitFor([&] { return view->summaryText().contains(QStringLiteral("of an earlier prompt")); }));
+  // Run showed the exact sweep: the method is part of the inputs Export All copies.
   CHECK(view->viewInputs() == ViewInputs{{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
                                         {PatchingView::kAnswer, QStringLiteral("Z")},
-                                        {PatchingView::kWrong, QStringLiteral("\"")}});
+                                        {PatchingView::kWrong, QStringLiteral("\"")},
+                                        {PatchingView::kMethod, QStringLiteral("exact")}});
 }
 
 TEST_CASE("A patching sweep can be cancelled and the window stays live while it runs", "[window][patching]") {
@@ -311,17 +302,10 @@ TEST_CASE("Export All writes the Patching view's four maps when it has inputs", 
                                                      {PatchingView::kAnswer, QStringLiteral("Z")},
                                                      {PatchingView::kWrong, QStringLiteral("\"")}};
   ExportAllJob job(run, options);
-  bool done = false, ok = false;
-  QString message;
-  QObject::connect(&job, &ExportAllJob::finished, [&](bool success, const QString& m) {
-    done = true;
-    ok = success;
-    message = m;
-  });
-  job.start();
-  REQUIRE(waitFor([&] { return done; }, 60000));
-  INFO(message.toStdString());
-  CHECK(ok);
+  const test::ExportOutcome out = test::runExport(job);
+  REQUIRE(out.finished);
+  INFO(out.message.toStdString());
+  CHECK(out.ok);
   const QStringList files = QDir(tmp.path()).entryList({QStringLiteral("*.png")}, QDir::Files);
   for (const char* stem : {"patching_resid_pre", "patching_attn_out", "patching_mlp_out", "patching_z"}) {
     INFO(stem);

@@ -29,22 +29,8 @@ std::shared_ptr<const RunResult> fixtureRun(const QString& text = QStringLiteral
   return run;
 }
 
-struct ExportOutcome {
-  bool finished = false, ok = false;
-  QString message;
-};
-
-ExportOutcome runExport(ExportAllJob& job) {
-  ExportOutcome out;
-  QObject::connect(&job, &ExportAllJob::finished, [&](bool ok, const QString& message) {
-    out.finished = true;
-    out.ok = ok;
-    out.message = message;
-  });
-  job.start();
-  waitFor([&] { return out.finished; }, 60000);
-  return out;
-}
+using test::ExportOutcome;
+using test::runExport;
 
 }  // namespace
 

@@ -245,6 +245,11 @@ TEST_CASE("A view's command-line options are its own: unique, typed, and listed 
   CHECK(parseViewOption(scale, QStringLiteral("0.25"), &error) == QVariant(0.25));
   CHECK_FALSE(parseViewOption(scale, QStringLiteral("a"), &error));
   CHECK(error == QStringLiteral("--scale must be a number (got 'a')"));
+  const ViewOption method{QStringLiteral("method"), QStringLiteral("M"), QStringLiteral("a method"),
+                          ViewOption::Type::Text, {QStringLiteral("atp"), QStringLiteral("exact")}};
+  CHECK(parseViewOption(method, QStringLiteral("exact"), &error) == QVariant(QStringLiteral("exact")));
+  CHECK_FALSE(parseViewOption(method, QStringLiteral("fast"), &error));
+  CHECK(error == QStringLiteral("--method must be one of atp, exact (got 'fast')"));
 
   QProcess p;
   p.start(QStringLiteral(HEADSCOPE_GUI_PATH), {QStringLiteral("--help")});

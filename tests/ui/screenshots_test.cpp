@@ -28,6 +28,7 @@
 #include "ui/views/attribution_view.h"
 #include "ui/widgets/heatmap_view.h"
 #include "ui/views/head_metrics_bar.h"
+#include "ui/views/patching_view.h"
 #include "ui/widgets/image_grid_view.h"
 #include "ui/window/main_window.h"
 #include "ui/window/scan_dialog.h"
@@ -139,4 +140,45 @@ TEST_CASE("Screenshot of the Attribution view", "[.screenshots]") {
     return r && r->edges && r->run_job == w.run()->job && attention->heatmap()->cells() == r->cells;
   }, 30000));
   shoot(QStringLiteral("attention-edges.png"));
+}
+
+TEST_CASE("Screenshot of the Patching view's estimate beside the exact sweep", "[.screenshots]") {
+  if (shotsDir().isEmpty()) {
+    WARN("set HEADSCOPE_SHOTS_DIR and run on an X display (QT_QPA_PLATFORM=xcb) to take the screenshots");
+    return;
+  }
+  {
+    // The README's patching example, as the Patching tab shows it after Run: the exact sweep, and
+    // beside it each head's AtP estimate against its exact effect.
+    Window w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
+    auto* view = w.window.viewAs<PatchingView>(QStringLiteral("patching"));
+    w.window.tabs()->setCurrentWidget(view);
+    view->setViewInputs({{PatchingView::kCorrupt,
+                          QStringLiteral("The vivid walrus juggles eight copper kites near Oslo. The vivid walrus juggles")},
+                         {PatchingView::kAnswer, QStringLiteral(" seven")},
+                         {PatchingView::kWrong, QStringLiteral(" eight")}});
+    REQUIRE(waitFor([&] { return view->currentEstimate() != nullptr; }, 30000));
+    REQUIRE(view->run());
+    REQUIRE(waitFor([&] { return view->result() != nullptr; }, 120000));
+    REQUIRE(view->method() == hs::PatchMethod::Exact);
+    view->setCompareSite(3);
+    shoot(QStringLiteral("patching.png"));
+  }
+  // The README's patching example on the built-in model: the AtP maps, Run for the exact sweep,
+  // the scatter of resid_pre with its worst node picked.
+  Window w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
+  auto* view = w.window.viewAs<PatchingView>(QStringLiteral("patching"));
+  w.window.tabs()->setCurrentWidget(view);
+  view->setViewInputs({{PatchingView::kCorrupt,
+                        QStringLiteral("The vivid walrus juggles eight copper kites near Oslo. The vivid walrus juggles")},
+                       {PatchingView::kAnswer, QStringLiteral(" seven")},
+                       {PatchingView::kWrong, QStringLiteral(" eight")}});
+  REQUIRE(waitFor([&] { return view->currentEstimate() != nullptr; }, 30000));
+  REQUIRE(view->run());
+  REQUIRE(waitFor([&] { return view->result() != nullptr; }, 120000));
+  view->setMethod(hs::PatchMethod::AtP);
+  view->setCompareSite(0);
+  REQUIRE_FALSE(view->worstNodes().empty());
+  view->pickNode(0, view->worstNodes()[0].first, view->worstNodes()[0].second);
+  shoot(QStringLiteral("patching-atp.png"));
 }

@@ -52,6 +52,18 @@ bool waitFor(const std::function<bool()>& done, int timeout_ms) {
   return true;
 }
 
+ExportOutcome runExport(ExportAllJob& job) {
+  ExportOutcome out;
+  QObject::connect(&job, &ExportAllJob::finished, [&](bool ok, const QString& message) {
+    out.finished = true;
+    out.ok = ok;
+    out.message = message;
+  });
+  job.start();
+  waitFor([&] { return out.finished; }, 60000);
+  return out;
+}
+
 QString makeBrokenModelDir(const QString& parent) {
   const QString dir = QDir(parent).filePath(QStringLiteral("broken-model"));
   QDir().mkpath(dir);

@@ -11,6 +11,7 @@
 
 #include "tests/test_common.h"
 #include "ui/controller/analysis_controller.h"
+#include "ui/window/export_all.h"
 
 namespace hs { class Model; }
 
@@ -46,6 +47,13 @@ std::shared_ptr<const hs::Model> fixtureModel();
 
 // Runs the event loop until `done()` holds or `timeout_ms` passes; returns done().
 bool waitFor(const std::function<bool()>& done, int timeout_ms = 10000);
+
+// Runs an Export All job to its end (or a minute): what it finished with.
+struct ExportOutcome {
+  bool finished = false, ok = false;
+  QString message;
+};
+ExportOutcome runExport(ExportAllJob& job);
 
 // A folder that looks like a model but is broken (config.json is not JSON).
 QString makeBrokenModelDir(const QString& parent);

@@ -7,6 +7,7 @@
 
 #include <QSize>
 #include <QString>
+#include <QStringList>
 #include <QVariantMap>
 #include <QWidget>
 
@@ -40,6 +41,7 @@ struct ViewOption {
   QString value_name;  // "TEXT", in --help
   QString help;        // one line for --help
   Type type = Type::Text;
+  QStringList choices;  // Text: the values it takes (empty: any text); anything else is refused
 };
 
 // The value `text` gives `option`, of the option's type, or nullopt with `error` saying why

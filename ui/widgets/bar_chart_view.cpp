@@ -21,11 +21,7 @@ BarChartView::BarChartView(QWidget* parent) : QWidget(parent) {
   plot_ = newLivePlot(this, QStringLiteral("barPlot"));
   layout->addWidget(plot_);
   for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
-    axis->setSubTicks(false);
-    axis->setBasePen(QPen(QColor(0x88, 0x88, 0x88)));
-    axis->setTickPen(QPen(QColor(0x88, 0x88, 0x88)));
-    axis->setTickLabelColor(QColor(0x30, 0x30, 0x30));
-    axis->setLabelColor(QColor(0x40, 0x40, 0x40));
+    styleValueAxis(axis);
     QFont f = font();
     f.setPointSizeF(f.pointSizeF() * 0.9);
     axis->setTickLabelFont(f);

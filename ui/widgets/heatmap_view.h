@@ -108,6 +108,7 @@ class HeatmapView : public QWidget, public FigureSource {
   // row and column band highlights (a head's band) are part of the figure and always drawn.
   void setSelectionInExports(bool on) { selection_in_exports_ = on; }
   int highlightedRow() const { return highlighted_row_; }
+  std::pair<int, int> highlightedCell() const { return {cell_row_, cell_col_}; }  // (-1, -1): none
 
   // Zoom and pan, for a matrix whose rows and columns are the same positions (an attention
   // pattern: query x key). One window of positions applies to both axes, so cells stay square

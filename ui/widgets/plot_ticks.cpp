@@ -9,6 +9,14 @@
 
 namespace hs::ui {
 
+void styleValueAxis(QCPAxis* axis) {
+  axis->setSubTicks(false);
+  axis->setBasePen(QPen(QColor(0x88, 0x88, 0x88)));
+  axis->setTickPen(QPen(QColor(0x88, 0x88, 0x88)));
+  axis->setTickLabelColor(QColor(0x30, 0x30, 0x30));
+  axis->setLabelColor(QColor(0x40, 0x40, 0x40));
+}
+
 QCustomPlot* newLivePlot(QWidget* parent, const QString& object_name) {
   auto* plot = new QCustomPlot(parent);
   plot->setObjectName(object_name);

@@ -3,6 +3,7 @@
 
 #include <functional>
 
+class QCPAxis;
 class QCustomPlot;
 class QObject;
 class QString;
@@ -17,6 +18,9 @@ namespace hs::ui {
 // replot and alpha-blended over the first on every paint; no view draws on that layer.
 // The plot takes the keyboard from the prompt only when clicked.
 QCustomPlot* newLivePlot(QWidget* parent, const QString& object_name);
+
+// The look of a value axis in the live plots (bars, scatters): grey lines, dark labels, no sub-ticks.
+void styleValueAxis(QCPAxis* axis);
 
 // Tick labels are thinned for the axis length, which is only known once the plot is laid out (a
 // view built while hidden in another tab has none). After a layout of `plot` whose axis rect
