@@ -6,6 +6,7 @@
 //                [--answer ID --wrong ID]
 //   hs_bench_row --model DIR --mode peak --tokens N --threads T   (the cores' multiply-add peak and
 //                the multiply-adds of one pass: the compute floor the 20-token row is held to)
+//   hs_bench_row --model DIR --mode grad --text TEXT --threads T [--answer ID --wrong ID]
 //
 // Prints one JSON object with the fields of torch_bench.py (median_ms, min_ms, runs, peak_rss_mb)
 // so tools/bench/suite.py reads both sides the same way.
@@ -23,6 +24,13 @@
 //   torch_bench.py --mode patch does), then hs::patching_sweep of --what; "sweep_runs" times the
 //   sweep alone. Every patched cell is computed (SweepControl::skip_unchanged off), so the count
 //   of patched runs is that of TransformerLens's loop.
+// - `grad`: the gradient of logit(answer) - logit(wrong) at the last position at every hook, from
+//   text: hs::run_text (tokenize, BOS first, the full cache) then hs::backward keeping every key
+//   (GradOptions::keep empty), as `headscope-cli grad` does. Each timed step is a pair, in
+//   alternating order: one forward pass from the same text with the full cache (the yardstick of
+//   issue 23's "at most 2.5x a forward pass") and one gradient; "forward_*" and the main fields
+//   are the two, "ratio_median" the median of the pairs' ratios (robust to a machine whose speed
+//   drifts). "token_ids" are the ids run, for the PyTorch side.
 // - `open`: hs::Model::load of the folder (memory-mapped safetensors, weights checked, tokenizer
 //   read). With --cold, the file's pages are evicted from the page cache before each load
 //   (posix_fadvise DONTNEED: needs no root and touches no other file); "resident_before_pct"
@@ -64,8 +72,11 @@
 #include "core/analysis/logit_lens.h"
 #include "core/analysis/patching.h"
 #include "core/analysis/view_data.h"
+#include "core/model/backward.h"
+#include "core/model/metric.h"
 #include "core/model/model.h"
 #include "core/model/pack_cache.h"
+#include "core/session/session.h"
 
 namespace {
 
@@ -75,6 +86,7 @@ struct Args {
   std::string model;
   std::string mode = "cache";
   std::string token_ids;
+  std::string text;
   std::string what = "resid_pre";
   int answer = 11, wrong = 13;
   int tokens = 20;
@@ -87,7 +99,8 @@ struct Args {
 
 [[noreturn]] void usage(const char* why) {
   std::cerr << "hs_bench_row: " << why << "\n"
-            << "usage: hs_bench_row --model DIR [--mode cache|logits|views|patch|open|peak] [--tokens N | --token-ids 1,2,3]\n"
+            << "usage: hs_bench_row --model DIR [--mode cache|logits|views|patch|grad|open|peak]\n"
+            << "                    [--tokens N | --token-ids 1,2,3 | --text TEXT]\n"
             << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n"
             << "                    [--what resid_pre|attn_out|mlp_out|z] [--answer ID] [--wrong ID]\n";
   std::exit(2);
@@ -113,6 +126,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--mode") a.mode = value();
     else if (k == "--tokens") a.tokens = number();
     else if (k == "--token-ids") a.token_ids = value();
+    else if (k == "--text") a.text = value();
     else if (k == "--threads") a.threads = number();
     else if (k == "--warmup") a.warmup = number();
     else if (k == "--runs") a.runs = number();
@@ -126,8 +140,9 @@ Args parse(int argc, char** argv) {
   }
   if (a.model.empty()) usage("--model is required");
   if (a.mode != "cache" && a.mode != "logits" && a.mode != "views" && a.mode != "open" && a.mode != "patch" &&
-      a.mode != "peak")
-    usage("--mode is cache, logits, views, patch, open or peak");
+      a.mode != "peak" && a.mode != "grad")
+    usage("--mode is cache, logits, views, patch, grad, open or peak");
+  if (a.mode == "grad" && a.text.empty()) usage("--mode grad needs --text (the gradient is timed from text)");
   if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
   return a;
 }
@@ -423,6 +438,88 @@ int run_patch(const Args& a) {
 }
 
 
+int run_grad(const Args& a) {
+  omp_set_num_threads(a.threads);
+  const std::shared_ptr<const hs::Model> model = hs::Model::load(a.model);
+  hs::TextRunOptions run_options;
+  run_options.run.threads = a.threads;
+  hs::GradOptions grad_options;
+  grad_options.threads = a.threads;
+  const hs::Metric metric = hs::logit_diff_metric(a.answer, a.wrong);
+  const bool reset_ok = reset_peak_rss();
+  std::vector<double> forward_times, forward_cpu, grad_times, grad_cpu, backward_times, ratios;
+  std::vector<int32_t> ids;
+  size_t n_keys = 0, grad_floats = 0;
+  double metric_value = 0, checksum = 0;
+  bool stopped_early = false;
+  const auto t_passes = Clock::now();
+  for (int i = 0; i < a.warmup + a.runs; ++i) {
+    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
+      if (!grad_times.empty()) {
+        stopped_early = true;
+        break;
+      }
+      if (i < a.warmup) i = a.warmup;
+    }
+    if (i == a.warmup) perf_control("enable");
+    double forward_ms = 0, forward_cpu_ms = 0, grad_ms = 0, grad_cpu_ms = 0, backward_ms = 0;
+    // Alternating which goes first, so neither always follows the other's cache misses.
+    for (int half = 0; half < 2; ++half) {
+      const bool gradient = (half == 0) == (i % 2 == 0);
+      const double c0 = process_cpu_ms();
+      const auto t0 = Clock::now();
+      hs::TextRun r = hs::run_text(model, a.text, run_options);
+      if (!gradient) {
+        forward_ms = ms_since(t0);
+        forward_cpu_ms = process_cpu_ms() - c0;
+        checksum += r.cache->logits(r.cache->n_pos() - 1, 0);
+        continue;
+      }
+      const auto t1 = Clock::now();
+      const hs::GradientCache g = hs::backward(*r.cache, metric, grad_options);
+      grad_ms = ms_since(t0);
+      backward_ms = ms_since(t1);
+      grad_cpu_ms = process_cpu_ms() - c0;
+      metric_value = g.metric_value;
+      ids = r.tokens;
+      if (n_keys == 0) {  // outside the timed region: what the pass produced, for the table
+        const std::vector<std::string> keys = g.keys();
+        n_keys = keys.size();
+        for (const std::string& key : keys) grad_floats += g.get(key).data.size();
+      }
+      checksum += g.rows(hs::HookPoint::ResidPre, 0)(0, 0);
+    }
+    if (i >= a.warmup) {
+      forward_times.push_back(forward_ms);
+      forward_cpu.push_back(forward_cpu_ms);
+      grad_times.push_back(grad_ms);
+      grad_cpu.push_back(grad_cpu_ms);
+      backward_times.push_back(backward_ms);
+      ratios.push_back(grad_ms / forward_ms);
+    }
+  }
+  perf_control("disable");
+  const Stats g = stats(grad_times), f = stats(forward_times), b = stats(backward_times), r = stats(ratios);
+  const Stats gc = stats(grad_cpu), fc = stats(forward_cpu);
+  char run_peak[32] = "null";
+  if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));
+  std::ostringstream id_list;
+  for (size_t i = 0; i < ids.size(); ++i) id_list << (i ? "," : "") << ids[i];
+  std::printf(
+      "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"cpu_median_ms\": %.3f, \"cpu_runs\": %s, "
+      "\"backward_median_ms\": %.3f, \"backward_runs\": %s, \"forward_median_ms\": %.3f, \"forward_min_ms\": %.3f, "
+      "\"forward_runs\": %s, \"forward_cpu_median_ms\": %.3f, \"ratio_median\": %.3f, \"ratio_runs\": %s, "
+      "\"peak_rss_mb\": %.1f, \"run_peak_rss_mb\": %s, \"mode\": \"grad\", \"tokens\": %zu, \"token_ids\": \"%s\", "
+      "\"threads\": %d, \"grad_keys\": %zu, \"grad_floats\": %zu, \"metric\": %.9g, \"stopped_early\": %s, "
+      "\"checksum\": %g}\n",
+      g.median, g.min, json_list(grad_times).c_str(), gc.median, json_list(grad_cpu).c_str(), b.median,
+      json_list(backward_times).c_str(), f.median, f.min, json_list(forward_times).c_str(), fc.median, r.median,
+      json_list(ratios).c_str(), peak_rss_mb(), run_peak, ids.size(), id_list.str().c_str(), a.threads, n_keys,
+      grad_floats, metric_value, stopped_early ? "true" : "false", checksum);
+  return 0;
+}
+
+
 // --mode peak: the compute floor. Each thread runs 12 independent chains of vector multiply-adds
 // (enough to cover the FMA units' latency) for about a third of a second; the figure is the
 // sustained multiply-add rate of the cores, which no product can beat. Also prints the
@@ -493,6 +590,7 @@ int main(int argc, char** argv) {
   try {
     if (a.mode == "patch") return run_patch(a);
     if (a.mode == "peak") return run_peak(a);
+    if (a.mode == "grad") return run_grad(a);
     return a.mode == "open" ? run_open(a) : run_forward(a);
   } catch (const std::exception& e) {
     std::cerr << "hs_bench_row: " << e.what() << "\n";
