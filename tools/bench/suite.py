@@ -487,7 +487,8 @@ def grad_markdown(grad_rows, atp_rows, partial_note=""):
         L.append(f"**The gradient at every hook.** The GPT-2-small-shaped model above, the text \"{GRAD_TEXT}\" "
                  f"({r0.get('tokens', '?')} tokens with BOS), the metric logit({GRAD_ANSWER}) - logit({GRAD_WRONG}) "
                  "(\" Mary\" and \" John\" in GPT-2's vocabulary) at the last position. *HeadScope*: `hs::run_text` "
-                 "(tokenize, the full cache) then `hs::backward` keeping every key (hs_bench_row --mode grad), "
+                 "(tokenize, the full cache, mlp.hook_pre kept for the backward pass: `RunOptions::store_mlp_pre`) "
+                 "then `hs::backward` keeping every key (hs_bench_row --mode grad), "
                  f"{r0.get('grad_keys', '?')} keys, {r0.get('grad_floats', 0) / 1e6:.2f} M floats; each timed step is "
                  "a pair in alternating order, one forward pass from the same text with the full cache (the yardstick) "
                  "and one gradient, and *ratio* is the median of the pairs' ratios. *PyTorch* (torch_bench.py --mode grad, "
@@ -498,7 +499,7 @@ def grad_markdown(grad_rows, atp_rows, partial_note=""):
                  "against the faster of the two. Medians in milliseconds.")
         L.append("")
         L.append("| threads | HeadScope gradient | of which backward | HeadScope forward | ratio | PyTorch frozen | "
-                 "PyTorch params | speedup | keys HS / PT | CPU ms HS / PT | RSS MiB HS / PT | runs per side |")
+                 "PyTorch params | speedup | keys HS / PT | CPU ms HS / PT frozen | RSS MiB HS / PT frozen | runs per side |")
         L.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |")
         for r in grad_rows:
             L.append(f"| {r['threads']} | {side_ms(r, 'hs')} | {fmt_ms(r['bwd_ms'])} | {fmt_ms(r['fwd_ms'])} | "
