@@ -32,16 +32,7 @@ namespace hs {
 namespace {
 
 void check_pair(const ActivationCache& clean, const ActivationCache& corrupt, int32_t answer, int32_t wrong) {
-  if (clean.weights() != corrupt.weights())
-    throw Error("the clean and corrupted runs were made with different models; run both prompts on one model.");
-  if (clean.n_pos() != corrupt.n_pos())
-    throw Error("the clean prompt is " + std::to_string(clean.n_pos()) + " tokens and the corrupted prompt " +
-                std::to_string(corrupt.n_pos()) +
-                "; patching copies activations position by position, so both must have the same number of tokens.");
-  if (clean.n_layer() == 0 || corrupt.n_layer() == 0)
-    throw Error("patching needs the runs' activations, but a run kept only its logits.");
-  if (!clean.interventions.empty() || !corrupt.interventions.empty())
-    throw Error("patching compares plain runs of the two prompts; these runs were made with ablations or patches.");
+  check_patching_runs(clean, corrupt);
   const int V = clean.config().d_vocab;
   for (int32_t t : {answer, wrong})
     if (t < 0 || t >= V)
@@ -51,14 +42,6 @@ void check_pair(const ActivationCache& clean, const ActivationCache& corrupt, in
 
 RowMatrixXf normalize(const RowMatrixXf& raw, float m_clean, float m_corrupt) {
   return (raw.array() - m_corrupt) / (m_clean - m_corrupt);
-}
-
-void check_metrics(float m_clean, float m_corrupt) {
-  if (!std::isfinite(m_clean) || !std::isfinite(m_corrupt))
-    throw Error("the metric is not a finite number on one of the prompts (the model's logits overflowed).");
-  if (m_clean == m_corrupt)
-    throw Error("logit(answer) - logit(wrong) is the same on both prompts, so there is no difference for patching to "
-                "restore; choose prompts or answers that the model tells apart.");
 }
 
 // The activation at `hook` of layer l (a sweep site: stored in every run; hooks.h).
@@ -231,11 +214,7 @@ class Sweep {
       pattern.noalias() = qkv.block(m.row0 + q0, Eigen::Index{h} * dh, nq, dh) * K.middleCols(kv * dh, dh).transpose();
       for (Eigen::Index r = 0; r < nq; ++r) {
         const Eigen::Index i = p + q0 + r;  // the query's position
-        auto row = pattern.row(r).head(i + 1).array();
-        row *= scale;
-        const float mx = row.maxCoeff();
-        row = (row - mx).exp();
-        row /= row.sum();
+        scaled_softmax_forward(pattern.row(r).data(), i + 1, scale);
         pattern.row(r).tail(S - i - 1).setZero();
       }
       const Eigen::Index zr = last_only ? out_row : m.row0;
@@ -447,6 +426,27 @@ std::string token_list(const Model& model, const std::vector<int32_t>& ids) {
 
 }  // namespace
 
+void check_patching_runs(const ActivationCache& clean, const ActivationCache& corrupt) {
+  if (clean.weights() != corrupt.weights())
+    throw Error("the clean and corrupted runs were made with different models; run both prompts on one model.");
+  if (clean.n_pos() != corrupt.n_pos())
+    throw Error("the clean prompt is " + std::to_string(clean.n_pos()) + " tokens and the corrupted prompt " +
+                std::to_string(corrupt.n_pos()) +
+                "; patching copies activations position by position, so both must have the same number of tokens.");
+  if (clean.n_layer() == 0 || corrupt.n_layer() == 0)
+    throw Error("patching needs the runs' activations, but a run kept only its logits.");
+  if (!clean.interventions.empty() || !corrupt.interventions.empty())
+    throw Error("patching compares plain runs of the two prompts; these runs were made with ablations or patches.");
+}
+
+void check_patching_metrics(float m_clean, float m_corrupt, std::string_view metric) {
+  if (!std::isfinite(m_clean) || !std::isfinite(m_corrupt))
+    throw Error("the metric is not a finite number on one of the prompts (the model's logits overflowed).");
+  if (m_clean == m_corrupt)
+    throw Error(std::string(metric) + " is the same on both prompts, so there is no difference for patching to "
+                "restore; choose prompts or answers that the model tells apart.");
+}
+
 int32_t single_token(const Model& model, std::string_view text, std::string_view role) {
   const std::vector<int32_t> ids = model.encode(text, false);
   if (ids.size() == 1) return ids.front();
@@ -492,7 +492,7 @@ PatchingResult patching_sweep(const ActivationCache& clean, const ActivationCach
   r.what = what;
   r.metric_clean = logit_difference(clean, answer, wrong);
   r.metric_corrupt = logit_difference(corrupt, answer, wrong);
-  check_metrics(r.metric_clean, r.metric_corrupt);
+  check_patching_metrics(r.metric_clean, r.metric_corrupt);
   const ThreadScope threads(control.threads > 0 ? control.threads : omp_get_num_procs());
   Sweep sweep(clean, corrupt, answer, wrong, what, control);
   r.raw = sweep.run(&r.recomputed_runs);
@@ -511,7 +511,7 @@ PatchingResult patching_sweep_full_runs(std::shared_ptr<const ActivationCache> c
   r.batched = false;
   r.metric_clean = logit_difference(*clean, answer, wrong);
   r.metric_corrupt = logit_difference(*corrupt, answer, wrong);
-  check_metrics(r.metric_clean, r.metric_corrupt);
+  check_patching_metrics(r.metric_clean, r.metric_corrupt);
   const int cols = what == HookPoint::Z ? c.n_heads : corrupt->n_pos();
   r.raw.resize(c.n_layers, cols);
   RunOptions o;

@@ -49,6 +49,14 @@ int32_t single_token(const Model& model, std::string_view text, std::string_view
 PatchingInputs patching_inputs(const Model& model, std::string_view clean, std::string_view corrupt,
                                std::string_view answer, std::string_view wrong, bool prepend_bos = true);
 
+// The checks of every sweep between two runs (the exact one and attribution patching's estimate):
+// one model, the same number of tokens, full caches, no interventions. Throws hs::Error.
+void check_patching_runs(const ActivationCache& clean, const ActivationCache& corrupt);
+// The two runs' metrics are finite and differ (the normalization divides by their difference);
+// `metric` names it in the message.
+void check_patching_metrics(float m_clean, float m_corrupt,
+                            std::string_view metric = "logit(answer) - logit(wrong)");
+
 // logit(answer) - logit(wrong) at the last position of a run.
 float logit_difference(const ActivationCache& cache, int32_t answer, int32_t wrong);
 

@@ -222,6 +222,14 @@ void rotary_backward(Eigen::Ref<RowMatrixXf> d, int n_heads, int d_head, int dim
   }
 }
 
+void scaled_softmax_forward(float* s, int64_t n, float scale) {
+  Eigen::Map<Eigen::ArrayXf> row(s, n);
+  row *= scale;
+  const float m = row.maxCoeff();
+  row = (row - m).exp();
+  row /= row.sum();
+}
+
 void softmax_backward(float* d_s, const float* p, const float* d_p, int64_t n) {
   double dot = 0;
   for (int64_t j = 0; j < n; ++j) dot += double{p[j]} * d_p[j];

@@ -83,6 +83,9 @@ void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
 //   d_x_i = d_i cos + d_{i+dim/2} sin,   d_x_{i+dim/2} = d_{i+dim/2} cos - d_i sin.
 void rotary_backward(Eigen::Ref<RowMatrixXf> d, int n_heads, int d_head, int dim,
                      const Eigen::Ref<const RowMatrixXf>& cos, const Eigen::Ref<const RowMatrixXf>& sin);
+// One attention row in place: s[j] = softmax(scale * s)[j] for j < n (the largest subtracted
+// first), the causal row of keys 0..n-1. forward.cpp's attention computes the same, inline.
+void scaled_softmax_forward(float* s, int64_t n, float scale);
 // The backward of one softmax row: d_s[j] = p[j] (d_p[j] - sum_k p[k] d_p[k]) for j < n.
 void softmax_backward(float* d_s, const float* p, const float* d_p, int64_t n);
 // out[S, V] = x[S, D] @ W_U[D, V] (packed), split over vocabulary panels on all threads.

@@ -128,15 +128,7 @@ std::string ids(const json& tokens) {
 
 double metric_error(double ref, double ours) { return std::abs(ref - ours) / std::max(std::abs(ref), 1.0); }
 
-std::vector<float> flatten(const json& a) {
-  std::vector<float> out;
-  if (a.is_number()) return {a.get<float>()};
-  for (const auto& x : a) {
-    const std::vector<float> part = flatten(x);
-    out.insert(out.end(), part.begin(), part.end());
-  }
-  return out;
-}
+using test::flatten;
 
 // raw - metric_corrupt: the estimated (or exact) effect of each cell, the part compared.
 std::vector<float> effects(const json& sweep) {
@@ -246,7 +238,7 @@ TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autogr
 
 // Passes today for resid_pre, attn_out, mlp_out and z (the command exists): the same pair and
 // texts as the AtP cases, so the AtP cases below differ from it only in --method.
-TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float64 reference (GPT-2 and Llama GQA)",
+TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float64 reference (GPT-2, Llama GQA, NeoX parallel)",
           "[patch][cli][fixtures]") {
   const json atp = read_json(grads_dir() / "atp.json");
   for (const auto& run : atp["runs"])
@@ -257,9 +249,9 @@ TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float
     }
 }
 
-// Awaits `headscope-cli patch --method atp|atp_qk` and --what z_pos|mlp_post (issue 23 part 4).
-TEST_CASE("patch --method atp and atp_qk match the float64 reference for every --what (GPT-2 and Llama GQA)",
-          "[.][patch][atp][cli][fixtures]") {
+// `headscope-cli patch --method atp|atp_qk`, with --what z_pos and mlp_post too (issue 23 part 4).
+TEST_CASE("patch --method atp and atp_qk match the float64 reference for every --what (GPT-2, Llama GQA, NeoX parallel)",
+          "[patch][atp][cli][fixtures]") {
   const json atp = read_json(grads_dir() / "atp.json");
   for (const auto& run : atp["runs"])
     for (const auto& sweep : run["sweeps"]) {

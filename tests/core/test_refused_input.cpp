@@ -169,7 +169,7 @@ const std::set<std::string> kTested = {
     "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
-    "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R80", "R81", "R82", "R83", "R84", "R85",
+    "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R77", "R78", "R80", "R81", "R82", "R83", "R84", "R85",
     "R90", "R91", "R92", "R93", "R94", "R95", "R96", "R97",
 };
 
@@ -644,7 +644,7 @@ TEST_CASE("refused input: text and token ids (R40-R44)", "[refused]") {
   CHECK(!fs::exists(out));
 }
 
-TEST_CASE("refused input: ablation and patching (R70-R76)", "[refused]") {
+TEST_CASE("refused input: ablation and patching (R70-R78)", "[refused]") {
   Scratch s;
   const fs::path m = s.model();
   const fs::path out = s.dir / "out.json";
@@ -673,6 +673,14 @@ TEST_CASE("refused input: ablation and patching (R70-R76)", "[refused]") {
     check_refused(cli("patch --model " + quote(m.string()) + " -o " + quote(out.string()) + " --what resid_post " +
                       prompts("The cat", "The hat", "!", ".")),
                   expected("R76", {}), s, 2);
+  }
+  SECTION("R77 a site only attribution patching estimates, with the exact sweep") {
+    check_refused(cli("patch --model " + quote(m.string()) + " -o " + quote(out.string()) + " --what z_pos " +
+                      prompts("The cat", "The hat", "!", ".")),
+                  expected("R77", {}), s, 2);
+  }
+  SECTION("R78 a patching method that does not exist") {
+    check_refused(cli(patch + "--method 'atp*' " + prompts("The cat", "The hat", "!", ".")), expected("R78", {}), s, 2);
   }
   CHECK(!fs::exists(out));
 }

@@ -142,4 +142,15 @@ inline Comparison compare(const std::vector<float>& reference, const std::vector
   return c;
 }
 
+// The numbers of a nested JSON array (or one number) in order, as floats.
+inline std::vector<float> flatten(const nlohmann::json& a) {
+  std::vector<float> out;
+  if (a.is_number()) return {a.get<float>()};
+  for (const auto& x : a) {
+    const std::vector<float> part = flatten(x);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
 }  // namespace hs::test
