@@ -7,6 +7,8 @@
 //   hs_bench_row --model DIR --mode peak --tokens N --threads T   (the cores' multiply-add peak and
 //                the multiply-adds of one pass: the compute floor the 20-token row is held to)
 //   hs_bench_row --model DIR --mode grad --text TEXT --threads T [--answer ID --wrong ID]
+//   hs_bench_row --model DIR --mode atp --tokens N --threads T --what resid_pre,attn_out,mlp_out,z
+//                [--answer ID --wrong ID] [--exact-warmup W --exact-runs R]
 //
 // Prints one JSON object with the fields of torch_bench.py (median_ms, min_ms, runs, peak_rss_mb)
 // so tools/bench/suite.py reads both sides the same way.
@@ -25,12 +27,20 @@
 //   sweep alone. Every patched cell is computed (SweepControl::skip_unchanged off), so the count
 //   of patched runs is that of TransformerLens's loop.
 // - `grad`: the gradient of logit(answer) - logit(wrong) at the last position at every hook, from
-//   text: hs::run_text (tokenize, BOS first, the full cache) then hs::backward keeping every key
+//   text: hs::run_text (tokenize, BOS first, the full cache and RunOptions::store_mlp_pre, what
+//   the backward pass reads) then hs::backward keeping every key
 //   (GradOptions::keep empty), as `headscope-cli grad` does. Each timed step is a pair, in
 //   alternating order: one forward pass from the same text with the full cache (the yardstick of
 //   issue 23's "at most 2.5x a forward pass") and one gradient; "forward_*" and the main fields
 //   are the two, "ratio_median" the median of the pairs' ratios (robust to a machine whose speed
 //   drifts). "token_ids" are the ids run, for the PyTorch side.
+// - `atp`: attribution patching of every site in --what together, as issue 23 times it: the clean
+//   and the corrupted run (patch's prompts), one backward pass on the corrupted run keeping what
+//   the sites need (hs::atp_gradients), then each site's estimate (hs::attribution_patching);
+//   and, in the same process, the exact sweeps of the same sites from the same two prompts
+//   (hs::patching_sweep as `headscope-cli patch` runs it, unchanged cells not recomputed),
+//   --exact-warmup / --exact-runs times. "max_abs_diff" is the largest |estimate - exact| over
+//   the sites' cells (AtP is an estimate; the figure says the two computed the same nodes).
 // - `open`: hs::Model::load of the folder (memory-mapped safetensors, weights checked, tokenizer
 //   read). With --cold, the file's pages are evicted from the page cache before each load
 //   (posix_fadvise DONTNEED: needs no root and touches no other file); "resident_before_pct"
@@ -68,6 +78,7 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/attribution_patching.h"
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/logit_lens.h"
 #include "core/analysis/patching.h"
@@ -93,16 +104,19 @@ struct Args {
   int threads = 1;
   int warmup = 3;
   int runs = 10;
+  int exact_warmup = 1;
+  int exact_runs = 3;
   double max_seconds = 0;
   bool cold = false;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::cerr << "hs_bench_row: " << why << "\n"
-            << "usage: hs_bench_row --model DIR [--mode cache|logits|views|patch|grad|open|peak]\n"
+            << "usage: hs_bench_row --model DIR [--mode cache|logits|views|patch|grad|atp|open|peak]\n"
             << "                    [--tokens N | --token-ids 1,2,3 | --text TEXT]\n"
             << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n"
-            << "                    [--what resid_pre|attn_out|mlp_out|z] [--answer ID] [--wrong ID]\n";
+            << "                    [--what resid_pre|attn_out|mlp_out|z[,...]] [--answer ID] [--wrong ID]\n"
+            << "                    [--exact-warmup W] [--exact-runs R]\n";
   std::exit(2);
 }
 
@@ -130,6 +144,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--threads") a.threads = number();
     else if (k == "--warmup") a.warmup = number();
     else if (k == "--runs") a.runs = number();
+    else if (k == "--exact-warmup") a.exact_warmup = number();
+    else if (k == "--exact-runs") a.exact_runs = number();
     else if (k == "--max-seconds") a.max_seconds = number();
     else if (k == "--cold") a.cold = true;
     else if (k == "--what") a.what = value();
@@ -140,10 +156,11 @@ Args parse(int argc, char** argv) {
   }
   if (a.model.empty()) usage("--model is required");
   if (a.mode != "cache" && a.mode != "logits" && a.mode != "views" && a.mode != "open" && a.mode != "patch" &&
-      a.mode != "peak" && a.mode != "grad")
-    usage("--mode is cache, logits, views, patch, grad, open or peak");
+      a.mode != "peak" && a.mode != "grad" && a.mode != "atp")
+    usage("--mode is cache, logits, views, patch, grad, atp, open or peak");
   if (a.mode == "grad" && a.text.empty()) usage("--mode grad needs --text (the gradient is timed from text)");
-  if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
+  if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1 || a.exact_runs < 1 || a.exact_warmup < 0)
+    usage("counts must be positive");
   return a;
 }
 
@@ -441,8 +458,10 @@ int run_patch(const Args& a) {
 int run_grad(const Args& a) {
   omp_set_num_threads(a.threads);
   const std::shared_ptr<const hs::Model> model = hs::Model::load(a.model);
-  hs::TextRunOptions run_options;
+  hs::TextRunOptions run_options;  // the yardstick: a plain run with the full cache
   run_options.run.threads = a.threads;
+  hs::TextRunOptions grad_run = run_options;  // the gradient's run keeps what backward reads
+  grad_run.run.store_mlp_pre = true;
   hs::GradOptions grad_options;
   grad_options.threads = a.threads;
   const hs::Metric metric = hs::logit_diff_metric(a.answer, a.wrong);
@@ -468,7 +487,7 @@ int run_grad(const Args& a) {
       const bool gradient = (half == 0) == (i % 2 == 0);
       const double c0 = process_cpu_ms();
       const auto t0 = Clock::now();
-      hs::TextRun r = hs::run_text(model, a.text, run_options);
+      hs::TextRun r = hs::run_text(model, a.text, gradient ? grad_run : run_options);
       if (!gradient) {
         forward_ms = ms_since(t0);
         forward_cpu_ms = process_cpu_ms() - c0;
@@ -516,6 +535,119 @@ int run_grad(const Args& a) {
       json_list(backward_times).c_str(), f.median, f.min, json_list(forward_times).c_str(), fc.median, r.median,
       json_list(ratios).c_str(), peak_rss_mb(), run_peak, ids.size(), id_list.str().c_str(), a.threads, n_keys,
       grad_floats, metric_value, stopped_early ? "true" : "false", checksum);
+  return 0;
+}
+
+
+int run_atp(const Args& a) {
+  omp_set_num_threads(a.threads);
+  const auto model = hs::Model::load(a.model);
+  const std::vector<int32_t> clean =
+      a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
+  std::vector<int32_t> corrupt = clean;
+  if (corrupt.size() > 1) corrupt[1] = (corrupt[1] + 1) % model->config().d_vocab;
+  std::vector<hs::AtpSite> sites;
+  std::vector<hs::HookPoint> exact_sites;
+  {
+    std::stringstream ss(a.what);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      const std::optional<hs::AtpSite> site = hs::parse_atp_site(name);
+      if (!site || !hs::exact_sweep_site(*site)) usage(("--what " + name + ": resid_pre, attn_out, mlp_out or z").c_str());
+      sites.push_back(*site);
+      exact_sites.push_back(*hs::exact_sweep_site(*site));
+    }
+  }
+  hs::RunOptions options;
+  options.threads = a.threads;
+  hs::RunOptions grad_options = options;  // the corrupted run keeps what backward reads
+  grad_options.store_mlp_pre = true;
+  hs::SweepControl control;
+  control.threads = a.threads;
+  const bool reset_ok = reset_peak_rss();
+  std::vector<double> atp_times, atp_cpu, backward_times, estimate_times, exact_times, exact_cpu;
+  std::vector<hs::AtpResult> estimates;
+  std::vector<hs::PatchingResult> exact;
+  int nodes = 0;
+  double checksum = 0;
+  for (int i = 0; i < a.warmup + a.runs; ++i) {
+    if (i == a.warmup) perf_control("enable");
+    const double c0 = process_cpu_ms();
+    const auto t0 = Clock::now();
+    const auto k = model->run(clean, options);
+    const auto c = model->run(corrupt, grad_options);
+    const auto t1 = Clock::now();
+    const hs::GradientCache g = hs::atp_gradients(*c, a.answer, a.wrong, sites, hs::PatchMethod::AtP, a.threads);
+    const auto t2 = Clock::now();
+    estimates.clear();
+    for (const hs::AtpSite site : sites) estimates.push_back(hs::attribution_patching(*k, *c, g, site));
+    const double dt = ms_since(t0), cpu = process_cpu_ms() - c0;
+    nodes = 0;
+    for (const hs::AtpResult& r : estimates) {
+      nodes += static_cast<int>(r.raw.size());
+      checksum += r.raw.sum();
+    }
+    if (i >= a.warmup) {
+      atp_times.push_back(dt);
+      atp_cpu.push_back(cpu);
+      backward_times.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+      estimate_times.push_back(ms_since(t2));
+    }
+  }
+  perf_control("disable");
+  int cells = 0, recomputed = 0;
+  for (int i = 0; i < a.exact_warmup + a.exact_runs; ++i) {
+    const double c0 = process_cpu_ms();
+    const auto t0 = Clock::now();
+    const auto k = model->run(clean, options);
+    const auto c = model->run(corrupt, options);
+    exact.clear();
+    for (const hs::HookPoint what : exact_sites)
+      exact.push_back(hs::patching_sweep(*k, *c, a.answer, a.wrong, what, control));
+    const double dt = ms_since(t0), cpu = process_cpu_ms() - c0;
+    cells = recomputed = 0;
+    for (const hs::PatchingResult& r : exact) {
+      cells += static_cast<int>(r.raw.size());
+      recomputed += r.recomputed_runs;
+    }
+    if (i >= a.exact_warmup) {
+      exact_times.push_back(dt);
+      exact_cpu.push_back(cpu);
+    }
+  }
+  // What was timed, checked: the estimate and the exact sweep of the same nodes side by side.
+  double max_diff = 0, max_exact = 0;
+  std::string worst;
+  for (size_t s = 0; s < sites.size(); ++s) {
+    if (estimates[s].raw.rows() != exact[s].raw.rows() || estimates[s].raw.cols() != exact[s].raw.cols()) {
+      std::cerr << "hs_bench_row: the estimate of " << hs::to_string(sites[s]) << " is " << estimates[s].raw.rows()
+                << " x " << estimates[s].raw.cols() << ", its exact sweep " << exact[s].raw.rows() << " x "
+                << exact[s].raw.cols() << "\n";
+      return 1;
+    }
+    const double d = (estimates[s].raw - exact[s].raw).cwiseAbs().maxCoeff();
+    if (d > max_diff) {
+      max_diff = d;
+      worst = std::string(hs::to_string(sites[s]));
+    }
+    max_exact = std::max(max_exact, static_cast<double>(exact[s].raw.cwiseAbs().maxCoeff()));
+  }
+  const Stats s = stats(atp_times), sc = stats(atp_cpu), b = stats(backward_times), e = stats(estimate_times);
+  const Stats x = stats(exact_times), xc = stats(exact_cpu);
+  char run_peak[32] = "null";
+  if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));
+  std::printf(
+      "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"cpu_median_ms\": %.3f, \"cpu_runs\": %s, "
+      "\"backward_median_ms\": %.3f, \"backward_runs\": %s, \"estimates_median_ms\": %.3f, \"estimates_runs\": %s, "
+      "\"exact_median_ms\": %.3f, \"exact_runs\": %s, \"exact_cpu_median_ms\": %.3f, \"exact_cpu_runs\": %s, "
+      "\"speedup\": %.3f, \"nodes\": %d, \"exact_cells\": %d, \"exact_patched_runs\": %d, \"max_abs_diff\": %.6g, "
+      "\"max_abs_exact\": %.6g, \"worst_site\": \"%s\", \"peak_rss_mb\": %.1f, \"run_peak_rss_mb\": %s, "
+      "\"mode\": \"atp\", \"what\": \"%s\", \"tokens\": %zu, \"threads\": %d, \"checksum\": %g}\n",
+      s.median, s.min, json_list(atp_times).c_str(), sc.median, json_list(atp_cpu).c_str(), b.median,
+      json_list(backward_times).c_str(), e.median, json_list(estimate_times).c_str(), x.median,
+      json_list(exact_times).c_str(), xc.median, json_list(exact_cpu).c_str(), x.median / s.median, nodes, cells,
+      recomputed, max_diff, max_exact, worst.c_str(), peak_rss_mb(), run_peak, a.what.c_str(), clean.size(), a.threads,
+      checksum);
   return 0;
 }
 
@@ -591,6 +723,7 @@ int main(int argc, char** argv) {
     if (a.mode == "patch") return run_patch(a);
     if (a.mode == "peak") return run_peak(a);
     if (a.mode == "grad") return run_grad(a);
+    if (a.mode == "atp") return run_atp(a);
     return a.mode == "open" ? run_open(a) : run_forward(a);
   } catch (const std::exception& e) {
     std::cerr << "hs_bench_row: " << e.what() << "\n";
