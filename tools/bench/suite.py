@@ -1299,7 +1299,10 @@ def main() -> int:
               f"debounce); longest GUI stall {keys['stall_max_ms']:.1f} ms [{keys['model_kind']}]")
     if open_warm:
         print(f"open model: warm {fmt_ms(open_warm['median_ms'])} ms; cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
-    for t, measured, ok, note in targets(rows, open_warm, open_cold, keys, m.get("peak")) + (patch_targets(patch_rows) if patch_rows else []) + grad_targets(grad_rows, atp_rows):
+    # The other sections' targets only when one of them ran (a gradients-only run measures none).
+    shown = (targets(rows, open_warm, open_cold, keys, m.get("peak")) if sections - GRAD_SECTIONS else []) + \
+        (patch_targets(patch_rows) if patch_rows else []) + grad_targets(grad_rows, atp_rows)
+    for t, measured, ok, note in shown:
         print(f"[{'MET' if ok else ('--' if ok is None else 'NOT MET')}] {t}: {measured}")
 
     if sections <= GRAD_SECTIONS and os.path.isfile(args.out):
