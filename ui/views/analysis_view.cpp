@@ -28,7 +28,10 @@ std::optional<QVariant> parseViewOption(const ViewOption& option, const QString&
   bool ok = true;
   QVariant value;
   switch (option.type) {
-    case ViewOption::Type::Text: return QVariant(text);
+    case ViewOption::Type::Text:
+      if (option.choices.isEmpty() || option.choices.contains(text)) return QVariant(text);
+      *error = QStringLiteral("--%1 must be one of %2 (got '%3')").arg(option.name, option.choices.join(QLatin1Char('|')), text);
+      return std::nullopt;
     case ViewOption::Type::Integer: value = text.toInt(&ok); break;
     case ViewOption::Type::Number: value = text.toDouble(&ok); break;
   }

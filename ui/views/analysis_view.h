@@ -40,6 +40,7 @@ struct ViewOption {
   QString value_name;  // "TEXT", in --help
   QString help;        // one line for --help
   Type type = Type::Text;
+  QStringList choices = {};  // Text: when not empty, the only values accepted
 };
 
 // The value `text` gives `option`, of the option's type, or nullopt with `error` saying why
@@ -81,6 +82,10 @@ class AnalysisView : public QWidget, public FigureSource {
   // reads only the names it declares; a name missing from `inputs` means an empty field.
   virtual ViewInputs viewInputs() const { return {}; }
   virtual void setViewInputs(const ViewInputs&) {}
+  // For a view whose analysis the window asks for (not on demand): the part of the key the view's
+  // own controls choose (AnalysisKey::params; the Circuits view's token vectors), added to the
+  // selection's key. It says analysisParamsChanged() when they change, and the window asks again.
+  virtual QStringList analysisParams() const { return {}; }
   // A long analysis on its way (AnalysisSpec::compute_long), and why it failed: only for views
   // that request their analysis themselves (AnalysisSpec::on_demand). Default: nothing.
   virtual void showProgress(double fraction, const QString& what);
@@ -95,6 +100,7 @@ class AnalysisView : public QWidget, public FigureSource {
   // view's id), or for the one in flight to stop.
   void analysisRequested(const hs::ui::AnalysisKey& key);
   void cancelRequested();
+  void analysisParamsChanged();
   // Right-click on a head somewhere in the view: the window adds what can be done to a head
   // (ablate it) to `menu`.
   void headContextMenu(int layer, int head, QMenu* menu);

@@ -89,6 +89,7 @@ void MainWindow::connectEverything() {
     connect(views_[i], &AnalysisView::analysisRequested, this,
             [this, id](const AnalysisKey& key) { controller_->request(id, key); });
     connect(views_[i], &AnalysisView::cancelRequested, this, [this, id] { controller_->cancel(id); });
+    connect(views_[i], &AnalysisView::analysisParamsChanged, this, &MainWindow::requestAnalyses);
     connect(views_[i], &AnalysisView::headContextMenu, this, [this](int layer, int head, QMenu* menu) {
       if (layer >= 0 && layer < selection_->layerCount() && head >= 0 && head < selection_->headCount())
         addHeadActions(layer * selection_->headCount() + head, menu);
@@ -215,7 +216,8 @@ void MainWindow::requestAnalyses() {
     // Only when what it reads changed: moving to another head of the same layer does not
     // recompute a layer's analysis. Compared with the last request, not with what is shown, so
     // that going back to a key while another is being computed asks for it again.
-    const AnalysisKey key = keyFromSelection(*selection_, d.analysis.reads);
+    AnalysisKey key = keyFromSelection(*selection_, d.analysis.reads);
+    key.params = views_[i]->analysisParams();
     if (asked_[i].run_job == run->job && asked_[i].key == key) continue;
     if (!shown && !controller_->isCheap(d.id) && !controller_->hasReady(d.id, key)) continue;
     asked_[i] = {run->job, key};
