@@ -307,9 +307,7 @@ TEST_CASE("Export All writes the Patching view's four maps when it has inputs", 
   QTemporaryDir tmp;
   ExportAllJob::Options options;
   options.out_dir = tmp.path();
-  options.view_inputs[QStringLiteral("patching")] = {{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
-                                                     {PatchingView::kAnswer, QStringLiteral("Z")},
-                                                     {PatchingView::kWrong, QStringLiteral("\"")}};
+  options.view_inputs[QStringLiteral("patching")] = test::fixturePatchingInputs();
   ExportAllJob job(run, options);
   bool done = false, ok = false;
   QString message;

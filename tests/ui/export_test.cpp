@@ -137,9 +137,7 @@ TEST_CASE("Every heatmap in the figures Export All writes has a colour scale wit
   QTemporaryDir tmp;
   ExportAllJob::Options options;
   options.out_dir = tmp.path();
-  options.view_inputs[QStringLiteral("patching")] = {{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
-                                                     {PatchingView::kAnswer, QStringLiteral("Z")},
-                                                     {PatchingView::kWrong, QStringLiteral("\"")}};
+  options.view_inputs[QStringLiteral("patching")] = test::fixturePatchingInputs();
   ExportAllJob job(run, options);
   int figures = 0, heatmaps = 0;
   QStringList untitled;

@@ -289,6 +289,32 @@ std::string json_list(const std::vector<double>& v) {
   return o.str();
 }
 
+// The passes of a process: --warmup untimed, then --runs timed. Past --max-seconds no new pass
+// starts once one was timed (stopped_early says so); out of time while warming up, it goes
+// straight to one timed pass. Switches perf on at the first timed pass.
+class Passes {
+ public:
+  explicit Passes(const Args& a) : a_(a), start_(Clock::now()) {}
+  // Whether pass i runs; `timed_any`: a timed pass has run. May move i to the first timed pass.
+  bool run(int& i, bool timed_any) {
+    if (i >= a_.warmup + a_.runs) return false;
+    if (a_.max_seconds > 0 && ms_since(start_) > a_.max_seconds * 1e3) {
+      if (timed_any) {
+        stopped_early = true;
+        return false;
+      }
+      if (i < a_.warmup) i = a_.warmup;
+    }
+    if (i == a_.warmup) perf_control("enable");
+    return true;
+  }
+  bool stopped_early = false;
+
+ private:
+  const Args& a_;
+  Clock::time_point start_;
+};
+
 int run_open(const Args& a) {
   const std::filesystem::path file = std::filesystem::path(a.model) / "model.safetensors";
   std::vector<double> times, resident, first_runs;
@@ -344,17 +370,8 @@ int run_forward(const Args& a) {
   std::vector<double> times, cpu_times;
   size_t cache_bytes = 0;
   float checksum = 0;
-  bool stopped_early = false;
-  const auto t_passes = Clock::now();
-  for (int i = 0; i < a.warmup + a.runs; ++i) {
-    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
-      if (!times.empty()) {
-        stopped_early = true;
-        break;
-      }
-      if (i < a.warmup) i = a.warmup;  // out of time while warming up: go straight to one timed pass
-    }
-    if (i == a.warmup) perf_control("enable");
+  Passes passes(a);
+  for (int i = 0; passes.run(i, !times.empty()); ++i) {
     const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
     std::shared_ptr<hs::ActivationCache> cache = model->run(ids, options);
@@ -390,7 +407,7 @@ int run_forward(const Args& a) {
       s.median, s.min, json_list(times).c_str(), peak_rss_mb(), a.mode.c_str(), cpu_s.median,
       json_list(cpu_times).c_str(), ids.size(), a.threads, load_ms,
       rss_loaded, run_peak,
-      static_cast<double>(cache_bytes) / (1024.0 * 1024.0), stopped_early ? "true" : "false",
+      static_cast<double>(cache_bytes) / (1024.0 * 1024.0), passes.stopped_early ? "true" : "false",
       static_cast<double>(checksum));
   return 0;
 }
@@ -412,17 +429,8 @@ int run_patch(const Args& a) {
   std::vector<double> times, sweep_times, cpu_times;
   int cells = 0;
   float checksum = 0;
-  bool stopped_early = false;
-  const auto t_passes = Clock::now();
-  for (int i = 0; i < a.warmup + a.runs; ++i) {
-    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
-      if (!times.empty()) {
-        stopped_early = true;
-        break;
-      }
-      if (i < a.warmup) i = a.warmup;
-    }
-    if (i == a.warmup) perf_control("enable");
+  Passes passes(a);
+  for (int i = 0; passes.run(i, !times.empty()); ++i) {
     const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
     const auto k = model->run(clean, options);
@@ -450,7 +458,7 @@ int run_patch(const Args& a) {
       "\"checksum\": %g}\n",
       s.median, s.min, json_list(times).c_str(), sw.median, json_list(sweep_times).c_str(), cpu_s.median,
       json_list(cpu_times).c_str(), peak_rss_mb(), run_peak, a.what.c_str(), cells, clean.size(), a.threads,
-      stopped_early ? "true" : "false", static_cast<double>(checksum));
+      passes.stopped_early ? "true" : "false", static_cast<double>(checksum));
   return 0;
 }
 
@@ -470,17 +478,8 @@ int run_grad(const Args& a) {
   std::vector<int32_t> ids;
   size_t n_keys = 0, grad_floats = 0;
   double metric_value = 0, checksum = 0;
-  bool stopped_early = false;
-  const auto t_passes = Clock::now();
-  for (int i = 0; i < a.warmup + a.runs; ++i) {
-    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
-      if (!grad_times.empty()) {
-        stopped_early = true;
-        break;
-      }
-      if (i < a.warmup) i = a.warmup;
-    }
-    if (i == a.warmup) perf_control("enable");
+  Passes passes(a);
+  for (int i = 0; passes.run(i, !grad_times.empty()); ++i) {
     double forward_ms = 0, forward_cpu_ms = 0, grad_ms = 0, grad_cpu_ms = 0, backward_ms = 0;
     // Alternating which goes first, so neither always follows the other's cache misses.
     for (int half = 0; half < 2; ++half) {
@@ -534,7 +533,7 @@ int run_grad(const Args& a) {
       g.median, g.min, json_list(grad_times).c_str(), gc.median, json_list(grad_cpu).c_str(), b.median,
       json_list(backward_times).c_str(), f.median, f.min, json_list(forward_times).c_str(), fc.median, r.median,
       json_list(ratios).c_str(), peak_rss_mb(), run_peak, ids.size(), id_list.str().c_str(), a.threads, n_keys,
-      grad_floats, metric_value, stopped_early ? "true" : "false", checksum);
+      grad_floats, metric_value, passes.stopped_early ? "true" : "false", checksum);
   return 0;
 }
 

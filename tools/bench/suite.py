@@ -246,14 +246,43 @@ def run_side(args, cmd, env):
         return {"stopped": round(time.time() - t0)}
 
 
+def new_side():
+    """What a row collects of one side over its processes."""
+    return {"runs": [], "cpu": [], "rss": [], "run_rss": [], "stopped": None}
+
+
+def take(g, j) -> bool:
+    """Adds one process's JSON to its side; False when the process was stopped (no passes)."""
+    if "stopped" in j:
+        g["stopped"] = j["stopped"]
+        return False
+    g["runs"] += j["runs"]
+    g["cpu"] += j.get("cpu_runs", [])
+    g["rss"].append(j["peak_rss_mb"])
+    if j.get("run_peak_rss_mb") is not None:
+        g["run_rss"].append(j["run_peak_rss_mb"])
+    return True
+
+
+def summarize(row, k, g):
+    """A side's fields of a row: median and fastest pass, CPU, peak memory, whether it was stopped."""
+    row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
+    row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
+    row[f"{k}_runs"] = g["runs"]
+    row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
+    row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
+    row[f"{k}_run_rss_mb"] = max(g["run_rss"]) if g["run_rss"] else None
+    row[f"{k}_stopped_s"] = g["stopped"]
+    row[f"{k}_early"] = g.get("early", False)
+
+
 def run_row(args, hs_row, mode, tokens, threads, ids_arg):
     rounds, warmup, runs = plan(tokens, args.quick)
     common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", mode,
               "--warmup", str(warmup), "--runs", str(runs)]
     sides = {"hs": [hs_row], "pt": [PYTHON, os.path.join(HERE, "torch_bench.py")]}
     envs = {"hs": hs_env(threads), "pt": torch_env(threads)}
-    got = {k: {"runs": [], "cpu": [], "rss": [], "run_rss": [], "cache_mb": None, "load": [], "stopped": None,
-               "early": False} for k in sides}
+    got = {k: {**new_side(), "cache_mb": None, "load": [], "early": False} for k in sides}
     t0 = time.time()
     done = 0
     for r in range(rounds):
@@ -268,28 +297,15 @@ def run_row(args, hs_row, mode, tokens, threads, ids_arg):
                 continue
             j = run_side(args, sides[k] + common, envs[k])
             g = got[k]
-            if "stopped" in j:
-                g["stopped"] = j["stopped"]
+            if not take(g, j):
                 continue
-            g["runs"] += j["runs"]
-            g["cpu"] += j.get("cpu_runs", [])
-            g["rss"].append(j["peak_rss_mb"])
-            if j.get("run_peak_rss_mb") is not None:
-                g["run_rss"].append(j["run_peak_rss_mb"])
             g["cache_mb"] = j.get("cache_mb", g["cache_mb"])
             if j.get("load_ms") is not None:
                 g["load"].append(j["load_ms"])
             g["early"] |= bool(j.get("stopped_early"))
     row = {"mode": mode, "tokens": tokens, "threads": threads, "rounds": done, "warmup": warmup, "runs": runs}
     for k, g in got.items():
-        row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
-        row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
-        row[f"{k}_runs"] = g["runs"]
-        row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
-        row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
-        row[f"{k}_run_rss_mb"] = max(g["run_rss"]) if g["run_rss"] else None
-        row[f"{k}_stopped_s"] = g["stopped"]
-        row[f"{k}_early"] = g["early"]
+        summarize(row, k, g)
     row["hs_cache_mb"] = got["hs"]["cache_mb"]
     row["pt_load_ms"] = got["pt"]["load"]
     ok = row["hs_ms"] and row["pt_ms"]
@@ -305,7 +321,7 @@ def run_patch_row(args, hs_row, what, threads, ids_arg):
     pt_plan = ("0", "1")                                  # a PyTorch sweep takes seconds: one per process
     common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", "patch",
               "--what", what, "--answer", "11", "--wrong", "13"]
-    got = {k: {"runs": [], "cpu": [], "sweep": [], "rss": [], "cells": None, "stopped": None} for k in ("hs", "pt")}
+    got = {k: {**new_side(), "sweep": [], "cells": None} for k in ("hs", "pt")}
     for _ in range(rounds):
         for k, cmd, env, (warmup, runs) in (
                 ("hs", [hs_row], hs_env(threads), hs_plan),
@@ -314,24 +330,14 @@ def run_patch_row(args, hs_row, what, threads, ids_arg):
             if g["stopped"]:
                 continue
             j = run_side(args, cmd + common + ["--warmup", warmup, "--runs", runs], env)
-            if "stopped" in j:
-                g["stopped"] = j["stopped"]
+            if not take(g, j):
                 continue
-            g["runs"] += j["runs"]
-            g["cpu"] += j.get("cpu_runs", [])
             g["sweep"] += j.get("sweep_runs", [])
-            g["rss"].append(j["peak_rss_mb"])
             g["cells"] = j.get("patched_runs")
     row = {"what": what, "tokens": PATCH_TOKENS, "threads": threads, "rounds": rounds,
            "hs_plan": hs_plan, "pt_plan": pt_plan, "cells": got["hs"]["cells"] or got["pt"]["cells"]}
     for k, g in got.items():
-        row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
-        row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
-        row[f"{k}_runs"] = g["runs"]
-        row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
-        row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
-        row[f"{k}_stopped_s"] = g["stopped"]
-        row[f"{k}_early"] = False
+        summarize(row, k, g)
     row["hs_sweep_ms"] = statistics.median(got["hs"]["sweep"]) if got["hs"]["sweep"] else None
     ok = row["hs_ms"] and row["pt_ms"]
     row["speedup"] = row["pt_ms"] / row["hs_ms"] if ok else None
@@ -359,18 +365,12 @@ def run_grad_row(args, hs_row, threads):
     rounds, warmup, runs = (1, 1, 3) if args.quick else (3, 3, 10)
     hs_cmd = [hs_row, "--model", args.model, "--mode", "grad", "--text", GRAD_TEXT, "--threads", str(threads),
               "--answer", str(GRAD_ANSWER), "--wrong", str(GRAD_WRONG), "--warmup", str(warmup), "--runs", str(runs)]
-    got = {k: {"runs": [], "cpu": [], "rss": [], "stopped": None} for k in ("hs",) + GRAD_STYLES}
+    got = {k: new_side() for k in ("hs",) + GRAD_STYLES}
     fwd, fwd_cpu, ratios, bwd = [], [], [], []
     info = {}
     for _ in range(rounds):
         j = run_side(args, hs_cmd, hs_env(threads)) if not got["hs"]["stopped"] else {"stopped": got["hs"]["stopped"]}
-        if "stopped" in j:
-            got["hs"]["stopped"] = j["stopped"]
-        else:
-            g = got["hs"]
-            g["runs"] += j["runs"]
-            g["cpu"] += j["cpu_runs"]
-            g["rss"].append(j["peak_rss_mb"])
+        if take(got["hs"], j):
             fwd += j["forward_runs"]
             ratios += j["ratio_runs"]
             bwd += j["backward_runs"]
@@ -386,22 +386,13 @@ def run_grad_row(args, hs_row, threads):
                                 "--grad-style", style, "--token-ids", info["token_ids"], "--threads", str(threads),
                                 "--answer", str(GRAD_ANSWER), "--wrong", str(GRAD_WRONG), "--warmup", str(warmup),
                                 "--runs", str(runs)], torch_env(threads))
-            if "stopped" in j:
-                g["stopped"] = j["stopped"]
+            if not take(g, j):
                 continue
-            g["runs"] += j["runs"]
-            g["cpu"] += j.get("cpu_runs", [])
-            g["rss"].append(j["peak_rss_mb"])
             info[f"{style}_keys"], info[f"{style}_floats"] = j["grad_keys"], j["grad_floats"]
             info[f"{style}_metric"] = j["metric"]
     row = {"threads": threads, "rounds": rounds, "warmup": warmup, "runs": runs, **info}
     for k, g in got.items():
-        row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
-        row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
-        row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
-        row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
-        row[f"{k}_stopped_s"] = g["stopped"]
-        row[f"{k}_early"] = False
+        summarize(row, k, g)
     row["fwd_ms"] = statistics.median(fwd) if fwd else None
     row["fwd_cpu_ms"] = statistics.median(fwd_cpu) if fwd_cpu else None
     row["bwd_ms"] = statistics.median(bwd) if bwd else None

@@ -290,6 +290,26 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+class Passes:
+    """The passes of a process: --warmup untimed, then --runs timed (`for i in Passes(args, times)`;
+    i >= args.warmup is a timed pass). Past --max-seconds no new pass starts once `times` has one
+    (stopped_early says so); out of time while warming up, it goes straight to one timed pass."""
+
+    def __init__(self, args, times):
+        self.args, self.times, self.stopped_early = args, times, False
+
+    def __iter__(self):
+        a, t0, i = self.args, time.perf_counter(), 0
+        while i < a.warmup + a.runs:
+            if a.max_seconds and time.perf_counter() - t0 > a.max_seconds:
+                if self.times:
+                    self.stopped_early = True
+                    return
+                i = max(i, a.warmup)
+            yield i
+            i += 1
+
+
 def bench_tokens(n: int, d_vocab: int):
     return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
 
@@ -302,16 +322,9 @@ def patch_main(args, model, weights, tokens, load_ms) -> int:
     reset_ok = _reset_peak_rss()
     times, cpu_times = [], []
     cells = 0
-    stopped_early = False
+    passes = Passes(args, times)
     with torch.inference_mode():
-        t_passes = time.perf_counter()
-        i = 0
-        while i < args.warmup + args.runs:
-            if args.max_seconds and time.perf_counter() - t_passes > args.max_seconds:
-                if times:
-                    stopped_early = True
-                    break
-                i = max(i, args.warmup)
+        for i in passes:
             c0 = time.process_time()
             t0 = time.perf_counter()
             r = hsref.patching_sweep(model, tokens, corrupt, args.answer, args.wrong, args.what,
@@ -322,7 +335,6 @@ def patch_main(args, model, weights, tokens, load_ms) -> int:
             if i >= args.warmup:
                 times.append(dt)
                 cpu_times.append(cpu)
-            i += 1
     print(json.dumps({
         "median_ms": round(statistics.median(times), 3) if times else None,
         "min_ms": round(min(times), 3) if times else None,
@@ -332,7 +344,7 @@ def patch_main(args, model, weights, tokens, load_ms) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         "run_peak_rss_mb": round(_status_mb("VmHWM"), 1) if reset_ok else None,
         "mode": "patch", "what": args.what, "patched_runs": cells, "tokens": len(tokens),
-        "threads": args.threads, "stopped_early": stopped_early, "load_ms": round(load_ms, 1),
+        "threads": args.threads, "stopped_early": passes.stopped_early, "load_ms": round(load_ms, 1),
         "torch": torch.__version__,
     }))
     return 0
@@ -373,16 +385,9 @@ def grad_main(args, model, tokens, load_ms) -> int:
     times, cpu_times, backward_times = [], [], []
     keys = floats = 0
     metric = None
-    stopped_early = False
+    passes = Passes(args, times)
     with torch.enable_grad():
-        t_passes = time.perf_counter()
-        i = 0
-        while i < args.warmup + args.runs:
-            if args.max_seconds and time.perf_counter() - t_passes > args.max_seconds:
-                if times:
-                    stopped_early = True
-                    break
-                i = max(i, args.warmup)
+        for i in passes:
             for owner, name in weights:  # model.zero_grad(), outside the timed region
                 getattr(owner, name).grad = None
             c0 = time.process_time()
@@ -407,7 +412,6 @@ def grad_main(args, model, tokens, load_ms) -> int:
                 times.append(dt)
                 backward_times.append(bt)
                 cpu_times.append(cpu)
-            i += 1
     print(json.dumps({
         "median_ms": round(statistics.median(times), 3) if times else None,
         "min_ms": round(min(times), 3) if times else None,
@@ -418,7 +422,7 @@ def grad_main(args, model, tokens, load_ms) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         "run_peak_rss_mb": round(_status_mb("VmHWM"), 1) if reset_ok else None,
         "mode": "grad", "grad_style": args.grad_style, "grad_keys": keys, "grad_floats": floats,
-        "metric": metric, "tokens": n, "threads": args.threads, "stopped_early": stopped_early,
+        "metric": metric, "tokens": n, "threads": args.threads, "stopped_early": passes.stopped_early,
         "load_ms": round(load_ms, 1), "torch": torch.__version__,
     }))
     return 0
@@ -468,21 +472,13 @@ def main() -> int:
     rss_after_load_mb = _status_mb("VmRSS")
     reset_ok = _reset_peak_rss()
     times, cpu_times = [], []
-    stopped_early = False
+    passes = Passes(args, times)
     with torch.inference_mode():
         if args.dump:
             cache = model.forward(ids, keep_cache=True)
             hsref.save_cache(args.dump, hsref.cache_to_float32(cache, tokens))
             del cache
-        t_passes = time.perf_counter()
-        i = 0
-        while i < args.warmup + args.runs:
-            # --max-seconds: no new pass once the budget is used (at least one timed pass runs).
-            if args.max_seconds and time.perf_counter() - t_passes > args.max_seconds:
-                if times:
-                    stopped_early = True
-                    break
-                i = max(i, args.warmup)
+        for i in passes:
             c0 = time.process_time()
             t0 = time.perf_counter()
             out = model.forward(ids, keep_cache=keep)
@@ -492,7 +488,6 @@ def main() -> int:
             if i >= args.warmup:
                 times.append(dt)
                 cpu_times.append(cpu)
-            i += 1
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
     run_peak_rss_mb = _status_mb("VmHWM") if reset_ok else None
     print(json.dumps({
@@ -504,7 +499,7 @@ def main() -> int:
         "peak_rss_mb": round(peak_rss_mb, 1),
         "rss_after_load_mb": round(rss_after_load_mb, 1) if rss_after_load_mb else None,
         "run_peak_rss_mb": round(run_peak_rss_mb, 1) if run_peak_rss_mb else None,
-        "mode": args.mode, "tokens": len(tokens), "threads": args.threads, "stopped_early": stopped_early,
+        "mode": args.mode, "tokens": len(tokens), "threads": args.threads, "stopped_early": passes.stopped_early,
         "load_ms": round(load_ms, 1), "torch": torch.__version__,
     }))
     return 0
