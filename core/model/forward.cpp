@@ -249,8 +249,9 @@ int auto_threads(const ModelConfig& config, int n_tokens) {
 bool cache_covers(const ActivationCache& cache, const RunOptions& o) {
   if (o.logits_only || cache.n_layer() == 0) return false;
   const LayerActivations& l0 = cache.layer(0);
+  const bool has_pre = !l0.mlp_pre.empty() && (!cache.has_gated_mlp() || !l0.mlp_pre_linear.empty());
   return (!o.store_scores || !l0.scores_hqk.empty()) && (!o.store_results || !l0.result_phd.empty()) &&
-         cache.interventions == o.interventions;
+         (!o.store_mlp_pre || has_pre) && cache.interventions == o.interventions;
 }
 
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
@@ -385,15 +386,17 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
       store_edited(a.resid_mid, pa ? &pa->resid_mid : nullptr, P, S, resid);
     }
     if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
-    // The MLP's pre-activations are not kept: the widest activations of a layer, and cheap to
-    // derive on request from resid_mid with the same kernels (ActivationCache::mlp_pre).
+    // The MLP's pre-activations are not kept (unless asked): the widest activations of a layer,
+    // and cheap to derive on request from resid_mid with the same kernels (ActivationCache::mlp_pre).
     linear_forward(block_out, normalized, WP.W_in, W.b_in);  // plain: pre; gated: the up projection
     if (gated) linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
-    if (hook && hook->edits(HookPoint::MlpPre)) {
+    const bool edits_pre = hook && hook->edits(HookPoint::MlpPre);
+    if (edits_pre || options.store_mlp_pre) {
       RowMatrixXf& pre = gated ? mlp_gate : block_out;  // mlp.hook_pre: the gate's, when gated
-      apply_hooks((*hook)[HookPoint::MlpPre], pre, P, c);
+      if (edits_pre) apply_hooks((*hook)[HookPoint::MlpPre], pre, P, c);
       store_edited(a.mlp_pre, pa ? &pa->mlp_pre : nullptr, P, S, pre);
     }
+    if (gated && options.store_mlp_pre) store_edited(a.mlp_pre_linear, pa ? &pa->mlp_pre_linear : nullptr, P, S, block_out);
     if (gated)
       gated_activation_forward(mlp_post, mlp_gate, block_out, c.activation);
     else

@@ -130,12 +130,12 @@ void activation_derivative(float* out_p, const float* x_p, int64_t n, Activation
   Eigen::Map<Eigen::ArrayXf> out(out_p, n);
   switch (act) {
     case Activation::GeluNew: {
-      // d/dx 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3)
+      // d/dx 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3). Eigen's vectorized tanh, as the
+      // forward's: the scalar std::tanh per element took 8.7% of a 20-token GPT-2-small gradient
+      // (a third of the forward pass's time), this takes under 1%.
       constexpr float k = 0.7978845608028654f;
-      out = x.unaryExpr([](float v) {
-        const float t = std::tanh(k * (v + 0.044715f * v * v * v));
-        return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * v * v);
-      });
+      out = (k * (x + 0.044715f * x * x * x)).tanh();  // t, then the derivative from it in place
+      out = 0.5f * (1.0f + out) + (0.5f * k) * x * (1.0f - out * out) * (1.0f + 3.0f * 0.044715f * x * x);
       break;
     }
     case Activation::GeluErf:
@@ -148,10 +148,8 @@ void activation_derivative(float* out_p, const float* x_p, int64_t n, Activation
       out = (x > 0.0f).cast<float>();
       break;
     case Activation::Silu:
-      out = x.unaryExpr([](float v) {
-        const float s = 1.0f / (1.0f + std::exp(-v));
-        return s * (1.0f + v * (1.0f - s));
-      });
+      out = 1.0f / (1.0f + (-x).exp());  // s, then s (1 + x (1 - s)) in place; vectorized as above
+      out = out * (1.0f + x * (1.0f - out));
       break;
   }
 }

@@ -314,6 +314,48 @@ TEST_CASE("the backward pass equals the tape reference on every family, key and 
   }
 }
 
+TEST_CASE("a run that keeps the MLP's pre-activations has the same cache and the same gradient", "[backward][store_mlp_pre]") {
+  // RunOptions::store_mlp_pre stores what the cache otherwise derives (and the backward pass
+  // reads): the forward's own values, so every key and every gradient is the same, bit for bit.
+  for (const Subject& s : subjects()) {
+    DYNAMIC_SECTION(s.name) {
+      const ModelConfig& c = s.weights->config();
+      const std::vector<int32_t> tokens = {1, 7, 3, 12, 4, 9};
+      RunOptions keep;
+      keep.store_mlp_pre = true;
+      const auto plain = forward(s.weights, tokens);
+      const auto kept = forward(s.weights, tokens, keep);
+      CHECK_FALSE(cache_covers(*plain, keep));
+      CHECK(cache_covers(*kept, keep));
+      CHECK(kept->layer(0).mlp_pre.rows() == static_cast<Eigen::Index>(tokens.size()));
+      CHECK(kept->layer(0).mlp_pre_linear.empty() == (c.architecture.mlp != MlpKind::Gated));
+      for (const std::string& key : plain->keys()) {
+        INFO(key);
+        CHECK(kept->get(key).data == plain->get(key).data);
+      }
+      const Metric metric = logit_diff_metric(3, 7);
+      const GradientCache a = backward(*plain, metric), b = backward(*kept, metric);
+      REQUIRE(a.keys() == b.keys());
+      for (const std::string& key : a.keys()) {
+        INFO(key);
+        CHECK(a.get(key).data == b.get(key).data);
+      }
+      // A longer prompt reusing the kept run's prefix keeps the pre-activations of every position:
+      // the prefix's copied, the new one computed (one row through the products, so equal to a
+      // fresh run's to rounding, as every key of an extended run is).
+      std::vector<int32_t> longer = tokens;
+      longer.push_back(5);
+      const auto extended = forward(s.weights, longer, keep, kept);
+      const auto fresh = forward(s.weights, longer, keep);
+      const int last = c.n_layers - 1;
+      const RowMatrixXf e = extended->layer(last).mlp_pre.to_matrix(), f = fresh->layer(last).mlp_pre.to_matrix();
+      REQUIRE(e.rows() == static_cast<Eigen::Index>(longer.size()));
+      CHECK(e.topRows(6) == f.topRows(6));
+      CHECK((e - f).cwiseAbs().maxCoeff() <= 1e-5f * f.cwiseAbs().maxCoeff());
+    }
+  }
+}
+
 TEST_CASE("the gradient at a hook predicts the metric's change when a vector is added there", "[backward][fd]") {
   // The edit mechanism (an added vector, intervention.h) moves one activation; the metric's
   // change over +-e against grad . e.

@@ -298,9 +298,7 @@ TEST_CASE("Export All writes the Patching view's four maps when it has inputs", 
   QTemporaryDir tmp;
   ExportAllJob::Options options;
   options.out_dir = tmp.path();
-  options.view_inputs[QStringLiteral("patching")] = {{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
-                                                     {PatchingView::kAnswer, QStringLiteral("Z")},
-                                                     {PatchingView::kWrong, QStringLiteral("\"")}};
+  options.view_inputs[QStringLiteral("patching")] = test::fixturePatchingInputs();
   ExportAllJob job(run, options);
   const test::ExportOutcome out = test::runExport(job);
   REQUIRE(out.finished);

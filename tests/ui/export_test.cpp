@@ -12,6 +12,7 @@
 #include "ui/window/export_all.h"
 #include "ui/base/figure.h"
 #include "ui/views/attention_view.h"
+#include "ui/views/patching_view.h"
 #include "ui/views/registry.h"
 #include "ui/widgets/heatmap_view.h"
 #include "ui/window/main_window.h"
@@ -112,6 +113,48 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   CHECK(!pattern.hasAlphaChannel());
   CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
+}
+
+TEST_CASE("Every heatmap in the figures Export All writes has a colour scale with a title", "[export]") {
+  // Issue 21: a figure's colours must say what they are. Every view's figures (the Patching view's
+  // too, given inputs), checked as they are painted: each heatmap with cells in the figure shows its
+  // colour scale, and the scale has a title.
+  auto run = AnalysisController::computeRun(test::fixtureModel(), QStringLiteral("The cat sat on the mat!"));
+  run->job = 1;
+  QTemporaryDir tmp;
+  ExportAllJob::Options options;
+  options.out_dir = tmp.path();
+  options.view_inputs[QStringLiteral("patching")] = test::fixturePatchingInputs();
+  ExportAllJob job(run, options);
+  int figures = 0, heatmaps = 0;
+  QStringList untitled;
+  QObject::connect(&job, &ExportAllJob::figurePainted, [&](const FigureSource* source, const QString& file) {
+    ++figures;
+    const auto* widget = dynamic_cast<const QWidget*>(source);
+    REQUIRE(widget);
+    QList<const HeatmapView*> maps;
+    if (const auto* self = dynamic_cast<const HeatmapView*>(source)) maps << self;
+    for (const HeatmapView* m : widget->findChildren<const HeatmapView*>()) maps << m;
+    for (const HeatmapView* m : maps) {
+      if (!m->isVisibleTo(widget) && m != widget) continue;
+      if (m->rowCount() == 0) continue;
+      ++heatmaps;
+      if (!m->colorScaleShown() || m->colorScaleTitle().trimmed().isEmpty())
+        untitled << QStringLiteral("%1: %2 (scale %3, title '%4')")
+                        .arg(file, m->objectName(), m->colorScaleShown() ? QStringLiteral("shown") : QStringLiteral("hidden"),
+                             m->colorScaleTitle());
+    }
+  });
+  const ExportOutcome out = runExport(job);
+  REQUIRE(out.finished);
+  INFO(out.message.toStdString());
+  REQUIRE(out.ok);
+  INFO(untitled.join(QStringLiteral("\n")).toStdString());
+  CHECK(untitled.isEmpty());
+  CHECK(figures == static_cast<int>(job.written().size()));
+  // Attention (every head), Contributions, Concat vs Sum (five maps a layer), Logit Lens, QK / OV
+  // and the four patching maps.
+  CHECK(heatmaps >= run->n_layer() * run->n_head() + 2 + 5 * run->n_layer() + 1 + 1 + 4);
 }
 
 TEST_CASE("Export All into an unwritable folder fails at once with a message", "[export]") {

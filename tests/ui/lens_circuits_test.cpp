@@ -168,6 +168,70 @@ TEST_CASE("The QK / OV view shows the core's spectra and prompt circuits for the
   CHECK(w.circuits()->qkSingularValues()->plottedValue(0) == hs::circuit_spectrum(*model->weights(), 0, 1).qk_singular_values[0]);
 }
 
+TEST_CASE("The QK / OV view's token vectors are chosen in the view, raw or extended, and say which", "[window][circuits]") {
+  // Issue 21 item 6: the source of a head's token vectors, a choice inside the view; the default
+  // is raw for layer 0's heads and extended after (the CLI's circuits --embedding default).
+  Window w;
+  w.window.tabs()->setCurrentWidget(w.circuits());
+  const auto weights = w.run()->run.model->weights();
+  auto shown = [&](int layer, int head, hs::TokenVectors vectors) {
+    return waitFor([&] {
+      const auto r = circuitsResult(w);
+      return r && r->run_job == w.run()->job && r->spectrum->layer == layer && r->spectrum->head == head &&
+             r->spectrum->vectors == vectors && r->prompt.vectors == vectors;
+    });
+  };
+  const auto* folding = w.circuits()->findChild<QLabel*>(QStringLiteral("circuitsFolding"));
+  REQUIRE(folding);
+  QComboBox* box = w.circuits()->tokenVectorsBox();
+  REQUIRE(box);
+  CHECK(w.circuits()->tokenVectors() == hs::TokenVectors::Default);
+  CHECK(w.circuits()->viewInputs().isEmpty());
+  w.selection()->setHead(1, 2);
+  REQUIRE(shown(1, 2, hs::TokenVectors::Extended));
+
+  // Raw for a head after layer 0: the spectrum and the prompt's circuits on raw embedding rows.
+  w.circuits()->setTokenVectors(hs::TokenVectors::Raw);
+  REQUIRE(shown(1, 2, hs::TokenVectors::Raw));
+  const hs::CircuitSpectrum raw = hs::circuit_spectrum(*weights, 1, 2, hs::TokenVectors::Raw);
+  const hs::CircuitSpectrum extended = hs::circuit_spectrum(*weights, 1, 2, hs::TokenVectors::Extended);
+  REQUIRE(raw.copying_score != extended.copying_score);  // the choice is visible on this model
+  CHECK(w.circuits()->copyingText().contains(QString::number(raw.copying_score, 'f', 3)));
+  CHECK(w.circuits()->copyingText().contains(QStringLiteral("raw embedding")));
+  CHECK(folding->text().contains(QStringLiteral("Tokens are the raw embedding rows")));
+  const hs::PromptCircuits p = hs::prompt_circuits(*weights, 1, 2, w.run()->run.tokens, CircuitsView::kTopK,
+                                                   hs::TokenVectors::Raw);
+  CHECK(w.circuits()->qkScores()->plottedValue(1, 0) == static_cast<double>(p.qk_scores(1, 0)));
+  // The choice stays with the view across heads, is its input for Export All and the command
+  // line, and its analysis key says it.
+  CHECK(w.circuits()->viewInputs().value(QString::fromLatin1(CircuitsView::kEmbedding)).toString() == QStringLiteral("raw"));
+  const auto figures = w.circuits()->exportFigures(*w.run());
+  REQUIRE(figures.size() == 1);
+  CHECK(figures[0].analysis->params == QStringList{QStringLiteral("raw")});
+  w.selection()->setHead(1, 0);
+  REQUIRE(shown(1, 0, hs::TokenVectors::Raw));
+
+  // Extended, chosen with the box itself.
+  box->setCurrentIndex(box->findData(static_cast<int>(hs::TokenVectors::Extended)));
+  REQUIRE(shown(1, 0, hs::TokenVectors::Extended));
+  CHECK(w.circuits()->copyingText().contains(
+      QString::number(hs::circuit_spectrum(*weights, 1, 0, hs::TokenVectors::Extended).copying_score, 'f', 3)));
+  CHECK(folding->text().contains(QStringLiteral("Tokens are the extended embedding")));
+  // A layer-0 head reads the raw embedding whatever is chosen, and the caption says why.
+  w.selection()->setHead(0, 1);
+  REQUIRE(shown(0, 1, hs::TokenVectors::Raw));
+  CHECK(folding->text().contains(QStringLiteral("not the extended embedding asked for")));
+
+  // The view's input set as the command line sets it (--embedding raw); a bad word is refused there.
+  w.circuits()->setViewInputs({{QString::fromLatin1(CircuitsView::kEmbedding), QStringLiteral("raw")}});
+  CHECK(w.circuits()->tokenVectors() == hs::TokenVectors::Raw);
+  const ViewOption option = CircuitsView::descriptor().options.at(0);  // a copy: descriptor() is a temporary
+  QString error;
+  CHECK(parseViewOption(option, QStringLiteral("extended"), &error).has_value());
+  CHECK_FALSE(parseViewOption(option, QStringLiteral("embedded"), &error).has_value());
+  CHECK(error.contains(QStringLiteral("raw, extended, default")));
+}
+
 TEST_CASE("The lens and QK / OV views export their figures", "[export][lens][circuits]") {
   Window w;
   for (const char* id : {"lens", "circuits"}) {

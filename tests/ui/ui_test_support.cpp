@@ -5,6 +5,7 @@
 #include <QThread>
 
 #include "core/model/model.h"
+#include "ui/views/patching_view.h"
 #include "ui/views/registry.h"
 
 namespace hs::ui::test {
@@ -39,6 +40,12 @@ QString fixtureModelDir() { return QStringLiteral(HEADSCOPE_SOURCE_DIR "/tests/f
 std::shared_ptr<const hs::Model> fixtureModel() {
   static std::shared_ptr<const hs::Model> model = hs::Model::load(fixtureModelDir().toStdString());
   return model;
+}
+
+QVariantMap fixturePatchingInputs() {
+  return {{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
+          {PatchingView::kAnswer, QStringLiteral("Z")},
+          {PatchingView::kWrong, QStringLiteral("\"")}};
 }
 
 bool waitFor(const std::function<bool()>& done, int timeout_ms) {

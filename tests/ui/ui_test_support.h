@@ -4,6 +4,7 @@
 #include <QCoreApplication>
 #include <QElapsedTimer>
 #include <QString>
+#include <QVariantMap>
 
 #include <functional>
 #include <memory>
@@ -44,6 +45,10 @@ class AnalysisSpy {
 QString fixtureModelDir();
 // The fixture, loaded once per test binary.
 std::shared_ptr<const hs::Model> fixtureModel();
+
+// The Patching view's inputs for the fixture and the prompt "The cat sat on the mat!": a corrupted
+// prompt of the same length and two one-token answers the fixture tells apart.
+QVariantMap fixturePatchingInputs();
 
 // Runs the event loop until `done()` holds or `timeout_ms` passes; returns done().
 bool waitFor(const std::function<bool()>& done, int timeout_ms = 10000);

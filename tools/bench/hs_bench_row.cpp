@@ -6,6 +6,9 @@
 //                [--answer ID --wrong ID]
 //   hs_bench_row --model DIR --mode peak --tokens N --threads T   (the cores' multiply-add peak and
 //                the multiply-adds of one pass: the compute floor the 20-token row is held to)
+//   hs_bench_row --model DIR --mode grad --text TEXT --threads T [--answer ID --wrong ID]
+//   hs_bench_row --model DIR --mode atp --tokens N --threads T --what resid_pre,attn_out,mlp_out,z
+//                [--answer ID --wrong ID] [--exact-warmup W --exact-runs R]
 //
 // Prints one JSON object with the fields of torch_bench.py (median_ms, min_ms, runs, peak_rss_mb)
 // so tools/bench/suite.py reads both sides the same way.
@@ -23,6 +26,21 @@
 //   torch_bench.py --mode patch does), then hs::patching_sweep of --what; "sweep_runs" times the
 //   sweep alone. Every patched cell is computed (SweepControl::skip_unchanged off), so the count
 //   of patched runs is that of TransformerLens's loop.
+// - `grad`: the gradient of logit(answer) - logit(wrong) at the last position at every hook, from
+//   text: hs::run_text (tokenize, BOS first, the full cache and RunOptions::store_mlp_pre, what
+//   the backward pass reads) then hs::backward keeping every key
+//   (GradOptions::keep empty), as `headscope-cli grad` does. Each timed step is a pair, in
+//   alternating order: one forward pass from the same text with the full cache (the yardstick of
+//   issue 23's "at most 2.5x a forward pass") and one gradient; "forward_*" and the main fields
+//   are the two, "ratio_median" the median of the pairs' ratios (robust to a machine whose speed
+//   drifts). "token_ids" are the ids run, for the PyTorch side.
+// - `atp`: attribution patching of every site in --what together, as issue 23 times it: the clean
+//   and the corrupted run (patch's prompts), one backward pass on the corrupted run keeping what
+//   the sites need (hs::atp_gradients), then each site's estimate (hs::attribution_patching);
+//   and, in the same process, the exact sweeps of the same sites from the same two prompts
+//   (hs::patching_sweep as `headscope-cli patch` runs it, unchanged cells not recomputed),
+//   --exact-warmup / --exact-runs times. "max_abs_diff" is the largest |estimate - exact| over
+//   the sites' cells (AtP is an estimate; the figure says the two computed the same nodes).
 // - `open`: hs::Model::load of the folder (memory-mapped safetensors, weights checked, tokenizer
 //   read). With --cold, the file's pages are evicted from the page cache before each load
 //   (posix_fadvise DONTNEED: needs no root and touches no other file); "resident_before_pct"
@@ -60,12 +78,16 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/attribution_patching.h"
 #include "core/analysis/head_detectors.h"
 #include "core/analysis/logit_lens.h"
 #include "core/analysis/patching.h"
 #include "core/analysis/view_data.h"
+#include "core/model/backward.h"
+#include "core/model/metric.h"
 #include "core/model/model.h"
 #include "core/model/pack_cache.h"
+#include "core/session/session.h"
 
 namespace {
 
@@ -75,21 +97,26 @@ struct Args {
   std::string model;
   std::string mode = "cache";
   std::string token_ids;
+  std::string text;
   std::string what = "resid_pre";
   int answer = 11, wrong = 13;
   int tokens = 20;
   int threads = 1;
   int warmup = 3;
   int runs = 10;
+  int exact_warmup = 1;
+  int exact_runs = 3;
   double max_seconds = 0;
   bool cold = false;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::cerr << "hs_bench_row: " << why << "\n"
-            << "usage: hs_bench_row --model DIR [--mode cache|logits|views|patch|open|peak] [--tokens N | --token-ids 1,2,3]\n"
+            << "usage: hs_bench_row --model DIR [--mode cache|logits|views|patch|grad|atp|open|peak]\n"
+            << "                    [--tokens N | --token-ids 1,2,3 | --text TEXT]\n"
             << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n"
-            << "                    [--what resid_pre|attn_out|mlp_out|z] [--answer ID] [--wrong ID]\n";
+            << "                    [--what resid_pre|attn_out|mlp_out|z[,...]] [--answer ID] [--wrong ID]\n"
+            << "                    [--exact-warmup W] [--exact-runs R]\n";
   std::exit(2);
 }
 
@@ -113,9 +140,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--mode") a.mode = value();
     else if (k == "--tokens") a.tokens = number();
     else if (k == "--token-ids") a.token_ids = value();
+    else if (k == "--text") a.text = value();
     else if (k == "--threads") a.threads = number();
     else if (k == "--warmup") a.warmup = number();
     else if (k == "--runs") a.runs = number();
+    else if (k == "--exact-warmup") a.exact_warmup = number();
+    else if (k == "--exact-runs") a.exact_runs = number();
     else if (k == "--max-seconds") a.max_seconds = number();
     else if (k == "--cold") a.cold = true;
     else if (k == "--what") a.what = value();
@@ -126,9 +156,11 @@ Args parse(int argc, char** argv) {
   }
   if (a.model.empty()) usage("--model is required");
   if (a.mode != "cache" && a.mode != "logits" && a.mode != "views" && a.mode != "open" && a.mode != "patch" &&
-      a.mode != "peak")
-    usage("--mode is cache, logits, views, patch, open or peak");
-  if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1) usage("counts must be positive");
+      a.mode != "peak" && a.mode != "grad" && a.mode != "atp")
+    usage("--mode is cache, logits, views, patch, grad, atp, open or peak");
+  if (a.mode == "grad" && a.text.empty()) usage("--mode grad needs --text (the gradient is timed from text)");
+  if (a.threads < 1 || a.runs < 1 || a.warmup < 0 || a.tokens < 1 || a.exact_runs < 1 || a.exact_warmup < 0)
+    usage("counts must be positive");
   return a;
 }
 
@@ -257,6 +289,32 @@ std::string json_list(const std::vector<double>& v) {
   return o.str();
 }
 
+// The passes of a process: --warmup untimed, then --runs timed. Past --max-seconds no new pass
+// starts once one was timed (stopped_early says so); out of time while warming up, it goes
+// straight to one timed pass. Switches perf on at the first timed pass.
+class Passes {
+ public:
+  explicit Passes(const Args& a) : a_(a), start_(Clock::now()) {}
+  // Whether pass i runs; `timed_any`: a timed pass has run. May move i to the first timed pass.
+  bool run(int& i, bool timed_any) {
+    if (i >= a_.warmup + a_.runs) return false;
+    if (a_.max_seconds > 0 && ms_since(start_) > a_.max_seconds * 1e3) {
+      if (timed_any) {
+        stopped_early = true;
+        return false;
+      }
+      if (i < a_.warmup) i = a_.warmup;
+    }
+    if (i == a_.warmup) perf_control("enable");
+    return true;
+  }
+  bool stopped_early = false;
+
+ private:
+  const Args& a_;
+  Clock::time_point start_;
+};
+
 int run_open(const Args& a) {
   const std::filesystem::path file = std::filesystem::path(a.model) / "model.safetensors";
   std::vector<double> times, resident, first_runs;
@@ -312,17 +370,8 @@ int run_forward(const Args& a) {
   std::vector<double> times, cpu_times;
   size_t cache_bytes = 0;
   float checksum = 0;
-  bool stopped_early = false;
-  const auto t_passes = Clock::now();
-  for (int i = 0; i < a.warmup + a.runs; ++i) {
-    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
-      if (!times.empty()) {
-        stopped_early = true;
-        break;
-      }
-      if (i < a.warmup) i = a.warmup;  // out of time while warming up: go straight to one timed pass
-    }
-    if (i == a.warmup) perf_control("enable");
+  Passes passes(a);
+  for (int i = 0; passes.run(i, !times.empty()); ++i) {
     const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
     std::shared_ptr<hs::ActivationCache> cache = model->run(ids, options);
@@ -358,7 +407,7 @@ int run_forward(const Args& a) {
       s.median, s.min, json_list(times).c_str(), peak_rss_mb(), a.mode.c_str(), cpu_s.median,
       json_list(cpu_times).c_str(), ids.size(), a.threads, load_ms,
       rss_loaded, run_peak,
-      static_cast<double>(cache_bytes) / (1024.0 * 1024.0), stopped_early ? "true" : "false",
+      static_cast<double>(cache_bytes) / (1024.0 * 1024.0), passes.stopped_early ? "true" : "false",
       static_cast<double>(checksum));
   return 0;
 }
@@ -380,17 +429,8 @@ int run_patch(const Args& a) {
   std::vector<double> times, sweep_times, cpu_times;
   int cells = 0;
   float checksum = 0;
-  bool stopped_early = false;
-  const auto t_passes = Clock::now();
-  for (int i = 0; i < a.warmup + a.runs; ++i) {
-    if (a.max_seconds > 0 && ms_since(t_passes) > a.max_seconds * 1e3) {
-      if (!times.empty()) {
-        stopped_early = true;
-        break;
-      }
-      if (i < a.warmup) i = a.warmup;
-    }
-    if (i == a.warmup) perf_control("enable");
+  Passes passes(a);
+  for (int i = 0; passes.run(i, !times.empty()); ++i) {
     const double c0 = process_cpu_ms();
     const auto t0 = Clock::now();
     const auto k = model->run(clean, options);
@@ -418,7 +458,195 @@ int run_patch(const Args& a) {
       "\"checksum\": %g}\n",
       s.median, s.min, json_list(times).c_str(), sw.median, json_list(sweep_times).c_str(), cpu_s.median,
       json_list(cpu_times).c_str(), peak_rss_mb(), run_peak, a.what.c_str(), cells, clean.size(), a.threads,
-      stopped_early ? "true" : "false", static_cast<double>(checksum));
+      passes.stopped_early ? "true" : "false", static_cast<double>(checksum));
+  return 0;
+}
+
+
+int run_grad(const Args& a) {
+  omp_set_num_threads(a.threads);
+  const std::shared_ptr<const hs::Model> model = hs::Model::load(a.model);
+  hs::TextRunOptions run_options;  // the yardstick: a plain run with the full cache
+  run_options.run.threads = a.threads;
+  hs::TextRunOptions grad_run = run_options;  // the gradient's run keeps what backward reads
+  grad_run.run.store_mlp_pre = true;
+  hs::GradOptions grad_options;
+  grad_options.threads = a.threads;
+  const hs::Metric metric = hs::logit_diff_metric(a.answer, a.wrong);
+  const bool reset_ok = reset_peak_rss();
+  std::vector<double> forward_times, forward_cpu, grad_times, grad_cpu, backward_times, ratios;
+  std::vector<int32_t> ids;
+  size_t n_keys = 0, grad_floats = 0;
+  double metric_value = 0, checksum = 0;
+  Passes passes(a);
+  for (int i = 0; passes.run(i, !grad_times.empty()); ++i) {
+    double forward_ms = 0, forward_cpu_ms = 0, grad_ms = 0, grad_cpu_ms = 0, backward_ms = 0;
+    // Alternating which goes first, so neither always follows the other's cache misses.
+    for (int half = 0; half < 2; ++half) {
+      const bool gradient = (half == 0) == (i % 2 == 0);
+      const double c0 = process_cpu_ms();
+      const auto t0 = Clock::now();
+      hs::TextRun r = hs::run_text(model, a.text, gradient ? grad_run : run_options);
+      if (!gradient) {
+        forward_ms = ms_since(t0);
+        forward_cpu_ms = process_cpu_ms() - c0;
+        checksum += r.cache->logits(r.cache->n_pos() - 1, 0);
+        continue;
+      }
+      const auto t1 = Clock::now();
+      const hs::GradientCache g = hs::backward(*r.cache, metric, grad_options);
+      grad_ms = ms_since(t0);
+      backward_ms = ms_since(t1);
+      grad_cpu_ms = process_cpu_ms() - c0;
+      metric_value = g.metric_value;
+      ids = r.tokens;
+      if (n_keys == 0) {  // outside the timed region: what the pass produced, for the table
+        const std::vector<std::string> keys = g.keys();
+        n_keys = keys.size();
+        for (const std::string& key : keys) grad_floats += g.get(key).data.size();
+      }
+      checksum += g.rows(hs::HookPoint::ResidPre, 0)(0, 0);
+    }
+    if (i >= a.warmup) {
+      forward_times.push_back(forward_ms);
+      forward_cpu.push_back(forward_cpu_ms);
+      grad_times.push_back(grad_ms);
+      grad_cpu.push_back(grad_cpu_ms);
+      backward_times.push_back(backward_ms);
+      ratios.push_back(grad_ms / forward_ms);
+    }
+  }
+  perf_control("disable");
+  const Stats g = stats(grad_times), f = stats(forward_times), b = stats(backward_times), r = stats(ratios);
+  const Stats gc = stats(grad_cpu), fc = stats(forward_cpu);
+  char run_peak[32] = "null";
+  if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));
+  std::ostringstream id_list;
+  for (size_t i = 0; i < ids.size(); ++i) id_list << (i ? "," : "") << ids[i];
+  std::printf(
+      "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"cpu_median_ms\": %.3f, \"cpu_runs\": %s, "
+      "\"backward_median_ms\": %.3f, \"backward_runs\": %s, \"forward_median_ms\": %.3f, \"forward_min_ms\": %.3f, "
+      "\"forward_runs\": %s, \"forward_cpu_median_ms\": %.3f, \"ratio_median\": %.3f, \"ratio_runs\": %s, "
+      "\"peak_rss_mb\": %.1f, \"run_peak_rss_mb\": %s, \"mode\": \"grad\", \"tokens\": %zu, \"token_ids\": \"%s\", "
+      "\"threads\": %d, \"grad_keys\": %zu, \"grad_floats\": %zu, \"metric\": %.9g, \"stopped_early\": %s, "
+      "\"checksum\": %g}\n",
+      g.median, g.min, json_list(grad_times).c_str(), gc.median, json_list(grad_cpu).c_str(), b.median,
+      json_list(backward_times).c_str(), f.median, f.min, json_list(forward_times).c_str(), fc.median, r.median,
+      json_list(ratios).c_str(), peak_rss_mb(), run_peak, ids.size(), id_list.str().c_str(), a.threads, n_keys,
+      grad_floats, metric_value, passes.stopped_early ? "true" : "false", checksum);
+  return 0;
+}
+
+
+int run_atp(const Args& a) {
+  omp_set_num_threads(a.threads);
+  const auto model = hs::Model::load(a.model);
+  const std::vector<int32_t> clean =
+      a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
+  std::vector<int32_t> corrupt = clean;
+  if (corrupt.size() > 1) corrupt[1] = (corrupt[1] + 1) % model->config().d_vocab;
+  std::vector<hs::AtpSite> sites;
+  std::vector<hs::HookPoint> exact_sites;
+  {
+    std::stringstream ss(a.what);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      const std::optional<hs::AtpSite> site = hs::parse_atp_site(name);
+      if (!site || !hs::exact_sweep_site(*site)) usage(("--what " + name + ": resid_pre, attn_out, mlp_out or z").c_str());
+      sites.push_back(*site);
+      exact_sites.push_back(*hs::exact_sweep_site(*site));
+    }
+  }
+  hs::RunOptions options;
+  options.threads = a.threads;
+  hs::RunOptions grad_options = options;  // the corrupted run keeps what backward reads
+  grad_options.store_mlp_pre = true;
+  hs::SweepControl control;
+  control.threads = a.threads;
+  const bool reset_ok = reset_peak_rss();
+  std::vector<double> atp_times, atp_cpu, backward_times, estimate_times, exact_times, exact_cpu;
+  std::vector<hs::AtpResult> estimates;
+  std::vector<hs::PatchingResult> exact;
+  int nodes = 0;
+  double checksum = 0;
+  for (int i = 0; i < a.warmup + a.runs; ++i) {
+    if (i == a.warmup) perf_control("enable");
+    const double c0 = process_cpu_ms();
+    const auto t0 = Clock::now();
+    const auto k = model->run(clean, options);
+    const auto c = model->run(corrupt, grad_options);
+    const auto t1 = Clock::now();
+    const hs::GradientCache g = hs::atp_gradients(*c, a.answer, a.wrong, sites, hs::PatchMethod::AtP, a.threads);
+    const auto t2 = Clock::now();
+    estimates.clear();
+    for (const hs::AtpSite site : sites) estimates.push_back(hs::attribution_patching(*k, *c, g, site));
+    const double dt = ms_since(t0), cpu = process_cpu_ms() - c0;
+    nodes = 0;
+    for (const hs::AtpResult& r : estimates) {
+      nodes += static_cast<int>(r.raw.size());
+      checksum += r.raw.sum();
+    }
+    if (i >= a.warmup) {
+      atp_times.push_back(dt);
+      atp_cpu.push_back(cpu);
+      backward_times.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+      estimate_times.push_back(ms_since(t2));
+    }
+  }
+  perf_control("disable");
+  int cells = 0, recomputed = 0;
+  for (int i = 0; i < a.exact_warmup + a.exact_runs; ++i) {
+    const double c0 = process_cpu_ms();
+    const auto t0 = Clock::now();
+    const auto k = model->run(clean, options);
+    const auto c = model->run(corrupt, options);
+    exact.clear();
+    for (const hs::HookPoint what : exact_sites)
+      exact.push_back(hs::patching_sweep(*k, *c, a.answer, a.wrong, what, control));
+    const double dt = ms_since(t0), cpu = process_cpu_ms() - c0;
+    cells = recomputed = 0;
+    for (const hs::PatchingResult& r : exact) {
+      cells += static_cast<int>(r.raw.size());
+      recomputed += r.recomputed_runs;
+    }
+    if (i >= a.exact_warmup) {
+      exact_times.push_back(dt);
+      exact_cpu.push_back(cpu);
+    }
+  }
+  // What was timed, checked: the estimate and the exact sweep of the same nodes side by side.
+  double max_diff = 0, max_exact = 0;
+  std::string worst;
+  for (size_t s = 0; s < sites.size(); ++s) {
+    if (estimates[s].raw.rows() != exact[s].raw.rows() || estimates[s].raw.cols() != exact[s].raw.cols()) {
+      std::cerr << "hs_bench_row: the estimate of " << hs::to_string(sites[s]) << " is " << estimates[s].raw.rows()
+                << " x " << estimates[s].raw.cols() << ", its exact sweep " << exact[s].raw.rows() << " x "
+                << exact[s].raw.cols() << "\n";
+      return 1;
+    }
+    const double d = (estimates[s].raw - exact[s].raw).cwiseAbs().maxCoeff();
+    if (d > max_diff) {
+      max_diff = d;
+      worst = std::string(hs::to_string(sites[s]));
+    }
+    max_exact = std::max(max_exact, static_cast<double>(exact[s].raw.cwiseAbs().maxCoeff()));
+  }
+  const Stats s = stats(atp_times), sc = stats(atp_cpu), b = stats(backward_times), e = stats(estimate_times);
+  const Stats x = stats(exact_times), xc = stats(exact_cpu);
+  char run_peak[32] = "null";
+  if (reset_ok) std::snprintf(run_peak, sizeof run_peak, "%.1f", status_mb("VmHWM"));
+  std::printf(
+      "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"cpu_median_ms\": %.3f, \"cpu_runs\": %s, "
+      "\"backward_median_ms\": %.3f, \"backward_runs\": %s, \"estimates_median_ms\": %.3f, \"estimates_runs\": %s, "
+      "\"exact_median_ms\": %.3f, \"exact_runs\": %s, \"exact_cpu_median_ms\": %.3f, \"exact_cpu_runs\": %s, "
+      "\"speedup\": %.3f, \"nodes\": %d, \"exact_cells\": %d, \"exact_patched_runs\": %d, \"max_abs_diff\": %.6g, "
+      "\"max_abs_exact\": %.6g, \"worst_site\": \"%s\", \"peak_rss_mb\": %.1f, \"run_peak_rss_mb\": %s, "
+      "\"mode\": \"atp\", \"what\": \"%s\", \"tokens\": %zu, \"threads\": %d, \"checksum\": %g}\n",
+      s.median, s.min, json_list(atp_times).c_str(), sc.median, json_list(atp_cpu).c_str(), b.median,
+      json_list(backward_times).c_str(), e.median, json_list(estimate_times).c_str(), x.median,
+      json_list(exact_times).c_str(), xc.median, json_list(exact_cpu).c_str(), x.median / s.median, nodes, cells,
+      recomputed, max_diff, max_exact, worst.c_str(), peak_rss_mb(), run_peak, a.what.c_str(), clean.size(), a.threads,
+      checksum);
   return 0;
 }
 
@@ -493,6 +721,8 @@ int main(int argc, char** argv) {
   try {
     if (a.mode == "patch") return run_patch(a);
     if (a.mode == "peak") return run_peak(a);
+    if (a.mode == "grad") return run_grad(a);
+    if (a.mode == "atp") return run_atp(a);
     return a.mode == "open" ? run_open(a) : run_forward(a);
   } catch (const std::exception& e) {
     std::cerr << "hs_bench_row: " << e.what() << "\n";

@@ -3,6 +3,7 @@
 #
 #   tools/bench/run.sh            # every row; about 15 minutes on a quiet 2-core machine
 #   tools/bench/run.sh --quick    # smoke run: a few minutes, rough numbers
+#   tools/bench/run.sh --sections grad,atp   # issue 23's gradients alone: their block of the page
 #
 # Installs what is missing, builds a Release build with -DHEADSCOPE_BENCH=ON in build-bench/
 # (override: HEADSCOPE_BENCH_BUILD=DIR), writes the GPT-2-small-shaped random model to
@@ -16,6 +17,17 @@ cd "$(dirname "$0")/../.."
 BUILD=$(realpath -m "${HEADSCOPE_BENCH_BUILD:-build-bench}")
 MODEL=$(realpath -m "${HEADSCOPE_BENCH_MODEL:-$BUILD/gpt2-small}")
 command_line="tools/bench/run.sh${*:+ $*}"
+# --sections LIST (suite.py's): what is not run is not built or written either (a gradients-only
+# run, --sections grad,atp, needs neither the GUI benchmark nor the Llama-family shapes).
+sections=""
+args=("$@")
+for ((i = 0; i < ${#args[@]}; ++i)); do
+  case ${args[i]} in
+    --sections) sections=${args[i + 1]:-} ;;
+    --sections=*) sections=${args[i]#--sections=} ;;
+  esac
+done
+wants() { [[ -z $sections || ,$sections, == *,$1,* ]]; }
 
 # --- packages: HeadScope's own (tools/dev/deps.sh), then the benchmark's --------------------------
 tools/dev/deps.sh
@@ -43,11 +55,13 @@ fi
 # --- build ---------------------------------------------------------------------------------------
 GUI=ON
 [[ -f ui/CMakeLists.txt ]] || GUI=OFF  # a checkout without the GUI still benchmarks the engine
+LAUNCHER=()
+command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)  # a rebuild after a build is quick
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DHEADSCOPE_BENCH=ON -DHEADSCOPE_GUI=$GUI \
-  -DHEADSCOPE_TESTS=OFF >/dev/null
+  -DHEADSCOPE_TESTS=OFF "${LAUNCHER[@]}" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target hs_bench_row
 # The GUI benchmark needs the GUI library; if it does not build, the rest still runs.
-if [[ -d $BUILD/tools/bench/CMakeFiles/hs_bench_keys.dir ]]; then
+if wants gui && [[ -d $BUILD/tools/bench/CMakeFiles/hs_bench_keys.dir ]]; then
   if ! cmake --build "$BUILD" -j"$(nproc)" --target hs_bench_keys; then
     echo "bench: hs_bench_keys did not build; the GUI rows are skipped" >&2
     rm -f "$BUILD/tools/bench/hs_bench_keys"
@@ -62,13 +76,15 @@ if [[ ! -f $MODEL/model.safetensors || ! -f $MODEL/config.json ]]; then
   /usr/bin/python3 tools/bench/make_gpt2_small.py "$MODEL"
 fi
 # The Llama-family shapes beside it (~270 MB and ~1 GB, BF16, once).
-for shape in smollm-135m qwen2.5-0.5b; do
-  dir=$(dirname "$MODEL")/$shape
-  if [[ ! -f $dir/model.safetensors || ! -f $dir/config.json ]]; then
-    echo "bench: writing the $shape-shaped model to $dir (once)" >&2
-    /usr/bin/python3 tools/bench/make_llama_shapes.py "$dir" --shape "$shape"
-  fi
-done
+if wants families; then
+  for shape in smollm-135m qwen2.5-0.5b; do
+    dir=$(dirname "$MODEL")/$shape
+    if [[ ! -f $dir/model.safetensors || ! -f $dir/config.json ]]; then
+      echo "bench: writing the $shape-shaped model to $dir (once)" >&2
+      /usr/bin/python3 tools/bench/make_llama_shapes.py "$dir" --shape "$shape"
+    fi
+  done
+fi
 
 # --- run -----------------------------------------------------------------------------------------
 exec /usr/bin/python3 tools/bench/suite.py --build-dir "$BUILD" --model "$MODEL" --command "$command_line" "$@"

@@ -16,7 +16,11 @@ explicitly; both sides get OMP_NUM_THREADS.
 Then: the activation-patching sweep (issue 12) on the same model at 16 tokens: HeadScope's
 batched `hs::patching_sweep` (hs_bench_row --mode patch) against TransformerLens's conventions in
 PyTorch, one full forward pass per patched cell (torch_bench.py --mode patch, i.e.
-tools/reference/hsref.py's patching_sweep in float32), both timed from the two prompts. Then: the
+tools/reference/hsref.py's patching_sweep in float32), both timed from the two prompts. Then: issue 23's
+gradients (sections grad and atp): the gradient of a logit difference at every hook from text
+(hs_bench_row --mode grad: gradient and forward pass in alternating pairs) against PyTorch
+autograd keeping every hook's gradient (torch_bench.py --mode grad), and attribution patching of
+four sites against their four exact sweeps (hs_bench_row --mode atp). Then: the
 time to open the model (hs::Model::load, memory-mapped; warm and cold page cache), the
 GUI's keystroke latency and longest stall on the built-in model (hs_bench_keys, headless), and,
 when `perf` works, where the forward pass spends its time. The markdown page keeps the text
@@ -49,7 +53,19 @@ MODES = ("cache", "logits")
 NOTES_BEGIN, NOTES_END = "<!-- notes:begin -->", "<!-- notes:end -->"
 PATCH_TOKENS = 16
 PATCH_WHAT = ("resid_pre", "z")  # 192 and 144 patched runs on GPT-2 small at 16 tokens
-SECTIONS = ("rows", "patch", "families", "open", "gui", "profile")
+SECTIONS = ("rows", "patch", "grad", "atp", "families", "open", "gui", "profile")
+# Issue 23's gradient benchmarks. grad: the gradient of logit(answer) - logit(wrong) at every hook
+# from this text (BOS + 19 tokens with GPT-2's tokenizer), the answer " Mary" against " John"
+# (GPT-2's ids). atp: AtP of these four sites at PATCH_TOKENS tokens against their exact sweeps.
+GRAD_TEXT = "After the party ended, when Mary and John went to the store, John gave a drink to"
+GRAD_TOKENS = 20
+GRAD_ANSWER, GRAD_WRONG = 5335, 1757
+GRAD_STYLES = ("frozen", "params")  # torch_bench.py --grad-style: the PyTorch references
+ATP_WHAT = ("resid_pre", "attn_out", "mlp_out", "z")
+# These sections have a block of their own on the page: run alone (--sections grad,atp), they
+# replace only that block of the existing page and keep the rest of a whole run's numbers.
+GRAD_BEGIN, GRAD_END = "<!-- gradients:begin -->", "<!-- gradients:end -->"
+GRAD_SECTIONS = {"grad", "atp"}
 # Llama-family models of real shapes (tools/bench/make_llama_shapes.py; run.sh writes them):
 # (folder name, the page's name, the rows run on it)
 FAMILY_MODELS = (("smollm-135m", "SmolLM-135M shape (Llama, BF16)", (("cache", 20, 1), ("cache", 20, 2))),
@@ -230,14 +246,43 @@ def run_side(args, cmd, env):
         return {"stopped": round(time.time() - t0)}
 
 
+def new_side():
+    """What a row collects of one side over its processes."""
+    return {"runs": [], "cpu": [], "rss": [], "run_rss": [], "stopped": None}
+
+
+def take(g, j) -> bool:
+    """Adds one process's JSON to its side; False when the process was stopped (no passes)."""
+    if "stopped" in j:
+        g["stopped"] = j["stopped"]
+        return False
+    g["runs"] += j["runs"]
+    g["cpu"] += j.get("cpu_runs", [])
+    g["rss"].append(j["peak_rss_mb"])
+    if j.get("run_peak_rss_mb") is not None:
+        g["run_rss"].append(j["run_peak_rss_mb"])
+    return True
+
+
+def summarize(row, k, g):
+    """A side's fields of a row: median and fastest pass, CPU, peak memory, whether it was stopped."""
+    row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
+    row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
+    row[f"{k}_runs"] = g["runs"]
+    row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
+    row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
+    row[f"{k}_run_rss_mb"] = max(g["run_rss"]) if g["run_rss"] else None
+    row[f"{k}_stopped_s"] = g["stopped"]
+    row[f"{k}_early"] = g.get("early", False)
+
+
 def run_row(args, hs_row, mode, tokens, threads, ids_arg):
     rounds, warmup, runs = plan(tokens, args.quick)
     common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", mode,
               "--warmup", str(warmup), "--runs", str(runs)]
     sides = {"hs": [hs_row], "pt": [PYTHON, os.path.join(HERE, "torch_bench.py")]}
     envs = {"hs": hs_env(threads), "pt": torch_env(threads)}
-    got = {k: {"runs": [], "cpu": [], "rss": [], "run_rss": [], "cache_mb": None, "load": [], "stopped": None,
-               "early": False} for k in sides}
+    got = {k: {**new_side(), "cache_mb": None, "load": [], "early": False} for k in sides}
     t0 = time.time()
     done = 0
     for r in range(rounds):
@@ -252,28 +297,15 @@ def run_row(args, hs_row, mode, tokens, threads, ids_arg):
                 continue
             j = run_side(args, sides[k] + common, envs[k])
             g = got[k]
-            if "stopped" in j:
-                g["stopped"] = j["stopped"]
+            if not take(g, j):
                 continue
-            g["runs"] += j["runs"]
-            g["cpu"] += j.get("cpu_runs", [])
-            g["rss"].append(j["peak_rss_mb"])
-            if j.get("run_peak_rss_mb") is not None:
-                g["run_rss"].append(j["run_peak_rss_mb"])
             g["cache_mb"] = j.get("cache_mb", g["cache_mb"])
             if j.get("load_ms") is not None:
                 g["load"].append(j["load_ms"])
             g["early"] |= bool(j.get("stopped_early"))
     row = {"mode": mode, "tokens": tokens, "threads": threads, "rounds": done, "warmup": warmup, "runs": runs}
     for k, g in got.items():
-        row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
-        row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
-        row[f"{k}_runs"] = g["runs"]
-        row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
-        row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
-        row[f"{k}_run_rss_mb"] = max(g["run_rss"]) if g["run_rss"] else None
-        row[f"{k}_stopped_s"] = g["stopped"]
-        row[f"{k}_early"] = g["early"]
+        summarize(row, k, g)
     row["hs_cache_mb"] = got["hs"]["cache_mb"]
     row["pt_load_ms"] = got["pt"]["load"]
     ok = row["hs_ms"] and row["pt_ms"]
@@ -289,7 +321,7 @@ def run_patch_row(args, hs_row, what, threads, ids_arg):
     pt_plan = ("0", "1")                                  # a PyTorch sweep takes seconds: one per process
     common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", "patch",
               "--what", what, "--answer", "11", "--wrong", "13"]
-    got = {k: {"runs": [], "cpu": [], "sweep": [], "rss": [], "cells": None, "stopped": None} for k in ("hs", "pt")}
+    got = {k: {**new_side(), "sweep": [], "cells": None} for k in ("hs", "pt")}
     for _ in range(rounds):
         for k, cmd, env, (warmup, runs) in (
                 ("hs", [hs_row], hs_env(threads), hs_plan),
@@ -298,24 +330,14 @@ def run_patch_row(args, hs_row, what, threads, ids_arg):
             if g["stopped"]:
                 continue
             j = run_side(args, cmd + common + ["--warmup", warmup, "--runs", runs], env)
-            if "stopped" in j:
-                g["stopped"] = j["stopped"]
+            if not take(g, j):
                 continue
-            g["runs"] += j["runs"]
-            g["cpu"] += j.get("cpu_runs", [])
             g["sweep"] += j.get("sweep_runs", [])
-            g["rss"].append(j["peak_rss_mb"])
             g["cells"] = j.get("patched_runs")
     row = {"what": what, "tokens": PATCH_TOKENS, "threads": threads, "rounds": rounds,
            "hs_plan": hs_plan, "pt_plan": pt_plan, "cells": got["hs"]["cells"] or got["pt"]["cells"]}
     for k, g in got.items():
-        row[f"{k}_ms"] = statistics.median(g["runs"]) if g["runs"] else None
-        row[f"{k}_min_ms"] = min(g["runs"]) if g["runs"] else None
-        row[f"{k}_runs"] = g["runs"]
-        row[f"{k}_cpu_ms"] = statistics.median(g["cpu"]) if g["cpu"] else None
-        row[f"{k}_rss_mb"] = max(g["rss"]) if g["rss"] else None
-        row[f"{k}_stopped_s"] = g["stopped"]
-        row[f"{k}_early"] = False
+        summarize(row, k, g)
     row["hs_sweep_ms"] = statistics.median(got["hs"]["sweep"]) if got["hs"]["sweep"] else None
     ok = row["hs_ms"] and row["pt_ms"]
     row["speedup"] = row["pt_ms"] / row["hs_ms"] if ok else None
@@ -335,6 +357,193 @@ def patch_targets(patch_rows):
          f"{fx(r['speedup'], '.1f', 'x')} ({side_ms(r, 'pt')} ms vs {side_ms(r, 'hs')} ms)",
          r["speedup"] is not None and r["speedup"] >= 5.0, ""),
     ]
+
+
+def run_grad_row(args, hs_row, threads):
+    """One gradient row: HeadScope (gradient and forward pass, pairs in one process) and each
+    PyTorch style, alternating for several rounds; PyTorch gets the ids HeadScope tokenized."""
+    rounds, warmup, runs = (1, 1, 3) if args.quick else (3, 3, 10)
+    hs_cmd = [hs_row, "--model", args.model, "--mode", "grad", "--text", GRAD_TEXT, "--threads", str(threads),
+              "--answer", str(GRAD_ANSWER), "--wrong", str(GRAD_WRONG), "--warmup", str(warmup), "--runs", str(runs)]
+    got = {k: new_side() for k in ("hs",) + GRAD_STYLES}
+    fwd, fwd_cpu, ratios, bwd = [], [], [], []
+    info = {}
+    for _ in range(rounds):
+        j = run_side(args, hs_cmd, hs_env(threads)) if not got["hs"]["stopped"] else {"stopped": got["hs"]["stopped"]}
+        if take(got["hs"], j):
+            fwd += j["forward_runs"]
+            ratios += j["ratio_runs"]
+            bwd += j["backward_runs"]
+            fwd_cpu.append(j["forward_cpu_median_ms"])
+            info = {k: j[k] for k in ("token_ids", "tokens", "grad_keys", "grad_floats", "metric")}
+        if not info:
+            break  # PyTorch needs HeadScope's ids
+        for style in GRAD_STYLES:
+            g = got[style]
+            if g["stopped"]:
+                continue
+            j = run_side(args, [PYTHON, os.path.join(HERE, "torch_bench.py"), "--model", args.model, "--mode", "grad",
+                                "--grad-style", style, "--token-ids", info["token_ids"], "--threads", str(threads),
+                                "--answer", str(GRAD_ANSWER), "--wrong", str(GRAD_WRONG), "--warmup", str(warmup),
+                                "--runs", str(runs)], torch_env(threads))
+            if not take(g, j):
+                continue
+            info[f"{style}_keys"], info[f"{style}_floats"] = j["grad_keys"], j["grad_floats"]
+            info[f"{style}_metric"] = j["metric"]
+    row = {"threads": threads, "rounds": rounds, "warmup": warmup, "runs": runs, **info}
+    for k, g in got.items():
+        summarize(row, k, g)
+    row["fwd_ms"] = statistics.median(fwd) if fwd else None
+    row["fwd_cpu_ms"] = statistics.median(fwd_cpu) if fwd_cpu else None
+    row["bwd_ms"] = statistics.median(bwd) if bwd else None
+    row["ratio"] = statistics.median(ratios) if ratios else None  # the median of the pairs' ratios
+    pts = [(row[f"{s}_ms"], s) for s in GRAD_STYLES if row[f"{s}_ms"]]
+    row["pt_ms"], row["pt_style"] = min(pts) if pts else (None, None)  # the strongest PyTorch reference
+    row["speedup"] = row["pt_ms"] / row["hs_ms"] if row["pt_ms"] and row["hs_ms"] else None
+    return row
+
+
+def run_atp_row(args, hs_row, threads, ids_arg):
+    """AtP of the four sites against their four exact sweeps, both in one HeadScope process a round
+    (hs_bench_row --mode atp), both timed from the two prompts."""
+    rounds = 1 if args.quick else 2
+    plan_ = ("1", "3", "0", "1") if args.quick else ("2", "10", "1", "3")  # AtP warm-up, timed; exact warm-up, timed
+    cmd = [hs_row, "--model", args.model, "--mode", "atp", "--token-ids", ids_arg, "--threads", str(threads),
+           "--what", ",".join(ATP_WHAT), "--answer", "11", "--wrong", "13", "--warmup", plan_[0], "--runs", plan_[1],
+           "--exact-warmup", plan_[2], "--exact-runs", plan_[3]]
+    atp, exact, cpu_a, cpu_e, bwd, est, rss = [], [], [], [], [], [], []
+    info, stopped = {}, None
+    for _ in range(rounds):
+        j = run_side(args, cmd, hs_env(threads))
+        if "stopped" in j:
+            stopped = j["stopped"]
+            break
+        atp += j["runs"]
+        exact += j["exact_runs"]
+        cpu_a += j["cpu_runs"]
+        cpu_e += j["exact_cpu_runs"]
+        bwd += j["backward_runs"]
+        est += j["estimates_runs"]
+        rss.append(j["peak_rss_mb"])
+        info = {k: j[k] for k in ("nodes", "exact_cells", "exact_patched_runs", "max_abs_diff", "max_abs_exact",
+                                  "worst_site")}
+    med = lambda v: statistics.median(v) if v else None  # noqa: E731
+    row = {"threads": threads, "tokens": PATCH_TOKENS, "rounds": rounds, "plan": plan_, "stopped_s": stopped,
+           "atp_ms": med(atp), "atp_min_ms": min(atp) if atp else None, "exact_ms": med(exact),
+           "atp_cpu_ms": med(cpu_a), "exact_cpu_ms": med(cpu_e), "bwd_ms": med(bwd), "estimates_ms": med(est),
+           "rss_mb": max(rss) if rss else None, **info}
+    row["speedup"] = row["exact_ms"] / row["atp_ms"] if row["atp_ms"] and row["exact_ms"] else None
+    return row
+
+
+def grad_targets(grad_rows, atp_rows):
+    """[(target, measured, met or None, note)] of issue 23's speed targets."""
+    out = []
+    for r in grad_rows:
+        t = r["threads"]
+        fwd_note = (f"the forward pass {fmt_ms(r['fwd_ms'])} ms, the gradient {fmt_ms(r['hs_ms'])} ms "
+                    f"(backward alone {fmt_ms(r['bwd_ms'])} ms); median of {r['rounds'] * r['runs']} pairs' ratios")
+        out.append((f"Gradient at every hook, GPT-2 small, {r.get('tokens', GRAD_TOKENS)} tokens from text, {t} thread"
+                    f"{'s' if t > 1 else ''}: at most 2.5x one forward pass with the cache",
+                    f"{fx(r['ratio'], '.2f', 'x')} the forward pass" if r["ratio"] else "not measured",
+                    None if r["ratio"] is None else r["ratio"] <= 2.5, fwd_note if r["ratio"] else ""))
+        out.append((f"The same gradient, {t} thread{'s' if t > 1 else ''}: at least 2x faster than PyTorch autograd "
+                    f"keeping every hook's gradient",
+                    f"{fx(r['speedup'], '.2f', 'x')} ({side_ms(r, 'pt')} ms, {r['pt_style']}, vs {side_ms(r, 'hs')} ms)"
+                    if r["speedup"] else "not measured",
+                    None if r["speedup"] is None else r["speedup"] >= 2.0, ""))
+    for r in atp_rows:
+        t = r["threads"]
+        out.append((f"AtP of {', '.join(ATP_WHAT)} at {r['tokens']} tokens, {t} thread{'s' if t > 1 else ''}: at least "
+                    f"20x faster than the four exact sweeps",
+                    f"{fx(r['speedup'], '.1f', 'x')} ({fmt_ms(r['exact_ms'])} ms vs {fmt_ms(r['atp_ms'])} ms)"
+                    if r["speedup"] else "not measured",
+                    None if r["speedup"] is None else r["speedup"] >= 20.0, ""))
+    return out
+
+
+def grad_markdown(grad_rows, atp_rows, partial_note=""):
+    L = [GRAD_BEGIN, "## Gradients and attribution patching (issue 23)", ""]
+    if partial_note:
+        L += [partial_note, ""]
+    if not grad_rows and not atp_rows:
+        return L + ["Not measured.", GRAD_END]
+    L.append("| target | measured | |")
+    L.append("| --- | --- | --- |")
+    for t, measured, ok, note in grad_targets(grad_rows, atp_rows):
+        L.append(f"| {t} | {measured}{' — ' + note if note else ''} | {'not measured' if ok is None else verdict(ok)} |")
+    L.append("")
+    if grad_rows:
+        r0 = grad_rows[0]
+        L.append(f"**The gradient at every hook.** The GPT-2-small-shaped model above, the text \"{GRAD_TEXT}\" "
+                 f"({r0.get('tokens', '?')} tokens with BOS), the metric logit({GRAD_ANSWER}) - logit({GRAD_WRONG}) "
+                 "(\" Mary\" and \" John\" in GPT-2's vocabulary) at the last position. *HeadScope*: `hs::run_text` "
+                 "(tokenize, the full cache, mlp.hook_pre kept for the backward pass: `RunOptions::store_mlp_pre`) "
+                 "then `hs::backward` keeping every key (hs_bench_row --mode grad), "
+                 f"{r0.get('grad_keys', '?')} keys, {r0.get('grad_floats', 0) / 1e6:.2f} M floats; each timed step is "
+                 "a pair in alternating order, one forward pass from the same text with the full cache (the yardstick) "
+                 "and one gradient, and *ratio* is the median of the pairs' ratios. *PyTorch* (torch_bench.py --mode grad, "
+                 "the same ids): the cache-mode forward pass with autograd on, `retain_grad()` on every key's tensor, "
+                 "the metric, `backward()`, the gradients gathered in TransformerLens's layouts; *frozen*: the weights "
+                 "need no gradient, so autograd computes only the activations' (the strongest way); *params*: the "
+                 "weights require gradients as a HookedTransformer's parameters do by default. The speedup is "
+                 "against the faster of the two. Medians in milliseconds.")
+        L.append("")
+        L.append("| threads | HeadScope gradient | of which backward | HeadScope forward | ratio | PyTorch frozen | "
+                 "PyTorch params | speedup | keys HS / PT | CPU ms HS / PT frozen | RSS MiB HS / PT frozen | runs per side |")
+        L.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |")
+        for r in grad_rows:
+            L.append(f"| {r['threads']} | {side_ms(r, 'hs')} | {fmt_ms(r['bwd_ms'])} | {fmt_ms(r['fwd_ms'])} | "
+                     f"{fx(r['ratio'], '.2f', 'x')} | {side_ms(r, 'frozen')} | {side_ms(r, 'params')} | "
+                     f"{fx(r['speedup'], '.2f', 'x')} | {r.get('grad_keys', '—')} / {r.get('frozen_keys', '—')} | "
+                     f"{fmt_ms(r['hs_cpu_ms'])} / {fmt_ms(r['frozen_cpu_ms'])} | {fx(r['hs_rss_mb'], '.0f')} / "
+                     f"{fx(r['frozen_rss_mb'], '.0f')} | {r['rounds']} x ({r['warmup']} warm-up + {r['runs']}) |")
+        L.append("")
+        ms = [f"{r['threads']} thread(s): HeadScope {r.get('metric', float('nan')):.6g}, PyTorch "
+              f"{r.get('frozen_metric', float('nan')):.6g}" for r in grad_rows if r.get("frozen_metric") is not None]
+        if ms:
+            L.append("The metric on both sides (float32; a check that they differentiate the same thing): "
+                     + "; ".join(ms) + ".")
+            L.append("")
+    if atp_rows:
+        r0 = atp_rows[0]
+        L.append(f"**Attribution patching.** The patching sweep's model, prompts and metric (above): {PATCH_TOKENS} "
+                 "tokens, the corrupted prompt with position 1 changed, logit(11) - logit(13) at the last position. "
+                 "hs_bench_row --mode atp times, in one process, *AtP*: the clean and the corrupted run, one backward "
+                 "pass on the corrupted run keeping the four sites' hooks (`hs::atp_gradients`), then the four "
+                 f"estimates (`hs::attribution_patching`; {r0.get('nodes', '?')} nodes); and *exact*: the same two runs, "
+                 "then `hs::patching_sweep` of each site as `headscope-cli patch` runs it (cells whose patched value "
+                 f"equals the corrupted run's are not recomputed; {r0.get('exact_patched_runs', '?')} patched runs of "
+                 f"{r0.get('exact_cells', '?')} cells). The largest difference between the estimate and the exact "
+                 f"sweep is printed as a check of what was timed (AtP is an estimate: "
+                 f"{fx(r0.get('max_abs_diff'), '.3g')} at most, against exact values up to "
+                 f"{fx(r0.get('max_abs_exact'), '.3g')}, worst on {r0.get('worst_site', '?')}).")
+        L.append("")
+        L.append("| threads | AtP ms | of which backward | four estimates | four exact sweeps ms | speedup | CPU ms AtP / exact "
+                 "| RSS MiB | runs (AtP warm-up + timed, exact warm-up + timed) |")
+        L.append("| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+        for r in atp_rows:
+            p = r["plan"]
+            L.append(f"| {r['threads']} | {fmt_ms(r['atp_ms'])} | {fmt_ms(r['bwd_ms'])} | {fx(r['estimates_ms'], '.2f')} | "
+                     f"{fmt_ms(r['exact_ms'])} | {fx(r['speedup'], '.1f', 'x')} | {fmt_ms(r['atp_cpu_ms'])} / "
+                     f"{fmt_ms(r['exact_cpu_ms'])} | {fx(r['rss_mb'], '.0f')} | {r['rounds']} x ({p[0]} + {p[1]}, "
+                     f"{p[2]} + {p[3]}) |")
+        L.append("")
+    L.append("Reproduce these alone (about 5 minutes; the rest of this page is kept): "
+             "`tools/bench/run.sh --sections grad,atp`.")
+    L.append(GRAD_END)
+    return L
+
+
+def replace_grad_block(page: str, block: str) -> str:
+    """The page with its gradients block replaced (or put before the notes when it has none)."""
+    if GRAD_BEGIN in page and GRAD_END in page:
+        head, rest = page.split(GRAD_BEGIN, 1)
+        return head + block + rest.split(GRAD_END, 1)[1]
+    if "## Notes" in page:
+        head, rest = page.split("## Notes", 1)
+        return head + block + "\n\n## Notes" + rest
+    return page.rstrip("\n") + "\n\n" + block + "\n"
 
 
 def run_family_rows(args, hs_row):
@@ -638,7 +847,7 @@ def console_table(rows):
 
 
 def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes,
-             patch_rows=(), families=()):
+             patch_rows=(), families=(), grad_rows=(), atp_rows=()):
     now = datetime.datetime.now().astimezone()
     cores = m["cores"] or 1
     # Other work's share of the CPU during the run: the machine's busy time minus the suite's own
@@ -733,6 +942,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
         L.append("Fastest single pass at 20 tokens (HeadScope vs PyTorch, ms): " + "; ".join(mins) + ".")
         L.append("")
     L += patch_markdown(list(patch_rows))
+    L += grad_markdown(list(grad_rows), list(atp_rows)) + [""]
     L += family_markdown(list(families))
     L.append("## Opening the model")
     L.append("")
@@ -888,8 +1098,8 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("```")
     L.append("")
     L.append("Options of `run.sh` (passed to `suite.py`): `--quick`; `--tokens 20,128` (only these rows); "
-             "`--no-gui`; `--no-profile`; `--sections rows,patch,open,gui,profile` (only these parts; write the page "
-             "elsewhere with `--out` then); `--max-process-seconds S` (a process starts no new pass after S seconds; "
+             "`--no-gui`; `--no-profile`; `--sections rows,patch,grad,atp,families,open,gui,profile` (only these parts; write the page "
+             "elsewhere with `--out` then, except for `grad,atp` alone, which rewrite only their own block of the page); `--max-process-seconds S` (a process starts no new pass after S seconds; "
              "default 300, which a quiet machine never reaches); `--json FILE` (every measurement). "
              "`HEADSCOPE_BENCH_BUILD` and `HEADSCOPE_BENCH_MODEL` choose other build and model folders. "
              "The Google Benchmark microbenchmarks of the same calls: "
@@ -991,6 +1201,29 @@ def main() -> int:
                 log(f"suite:        HeadScope {side_ms(r, 'hs')} ms (sweep {fmt_ms(r['hs_sweep_ms'])} ms), "
                     f"PyTorch {side_ms(r, 'pt')} ms ({fx(r['speedup'], '.1f', 'x')}); {r['cells']} patched runs")
 
+    grad_rows = []
+    if "grad" in sections:
+        for t in (2,) if args.quick else THREADS:
+            log(f"suite: gradient at every hook, {GRAD_TOKENS} tokens from text, {t} thread(s): HeadScope, "
+                f"PyTorch {' and '.join(GRAD_STYLES)} ...")
+            r = run_grad_row(args, hs_row, t)
+            grad_rows.append(r)
+            if r.get("tokens") != GRAD_TOKENS:
+                log(f"suite: WARNING: the text is {r.get('tokens')} tokens with this model's tokenizer, not "
+                    f"{GRAD_TOKENS} (the benchmark model was written without GPT-2's tokenizer?)")
+            log(f"suite:        HeadScope {side_ms(r, 'hs')} ms (forward {fmt_ms(r['fwd_ms'])} ms, ratio "
+                f"{fx(r['ratio'], '.2f', 'x')}), PyTorch frozen {side_ms(r, 'frozen')} ms, params "
+                f"{side_ms(r, 'params')} ms ({fx(r['speedup'], '.2f', 'x')})")
+    atp_rows = []
+    if "atp" in sections:
+        ids_arg = ",".join(str(i) for i in bench_tokens(PATCH_TOKENS, d_vocab))
+        for t in (2,) if args.quick else THREADS:
+            log(f"suite: AtP of {','.join(ATP_WHAT)} against the exact sweeps, {PATCH_TOKENS} tokens, {t} thread(s) ...")
+            r = run_atp_row(args, hs_row, t, ids_arg)
+            atp_rows.append(r)
+            log(f"suite:        AtP {fmt_ms(r['atp_ms'])} ms, exact {fmt_ms(r['exact_ms'])} ms "
+                f"({fx(r['speedup'], '.1f', 'x')})")
+
     families = run_family_rows(args, hs_row) if "families" in sections else []
 
     open_warm = open_cold = None
@@ -1076,17 +1309,33 @@ def main() -> int:
               f"debounce); longest GUI stall {keys['stall_max_ms']:.1f} ms [{keys['model_kind']}]")
     if open_warm:
         print(f"open model: warm {fmt_ms(open_warm['median_ms'])} ms; cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
-    for t, measured, ok, note in targets(rows, open_warm, open_cold, keys, m.get("peak")) + (patch_targets(patch_rows) if patch_rows else []):
+    # The other sections' targets only when one of them ran (a gradients-only run measures none).
+    shown = (targets(rows, open_warm, open_cold, keys, m.get("peak")) if sections - GRAD_SECTIONS else []) + \
+        (patch_targets(patch_rows) if patch_rows else []) + grad_targets(grad_rows, atp_rows)
+    for t, measured, ok, note in shown:
         print(f"[{'MET' if ok else ('--' if ok is None else 'NOT MET')}] {t}: {measured}")
 
-    text = markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed,
-                    old_notes_of(args.out), patch_rows, families)
+    if sections <= GRAD_SECTIONS and os.path.isfile(args.out):
+        # The gradient sections alone: only their block of the existing page is rewritten.
+        with open(args.out, encoding="utf-8") as f:
+            page = f.read()
+        others = m.get("others_cores", 0.0)
+        note = (f"Measured {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')} with `{args.command}` "
+                f"alone (HeadScope at commit {m['commit']}; {elapsed / 60:.1f} minutes; other processes used "
+                f"{others:.2f} of the {m['cores']} cores on average"
+                + (": **draft numbers, measured under load**" if others > 0.1 * (m["cores"] or 1) else "")
+                + (": **a `--quick` smoke run**" if args.quick else "") + ").")
+        text = replace_grad_block(page, "\n".join(grad_markdown(grad_rows, atp_rows, note)))
+    else:
+        text = markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed,
+                        old_notes_of(args.out), patch_rows, families, grad_rows, atp_rows)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": m, "rows": rows, "patch_rows": patch_rows, "families": families, "open_warm": open_warm,
+            json.dump({"machine": m, "rows": rows, "patch_rows": patch_rows, "grad_rows": grad_rows,
+                       "atp_rows": atp_rows, "families": families, "open_warm": open_warm,
                        "open_cold": open_cold, "keys": keys,
                        "profiles": profiles, "load": [load_start, load_end]}, f, indent=1)
     log(f"suite: wrote {os.path.relpath(args.out, REPO)} ({elapsed / 60:.1f} min)")

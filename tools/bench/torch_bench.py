@@ -17,6 +17,10 @@ torch.inference_mode():
   the clean activation in, the metric read from the logits. The corrupted prompt is the clean one
   with position 1 changed to the next id (as hs_bench_row --mode patch); `--what` picks the
   activation, `--answer` and `--wrong` the metric's tokens.
+- `--mode grad` (GPT-2): the gradient of logit(answer) - logit(wrong) at the last position at
+  every cache key, TransformerLens-style: the cache-mode forward pass with autograd on,
+  retain_grad on every key's tensor, backward from the metric; `--grad-style frozen|params` says
+  whether the weights require gradients too (see GRAD_STYLES). Not under inference_mode.
 
 Prints one JSON object: {"median_ms", "min_ms", "runs": [...], "peak_rss_mb", ...}; peak_rss_mb is
 the whole process (ru_maxrss), run_peak_rss_mb the peak after loading (VmHWM reset through
@@ -91,11 +95,17 @@ class TorchGPT2:
         self.act = _ACT[c.activation]
         self.mask = torch.full((c.n_ctx, c.n_ctx), float("-inf")).triu(1)           # additive causal mask
 
-    def forward(self, ids, keep_cache: bool):
+    def forward(self, ids, keep_cache: bool, grad: bool = False):
+        """With `grad` (and keep_cache), for --mode grad: the embeddings are leaves that require a
+        gradient when the weights do not (TransformerLens's hook_embed and hook_pos_embed), and
+        hook_z and hook_result are cached in the [head, pos, ...] layout the pass computes them in,
+        the tensors on the autograd path (a transposed view of them would get no gradient)."""
         c = self.c
         n, H, dh, D, eps = ids.numel(), c.n_head, c.d_head, c.d_model, c.layer_norm_eps
         cache = {}
         embed, pos = self.wte[ids], self.wpe[:n]
+        if grad and not embed.requires_grad:
+            embed, pos = embed.detach().requires_grad_(), pos.detach().requires_grad_()
         resid = embed + pos                                                         # [pos, d_model]
         if keep_cache:
             cache["hook_embed"], cache["hook_pos_embed"] = embed, pos
@@ -116,8 +126,9 @@ class TorchGPT2:
                 attn_out = result_hqm.sum(0) + b.b_o
                 cache.update({k_ + "hook_resid_pre": resid, k_ + "attn.hook_q": q, k_ + "attn.hook_k": k,
                               k_ + "attn.hook_v": v, k_ + "attn.hook_attn_scores": scores,
-                              k_ + "attn.hook_pattern": pattern, k_ + "attn.hook_z": z_hqd.transpose(0, 1),
-                              k_ + "attn.hook_result": result_hqm.transpose(0, 1),
+                              k_ + "attn.hook_pattern": pattern,
+                              k_ + "attn.hook_z": z_hqd if grad else z_hqd.transpose(0, 1),
+                              k_ + "attn.hook_result": result_hqm if grad else result_hqm.transpose(0, 1),
                               k_ + "hook_attn_out": attn_out})
             else:
                 attn_out = torch.addmm(b.b_o, z_hqd.transpose(0, 1).reshape(n, D), b.w_o)
@@ -279,6 +290,26 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+class Passes:
+    """The passes of a process: --warmup untimed, then --runs timed (`for i in Passes(args, times)`;
+    i >= args.warmup is a timed pass). Past --max-seconds no new pass starts once `times` has one
+    (stopped_early says so); out of time while warming up, it goes straight to one timed pass."""
+
+    def __init__(self, args, times):
+        self.args, self.times, self.stopped_early = args, times, False
+
+    def __iter__(self):
+        a, t0, i = self.args, time.perf_counter(), 0
+        while i < a.warmup + a.runs:
+            if a.max_seconds and time.perf_counter() - t0 > a.max_seconds:
+                if self.times:
+                    self.stopped_early = True
+                    return
+                i = max(i, a.warmup)
+            yield i
+            i += 1
+
+
 def bench_tokens(n: int, d_vocab: int):
     return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
 
@@ -291,16 +322,9 @@ def patch_main(args, model, weights, tokens, load_ms) -> int:
     reset_ok = _reset_peak_rss()
     times, cpu_times = [], []
     cells = 0
-    stopped_early = False
+    passes = Passes(args, times)
     with torch.inference_mode():
-        t_passes = time.perf_counter()
-        i = 0
-        while i < args.warmup + args.runs:
-            if args.max_seconds and time.perf_counter() - t_passes > args.max_seconds:
-                if times:
-                    stopped_early = True
-                    break
-                i = max(i, args.warmup)
+        for i in passes:
             c0 = time.process_time()
             t0 = time.perf_counter()
             r = hsref.patching_sweep(model, tokens, corrupt, args.answer, args.wrong, args.what,
@@ -311,7 +335,6 @@ def patch_main(args, model, weights, tokens, load_ms) -> int:
             if i >= args.warmup:
                 times.append(dt)
                 cpu_times.append(cpu)
-            i += 1
     print(json.dumps({
         "median_ms": round(statistics.median(times), 3) if times else None,
         "min_ms": round(min(times), 3) if times else None,
@@ -321,8 +344,86 @@ def patch_main(args, model, weights, tokens, load_ms) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         "run_peak_rss_mb": round(_status_mb("VmHWM"), 1) if reset_ok else None,
         "mode": "patch", "what": args.what, "patched_runs": cells, "tokens": len(tokens),
-        "threads": args.threads, "stopped_early": stopped_early, "load_ms": round(load_ms, 1),
+        "threads": args.threads, "stopped_early": passes.stopped_early, "load_ms": round(load_ms, 1),
         "torch": torch.__version__,
+    }))
+    return 0
+
+
+# The ways --mode grad keeps every hook's gradient, TransformerLens-style (retain_grad on every
+# hook's activation, then backward from the metric; HookPoint backward hooks see the same tensors):
+#   frozen   the weights need no gradient (as after model.requires_grad_(False)): autograd
+#            computes only what reaches the activations; the embeddings are the leaves.
+#   params   the weights require gradients, as a HookedTransformer's nn.Parameters do by default:
+#            backward also accumulates every weight's gradient (zeroed between passes, untimed).
+GRAD_STYLES = ("frozen", "params")
+
+
+def _weight_tensors(model):
+    """Every weight tensor of a TorchGPT2 (the blocks' and the model's own), by attribute."""
+    owners = [model] + list(model.blocks)
+    return [(o, name) for o in owners for name, v in vars(o).items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and name not in ("mask", "w_o_h")]
+
+
+def grad_main(args, model, tokens, load_ms) -> int:
+    """--mode grad: the gradient of logit(answer) - logit(wrong) at the last position at every
+    cache key, timed per pass: the forward pass keeping the cache, retain_grad on every key's
+    tensor, the metric, backward, and the {key: gradient} dict in TransformerLens's layouts."""
+    if not isinstance(model, TorchGPT2):
+        raise SystemExit("torch_bench: --mode grad is written for GPT-2 folders")
+    weights = _weight_tensors(model)
+    if args.grad_style == "params":
+        for owner, name in weights:
+            getattr(owner, name).requires_grad_(True)
+        for b in model.blocks:  # the per-head view of W_O, now on the autograd path to w_o
+            b.w_o_h = b.w_o.view(model.c.n_head, model.c.d_head, model.c.d_model)
+    head_major = ("attn.hook_z", "attn.hook_result")
+    ids = torch.tensor(tokens, dtype=torch.long)
+    n = len(tokens)
+    reset_ok = _reset_peak_rss()
+    times, cpu_times, backward_times = [], [], []
+    keys = floats = 0
+    metric = None
+    passes = Passes(args, times)
+    with torch.enable_grad():
+        for i in passes:
+            for owner, name in weights:  # model.zero_grad(), outside the timed region
+                getattr(owner, name).grad = None
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            cache = model.forward(ids, keep_cache=True, grad=True)
+            for t in cache.values():
+                if not t.is_leaf:
+                    t.retain_grad()
+            m = cache["logits"][n - 1, args.answer] - cache["logits"][n - 1, args.wrong]
+            t1 = time.perf_counter()
+            m.backward()
+            grads = {k: (t.grad.transpose(0, 1) if k.endswith(head_major) else t.grad) for k, t in cache.items()}
+            dt = (time.perf_counter() - t0) * 1e3
+            bt = (time.perf_counter() - t1) * 1e3
+            cpu = (time.process_time() - c0) * 1e3
+            missing = [k for k, g in grads.items() if g is None]
+            if missing:
+                raise SystemExit(f"torch_bench: no gradient reached {missing[:3]}")
+            keys, floats, metric = len(grads), sum(g.numel() for g in grads.values()), float(m)
+            del cache, grads, m
+            if i >= args.warmup:
+                times.append(dt)
+                backward_times.append(bt)
+                cpu_times.append(cpu)
+    print(json.dumps({
+        "median_ms": round(statistics.median(times), 3) if times else None,
+        "min_ms": round(min(times), 3) if times else None,
+        "runs": [round(t, 3) for t in times],
+        "backward_median_ms": round(statistics.median(backward_times), 3) if backward_times else None,
+        "cpu_median_ms": round(statistics.median(cpu_times), 3) if cpu_times else None,
+        "cpu_runs": [round(t, 3) for t in cpu_times],
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "run_peak_rss_mb": round(_status_mb("VmHWM"), 1) if reset_ok else None,
+        "mode": "grad", "grad_style": args.grad_style, "grad_keys": keys, "grad_floats": floats,
+        "metric": metric, "tokens": n, "threads": args.threads, "stopped_early": passes.stopped_early,
+        "load_ms": round(load_ms, 1), "torch": torch.__version__,
     }))
     return 0
 
@@ -333,7 +434,9 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=20, help="prompt length (deterministic ids)")
     parser.add_argument("--token-ids", help="comma-separated ids to use instead of --tokens")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--mode", choices=("cache", "logits", "patch"), default="cache")
+    parser.add_argument("--mode", choices=("cache", "logits", "patch", "grad"), default="cache")
+    parser.add_argument("--grad-style", choices=GRAD_STYLES, default="frozen",
+                        help="--mode grad: whether the weights require gradients too (see GRAD_STYLES)")
     parser.add_argument("--what", choices=sorted(hsref.PATCH_SITES), default="resid_pre")
     parser.add_argument("--answer", type=int, default=11)
     parser.add_argument("--wrong", type=int, default=13)
@@ -362,26 +465,20 @@ def main() -> int:
     if not 1 <= len(tokens) <= n_ctx:
         print(f"torch_bench: need 1..{n_ctx} tokens, got {len(tokens)}", file=sys.stderr)
         return 2
+    if args.mode == "grad":
+        return grad_main(args, model, tokens, load_ms)
     ids = torch.tensor(tokens, dtype=torch.long)
     keep = args.mode == "cache"
     rss_after_load_mb = _status_mb("VmRSS")
     reset_ok = _reset_peak_rss()
     times, cpu_times = [], []
-    stopped_early = False
+    passes = Passes(args, times)
     with torch.inference_mode():
         if args.dump:
             cache = model.forward(ids, keep_cache=True)
             hsref.save_cache(args.dump, hsref.cache_to_float32(cache, tokens))
             del cache
-        t_passes = time.perf_counter()
-        i = 0
-        while i < args.warmup + args.runs:
-            # --max-seconds: no new pass once the budget is used (at least one timed pass runs).
-            if args.max_seconds and time.perf_counter() - t_passes > args.max_seconds:
-                if times:
-                    stopped_early = True
-                    break
-                i = max(i, args.warmup)
+        for i in passes:
             c0 = time.process_time()
             t0 = time.perf_counter()
             out = model.forward(ids, keep_cache=keep)
@@ -391,7 +488,6 @@ def main() -> int:
             if i >= args.warmup:
                 times.append(dt)
                 cpu_times.append(cpu)
-            i += 1
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
     run_peak_rss_mb = _status_mb("VmHWM") if reset_ok else None
     print(json.dumps({
@@ -403,7 +499,7 @@ def main() -> int:
         "peak_rss_mb": round(peak_rss_mb, 1),
         "rss_after_load_mb": round(rss_after_load_mb, 1) if rss_after_load_mb else None,
         "run_peak_rss_mb": round(run_peak_rss_mb, 1) if run_peak_rss_mb else None,
-        "mode": args.mode, "tokens": len(tokens), "threads": args.threads, "stopped_early": stopped_early,
+        "mode": args.mode, "tokens": len(tokens), "threads": args.threads, "stopped_early": passes.stopped_early,
         "load_ms": round(load_ms, 1), "torch": torch.__version__,
     }))
     return 0

@@ -1,5 +1,6 @@
 #include "ui/views/circuits_view.h"
 
+#include <QComboBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <mutex>
 
 #include "core/model/model.h"
@@ -31,24 +33,34 @@ namespace {
 struct SpectrumMemo {
   std::mutex mutex;
   std::weak_ptr<const hs::Weights> weights;
-  std::map<std::pair<int, int>, std::shared_ptr<const hs::CircuitSpectrum>> heads;
+  std::map<std::tuple<int, int, hs::TokenVectors>, std::shared_ptr<const hs::CircuitSpectrum>> heads;
 };
 
 std::shared_ptr<const hs::CircuitSpectrum> spectrumOf(SpectrumMemo& memo, const std::shared_ptr<const hs::Weights>& w,
-                                                      int layer, int head) {
+                                                      int layer, int head, hs::TokenVectors vectors) {
   {
     std::lock_guard<std::mutex> lock(memo.mutex);
     if (memo.weights.lock() != w) {
       memo.heads.clear();
       memo.weights = w;
     }
-    const auto it = memo.heads.find({layer, head});
+    const auto it = memo.heads.find({layer, head, vectors});
     if (it != memo.heads.end()) return it->second;
   }
-  auto s = std::make_shared<const hs::CircuitSpectrum>(hs::circuit_spectrum(*w, layer, head));
+  auto s = std::make_shared<const hs::CircuitSpectrum>(hs::circuit_spectrum(*w, layer, head, vectors));
   std::lock_guard<std::mutex> lock(memo.mutex);
-  if (memo.weights.lock() == w) memo.heads[{layer, head}] = s;
+  if (memo.weights.lock() == w) memo.heads[{layer, head, vectors}] = s;
   return s;
+}
+
+// The key's token vectors (AnalysisKey::params: empty for the default), resolved for `layer`:
+// layer 0's heads read the raw embedding whatever was asked (no MLP runs before them), and the
+// view says so.
+hs::TokenVectors vectorsOf(const AnalysisKey& key) {
+  return key.params.isEmpty() ? hs::TokenVectors::Default : hs::parse_token_vectors(key.params.front().toStdString());
+}
+hs::TokenVectors resolvedFor(hs::TokenVectors asked, int layer) {
+  return layer == 0 ? hs::TokenVectors::Raw : hs::resolve_token_vectors(asked, layer);
 }
 
 QLabel* caption(QWidget* parent) {
@@ -77,14 +89,20 @@ ViewDescriptor CircuitsView::descriptor() {
   d.help = QStringLiteral("the selected head's QK and OV circuits: singular values, the full OV circuit's "
                           "eigenvalues and copying score, QK scores and promoted tokens over the prompt");
   d.export_size = QSize(1600, 1000);
+  d.options = {{QString::fromLatin1(kEmbedding), QStringLiteral("raw|extended|default"),
+                QStringLiteral("the QK / OV view's token vectors: raw embedding rows, or through layer 0's MLP "
+                               "(default: raw for layer 0's heads, extended after)"),
+                ViewOption::Type::Text,
+                {QStringLiteral("raw"), QStringLiteral("extended"), QStringLiteral("default")}}};
   auto memo = std::make_shared<SpectrumMemo>();
   d.analysis.id = d.id;
   d.analysis.reads = kReadsLayer | kReadsHead;
   d.analysis.compute = [memo](const RunResult& run, const AnalysisKey& key) {
     const auto& weights = run.run.cache->weights();
     auto r = std::make_shared<CircuitsResult>();
-    r->spectrum = spectrumOf(*memo, weights, key.layer, key.head);
-    r->prompt = hs::prompt_circuits(*weights, key.layer, key.head, run.run.tokens, kTopK);
+    const hs::TokenVectors vectors = resolvedFor(vectorsOf(key), key.layer);
+    r->spectrum = spectrumOf(*memo, weights, key.layer, key.head, vectors);
+    r->prompt = hs::prompt_circuits(*weights, key.layer, key.head, run.run.tokens, kTopK, vectors);
     return std::shared_ptr<ViewResult>(std::move(r));
   };
   // A new head's spectrum reads the whole vocabulary, and every run unembeds each prompt token
@@ -104,8 +122,27 @@ CircuitsView::CircuitsView(Selection* selection, QWidget* parent) : AnalysisView
   title_->setWordWrap(true);  // a long title must not set the view's minimum width
   folding_ = caption(this);
   folding_->setObjectName(QStringLiteral("circuitsFolding"));
+  // What a token is to the head: the view's one input.
+  auto* vectors_row = new QHBoxLayout;
+  auto* vectors_label = new QLabel(QStringLiteral("Tokens as:"), this);
+  vectors_box_ = new QComboBox(this);
+  vectors_box_->setObjectName(QStringLiteral("circuitsTokenVectors"));
+  vectors_box_->addItem(QStringLiteral("default: raw for layer 0, extended after"),
+                        static_cast<int>(hs::TokenVectors::Default));
+  vectors_box_->addItem(QStringLiteral("raw embedding W_E[t]"), static_cast<int>(hs::TokenVectors::Raw));
+  vectors_box_->addItem(QStringLiteral("extended embedding W_E[t] + MLP0(W_E[t])"),
+                        static_cast<int>(hs::TokenVectors::Extended));
+  vectors_box_->setToolTip(QStringLiteral("A head after layer 0 reads each token after layer 0's MLP has written to "
+                                          "it: the extended embedding shows what it copies (docs/circuits.md). Layer "
+                                          "0's heads always read the raw embedding."));
+  vectors_label->setBuddy(vectors_box_);
+  vectors_row->addWidget(vectors_label);
+  vectors_row->addWidget(vectors_box_);
+  vectors_row->addStretch(1);
   layout->addWidget(title_);
+  layout->addLayout(vectors_row);
   layout->addWidget(folding_);
+  connect(vectors_box_, &QComboBox::currentIndexChanged, this, [this] { Q_EMIT analysisKeyChanged(); });
 
   auto* vertical = new QSplitter(Qt::Vertical, this);
   vertical->setChildrenCollapsible(false);
@@ -195,8 +232,43 @@ void CircuitsView::setResult(std::shared_ptr<const ViewResult> result) {
 }
 
 std::vector<ExportFigure> CircuitsView::exportFigures(const RunResult&) {
-  const AnalysisKey key = keyFromSelection(*selection_, descriptor().analysis.reads);
+  const AnalysisKey key = analysisKey(keyFromSelection(*selection_, descriptor().analysis.reads));
   return {{key, [this]() -> ExportFigure::Target { return {this, size()}; }}};
+}
+
+hs::TokenVectors CircuitsView::tokenVectors() const {
+  return static_cast<hs::TokenVectors>(vectors_box_->currentData().toInt());
+}
+
+void CircuitsView::setTokenVectors(hs::TokenVectors vectors) {
+  vectors_box_->setCurrentIndex(vectors_box_->findData(static_cast<int>(vectors)));
+}
+
+AnalysisKey CircuitsView::analysisKey(AnalysisKey selected) const {
+  selected.params = tokenVectorParams();
+  return selected;
+}
+
+QStringList CircuitsView::tokenVectorParams() const {
+  const hs::TokenVectors v = tokenVectors();
+  if (v == hs::TokenVectors::Default) return {};
+  return {QString::fromUtf8(hs::to_string(v).data(), static_cast<int>(hs::to_string(v).size()))};
+}
+
+ViewInputs CircuitsView::viewInputs() const {
+  const QStringList params = tokenVectorParams();
+  if (params.isEmpty()) return {};
+  return {{QString::fromLatin1(kEmbedding), params.front()}};
+}
+
+void CircuitsView::setViewInputs(const ViewInputs& inputs) {
+  // The command line's value was checked against the option's choices; anything else (an empty
+  // field) is the default.
+  const QString text = inputs.value(QString::fromLatin1(kEmbedding)).toString().trimmed();
+  hs::TokenVectors v = hs::TokenVectors::Default;
+  if (text == QLatin1String("raw")) v = hs::TokenVectors::Raw;
+  if (text == QLatin1String("extended")) v = hs::TokenVectors::Extended;
+  setTokenVectors(v);
 }
 
 QString CircuitsView::copyingText() const { return eigen_caption_->text(); }
@@ -249,7 +321,11 @@ void CircuitsView::refresh() {
                            "without weight or bias (centred and scaled)")
                 .arg(norm)
           : QStringLiteral("<b>Tokens are the raw embedding rows</b> W_E[t]%1")
-                .arg(s.layer == 0 ? QStringLiteral(" (a layer-0 head reads them before any MLP)") : QString());
+                .arg(s.layer == 0 ? (tokenVectors() == hs::TokenVectors::Extended
+                                         ? QStringLiteral(" (not the extended embedding asked for: a layer-0 head "
+                                                          "reads the tokens before any MLP)")
+                                         : QStringLiteral(" (a layer-0 head reads them before any MLP)"))
+                                  : QString());
   folding_->setText(QStringLiteral("%2. Folded: the layer's first %1 weight into W_Q, W_K and W_V; the final %1 weight "
                                    "into W_U. Ignored: every bias (b_Q, b_K, b_V, b_O, the norms'), positions, and "
                                    "1/√d_head%3. Never materialized: singular values come from d_head × d_head "

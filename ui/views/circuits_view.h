@@ -11,6 +11,7 @@
 #include "core/analysis/circuits.h"
 #include "ui/views/analysis_view.h"
 
+class QComboBox;
 class QLabel;
 class QTableWidget;
 
@@ -37,6 +38,9 @@ class CircuitsView : public AnalysisView {
   static constexpr int kTopK = 10;
   static constexpr int kShownTop = 5;
 
+  // Its input (ViewOption and ViewInputs name): the token vectors, raw | extended | default.
+  static constexpr const char* kEmbedding = "embedding";
+
   CircuitsView(Selection* selection, QWidget* parent = nullptr);
 
   void setRun(std::shared_ptr<const RunResult>) override {}  // drawn from its head's analysis
@@ -51,6 +55,18 @@ class CircuitsView : public AnalysisView {
   HeatmapView* qkScores() const { return qk_; }
   QTableWidget* ovTable() const { return ov_table_; }
   QString copyingText() const;
+  // What a token is to the head: the choice of the view's "Tokens as" box (Default: raw for
+  // layer 0's heads, extended after; issue 21, docs/circuits.md).
+  hs::TokenVectors tokenVectors() const;
+  void setTokenVectors(hs::TokenVectors vectors);
+  QComboBox* tokenVectorsBox() const { return vectors_box_; }
+  // The choice as AnalysisKey::params: empty for the default, else {"raw"} or {"extended"}.
+  QStringList tokenVectorParams() const;
+
+  // The selection's key with the token vectors' choice in params (none for the default).
+  AnalysisKey analysisKey(AnalysisKey selected) const override;
+  ViewInputs viewInputs() const override;
+  void setViewInputs(const ViewInputs& inputs) override;
 
   FigureText figureText() const override;
   QString figureFileStem() const override;
@@ -64,6 +80,7 @@ class CircuitsView : public AnalysisView {
   std::shared_ptr<const CircuitsResult> result_;
   QLabel* title_ = nullptr;
   QLabel* folding_ = nullptr;
+  QComboBox* vectors_box_ = nullptr;
   QLabel* qk_sv_caption_ = nullptr;
   QLabel* ov_sv_caption_ = nullptr;
   QLabel* eigen_caption_ = nullptr;

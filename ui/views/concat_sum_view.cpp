@@ -41,9 +41,12 @@ QLabel* operatorLabel(QWidget* parent, const QString& text) {
   return label;
 }
 
-HeatmapView* signedPlot(QWidget* parent, const QString& name) {
+// `scale_title`: what the colours are (every heatmap's colour scale says, in the window and in
+// its exported figure).
+HeatmapView* signedPlot(QWidget* parent, const QString& name, const QString& scale_title) {
   auto* plot = new HeatmapView(parent);
   plot->setObjectName(name);
+  plot->setColorScaleTitle(scale_title);
   plot->setColorMap(ColorMap::Diverging);
   plot->setRangeMode(HeatmapView::RangeMode::Symmetric);
   plot->setMinimumSize(120, 120);
@@ -113,9 +116,9 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   z_caption_ = caption(top);
   wo_caption_ = caption(top);
   concat_out_caption_ = caption(top);
-  z_ = signedPlot(top, QStringLiteral("concatZ"));
-  wo_ = signedPlot(top, QStringLiteral("concatWO"));
-  concat_out_ = signedPlot(top, QStringLiteral("concatOut"));
+  z_ = signedPlot(top, QStringLiteral("concatZ"), QStringLiteral("z"));
+  wo_ = signedPlot(top, QStringLiteral("concatWO"), QStringLiteral("W_O"));
+  concat_out_ = signedPlot(top, QStringLiteral("concatOut"), QStringLiteral("attn_out"));
   grid->addWidget(z_caption_, 0, 0);
   grid->addWidget(wo_caption_, 0, 2);
   grid->addWidget(concat_out_caption_, 0, 4);
@@ -152,7 +155,7 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   results_box->addWidget(results_, 1);
   auto* sum_box = new QVBoxLayout;
   sum_out_caption_ = caption(middle);
-  sum_out_ = signedPlot(middle, QStringLiteral("sumOut"));
+  sum_out_ = signedPlot(middle, QStringLiteral("sumOut"), QStringLiteral("attn_out"));
   sum_box->addWidget(sum_out_caption_);
   sum_box->addWidget(sum_out_, 1);
   middle_row->addLayout(results_box, 3);

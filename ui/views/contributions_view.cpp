@@ -238,7 +238,9 @@ void ContributionsView::refresh() {
   if (norms) {
     heads_->setColorMap(ColorMap::Sequential);
     heads_->setRangeMode(HeatmapView::RangeMode::ZeroToMax);
-    heads_->setColorScaleTitle(QStringLiteral("‖r_h‖"));
+    // Not "‖r_h‖": rotated at the scale's size, U+2016 draws as two solid bars and the title
+    // cannot be read (issue 21 item 7).
+    heads_->setColorScaleTitle(QStringLiteral("write norm |r_h|"));
     heads_caption_->setText(QStringLiteral("How much each head writes into the residual stream at %1: the norm of its "
                                            "result z_h · W_O[h]. Click a cell to select the head.")
                                 .arg(pos_text));
@@ -280,7 +282,7 @@ void ContributionsView::refresh() {
           ? QString()
           : QStringLiteral(" No part stands for position: this model has no position embedding (positions "
                            "enter inside attention, rotating queries and keys).");
-  bars_->setValueAxisTitle(norms ? QStringLiteral("‖component‖") : QStringLiteral("logit contribution"));
+  bars_->setValueAxisTitle(norms ? QStringLiteral("norm |component|") : QStringLiteral("logit contribution"));
   bars_->setTooltipFormatter([this, norms, target_text](int i) {
     const auto& b = bars_->bar(i);
     return norms ? QStringLiteral("%1: ‖·‖ = %2").arg(b.label, formatNumber(b.value))

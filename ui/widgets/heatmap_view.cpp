@@ -508,6 +508,10 @@ void HeatmapView::setColorScaleTitle(const QString& title) {
   scheduleReplot();
 }
 
+bool HeatmapView::colorScaleShown() const { return scale_->visible(); }
+
+QString HeatmapView::colorScaleTitle() const { return scale_->axis()->label(); }
+
 void HeatmapView::setCompact(bool compact) {
   scale_->setBarWidth(compact ? 7 : 10);
   scale_->axis()->ticker()->setTickCount(compact ? 3 : 5);

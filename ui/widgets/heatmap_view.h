@@ -77,6 +77,10 @@ class HeatmapView : public QWidget, public FigureSource {
   double rangeUpper() const;
   void setColorScaleTitle(const QString& title);
   void setColorScaleVisible(bool visible);
+  // What a figure of this heatmap shows beside the cells: the colour scale (when the heatmap has
+  // cells and the scale is wanted) and its title.
+  bool colorScaleShown() const;
+  QString colorScaleTitle() const;
   // Small plots side by side: a thinner colour bar with fewer ticks, tighter margins.
   void setCompact(bool compact);
   // Hide the row labels when a neighbouring plot with the same rows shows them.

@@ -115,6 +115,7 @@ void ExportAllJob::paint(ViewState&, const ExportFigure& figure) {
   if (!target.source) return fail(QStringLiteral("Nothing to export: the run has no data for this view."));
   const QString path = QDir(options_.out_dir).filePath(target.source->figureFileStem() + QStringLiteral(".png"));
   const QImage image = renderFigureImage(*target.source, target.size, options_.scale);
+  Q_EMIT figurePainted(target.source, QFileInfo(path).fileName());
   const FigureText text = target.source->figureText();
   ++rendered_;
   ++pending_writes_;

@@ -50,6 +50,9 @@ class ExportAllJob : public QObject {
 
  Q_SIGNALS:
   void progress(int done, int total, const QString& current);
+  // Each figure as it is painted, before its file is written: what the PNG shows, for tests that
+  // check every figure (each heatmap's colour scale has a title).
+  void figurePainted(const hs::ui::FigureSource* source, const QString& file_name);
   // ok = every file was written; message = a one-line summary or the first error.
   void finished(bool ok, const QString& message);
 
