@@ -352,6 +352,17 @@ int run_open(const Args& a) {
   return 0;
 }
 
+// The prompt of a run: --token-ids, or --tokens ids of the default sequence.
+std::vector<int32_t> bench_ids(const Args& a, const hs::Model& model) {
+  return a.token_ids.empty() ? default_ids(a.tokens, model.config().d_vocab) : parse_ids(a.token_ids);
+}
+
+// The patching modes' corrupted prompt: the clean one with its second token changed.
+std::vector<int32_t> corrupted(std::vector<int32_t> ids, const hs::Model& model) {
+  if (ids.size() > 1) ids[1] = (ids[1] + 1) % model.config().d_vocab;
+  return ids;
+}
+
 int run_forward(const Args& a) {
   // Threads: exactly --threads for every run (RunOptions::threads; 0 would let the core choose
   // by size). suite.py sets OMP_NUM_THREADS as well, for anything else OpenMP starts.
@@ -359,8 +370,7 @@ int run_forward(const Args& a) {
   const auto t_load = Clock::now();
   const auto model = hs::Model::load(a.model);
   const double load_ms = ms_since(t_load);
-  const std::vector<int32_t> ids =
-      a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
+  const std::vector<int32_t> ids = bench_ids(a, *model);
   hs::RunOptions options;
   options.logits_only = a.mode == "logits";
   options.threads = a.threads;
@@ -415,10 +425,8 @@ int run_forward(const Args& a) {
 int run_patch(const Args& a) {
   omp_set_num_threads(a.threads);
   const auto model = hs::Model::load(a.model);
-  const std::vector<int32_t> clean =
-      a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
-  std::vector<int32_t> corrupt = clean;
-  if (corrupt.size() > 1) corrupt[1] = (corrupt[1] + 1) % model->config().d_vocab;
+  const std::vector<int32_t> clean = bench_ids(a, *model);
+  const std::vector<int32_t> corrupt = corrupted(clean, *model);
   const hs::HookPoint what = hs::parse_hook_point(a.what);
   hs::RunOptions options;
   options.threads = a.threads;
@@ -541,10 +549,8 @@ int run_grad(const Args& a) {
 int run_atp(const Args& a) {
   omp_set_num_threads(a.threads);
   const auto model = hs::Model::load(a.model);
-  const std::vector<int32_t> clean =
-      a.token_ids.empty() ? default_ids(a.tokens, model->config().d_vocab) : parse_ids(a.token_ids);
-  std::vector<int32_t> corrupt = clean;
-  if (corrupt.size() > 1) corrupt[1] = (corrupt[1] + 1) % model->config().d_vocab;
+  const std::vector<int32_t> clean = bench_ids(a, *model);
+  const std::vector<int32_t> corrupt = corrupted(clean, *model);
   std::vector<hs::AtpSite> sites;
   std::vector<hs::HookPoint> exact_sites;
   {
