@@ -48,9 +48,16 @@ RowMatrixXf normalize(const RowMatrixXf& raw, float m_clean, float m_corrupt) {
 const PositionRows& at_hook(const ActivationCache& c, HookPoint hook, int l) { return *c.stored_rows(hook, l); }
 
 // What the batched layers implement: forward.cpp's sequential block with either norm, learned or
-// rotary positions and a plain or gated MLP. Parallel blocks (GPT-NeoX's default) fall back to
-// full runs until their step is added here too (DESIGN.md, "Adding an architecture").
-bool batched_layers_support(const ModelConfig& c) { return !c.architecture.parallel_blocks; }
+// rotary positions and a plain or gated MLP. Parallel blocks (GPT-NeoX's default) and Gemma's and
+// Qwen3's steps (norms after attention and the MLP, q/k norms, soft-caps, windows, local
+// rotations, the scaled embedding) fall back to full runs until their steps are added here too
+// (DESIGN.md, "Adding an architecture").
+bool batched_layers_support(const ModelConfig& c) {
+  const Architecture& a = c.architecture;
+  return !a.parallel_blocks && !a.post_attn_norm && !a.post_mlp_norm && !a.qk_norm && !(a.attn_softcap > 0.0f) &&
+         !(a.final_softcap > 0.0f) && a.window.empty() && !a.local_rotary && !a.embedding_scaled &&
+         !(a.attn_scale > 0.0f);
+}
 
 // Applies `f(block_in, block_out)` to blocks of rows on the calling thread's team: the elementwise
 // steps between products (norms, the activation), which are serial in forward() but would leave

@@ -13,9 +13,11 @@ constexpr TensorRole kModelRolesBefore[] = {TensorRole::TokenEmbedding, TensorRo
 constexpr TensorRole kLayerRoles[] = {
     TensorRole::Norm1Weight, TensorRole::Norm1Bias,     TensorRole::QkvWeight,     TensorRole::QkvBias,
     TensorRole::QWeight,     TensorRole::QBias,         TensorRole::KWeight,       TensorRole::KBias,
-    TensorRole::VWeight,     TensorRole::VBias,         TensorRole::AttnOutWeight, TensorRole::AttnOutBias,
+    TensorRole::VWeight,     TensorRole::VBias,         TensorRole::QNormWeight,   TensorRole::KNormWeight,
+    TensorRole::AttnOutWeight, TensorRole::AttnOutBias, TensorRole::PostAttnNormWeight,
     TensorRole::Norm2Weight, TensorRole::Norm2Bias,     TensorRole::MlpInWeight,   TensorRole::MlpInBias,
     TensorRole::MlpGateWeight, TensorRole::MlpGateBias, TensorRole::MlpOutWeight,  TensorRole::MlpOutBias,
+    TensorRole::PostMlpNormWeight,
 };
 constexpr TensorRole kModelRolesAfter[] = {TensorRole::FinalNormWeight, TensorRole::FinalNormBias,
                                            TensorRole::Unembedding};
@@ -107,8 +109,46 @@ bool has_role(const ModelConfig& c, TensorRole r) {
       return a.mlp == MlpKind::Gated && a.mlp_bias;
     case TensorRole::Unembedding:
       return a.unembedding != UnembeddingTie::Tied;
+    case TensorRole::QNormWeight:
+    case TensorRole::KNormWeight:
+      return a.qk_norm;
+    case TensorRole::PostAttnNormWeight:
+      return a.post_attn_norm;
+    case TensorRole::PostMlpNormWeight:
+      return a.post_mlp_norm;
   }
   return false;
+}
+
+bool is_norm_weight(TensorRole r) {
+  switch (r) {
+    case TensorRole::Norm1Weight:
+    case TensorRole::Norm2Weight:
+    case TensorRole::FinalNormWeight:
+    case TensorRole::QNormWeight:
+    case TensorRole::KNormWeight:
+    case TensorRole::PostAttnNormWeight:
+    case TensorRole::PostMlpNormWeight:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int attention_window(const ModelConfig& c, int l) {
+  const std::vector<int>& w = c.architecture.window;
+  return l >= 0 && static_cast<size_t>(l) < w.size() ? w[static_cast<size_t>(l)] : 0;
+}
+
+bool window_matters(const ModelConfig& c, int n_pos) {
+  for (int l = 0; l < c.n_layers; ++l)
+    if (const int w = attention_window(c, l); w > 0 && w < n_pos) return true;
+  return false;
+}
+
+const RotaryParams& rotary_params(const ModelConfig& c, int l) {
+  const Architecture& a = c.architecture;
+  return a.local_rotary && attention_window(c, l) > 0 ? a.rotary_local : a.rotary;
 }
 
 std::vector<int64_t> logical_shape(const ModelConfig& c, TensorRole r) {
@@ -125,7 +165,12 @@ std::vector<int64_t> logical_shape(const ModelConfig& c, TensorRole r) {
     case TensorRole::FinalNormBias:
     case TensorRole::AttnOutBias:
     case TensorRole::MlpOutBias:
+    case TensorRole::PostAttnNormWeight:
+    case TensorRole::PostMlpNormWeight:
       return {D};
+    case TensorRole::QNormWeight:
+    case TensorRole::KNormWeight:
+      return {c.d_head};
     case TensorRole::QkvWeight: return {D, q + 2 * kv};
     case TensorRole::QkvBias: return {q + 2 * kv};
     case TensorRole::QWeight: return {D, q};
@@ -186,6 +231,15 @@ void require_implemented(const ModelConfig& c) {
       (a.rotary.dim <= 0 || a.rotary.dim > c.d_head || a.rotary.dim % 2 != 0))
     not_implemented(c, "rotary embeddings over " + std::to_string(a.rotary.dim) + " of " + std::to_string(c.d_head) +
                            " head dimensions (an even number up to d_head is needed)");
+  for (const RotaryParams* r : {&a.rotary, &a.rotary_local}) {
+    if (a.positions != PositionKind::Rotary || (r == &a.rotary_local && !a.local_rotary)) continue;
+    if (r->dim != a.rotary.dim) not_implemented(c, "local and global rotations over different dimensions");
+  }
+  if (a.qk_norm && a.norm != NormKind::RMSNorm) not_implemented(c, "a query/key norm that is not an RMSNorm");
+  if ((a.post_attn_norm || a.post_mlp_norm) && a.parallel_blocks)
+    not_implemented(c, "norms after attention and the MLP in parallel blocks");
+  if (!a.window.empty() && a.window.size() != static_cast<size_t>(c.n_layers))
+    not_implemented(c, "a list of sliding windows that does not give one per layer");
   if (a.family && a.family->layout(TensorRole::Unembedding) != Layout::OutIn)
     not_implemented(c, "an unembedding stored [d_model, d_vocab]");
   if (a.family) {

@@ -92,7 +92,48 @@ struct Architecture {
   bool mlp_bias = true;       // b_in (and b_gate), b_out
   bool parallel_blocks = false;  // attention and MLP both read resid_pre (GPT-J, GPT-NeoX)
   UnembeddingTie unembedding = UnembeddingTie::TiedUnlessPresent;
+
+  // Gemma 2, Gemma 3 and Qwen3 (their entries in core/model/arch/). Each default is what the
+  // families above compute, so an option that is off changes nothing.
+  // The token row is multiplied by float32(sqrt(d_model)) as it enters the stream (hook_embed is
+  // the scaled row). Hugging Face computes the factor in the hidden dtype, so a BF16 run there
+  // rounds it (sqrt(1152) = 33.94 becomes 34.0); HeadScope computes in float32.
+  bool embedding_scaled = false;
+  // Every norm multiplies by (1 + w), w as stored (Gemma's RMSNorm). The binder folds the 1 into
+  // an owned float32 copy (1.0f + w, the float Hugging Face's `1.0 + weight.float()` gives), so
+  // kernels and analyses see the weight that is applied.
+  bool norm_weight_plus_one = false;
+  // A norm of the attention output (of the MLP output) before it joins the residual stream
+  // (TransformerLens's ln1_post and ln2_post; Gemma's post_attention_layernorm and
+  // post_feedforward_layernorm). hook_attn_out and hook_mlp_out are after it.
+  bool post_attn_norm = false;
+  bool post_mlp_norm = false;
+  // An RMSNorm over head_dim of each query and key head, before the rotation (Gemma 3, Qwen3).
+  bool qk_norm = false;
+  // The factor of q.k when positive (Gemma: query_pre_attn_scalar^-1/2); 0: 1/sqrt(d_head) with
+  // ModelConfig's scaling flags.
+  float attn_scale = 0.0f;
+  // Soft-capping cap * tanh(x / cap) when positive: of the attention scores, after the scale and
+  // before the mask (Gemma 2), and of the logits (Gemma 2, some Gemma 3).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  // Per layer, how many keys a query reads on a sliding-window layer: keys k with q - W < k <= q.
+  // 0 (or an empty list) means every earlier key.
+  std::vector<int> window;
+  // Sliding-window layers rotate with rotary_local instead of rotary (Gemma 3's
+  // rope_local_base_freq, without scaling).
+  bool local_rotary = false;
+  RotaryParams rotary_local;
 };
+
+// Layer l's window (0: the layer reads every earlier key).
+int attention_window(const ModelConfig& c, int l);
+// The first key query q reads under a window (0 for a global layer): keys first_key .. q.
+inline int first_key(int window, int q) { return window > 0 && q >= window ? q - window + 1 : 0; }
+// Whether some layer's window is shorter than n_pos tokens, so that it masks keys of such a run.
+bool window_matters(const ModelConfig& c, int n_pos);
+// The rotation layer l applies (rotary, or rotary_local on a Gemma 3 sliding layer).
+const RotaryParams& rotary_params(const ModelConfig& c, int l);
 
 // What a tensor is for, whatever its family calls it. Per-layer roles exist once per layer.
 enum class TensorRole : uint8_t {
@@ -121,7 +162,13 @@ enum class TensorRole : uint8_t {
   FinalNormWeight,    // [d_model]
   FinalNormBias,      // [d_model]
   Unembedding,        // W_U   [d_model, d_vocab] (logical; nn.Linear stores [d_vocab, d_model])
+  QNormWeight,        // [d_head], shared by every query head (Architecture::qk_norm)
+  KNormWeight,        // [d_head], shared by every key head
+  PostAttnNormWeight, // [d_model] (Architecture::post_attn_norm)
+  PostMlpNormWeight,  // [d_model] (Architecture::post_mlp_norm)
 };
+// Whether the role is a norm's weight (of the (1 + w) fold: Architecture::norm_weight_plus_one).
+bool is_norm_weight(TensorRole role);
 
 bool is_per_layer(TensorRole role);
 // Whether the forward pass multiplies by this tensor, so that Weights packs it (packed_gemm.h).

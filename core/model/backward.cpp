@@ -398,6 +398,23 @@ void Backward::run() {
 
 }  // namespace
 
+void require_differentiable(const ModelConfig& c) {
+  const Architecture& a = c.architecture;
+  std::string missing;
+  auto need = [&](bool used, const char* what) {
+    if (used) missing += std::string(missing.empty() ? "" : ", ") + what;
+  };
+  need(a.qk_norm, "query/key norms");
+  need(a.post_attn_norm || a.post_mlp_norm, "norms after attention and the MLP");
+  need(a.attn_softcap > 0.0f || a.final_softcap > 0.0f, "soft-capping");
+  need(!a.window.empty() && window_matters(c, c.n_ctx), "sliding-window attention");
+  need(a.embedding_scaled, "a scaled embedding");
+  if (!missing.empty())
+    throw Error("gradients (attribution patching, attributions) are not implemented yet for this " +
+                std::string(a.family ? a.family->name() : "") + " model's " + missing +
+                "; its forward pass, cache and the views that need no gradient work.");
+}
+
 GradientCache backward(const ActivationCache& cache, const Metric& metric, const GradOptions& options) {
   const ModelConfig& c = cache.config();
   // Edits at hook_embed are the one kind allowed (integrated gradients runs on x' + alpha (x - x')):
@@ -413,6 +430,7 @@ GradientCache backward(const ActivationCache& cache, const Metric& metric, const
   if (cache.n_layer() != c.n_layers || (c.n_layers > 0 && cache.layer(0).resid_pre.rows() != cache.n_pos()))
     throw Error("the backward pass needs every activation of the run, and this run kept only the logits.");
   check_metric(metric, c, cache.n_pos());
+  require_differentiable(c);
   const ThreadScope threads(options.threads > 0 ? options.threads : auto_threads(c, cache.n_pos()));
   GradientCache out(cache.weights(), cache.tokens(), metric);
   out.set_keep(options.keep);

@@ -90,6 +90,9 @@ class GradientCache {
 // integrated gradients runs); throws hs::Error otherwise, or for a metric that does not fit
 // (check_metric).
 GradientCache backward(const ActivationCache& cache, const Metric& metric, const GradOptions& options = {});
+// Throws hs::Error naming the options of the model's architecture that the backward pass does
+// not differentiate yet (Gemma's and Qwen3's norms, soft-caps, windows); backward() calls it.
+void require_differentiable(const ModelConfig& c);
 
 // One layer's attention backward, for the pass and its tests. From the forward's rotated queries
 // q [S, n_heads*d_head], keys k and values v [S, n_kv*d_head], and patterns [n_heads*S, S] (zeros

@@ -31,6 +31,7 @@ ActivationCache::ActivationCache(std::shared_ptr<const Weights> weights, std::ve
 
 float ActivationCache::attention_scale(int l) const {
   const ModelConfig& c = config();
+  if (c.architecture.attn_scale > 0.0f) return c.architecture.attn_scale;
   float scale = c.scale_attn_weights ? 1.0f / std::sqrt(static_cast<float>(c.d_head)) : 1.0f;
   if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<float>(l + 1);
   return scale;
@@ -173,12 +174,79 @@ RowMatrixXf ActivationCache::head_scores(int l, int h) const {
   // The same operations in the same order as the forward pass, so the values are identical.
   RowMatrixXf s(S, S);
   s.noalias() = a.q.middle_cols(h * c.d_head, c.d_head) * a.k.middle_cols(c.kv_head(h) * c.d_head, c.d_head).transpose();
-  const float scale = attention_scale(l);
   for (int64_t i = 0; i < S; ++i) {
-    s.row(i).head(i + 1).array() *= scale;
+    finish_scores(l, static_cast<int>(i), s.row(i).data());
     s.row(i).tail(S - i - 1).setConstant(kNegInf);
   }
   return s;
+}
+
+void ActivationCache::finish_scores(int l, int q, float* row) const {
+  const ModelConfig& c = config();
+  const int first = first_key(attention_window(c, l), q);
+  // The same expressions as attention_forward, on the same segment.
+  auto kept = Eigen::Map<Eigen::ArrayXf>(row + first, q + 1 - first);
+  kept *= attention_scale(l);
+  if (c.architecture.attn_softcap > 0.0f) softcap_forward(kept.data(), kept.size(), c.architecture.attn_softcap);
+  std::fill(row, row + first, -std::numeric_limits<float>::infinity());
+}
+
+bool ActivationCache::has_post_norm(int which) const {
+  return which == 1 ? config().architecture.post_attn_norm : config().architecture.post_mlp_norm;
+}
+
+RowMatrixXf ActivationCache::post_norm_input(int l, int which) const {
+  const LayerWeights& W = weights_->layer(l);
+  const PackedLayer& WP = weights_->packed(l);
+  RowMatrixXf out;
+  if (which == 1)
+    linear_forward(out, layer(l).z.to_matrix(), WP.W_O, W.b_O);
+  else
+    linear_forward(out, mlp_post(l), WP.W_out, W.b_out);
+  return out;
+}
+
+VectorXf ActivationCache::post_norm_scale(int l, int which) const {
+  const ModelConfig& c = config();
+  const LayerWeights& W = weights_->layer(l);
+  RowMatrixXf normalized;
+  VectorXf scale;
+  norm_forward(normalized, &scale, post_norm_input(l, which), which == 1 ? W.post_attn_norm_w : W.post_mlp_norm_w,
+               nullptr, c.norm_eps, c.architecture.norm);
+  return scale;
+}
+
+void ActivationCache::apply_frozen_post_norm(int l, int which, RowMatrixXf& rows) const {
+  if (!has_post_norm(which)) return;
+  const LayerWeights& W = weights_->layer(l);
+  const ConstRowVectorRef w(which == 1 ? W.post_attn_norm_w : W.post_mlp_norm_w, config().d_model);
+  const VectorXf scale = post_norm_scale(l, which);
+  for (Eigen::Index p = 0; p < rows.rows(); ++p) rows.row(p) = (rows.row(p).array() / scale(p)) * w.array();
+}
+
+RowMatrixXf ActivationCache::head_contribution(int l, int h) const {
+  RowMatrixXf r = head_result(l, h);
+  apply_frozen_post_norm(l, 1, r);
+  return r;
+}
+
+RowMatrixXf ActivationCache::qk_normalized(int l, bool keys, RowMatrixXf* scales) const {
+  const ModelConfig& c = config();
+  RowMatrixXf x = pre_rotary(l, keys);
+  const LayerWeights& W = weights_->layer(l);
+  head_rmsnorm_forward(x, keys ? c.n_key_value_heads : c.n_heads, c.d_head, keys ? W.k_norm_w : W.q_norm_w, c.norm_eps,
+                       scales);
+  return x;
+}
+
+RowVectorXf ActivationCache::logits_before_softcap(int pos) const {
+  const ModelConfig& c = config();
+  if (!(c.architecture.final_softcap > 0.0f)) return logits.row(pos);
+  // The unembedding's kernel on the kept row of ln_final, as the forward pass ran it.
+  RowMatrixXf out(1, c.d_vocab);
+  const RowMatrixXf x = ln_final_normalized.row(pos);
+  unembed_forward(out, x, weights_->packed_unembed());
+  return out.row(0);
 }
 
 Tensor ActivationCache::get(std::string_view key) const {
@@ -241,6 +309,25 @@ RowMatrixXf ActivationCache::rows(HookPoint hook, int l) const {
     }
     case H::Q: return pre_rotary(l, false);
     case H::K: return pre_rotary(l, true);
+    case H::QNormScale:
+    case H::KNormScale: {
+      RowMatrixXf scales;
+      qk_normalized(l, hook == H::KNormScale, &scales);
+      return scales;
+    }
+    case H::QNormNormalized: return qk_normalized(l, false, nullptr);
+    case H::KNormNormalized: return qk_normalized(l, true, nullptr);
+    case H::Ln1PostScale: return post_norm_scale(l, 1);
+    case H::Ln2PostScale: return post_norm_scale(l, 2);
+    case H::Ln1PostNormalized:
+    case H::Ln2PostNormalized: {
+      const int which = hook == H::Ln1PostNormalized ? 1 : 2;
+      const LayerWeights& W = weights_->layer(l);
+      RowMatrixXf out;
+      norm_forward(out, nullptr, post_norm_input(l, which), which == 1 ? W.post_attn_norm_w : W.post_mlp_norm_w,
+                   nullptr, config().norm_eps, config().architecture.norm);
+      return out;
+    }
     case H::Result: {
       const ModelConfig& c = config();
       const int64_t S = n_pos(), D = c.d_model, Hn = c.n_heads;

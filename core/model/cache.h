@@ -113,8 +113,29 @@ class ActivationCache {
   PositionRows logits;               // [pos, d_vocab]
 
   // Derived on request (also used by get()).
-  // One head's result z_h @ W_O[h] at every position: [pos, d_model].
+  // One head's result z_h @ W_O[h] at every position: [pos, d_model]. With a post-attention norm
+  // (Gemma) this is before it; head_contribution is what the head adds to the stream.
   RowMatrixXf head_result(int l, int h) const;
+  // What head h adds to the residual stream: its result, through the post-attention norm with
+  // the norm's scale frozen at this run's value (result_h * w / scale(pos)), so that the heads'
+  // contributions (and the bias's) sum to hook_attn_out. Without the norm, head_result.
+  RowMatrixXf head_contribution(int l, int h) const;
+  // Whether layer l's attention output (which 1) or MLP output (2) passes a norm before it joins
+  // the stream (Architecture::post_attn_norm, post_mlp_norm).
+  bool has_post_norm(int which) const;
+  // That norm's input, [pos, d_model]: z @ W_O + b_O (which 1) or mlp_post @ W_out + b_out (2),
+  // with the forward pass's kernels.
+  RowMatrixXf post_norm_input(int l, int which) const;
+  // Its scale per position, sqrt(mean(input^2) + eps) [pos], and `rows` through the norm with
+  // that scale frozen: rows.row(p) * w / scale(p) (a linear map of rows, for decompositions).
+  VectorXf post_norm_scale(int l, int which) const;
+  void apply_frozen_post_norm(int l, int which, RowMatrixXf& rows) const;
+  // With a q/k norm (Gemma 3, Qwen3): the queries (keys) after it, before the rotation,
+  // [pos, n_heads*d_head] ([pos, n_kv*d_head]), and the scales [pos, heads] when not null.
+  RowMatrixXf qk_normalized(int l, bool keys, RowMatrixXf* scales) const;
+  // The logits before the final soft-cap (Gemma 2), where direct logit attribution is exact;
+  // without a cap, the logits. One position.
+  RowVectorXf logits_before_softcap(int pos) const;
   // One head's scaled scores [query_pos, key_pos] (masked -inf).
   RowMatrixXf head_scores(int l, int h) const;
   // One head's pattern as a matrix [query_pos, key_pos] (zeros above the diagonal).
@@ -143,8 +164,14 @@ class ActivationCache {
   // Whether every logit is a finite number (set by the forward pass; a run that reuses a prefix
   // checks only its new rows and carries the prefix's answer over).
   bool logits_finite = true;
-  // The attention scale applied to q.k for layer l (1/sqrt(d_head), and 1/(l+1) when configured).
+  // The attention scale applied to q.k for layer l (1/sqrt(d_head), and 1/(l+1) when configured;
+  // Architecture::attn_scale when the model gives one).
   float attention_scale(int l) const;
+  // Layer l's scores for query q from the raw q.k products of keys 0..q (`row`, q + 1 floats,
+  // in place): times the scale, soft-capped when the model caps, and -inf before the window's
+  // first key. The forward pass's operations, for the derivations and the analyses that rebuild
+  // scores (patching, attribution).
+  void finish_scores(int l, int q, float* row) const;
 
   // Bytes held by the stored activations.
   size_t stored_bytes() const;

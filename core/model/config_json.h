@@ -19,6 +19,8 @@ class ConfigJson {
   const std::string& source() const { return source_; }
   // Present and not null.
   bool has(const char* key) const;
+  // Present, null or not (a null soft-cap means none, where an absent one means the default).
+  bool present(const char* key) const { return json_.contains(key); }
   // A positive integer up to kMaxConfigDim; refused when absent or null.
   int dim(const char* key) const;
   // The same, or `fallback` when absent or null.

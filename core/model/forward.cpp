@@ -56,11 +56,17 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // a fresh one per head was, at long context, an allocation that glibc served by mmap, each
 // faulting in and zeroing new pages.
 struct LayerHooks;
+// What a layer's attention does to q.k besides the causal mask (ActivationCache::attention_*).
+struct AttentionOptions {
+  float scale;    // times q.k
+  float softcap;  // cap * tanh(s / cap) when > 0
+  int window;     // keys q - window < k <= q when > 0
+};
 void edit_pattern(const LayerHooks& hooks, int h, RowMatrixXf& pattern, Eigen::Index P);
 
 void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixXf& z_new, Eigen::Index P,
-                       const ModelConfig& c, float scale, bool store_scores, std::vector<RowMatrixXf>& scratch,
-                       const LayerHooks* pattern_edits) {
+                       const ModelConfig& c, const AttentionOptions& o, bool store_scores,
+                       std::vector<RowMatrixXf>& scratch, const LayerHooks* pattern_edits) {
   const Eigen::Index S = a.k.rows(), N = S - P;
   const int n_heads = c.n_heads, d_head = c.d_head;
   const size_t SS = static_cast<size_t>(S * S);
@@ -78,14 +84,19 @@ void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixX
     });
     for (Eigen::Index r = 0; r < N; ++r) {
       const Eigen::Index i = P + r;
-      auto row = pattern.row(r).head(i + 1).array();
-      row *= scale;
-      if (store_scores) std::copy_n(row.data(), i + 1, a.scores_hqk.data() + h * SS + static_cast<size_t>(i * S));
+      // Keys first .. i: the causal mask, and a sliding window's on its layers (q - W < k <= q).
+      const Eigen::Index first = first_key(o.window, static_cast<int>(i));
+      auto row = pattern.row(r).segment(first, i + 1 - first).array();
+      row *= o.scale;
+      // Soft-capping comes before the mask (Gemma2's eager_attention_forward).
+      if (o.softcap > 0.0f) softcap_forward(row.data(), row.size(), o.softcap);
+      if (store_scores) std::copy_n(row.data(), row.size(), a.scores_hqk.data() + h * SS + static_cast<size_t>(i * S + first));
       const float m = row.maxCoeff();
       row = (row - m).exp();
       row /= row.sum();
+      pattern.row(r).head(first).setZero();
       pattern.row(r).tail(S - i - 1).setZero();
-      std::copy_n(row.data(), i + 1, a.pattern.mutable_row(h, i));
+      std::copy_n(pattern.row(r).data(), i + 1, a.pattern.mutable_row(h, i));
     }
     if (pattern_edits) {
       // The edited pattern is what multiplies v, and what the cache keeps.
@@ -225,6 +236,13 @@ void edit_pattern(const LayerHooks& hooks, int h, RowMatrixXf& pattern, Eigen::I
   }
 }
 
+// A norm after a block's attention or MLP (Architecture::post_attn_norm, post_mlp_norm), in place.
+void post_norm(RowMatrixXf& rows, const float* w, const ModelConfig& c) {
+  RowMatrixXf normalized;
+  norm_forward(normalized, nullptr, rows, w, nullptr, c.norm_eps, c.architecture.norm);
+  rows.swap(normalized);
+}
+
 // Keeps the edited rows of a key the cache would otherwise derive (its derivation misses the edit).
 void store_edited(PositionRows& into, const PositionRows* previous, Eigen::Index P, Eigen::Index S,
                   const ConstStridedRowsRef& rows) {
@@ -302,8 +320,13 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   const bool gated = c.architecture.mlp == MlpKind::Gated;
   const bool parallel = c.architecture.parallel_blocks;
   const int rotary_dim = c.architecture.rotary.dim;
-  RowMatrixXf rotary_cos, rotary_sin;  // [new pos, rotary_dim / 2]
+  // [new pos, rotary_dim / 2]; the local ones for the sliding layers of a model that rotates them
+  // otherwise (Gemma 3's rope_local_base_freq).
+  RowMatrixXf rotary_cos, rotary_sin, local_cos, local_sin;
   if (rotary) rotary_tables(rotary_cos, rotary_sin, rotary_inv_freq(c.architecture.rotary), P, N);
+  if (rotary && c.architecture.local_rotary)
+    rotary_tables(local_cos, local_sin, rotary_inv_freq(c.architecture.rotary_local), P, N);
+  const bool qk_norm = c.architecture.qk_norm;
 
   LayerActivations scratch;  // reused across layers when only logits are kept
   std::vector<RowMatrixXf> attention_scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
@@ -334,20 +357,30 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
       if (rotary && hook->edits(HookPoint::K))
         store_edited(a.k_pre_rotary, pa ? &pa->k_pre_rotary : nullptr, P, S, qkv.middleCols(q_width, kv_width));
     }
+    if (qk_norm) {
+      // Gemma 3 and Qwen3 normalize each query and key head before the rotation; the cache
+      // derives the norms' keys from hook_q and hook_k (ActivationCache::qk_norm).
+      head_rmsnorm_forward(qkv.leftCols(q_width), H, c.d_head, W.q_norm_w, c.norm_eps, nullptr);
+      head_rmsnorm_forward(qkv.middleCols(q_width, kv_width), c.n_key_value_heads, c.d_head, W.k_norm_w, c.norm_eps,
+                           nullptr);
+    }
     if (rotary) {
       // Position enters here and nowhere else: each query and key is turned by its position's
       // angles, so a score depends on the distance between the two. The cache keeps the rotated
       // side and derives the other on request (ActivationCache::pre_rotary).
-      rotary_forward(qkv.leftCols(q_width), H, c.d_head, rotary_dim, rotary_cos, rotary_sin);
-      rotary_forward(qkv.middleCols(q_width, kv_width), c.n_key_value_heads, c.d_head, rotary_dim, rotary_cos,
-                     rotary_sin);
+      const bool local = c.architecture.local_rotary && attention_window(c, l) > 0;
+      const RowMatrixXf& cos = local ? local_cos : rotary_cos;
+      const RowMatrixXf& sin = local ? local_sin : rotary_sin;
+      rotary_forward(qkv.leftCols(q_width), H, c.d_head, rotary_dim, cos, sin);
+      rotary_forward(qkv.middleCols(q_width, kv_width), c.n_key_value_heads, c.d_head, rotary_dim, cos, sin);
     }
     a.q.set_rows(P, qkv.leftCols(q_width));
     a.k.set_rows(P, qkv.middleCols(q_width, kv_width));
     a.v.set_rows(P, qkv.rightCols(kv_width));
     a.pattern.extend(pa ? &pa->pattern : nullptr, P, S, H);
     const RowMatrixXf q_new = qkv.leftCols(q_width);
-    attention_forward(a, q_new, z_new, P, c, cache->attention_scale(l), options.store_scores, attention_scratch,
+    const AttentionOptions attention{cache->attention_scale(l), c.architecture.attn_softcap, attention_window(c, l)};
+    attention_forward(a, q_new, z_new, P, c, attention, options.store_scores, attention_scratch,
                       hook && hook->edits(HookPoint::Pattern) ? hook : nullptr);
     if (hook) apply_hooks((*hook)[HookPoint::Z], z_new, P, c);
     a.z.extend(pa ? &pa->z : nullptr, P, S, q_width);
@@ -366,6 +399,8 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     // identity for the view. Computing them every run, for a check nothing read, was a noticeable
     // share of a short pass.
     linear_forward(block_out, z_new, WP.W_O, W.b_O);
+    // Gemma's post-attention norm: hook_attn_out is what joins the stream, after it.
+    if (W.post_attn_norm_w) post_norm(block_out, W.post_attn_norm_w, c);
     if (hook) apply_hooks((*hook)[HookPoint::AttnOut], block_out, P, c);
     a.attn_out.extend(pa ? &pa->attn_out : nullptr, P, S, D);
     a.attn_out.set_rows(P, block_out);
@@ -406,6 +441,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
       store_edited(a.mlp_post, pa ? &pa->mlp_post : nullptr, P, S, mlp_post);
     }
     linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
+    if (W.post_mlp_norm_w) post_norm(block_out, W.post_mlp_norm_w, c);
     if (hook) apply_hooks((*hook)[HookPoint::MlpOut], block_out, P, c);
     a.mlp_out.extend(pa ? &pa->mlp_out : nullptr, P, S, D);
     a.mlp_out.set_rows(P, block_out);
@@ -436,6 +472,10 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   // copied in afterwards, had been the peak of a long run's resident memory.
   cache->logits.extend(prev ? &prev->logits : nullptr, P, S, c.d_vocab);
   unembed_forward(cache->logits.row_segments(P, S), ln_new, weights->packed_unembed());
+  // Gemma2ForCausalLM.forward: logits = cap * tanh(logits / cap). The logits kept are the capped
+  // ones; direct logit attribution splits the ones before it (ActivationCache::logits_capped).
+  if (const float cap = c.architecture.final_softcap; cap > 0.0f)
+    for (const auto& [rows, n] : cache->logits.row_segments(P, S)) softcap_forward(rows, n * c.d_vocab, cap);
   bool finite = !prev || prev->logits_finite;
   cache->logits.for_each_block(P, S, [&](Eigen::Index, const ConstStridedMatrixRef& rows) { finite = finite && rows.allFinite(); });
   cache->logits_finite = finite;

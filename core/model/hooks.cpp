@@ -31,20 +31,33 @@ constexpr HookInfo kHooks[] = {
    "ln1 @ W_K + b_K; with rotary derived from resid_pre (before rotation) unless edited", U::KvHead},
   {H::V, true, "attn.hook_v", "v", {Pos, KvHead, DHead}, 3, N::Always, true,
    "ln1 @ W_V + b_V", U::KvHead},
+  {H::QNormScale, true, "attn.q_norm.hook_scale", "q_norm_scale", {Pos, Head, One}, 3, N::QkNorm, false,
+   "sqrt(mean(q_h^2) + eps) per query head", U::None},
+  {H::QNormNormalized, true, "attn.q_norm.hook_normalized", "q_norm_normalized", {Pos, Head, DHead}, 3, N::QkNorm,
+   false, "q_norm(q) per head, weight applied", U::None},
+  {H::KNormScale, true, "attn.k_norm.hook_scale", "k_norm_scale", {Pos, KvHead, One}, 3, N::QkNorm, false,
+   "sqrt(mean(k_h^2) + eps) per key head", U::None},
+  {H::KNormNormalized, true, "attn.k_norm.hook_normalized", "k_norm_normalized", {Pos, KvHead, DHead}, 3, N::QkNorm,
+   false, "k_norm(k) per head, weight applied", U::None},
   {H::RotQ, true, "attn.hook_rot_q", "rot_q", {Pos, Head, DHead}, 3, N::Rotary, true,
-   "q rotated by position", U::None},
+   "q (after q_norm, if any) rotated by position", U::None},
   {H::RotK, true, "attn.hook_rot_k", "rot_k", {Pos, KvHead, DHead}, 3, N::Rotary, true,
-   "k rotated by position", U::None},
+   "k (after k_norm, if any) rotated by position", U::None},
   {H::AttnScores, true, "attn.hook_attn_scores", "attn_scores", {Head, QueryPos, KeyPos}, 3, N::Always, false,
-   "q . k * scale, masked -inf (stored with store_scores)", U::None},
+   "q . k * scale, soft-capped if the model caps, masked -inf (also outside a sliding window) "
+   "(stored with store_scores)", U::None},
   {H::Pattern, true, "attn.hook_pattern", "pattern", {Head, QueryPos, KeyPos}, 3, N::Always, true,
    "softmax(attn_scores); lower triangle kept", U::Head},
   {H::Z, true, "attn.hook_z", "z", {Pos, Head, DHead}, 3, N::Always, true,
    "pattern @ v", U::Head},
   {H::Result, true, "attn.hook_result", "result", {Pos, Head, DModel}, 3, N::Always, false,
    "z_h @ W_O[h] (stored with store_results)", U::None},
+  {H::Ln1PostScale, true, "ln1_post.hook_scale", "ln1_post_scale", {Pos, One}, 2, N::PostAttnNorm, false,
+   "sqrt(mean((z @ W_O + b_O)^2) + eps)", U::None},
+  {H::Ln1PostNormalized, true, "ln1_post.hook_normalized", "ln1_post_normalized", {Pos, DModel}, 2, N::PostAttnNorm,
+   false, "ln1_post(z @ W_O + b_O), weight applied (= attn_out)", U::None},
   {H::AttnOut, true, "hook_attn_out", "attn_out", {Pos, DModel}, 2, N::Always, true,
-   "z @ W_O + b_O", U::Row},
+   "z @ W_O + b_O (then ln1_post, if the model has it)", U::Row},
   {H::ResidMid, true, "hook_resid_mid", "resid_mid", {Pos, DModel}, 2, N::Always, false,
    "resid_pre + attn_out (stored when edited)", U::Row},
   {H::Ln2Scale, true, "ln2.hook_scale", "ln2_scale", {Pos, One}, 2, N::NormScales, false,
@@ -57,8 +70,12 @@ constexpr HookInfo kHooks[] = {
    "ln2 @ W_in + b_in, the up projection", U::None},
   {H::MlpPost, true, "mlp.hook_post", "mlp_post", {Pos, DMlp}, 2, N::Always, false,
    "act(mlp_pre) (gated: act(mlp_pre) * mlp_pre_linear) (stored when edited)", U::Neuron},
+  {H::Ln2PostScale, true, "ln2_post.hook_scale", "ln2_post_scale", {Pos, One}, 2, N::PostMlpNorm, false,
+   "sqrt(mean((mlp_post @ W_out + b_out)^2) + eps)", U::None},
+  {H::Ln2PostNormalized, true, "ln2_post.hook_normalized", "ln2_post_normalized", {Pos, DModel}, 2, N::PostMlpNorm,
+   false, "ln2_post(mlp_post @ W_out + b_out), weight applied (= mlp_out)", U::None},
   {H::MlpOut, true, "hook_mlp_out", "mlp_out", {Pos, DModel}, 2, N::Always, true,
-   "mlp_post @ W_out + b_out", U::Row},
+   "mlp_post @ W_out + b_out (then ln2_post, if the model has it)", U::Row},
   {H::ResidPost, true, "hook_resid_post", "resid_post", {Pos, DModel}, 2, N::Always, false,
    "resid_mid + mlp_out (stored when edited)", U::Row},
   {H::LnFinalScale, false, "ln_final.hook_scale", "ln_final_scale", {Pos, One}, 2, N::NormScales, true,
@@ -66,7 +83,7 @@ constexpr HookInfo kHooks[] = {
   {H::LnFinalNormalized, false, "ln_final.hook_normalized", "ln_final_normalized", {Pos, DModel}, 2, N::Always, true,
    "ln_final(last resid_post), weight applied", U::None},
   {H::Logits, false, "logits", "logits", {Pos, DVocab}, 2, N::Always, true,
-   "ln_final @ W_U", U::None},
+   "ln_final @ W_U (then the final soft-cap, if the model caps)", U::None},
 };
 // clang-format on
 
@@ -85,6 +102,9 @@ std::string_view needs_text(HookNeeds n) {
     case N::Rotary: return "rotary";
     case N::NormScales: return "RMSNorm";
     case N::GatedMlp: return "gated MLP";
+    case N::QkNorm: return "q/k norm";
+    case N::PostAttnNorm: return "post-attention norm";
+    case N::PostMlpNorm: return "post-MLP norm";
   }
   return "";
 }
@@ -102,6 +122,9 @@ bool hook_exists(const ModelConfig& c, HookPoint hook) {
     case N::Rotary: return c.architecture.positions == PositionKind::Rotary;
     case N::NormScales: return c.architecture.norm == NormKind::RMSNorm;
     case N::GatedMlp: return c.architecture.mlp == MlpKind::Gated;
+    case N::QkNorm: return c.architecture.qk_norm;
+    case N::PostAttnNorm: return c.architecture.post_attn_norm;
+    case N::PostMlpNorm: return c.architecture.post_mlp_norm;
   }
   return false;
 }

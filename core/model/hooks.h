@@ -35,12 +35,18 @@ enum class HookPoint : uint8_t {
   Q,                  // blocks.{l}.attn.hook_q
   K,                  // blocks.{l}.attn.hook_k
   V,                  // blocks.{l}.attn.hook_v
+  QNormScale,         // blocks.{l}.attn.q_norm.hook_scale
+  QNormNormalized,    // blocks.{l}.attn.q_norm.hook_normalized
+  KNormScale,         // blocks.{l}.attn.k_norm.hook_scale
+  KNormNormalized,    // blocks.{l}.attn.k_norm.hook_normalized
   RotQ,               // blocks.{l}.attn.hook_rot_q
   RotK,               // blocks.{l}.attn.hook_rot_k
   AttnScores,         // blocks.{l}.attn.hook_attn_scores
   Pattern,            // blocks.{l}.attn.hook_pattern
   Z,                  // blocks.{l}.attn.hook_z
   Result,             // blocks.{l}.attn.hook_result
+  Ln1PostScale,       // blocks.{l}.ln1_post.hook_scale
+  Ln1PostNormalized,  // blocks.{l}.ln1_post.hook_normalized
   AttnOut,            // blocks.{l}.hook_attn_out
   ResidMid,           // blocks.{l}.hook_resid_mid
   Ln2Scale,           // blocks.{l}.ln2.hook_scale
@@ -48,6 +54,8 @@ enum class HookPoint : uint8_t {
   MlpPre,             // blocks.{l}.mlp.hook_pre
   MlpPreLinear,       // blocks.{l}.mlp.hook_pre_linear
   MlpPost,            // blocks.{l}.mlp.hook_post
+  Ln2PostScale,       // blocks.{l}.ln2_post.hook_scale
+  Ln2PostNormalized,  // blocks.{l}.ln2_post.hook_normalized
   MlpOut,             // blocks.{l}.hook_mlp_out
   ResidPost,          // blocks.{l}.hook_resid_post
   LnFinalScale,       // ln_final.hook_scale
@@ -65,6 +73,9 @@ enum class HookNeeds : uint8_t {
   Rotary,            // rotated queries and keys
   NormScales,        // RMSNorm: the norms' scales and normalized inputs are keys
   GatedMlp,          // the up projection beside the gate
+  QkNorm,            // a norm of each query and key head (Gemma 3, Qwen3)
+  PostAttnNorm,      // a norm of the attention output (Gemma)
+  PostMlpNorm,       // a norm of the MLP output (Gemma)
 };
 
 // What one edit replaces: nothing (not editable), a whole row, or one head's, key/value head's

@@ -37,6 +37,26 @@ void rmsnorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x
   }
 }
 
+void head_rmsnorm_forward(Eigen::Ref<RowMatrixXf, 0, Eigen::OuterStride<>> x, int n_heads, int d_head, const float* w,
+                          float eps, RowMatrixXf* scales) {
+  const Eigen::Index S = x.rows();
+  if (scales) scales->resize(S, n_heads);
+  const ConstRowVectorRef wv(w, d_head);
+  RowVectorXf slice(d_head);
+  for (Eigen::Index i = 0; i < S; ++i)
+    for (int h = 0; h < n_heads; ++h) {
+      auto dst = x.row(i).segment(Eigen::Index{h} * d_head, d_head);
+      slice = dst;
+      const float scale = std::sqrt(slice.squaredNorm() / static_cast<float>(d_head) + eps);
+      dst = (slice.array() / scale) * wv.array();
+      if (scales) (*scales)(i, h) = scale;
+    }
+}
+
+void softcap_forward(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
 void norm_backward(RowMatrixXf& d_x, VectorXf* d_scale, const RowMatrixXf& d_y, const RowMatrixXf& x, const float* w,
                    float eps, NormKind kind, const float* scale_seed) {
   const Eigen::Index S = x.rows(), D = x.cols();

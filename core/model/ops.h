@@ -37,6 +37,16 @@ void norm_backward(RowMatrixXf& d_x, VectorXf* d_scale, const RowMatrixXf& d_y, 
 // LayerNorm.
 void norm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
                   float eps, NormKind kind);
+// An RMSNorm of each head: every d_head slice of the first n_heads * d_head columns of x becomes
+// slice / sqrt(mean(slice^2) + eps) * w (w [d_head], shared by the heads), in place; scales
+// [S, n_heads] receives the divisors when not null. Each slice is computed in an aligned copy,
+// so the same values come out whatever the columns' stride (the forward pass normalizes a block
+// of its fused QKV, the cache a matrix of its own: ActivationCache::qk_norm).
+void head_rmsnorm_forward(Eigen::Ref<RowMatrixXf, 0, Eigen::OuterStride<>> x, int n_heads, int d_head, const float* w,
+                          float eps, RowMatrixXf* scales);
+// Soft-capping in place: x = cap * tanh(x / cap) over n floats (Gemma2's attention scores and
+// final logits: divide, tanh, multiply, in that order). cap > 0.
+void softcap_forward(float* x, int64_t n, float cap);
 // out[S, N] = x[S, K] @ W[K, N] + b[N] (b may be nullptr); W is [in, out], packed.
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& W, const float* b);
 // The backward of a product with a packed weight: dx[M, k1 - k0] (+)= dy[M, W.cols()] @ W[k0:k1, :]^T

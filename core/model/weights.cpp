@@ -143,6 +143,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   w->layers_.resize(static_cast<size_t>(c.n_layers));
   w->matrices_.resize(static_cast<size_t>(kLayerMatrices * c.n_layers));
   w->tied_ = true;
+  if (c.architecture.embedding_scaled) w->embedding_scale_ = static_cast<float>(std::sqrt(static_cast<double>(c.d_model)));
   // The matrices of the products (and the token embedding, which a tied unembedding packs) in a
   // 16-bit file are never converted to float32: they are packed from the mapping in their own
   // type (packed_gemm.h), half the memory of float32 panels, and opening writes each weight once.
@@ -177,6 +178,14 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     else src.f32 = b.as_f32(*t, *file);
     bound.push_back({&spec, src});
     const float* p = src.f32;
+    // Gemma's norms multiply by (1 + w): the 1 is folded into an owned copy, in float32 as
+    // Gemma2RMSNorm.forward's `output * (1.0 + self.weight.float())` computes it.
+    if (c.architecture.norm_weight_plus_one && is_norm_weight(spec.role)) {
+      const int64_t n = numel(spec.shape);
+      FloatBuffer& folded = w->owned_.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) folded[static_cast<size_t>(i)] = 1.0f + p[i];
+      p = folded.data();
+    }
     const int l = spec.layer;
     LayerWeights* L = l >= 0 ? &w->layers_[static_cast<size_t>(l)] : nullptr;
     auto set_matrix = [&](LayerMatrix which) {
@@ -209,6 +218,10 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
       case TensorRole::MlpGateBias: L->b_gate = p; break;
       case TensorRole::MlpOutWeight: set_matrix(kMlpOut); break;
       case TensorRole::MlpOutBias: L->b_out = p; break;
+      case TensorRole::QNormWeight: L->q_norm_w = p; break;
+      case TensorRole::KNormWeight: L->k_norm_w = p; break;
+      case TensorRole::PostAttnNormWeight: L->post_attn_norm_w = p; break;
+      case TensorRole::PostMlpNormWeight: L->post_mlp_norm_w = p; break;
       case TensorRole::FinalNormWeight: w->final_norm_w_ = p; break;
       case TensorRole::FinalNormBias: w->final_norm_b_ = p; break;
       case TensorRole::Unembedding:
@@ -488,9 +501,14 @@ void Weights::embedding_row(int32_t t, float* out) const {
   // Reading the released rows in place would map them again, and the kernel maps a whole
   // page-cache folio per fault, so a long prompt brought most of the table back (docs/benchmarks.md,
   // "the weights are resident once"). The packed copy gives the same floats.
-  if (tied_) return unembed_row(t, out);
   const int64_t D = config_.d_model;
-  std::copy_n(W_E_->rows + t * D, D, out);  // an untied W_E is not packed: never released
+  if (tied_)
+    unembed_row(t, out);
+  else
+    std::copy_n(W_E_->rows + t * D, D, out);  // an untied W_E is not packed: never released
+  // Gemma2Model.forward: hidden_states * normalizer, in the hidden dtype (float32 here).
+  if (embedding_scale_ != 1.0f)
+    for (int64_t i = 0; i < D; ++i) out[i] *= embedding_scale_;
 }
 
 // The fused QKV's columns are [Q | K | V]: n_heads query blocks, then n_kv key and n_kv value blocks.

@@ -41,6 +41,12 @@ struct LayerWeights {
   const float* b_in = nullptr;     // [d_mlp]
   const float* b_gate = nullptr;   // [d_mlp] (gated MLP)
   const float* b_out = nullptr;    // [d_model]
+  // Architecture::qk_norm: one weight over head_dim for every query head, one for every key head.
+  const float* q_norm_w = nullptr;  // [d_head]
+  const float* k_norm_w = nullptr;  // [d_head]
+  // Architecture::post_attn_norm, post_mlp_norm (RMSNorm, no bias).
+  const float* post_attn_norm_w = nullptr;  // [d_model]
+  const float* post_mlp_norm_w = nullptr;   // [d_model]
 };
 
 // A layer's products packed for packed_gemm (see packed_gemm.h), built when the model opens.
@@ -76,10 +82,13 @@ class Weights {
   ConstMatrixRef W_gate(int l) const;   // [d_model, d_mlp]; only for a gated MLP
   ConstMatrixRef W_out(int l) const;    // [d_mlp, d_model]
   const float* W_E() const;  // [d_vocab, d_model]
-  // Token t's embedding, W_E[t], copied into out[d_model]. Use this rather than W_E() on a hot
-  // path: with a tied unembedding it reads the packed copy, as the mapped pages of W_E have been
-  // released (see load()).
+  // Token t's embedding as it enters the residual stream, copied into out[d_model]: W_E[t], times
+  // embedding_scale() when the architecture scales it (Gemma; TransformerLens folds the factor
+  // into its W_E the same way). Use this rather than W_E() on a hot path: with a tied unembedding
+  // it reads the packed copy, as the mapped pages of W_E have been released (see load()).
   void embedding_row(int32_t t, float* out) const;
+  // float32(sqrt(d_model)) with Architecture::embedding_scaled, else 1.
+  float embedding_scale() const { return embedding_scale_; }
   const float* W_pos() const { return W_pos_; }  // [n_ctx, d_model]; nullptr without learned positions
   const float* final_norm_w() const { return final_norm_w_; }  // [d_model]
   const float* final_norm_b() const { return final_norm_b_; }  // [d_model]; nullptr without a bias
@@ -154,6 +163,7 @@ class Weights {
   const float* final_norm_b_ = nullptr;
   std::vector<float> zeros_;  // [d_model]: b_O of a layer without an output bias
   bool tied_ = true;
+  float embedding_scale_ = 1.0f;
   std::vector<std::string> warnings_;
 };
 

@@ -30,4 +30,33 @@ void read_hf_sizes(const ConfigJson& j, ModelConfig& c) {
   c.n_ctx = j.dim("max_position_embeddings");
 }
 
+float read_softcap(const ConfigJson& j, const char* key, float fallback) {
+  if (!j.present(key)) return fallback;
+  if (!j.has(key)) return 0.0f;
+  return static_cast<float>(j.positive_number(key, fallback));
+}
+
+std::vector<int> layer_windows(const ConfigJson& j, int n_layers, int window, const std::function<bool(int)>& sliding) {
+  std::vector<int> out(static_cast<size_t>(n_layers), 0);
+  const nlohmann::json* types = j.value("layer_types");
+  if (types && (!types->is_array() || types->size() != static_cast<size_t>(n_layers)))
+    j.refuse("\"layer_types\" must list one attention type per layer (" + std::to_string(n_layers) + "), found " +
+             json_brief(*types) + (types->is_array() ? " of " + std::to_string(types->size()) : "") + ".");
+  for (int i = 0; i < n_layers; ++i) {
+    bool slides = sliding(i);
+    if (types) {
+      const nlohmann::json& t = (*types)[static_cast<size_t>(i)];
+      if (t == "sliding_attention")
+        slides = true;
+      else if (t == "full_attention")
+        slides = false;
+      else
+        j.refuse("layer_types[" + std::to_string(i) + "] is " + json_brief(t) +
+                 "; HeadScope reads \"sliding_attention\" and \"full_attention\".");
+    }
+    out[static_cast<size_t>(i)] = slides ? window : 0;
+  }
+  return out;
+}
+
 }  // namespace hs::arch

@@ -57,6 +57,8 @@ std::string LlamaLike::tensor_name(TensorRole role, int layer) const {
     case TensorRole::KBias: return l + "self_attn.k_proj.bias";
     case TensorRole::VWeight: return l + "self_attn.v_proj.weight";
     case TensorRole::VBias: return l + "self_attn.v_proj.bias";
+    case TensorRole::QNormWeight: return l + "self_attn.q_norm.weight";
+    case TensorRole::KNormWeight: return l + "self_attn.k_norm.weight";
     case TensorRole::AttnOutWeight: return l + "self_attn.o_proj.weight";
     case TensorRole::AttnOutBias: return l + "self_attn.o_proj.bias";
     case TensorRole::Norm2Weight: return l + "post_attention_layernorm.weight";
