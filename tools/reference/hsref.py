@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""HeadScope's independent reference: safetensors I/O and float64 forward passes (GPT-2, Llama, Qwen2, GPT-NeoX).
+"""HeadScope's independent reference: safetensors I/O and float64 forward passes (GPT-2, Llama, Qwen2, Qwen3, Gemma 2, Gemma 3 text, GPT-NeoX).
 
 This file is the yardstick the C++ engine is measured against, so it is written to be obviously
 correct rather than fast: plain numpy for the file format, plain PyTorch in float64 for the model,
@@ -44,7 +44,7 @@ for every key the metric depends on: float64 autograd through the forward pass (
 `attribute` writes tokens, attributions, metric, baseline_metric, completeness_error.
 
 Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward` (with hooks),
-`load_llama`, `llama_forward` (Llama and Qwen2), `load_neox`, `neox_forward`, `load_any`, `forward_any`,
+`load_llama`, `llama_forward` (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3 text), `load_neox`, `neox_forward`, `load_any`, `forward_any`,
 `ablation_hooks`, `edit_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`,
 `Metric`, `grad`, `atp`, `attribute`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
@@ -1991,7 +1991,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="float64 forward pass of a Hugging Face GPT-2, Llama or Qwen2 folder")
+    run = sub.add_parser("run", help="float64 forward pass of a Hugging Face GPT-2, Llama, Qwen2/3, Gemma 2/3 or GPT-NeoX folder")
     run.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
     run.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
     run.add_argument("-o", "--output", required=True, help="OUT.npz or OUT.safetensors (float32)")

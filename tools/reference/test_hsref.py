@@ -544,7 +544,7 @@ class GradTest(unittest.TestCase):
     """grad() against central finite differences: eps * e added at the hook (a tap), float64."""
 
     FAMILIES = ["f32_prefixed", "bf16_prefixed", "llama_gqa", "llama_tied_headdim", "qwen2_bias", "neox_parallel",
-                "neox_sequential"]
+                "neox_sequential", "gemma2_window", "gemma3_pattern", "qwen3_qknorm", "qwen2_window"]
     TOKENS = [290, 5, 77, 260, 13, 99, 281]
 
     def fd(self, model, tokens, metric, key, index, eps=1e-5):
@@ -597,7 +597,28 @@ class GradTest(unittest.TestCase):
                              "blocks.0.mlp.hook_pre_linear", "ln_final.hook_scale"]
                 if not (isinstance(model, hsref.NeoXModel) and c.parallel):
                     keys.append("blocks.0.hook_resid_mid")
+                if isinstance(model, hsref.LlamaModel) and c.qk_norm:
+                    keys += ["blocks.0.attn.q_norm.hook_scale", "blocks.0.attn.q_norm.hook_normalized",
+                             "blocks.0.attn.k_norm.hook_scale", "blocks.0.attn.k_norm.hook_normalized"]
+                if isinstance(model, hsref.LlamaModel) and c.post_norms:
+                    keys += ["blocks.0.ln1_post.hook_scale", "blocks.0.ln1_post.hook_normalized",
+                             "blocks.0.ln2_post.hook_scale", f"blocks.{last}.ln2_post.hook_normalized"]
                 self.check_keys(model, self.TOKENS, hsref.Metric("logit_diff", 5, 7), keys)
+
+    def test_window_and_softcap_gradients(self):
+        # Gemma 2's layer 0 slides with a window of 4: keys before the window get no gradient at
+        # the scores, and the soft-cap's derivative (1 - tanh^2) reaches the raw q . k.
+        model = hsref.load_any(os.path.join(FIXTURES, "gemma2_window"))
+        c = model.config
+        tokens = self.TOKENS + [262, 258, 280]
+        n = len(tokens)
+        _, grads = hsref.grad(model, tokens, hsref.Metric("logit_diff", 5, 7))
+        allowed = hsref.allowed_keys(n, c.window(0)).numpy()
+        g = grads["blocks.0.attn.hook_attn_scores"]
+        self.assertEqual(float(np.abs(g[:, ~allowed]).max()), 0.0)
+        self.assertGreater(float(np.abs(g[:, allowed]).max()), 0.0)
+        self.check_keys(model, tokens, hsref.Metric("logit_diff", 5, 7),
+                        ["blocks.0.attn.hook_rot_q", "blocks.1.attn.hook_rot_k", "blocks.0.attn.hook_attn_scores"])
 
     def test_every_metric_kind(self):
         model = hsref.load_any(os.path.join(FIXTURES, "llama_gqa"))
@@ -643,7 +664,8 @@ class GradTest(unittest.TestCase):
         self.assertEqual(sorted(g), ["hook_embed"])
         neox = hsref.load_any(os.path.join(FIXTURES, "neox_parallel"))
         _, g = hsref.grad(neox, self.TOKENS, hsref.Metric("logit_diff", 5, 7))
-        self.assertNotIn("blocks.0.hook_resid_mid", g)               # parallel blocks never read it
+        # parallel blocks: mlp_out is added to resid_mid, so it is on the path (commit 6332a50)
+        np.testing.assert_array_equal(g["blocks.0.hook_resid_mid"], g["blocks.0.hook_resid_post"])
         self.assertIn("blocks.0.attn.hook_result", g)
 
 
@@ -667,7 +689,8 @@ class AtPTest(unittest.TestCase):
         return est, exact
 
     def test_exact_where_linear(self):
-        for name in ("f32_prefixed", "llama_gqa", "neox_sequential"):
+        # (not Gemma: its post-norms make attn_out and mlp_out nonlinear in z and mlp_post)
+        for name in ("f32_prefixed", "llama_gqa", "neox_sequential", "qwen3_qknorm"):
             model = hsref.load_any(os.path.join(FIXTURES, name))
             c = model.config
             last = c.n_layer - 1
@@ -719,6 +742,23 @@ class AtPTest(unittest.TestCase):
                 first += float((d * grads[key]).sum())
             got = float(hsref._qk_fixed_head_rows(model, layer, head, clean, corrupt, grads).sum())
             self.assertLess(abs(got - first), 1e-3 * abs(first), f"eps {eps}")
+        # the same with a sliding window, Gemma 2's soft-cap and scale, on what attention reads;
+        # query heads 0 and 1 share key/value head 0, so both heads' estimates are summed
+        gemma = hsref.load_any(os.path.join(FIXTURES, "gemma2_window"))
+        tokens = self.CORRUPT + [262, 258, 280]
+        _, g_corrupt, g_grads = hsref._backward(gemma, tokens, metric)
+        for eps in (1e-4, 1e-5):
+            clean = dict(g_corrupt)
+            first = 0.0
+            for name in ("attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_v"):
+                key = f"blocks.0.{name}"
+                d = torch.zeros_like(g_corrupt[key])
+                heads = [0, 1] if name == "attn.hook_rot_q" else [0]
+                d[:, heads] = torch.from_numpy(rng.standard_normal(tuple(d[:, heads].shape))) * eps
+                clean[key] = g_corrupt[key] + d
+                first += float((d * g_grads[key]).sum())
+            got = sum(float(hsref._qk_fixed_head_rows(gemma, 0, h, clean, g_corrupt, g_grads).sum()) for h in (0, 1))
+            self.assertLess(abs(got - first), 1e-3 * abs(first), f"gemma2_window eps {eps}")
         for what in ("resid_pre", "attn_out", "mlp_out", "mlp_post"):
             a = hsref.atp(model, self.CLEAN, self.CORRUPT, 5, 7, what)
             b = hsref.atp(model, self.CLEAN, self.CORRUPT, 5, 7, what, method="atp_qk")
