@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "core/model/forward.h"
@@ -98,6 +99,8 @@ void attention_backward(RowMatrixXf& d_q, RowMatrixXf& d_k, RowMatrixXf& d_v, co
   // gradients of the head in hand (or the caller's rows of them, when kept).
   const int threads = std::max(1, omp_get_max_threads());
   std::vector<RowMatrixXf> scratch_p(static_cast<size_t>(threads)), scratch_s(static_cast<size_t>(threads));
+  // With a soft-cap, a third: the head's capped scores, for the cap's derivative.
+  std::vector<RowMatrixXf> scratch_y(io.softcap > 0.0f ? static_cast<size_t>(threads) : 0);
   // Key/value groups are independent (each writes its own columns of d_k and d_v); the query
   // heads of one group run in order on one thread, so d_k and d_v sum over them without a race.
 #pragma omp parallel for schedule(static) if (S * S * dh * H >= 65536)
@@ -116,17 +119,36 @@ void attention_backward(RowMatrixXf& d_q, RowMatrixXf& d_k, RowMatrixXf& d_v, co
       if (io.pattern_seed) dP += io.pattern_seed->middleRows(h * S, S);
       if (io.d_pattern) io.d_pattern->middleRows(h * S, S) = dP;
       if (io.d_z) d_v.middleCols(kv * dh, dh).noalias() += P.transpose() * io.d_z->middleCols(h * dh, dh);
-      // Through the softmax of each query's row of keys 0..i; masked scores have gradient 0.
+      // Through the softmax of each query's row of keys first..i (first_key: 0 without a window);
+      // masked scores have gradient 0.
       for (Eigen::Index i = 0; i < S; ++i) {
-        softmax_backward(dS.row(i).data(), P.row(i).data(), dP.row(i).data(), i + 1);
+        const Eigen::Index first = first_key(io.window, static_cast<int>(i));
+        softmax_backward(dS.row(i).data() + first, P.row(i).data() + first, dP.row(i).data() + first, i + 1 - first);
+        dS.row(i).head(first).setZero();
         dS.row(i).tail(S - i - 1).setZero();
       }
       if (io.scores_seed) {
         const ConstMatrixRef seed(io.scores_seed->data() + h * S * S, S, S);
-        for (Eigen::Index i = 0; i < S; ++i) dS.row(i).head(i + 1) += seed.row(i).head(i + 1);
+        for (Eigen::Index i = 0; i < S; ++i) {
+          const Eigen::Index first = first_key(io.window, static_cast<int>(i));
+          dS.row(i).segment(first, i + 1 - first) += seed.row(i).segment(first, i + 1 - first);
+        }
       }
       if (io.d_scores) io.d_scores->middleRows(h * S, S) = dS;
-      // scores = q_h k^T * scale
+      if (io.softcap > 0.0f) {
+        // scores = cap * tanh(raw * scale / cap): the capped scores again, with the forward's
+        // operations (attention_forward), then the cap's derivative on the kept keys.
+        RowMatrixXf& Y = scratch_y[static_cast<size_t>(omp_get_thread_num())];
+        Y.noalias() = q.middleCols(h * dh, dh) * k_kv.transpose();
+        for (Eigen::Index i = 0; i < S; ++i) {
+          const Eigen::Index first = first_key(io.window, static_cast<int>(i));
+          auto row = Y.row(i).segment(first, i + 1 - first).array();
+          row *= scale;
+          softcap_forward(row.data(), row.size(), io.softcap);
+          softcap_backward(dS.row(i).data() + first, row.data(), row.size(), io.softcap);
+        }
+      }
+      // raw scores = q_h k^T * scale
       d_q.middleCols(h * dh, dh).noalias() = scale * (dS * k_kv);
       d_k.middleCols(kv * dh, dh).noalias() += scale * (dS.transpose() * q.middleCols(h * dh, dh));
     }
@@ -182,6 +204,14 @@ class Backward {
   // The backward of a norm of x; `scale_hook` is its hook_scale (the seed it may carry and the
   // record of its gradient), d_y its output's gradient (maybe not live).
   Flow norm(const Flow& d_y, const RowMatrixXf& x, const float* w, HookPoint scale_hook, int l);
+  // A norm after attention (which 1) or the MLP (2), back from d_out (hook_attn_out's or
+  // hook_mlp_out's gradient, what joins the stream): ln1_post / ln2_post's hook_normalized, the
+  // norm of `input` (its input, given by the caller: the recomputed z @ W_O + b_O or
+  // mlp_post @ W_out + b_out), its hook_scale. The gradient at the norm's input.
+  Flow post_norm(const Flow& d_out, int l, int which, const std::function<RowMatrixXf()>& input);
+  // A q/k norm (keys: the keys'), back from d (at its output, before the rotation) to hook_q or
+  // hook_k: its hook_normalized and hook_scale on the way, in place.
+  void qk_norm(Flow& d, int l, bool keys);
   Flow logits_to_final_norm(const Flow& d_logits);
   Flow layer(int l, const Flow& d_resid_post);
 
@@ -192,6 +222,7 @@ class Backward {
   const Eigen::Index S_;
   RowMatrixXf pattern_;  // a layer's patterns [head * S + query, key], reused across layers
   RowMatrixXf rotary_cos_, rotary_sin_;  // rotary models: the angles of every position, once per pass
+  RowMatrixXf local_cos_, local_sin_;    // Gemma 3's sliding layers' (Architecture::local_rotary)
 };
 
 Flow Backward::norm(const Flow& d_y, const RowMatrixXf& x, const float* w, HookPoint scale_hook, int l) {
@@ -204,6 +235,34 @@ Flow Backward::norm(const Flow& d_y, const RowMatrixXf& x, const float* w, HookP
   d_x.live = true;
   record(scale_hook, l, Flow{RowMatrixXf(d_scale), true});
   return d_x;
+}
+
+Flow Backward::post_norm(const Flow& d_out, int l, int which, const std::function<RowMatrixXf()>& input) {
+  const HookPoint normalized = which == 1 ? HookPoint::Ln1PostNormalized : HookPoint::Ln2PostNormalized;
+  const HookPoint scale = which == 1 ? HookPoint::Ln1PostScale : HookPoint::Ln2PostScale;
+  // hook_attn_out (hook_mlp_out) is the norm's output itself: the same gradient, plus a seed.
+  Flow d_y = d_out;
+  hook(normalized, l, d_y, S_, c_.d_model);
+  if (!d_y.live && !metric_reads(metric_, scale, l)) return d_y;
+  const LayerWeights& W = cache_.weights()->layer(l);
+  return norm(d_y, input(), which == 1 ? W.post_attn_norm_w : W.post_mlp_norm_w, scale, l);
+}
+
+void Backward::qk_norm(Flow& d, int l, bool keys) {
+  const HookPoint normalized = keys ? HookPoint::KNormNormalized : HookPoint::QNormNormalized;
+  const HookPoint scale = keys ? HookPoint::KNormScale : HookPoint::QNormScale;
+  const int heads = keys ? c_.n_key_value_heads : c_.n_heads;
+  hook(normalized, l, d, S_, Eigen::Index{heads} * c_.d_head);
+  Flow scale_seed;
+  seed(scale, l, scale_seed, S_, heads);
+  if (!d.live && !scale_seed.live) return;
+  const LayerWeights& W = cache_.weights()->layer(l);
+  Flow d_x, d_scales;
+  head_rmsnorm_backward(d_x.m, &d_scales.m, d.live ? d.m : RowMatrixXf(), cache_.pre_rotary(l, keys), heads, c_.d_head,
+                        keys ? W.k_norm_w : W.q_norm_w, c_.norm_eps, scale_seed.live ? scale_seed.m.data() : nullptr);
+  d_x.live = d_scales.live = true;
+  record_last(scale, l, std::move(d_scales));
+  d = std::move(d_x);
 }
 
 Flow Backward::logits_to_final_norm(const Flow& d_logits) {
@@ -244,9 +303,28 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
   Flow d_post = d_resid_post;
   hook(Hk::ResidPost, l, d_post, S_, D);
 
-  // The MLP, back from its output.
+  // The MLP's pre-activations [pos, d_mlp] (the gate's, gated, and the up projection), derived
+  // once when first needed: by the post-MLP norm's input or the activation's backward.
+  RowMatrixXf pre, up;
+  auto derive_pre = [&] {
+    if (pre.size() > 0) return;
+    pre = cache_.mlp_pre(l);
+    if (gated) up = cache_.mlp_pre_linear(l);
+  };
+
+  // The MLP, back from its output (after Gemma's post-MLP norm: what joins the stream).
   Flow d_mlp_out = d_post;
   hook(Hk::MlpOut, l, d_mlp_out, S_, D);
+  if (c.architecture.post_mlp_norm)
+    d_mlp_out = post_norm(d_mlp_out, l, 2, [&] {
+      // mlp_post @ W_out + b_out, as ActivationCache::post_norm_input computes it
+      derive_pre();
+      RowMatrixXf post, out;
+      if (gated) gated_activation_forward(post, pre, up, c.activation);
+      else activation_forward(post, pre, c.activation);
+      linear_forward(out, post, WP.W_out, W.b_out);
+      return out;
+    });
   Flow d_act;
   if (d_mlp_out.live) {
     linear_backward_input(d_act.m, d_mlp_out.m, WP.W_out, 0, M);
@@ -255,9 +333,9 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
   hook(Hk::MlpPost, l, d_act, S_, M);
   Flow d_pre, d_up;  // mlp.hook_pre (the gate, gated) and hook_pre_linear
   if (d_act.live) {
-    const RowMatrixXf pre = cache_.mlp_pre(l);
+    derive_pre();
     if (gated) {
-      gated_activation_backward(d_pre.m, d_up.m, d_act.m, pre, cache_.mlp_pre_linear(l), c.activation);
+      gated_activation_backward(d_pre.m, d_up.m, d_act.m, pre, up, c.activation);
       d_up.live = true;
     } else {
       activation_backward(d_pre.m, d_act.m, pre, c.activation);
@@ -286,9 +364,12 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
   if (!parallel) d_mid.add(d_x2);
   hook(Hk::ResidMid, l, d_mid, S_, D);
 
-  // Attention, back from its output.
+  // Attention, back from its output (after Gemma's post-attention norm: what joins the stream);
+  // hook_result and z are before that norm.
   Flow d_attn_out = d_mid;
   hook(Hk::AttnOut, l, d_attn_out, S_, D);
+  if (c.architecture.post_attn_norm)
+    d_attn_out = post_norm(d_attn_out, l, 1, [&] { return cache_.post_norm_input(l, 1); });
   // attn_out = sum over heads of result_h + b_O: each head's result has attn_out's gradient.
   Flow result_seed;
   seed(Hk::Result, l, result_seed, S_, H * D);
@@ -329,6 +410,8 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
     io.scores_seed = scores_seed.live ? &scores_seed.m : nullptr;
     if (out_.keeps(Hk::Pattern) && (d_z.live || pattern_seed.live)) io.d_pattern = &d_pattern.m;
     if (out_.keeps(Hk::AttnScores)) io.d_scores = &d_scores.m;
+    io.window = attention_window(c, l);
+    io.softcap = c.architecture.attn_softcap;
     attention_backward(d_q.m, d_k.m, d_v.m, a.q.to_matrix(), a.k.to_matrix(), a.v.to_matrix(), pattern_, c,
                        cache_.attention_scale(l), io);
     d_pattern.live = io.d_pattern != nullptr;
@@ -343,10 +426,18 @@ Flow Backward::layer(int l, const Flow& d_resid_post) {
     seed(Hk::RotK, l, d_k, S_, kv_width);
     record(Hk::RotQ, l, d_q);
     record(Hk::RotK, l, d_k);
-    // hook_q and hook_k sit before the rotation: its transpose carries the gradient back.
-    if (d_q.live) rotary_backward(d_q.m, c.n_heads, c.d_head, c.architecture.rotary.dim, rotary_cos_, rotary_sin_);
-    if (d_k.live)
-      rotary_backward(d_k.m, c.n_key_value_heads, c.d_head, c.architecture.rotary.dim, rotary_cos_, rotary_sin_);
+    // hook_q and hook_k sit before the rotation: its transpose carries the gradient back, with
+    // the layer's angles (forward.cpp: Gemma 3's sliding layers have their own).
+    const bool local = c.architecture.local_rotary && attention_window(c, l) > 0;
+    const RowMatrixXf& cos = local ? local_cos_ : rotary_cos_;
+    const RowMatrixXf& sin = local ? local_sin_ : rotary_sin_;
+    if (d_q.live) rotary_backward(d_q.m, c.n_heads, c.d_head, c.architecture.rotary.dim, cos, sin);
+    if (d_k.live) rotary_backward(d_k.m, c.n_key_value_heads, c.d_head, c.architecture.rotary.dim, cos, sin);
+  }
+  if (c.architecture.qk_norm) {
+    // Gemma 3 and Qwen3 normalize each query and key head between the projection and the rotation.
+    qk_norm(d_q, l, false);
+    qk_norm(d_k, l, true);
   }
   seed(Hk::Q, l, d_q, S_, q_width);
   seed(Hk::K, l, d_k, S_, kv_width);
@@ -379,9 +470,20 @@ void Backward::run() {
   const Eigen::Index D = c_.d_model;
   if (c_.architecture.positions == PositionKind::Rotary)
     rotary_tables(rotary_cos_, rotary_sin_, rotary_inv_freq(c_.architecture.rotary), 0, S_);
+  if (c_.architecture.positions == PositionKind::Rotary && c_.architecture.local_rotary)
+    rotary_tables(local_cos_, local_sin_, rotary_inv_freq(c_.architecture.rotary_local), 0, S_);
   Flow d_logits;
   seed(HookPoint::Logits, -1, d_logits, S_, c_.d_vocab);
-  Flow d_lnf = logits_to_final_norm(d_logits);
+  Flow d_lnf;
+  if (const float cap = c_.architecture.final_softcap; cap > 0.0f && d_logits.live) {
+    // The metric reads the capped logits (the cache's); the unembedding's output is before the cap.
+    Flow d_uncapped = d_logits;
+    for (Eigen::Index i = 0; i < S_; ++i)
+      softcap_backward(d_uncapped.m.row(i).data(), cache_.logits.row(i).data(), c_.d_vocab, cap);
+    d_lnf = logits_to_final_norm(d_uncapped);
+  } else {
+    d_lnf = logits_to_final_norm(d_logits);
+  }
   record_last(HookPoint::Logits, -1, std::move(d_logits));
   hook(HookPoint::LnFinalNormalized, -1, d_lnf, S_, D);
   const int L = c_.n_layers;
@@ -398,23 +500,6 @@ void Backward::run() {
 
 }  // namespace
 
-void require_differentiable(const ModelConfig& c) {
-  const Architecture& a = c.architecture;
-  std::string missing;
-  auto need = [&](bool used, const char* what) {
-    if (used) missing += std::string(missing.empty() ? "" : ", ") + what;
-  };
-  need(a.qk_norm, "query/key norms");
-  need(a.post_attn_norm || a.post_mlp_norm, "norms after attention and the MLP");
-  need(a.attn_softcap > 0.0f || a.final_softcap > 0.0f, "soft-capping");
-  need(!a.window.empty() && window_matters(c, c.n_ctx), "sliding-window attention");
-  need(a.embedding_scaled, "a scaled embedding");
-  if (!missing.empty())
-    throw Error("gradients (attribution patching, attributions) are not implemented yet for this " +
-                std::string(a.family ? a.family->name() : "") + " model's " + missing +
-                "; its forward pass, cache and the views that need no gradient work.");
-}
-
 GradientCache backward(const ActivationCache& cache, const Metric& metric, const GradOptions& options) {
   const ModelConfig& c = cache.config();
   // Edits at hook_embed are the one kind allowed (integrated gradients runs on x' + alpha (x - x')):
@@ -430,7 +515,6 @@ GradientCache backward(const ActivationCache& cache, const Metric& metric, const
   if (cache.n_layer() != c.n_layers || (c.n_layers > 0 && cache.layer(0).resid_pre.rows() != cache.n_pos()))
     throw Error("the backward pass needs every activation of the run, and this run kept only the logits.");
   check_metric(metric, c, cache.n_pos());
-  require_differentiable(c);
   const ThreadScope threads(options.threads > 0 ? options.threads : auto_threads(c, cache.n_pos()));
   GradientCache out(cache.weights(), cache.tokens(), metric);
   out.set_keep(options.keep);

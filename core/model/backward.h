@@ -13,11 +13,19 @@
 //     of the first hook_resid_pre (their sum);
 //   - attn.hook_q, hook_k (before rotation) and hook_rot_q, hook_rot_k (rotary models); hook_k and
 //     hook_v with key/value heads (GQA) summed over the query heads that share each;
-//   - attn.hook_attn_scores: masked entries (keys after the query) 0;
+//   - attn.hook_attn_scores (after the scale and a soft-cap): masked entries (keys after the
+//     query, and before a sliding window's first key) 0;
 //   - attn.hook_pattern: d/dpattern[h, q, k] = dM/dz[q, h] . v[k, kv(h)] for every k, above the
 //     diagonal too (z = pattern @ v in TransformerLens, so its autograd fills the whole matrix,
 //     although those entries are constant zeros of the softmax);
 //   - attn.hook_result: dM/d hook_attn_out for every head (attn_out = sum of results + b_O);
+//     with a post-attention norm (Gemma) hook_attn_out is after it, and hook_result (before it)
+//     has the gradient at the norm's input; ln1_post / ln2_post's hook_normalized has hook_attn_out's
+//     (hook_mlp_out's) gradient and their hook_scale as the other norms';
+//   - attn.q_norm.* / k_norm.* (Gemma 3, Qwen3): between hook_q (hook_k) and hook_rot_q
+//     (hook_rot_k), as the other norms' keys; hook_embed of a scaled embedding (Gemma) is the
+//     scaled row, so its gradient is the one at that value; logits with a final soft-cap are the
+//     capped ones (the metric reads them), and the chain rule goes through the cap;
 //   - the norms' hook_scale: the derivative with respect to the divisor itself (the direct use
 //     x / scale), and hook_normalized (weight and bias applied, as the cache holds it);
 //   - mlp.hook_pre (the gate's, gated), hook_pre_linear (gated), hook_post; logits.
@@ -90,23 +98,25 @@ class GradientCache {
 // integrated gradients runs); throws hs::Error otherwise, or for a metric that does not fit
 // (check_metric).
 GradientCache backward(const ActivationCache& cache, const Metric& metric, const GradOptions& options = {});
-// Throws hs::Error naming the options of the model's architecture that the backward pass does
-// not differentiate yet (Gemma's and Qwen3's norms, soft-caps, windows); backward() calls it.
-void require_differentiable(const ModelConfig& c);
 
 // One layer's attention backward, for the pass and its tests. From the forward's rotated queries
 // q [S, n_heads*d_head], keys k and values v [S, n_kv*d_head], and patterns [n_heads*S, S] (zeros
 // above the diagonal), given d_z [S, n_heads*d_head] (nullptr: no gradient reaches z) and seeds
 // of the pattern and score gradients ([n_heads*S, S] or nullptr), writes d_q, d_k, d_v (d_k and
 // d_v summed over the query heads of each key/value head) and, when not null, the pattern's and
-// the scores' gradients [n_heads*S, S] (scores: 0 where masked). Heads run in parallel, one
-// key/value group per thread.
+// the scores' gradients [n_heads*S, S] (scores: 0 where masked, including the keys before a
+// sliding window's first). The scores are those of hook_attn_scores: after the scale and the
+// soft-cap, so with a cap the gradient reaches q and k through the cap's derivative (from the
+// scores recomputed as the forward pass computes them). Heads run in parallel, one key/value
+// group per thread.
 struct AttentionBackward {
   const RowMatrixXf* d_z = nullptr;
   const RowMatrixXf* pattern_seed = nullptr;
   const RowMatrixXf* scores_seed = nullptr;
   RowMatrixXf* d_pattern = nullptr;
   RowMatrixXf* d_scores = nullptr;
+  int window = 0;         // the layer's sliding window (attention_window; 0: every earlier key)
+  float softcap = 0.0f;   // the attention soft-cap (Architecture::attn_softcap; 0: none)
 };
 void attention_backward(RowMatrixXf& d_q, RowMatrixXf& d_k, RowMatrixXf& d_v, const RowMatrixXf& q,
                         const RowMatrixXf& k, const RowMatrixXf& v, const RowMatrixXf& pattern, const ModelConfig& c,

@@ -57,6 +57,28 @@ void softcap_forward(float* x, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
 }
 
+void softcap_backward(float* d, const float* y, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = y[i] / cap;
+    d[i] *= (1.0f - t) * (1.0f + t);
+  }
+}
+
+void head_rmsnorm_backward(RowMatrixXf& d_x, RowMatrixXf* d_scales, const RowMatrixXf& d_y, const RowMatrixXf& x,
+                           int n_heads, int d_head, const float* w, float eps, const float* scale_seed) {
+  // A row-major [S, n_heads * d_head] is [S * n_heads, d_head] in the same memory: one row per
+  // (position, head), the layout norm_backward reads, so the maths is norm_backward's own.
+  const Eigen::Index S = x.rows(), rows = S * n_heads;
+  const RowMatrixXf x_rows = Eigen::Map<const RowMatrixXf>(x.data(), rows, d_head);
+  RowMatrixXf d_y_rows;
+  if (d_y.rows() > 0) d_y_rows = Eigen::Map<const RowMatrixXf>(d_y.data(), rows, d_head);
+  RowMatrixXf d_x_rows;
+  VectorXf d_scale;
+  norm_backward(d_x_rows, d_scales ? &d_scale : nullptr, d_y_rows, x_rows, w, eps, NormKind::RMSNorm, scale_seed);
+  d_x = Eigen::Map<const RowMatrixXf>(d_x_rows.data(), S, x.cols());
+  if (d_scales) *d_scales = Eigen::Map<const RowMatrixXf>(d_scale.data(), S, n_heads);
+}
+
 void norm_backward(RowMatrixXf& d_x, VectorXf* d_scale, const RowMatrixXf& d_y, const RowMatrixXf& x, const float* w,
                    float eps, NormKind kind, const float* scale_seed) {
   const Eigen::Index S = x.rows(), D = x.cols();

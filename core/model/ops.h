@@ -44,9 +44,19 @@ void norm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, c
 // of its fused QKV, the cache a matrix of its own: ActivationCache::qk_norm).
 void head_rmsnorm_forward(Eigen::Ref<RowMatrixXf, 0, Eigen::OuterStride<>> x, int n_heads, int d_head, const float* w,
                           float eps, RowMatrixXf* scales);
+// Its backward: norm_backward's RMSNorm on every d_head slice, x [S, n_heads * d_head] being the
+// norm's input (hook_q or hook_k) and d_y the gradient at its output (may be empty: only the
+// scales' seed flows). d_x [S, n_heads * d_head] is written; d_scales [S, n_heads], when not null,
+// receives the gradient at hook_scale; scale_seed [S, n_heads] (row-major) may be nullptr.
+void head_rmsnorm_backward(RowMatrixXf& d_x, RowMatrixXf* d_scales, const RowMatrixXf& d_y, const RowMatrixXf& x,
+                           int n_heads, int d_head, const float* w, float eps, const float* scale_seed);
 // Soft-capping in place: x = cap * tanh(x / cap) over n floats (Gemma2's attention scores and
 // final logits: divide, tanh, multiply, in that order). cap > 0.
 void softcap_forward(float* x, int64_t n, float cap);
+// Its backward from the capped values y = cap * tanh(x / cap), in place over n floats:
+// d *= 1 - tanh^2 = (1 - y/cap)(1 + y/cap). The factored form keeps the relative precision of a
+// value near the cap (1 - t^2 in one step loses it); what the float y itself lost stays lost.
+void softcap_backward(float* d, const float* y, int64_t n, float cap);
 // out[S, N] = x[S, K] @ W[K, N] + b[N] (b may be nullptr); W is [in, out], packed.
 void linear_forward(RowMatrixXf& out, const RowMatrixXf& x, const PackedMatrix& W, const float* b);
 // The backward of a product with a packed weight: dx[M, k1 - k0] (+)= dy[M, W.cols()] @ W[k0:k1, :]^T
