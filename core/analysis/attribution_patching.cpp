@@ -104,13 +104,19 @@ ConstStridedMatrixRef head_cols(const RowMatrixXf& m, Eigen::Index col, Eigen::I
   return ConstStridedMatrixRef(m.data() + col, m.rows(), d_head, Eigen::OuterStride<>(m.cols()));
 }
 
-// softmax(scale * q k^T) with the causal mask, row by row with the forward's operations
-// (scaled_softmax_forward): [query, key], zeros above the diagonal.
-void causal_pattern(RowMatrixXf& out, const ConstStridedMatrixRef& q, const ConstStridedMatrixRef& k, float scale) {
+// Layer l's pattern from q and k, row by row with the forward's operations: the scale, the
+// soft-cap and the window (ActivationCache::finish_scores), then the softmax of the kept keys:
+// [query, key], zeros above the diagonal and before a sliding window's first key.
+void layer_pattern(RowMatrixXf& out, const ConstStridedMatrixRef& q, const ConstStridedMatrixRef& k,
+                   const ActivationCache& run, int l) {
   const Eigen::Index S = q.rows();
+  const int window = attention_window(run.config(), l);
   out.noalias() = q * k.transpose();
   for (Eigen::Index i = 0; i < S; ++i) {
-    scaled_softmax_forward(out.row(i).data(), i + 1, scale);
+    run.finish_scores(l, static_cast<int>(i), out.row(i).data());
+    const Eigen::Index first = first_key(window, static_cast<int>(i));
+    scaled_softmax_forward(out.row(i).data() + first, i + 1 - first, 1.0f);
+    out.row(i).head(first).setZero();
     out.row(i).tail(S - i - 1).setZero();
   }
 }
@@ -119,8 +125,9 @@ void causal_pattern(RowMatrixXf& out, const ConstStridedMatrixRef& q, const Cons
 // z[t, h] is recomputed from the clean run's query, keys and values, each part taken alone (see
 // hsref.py's _qk_fixed_head_rows, the definition):
 //   c[t] = sum_s (A_Q - A + A_K - A)[t, s] dM/dA[t, s] + sum_s A[t, s] (v_clean - v_corrupt)[s] . dM/dz[t]
-// with A_Q = softmax(q_clean k_corrupt^T), A_K = softmax(q_corrupt k_clean^T) (the rotated q and
-// k where the model has rotary, the key/value head h reads with GQA) and dM/dA = dM/dz v^T.
+// with A_Q = softmax(q_clean k_corrupt^T), A_K = softmax(q_corrupt k_clean^T) (scaled, soft-capped
+// and windowed as the layer's scores are; the rotated q and k where the model has rotary, the
+// key/value head h reads with GQA) and dM/dA = dM/dz v^T.
 // Returns [head, pos].
 RowMatrixXf qk_fixed_rows(const ActivationCache& clean, const ActivationCache& corrupt, const RowMatrixXf& g_z, int l) {
   const ModelConfig& c = corrupt.config();
@@ -131,7 +138,6 @@ RowMatrixXf qk_fixed_rows(const ActivationCache& clean, const ActivationCache& c
   const RowMatrixXf q_c = K.q.to_matrix(), q_n = C.q.to_matrix();
   const RowMatrixXf k_c = K.k.to_matrix(), k_n = C.k.to_matrix();
   const RowMatrixXf v_c = K.v.to_matrix(), v_n = C.v.to_matrix();
-  const float scale = corrupt.attention_scale(l);
   RowMatrixXf out(c.n_heads, S);
   RowMatrixXf a_n(S, S), a_q(S, S), a_k(S, S), g_a(S, S);  // [query, key]
   RowMatrixXf dv_z(S, dh);                                   // [query, d_head]
@@ -140,9 +146,9 @@ RowMatrixXf qk_fixed_rows(const ActivationCache& clean, const ActivationCache& c
     const ConstStridedMatrixRef gz = head_cols(g_z, qc, dh);
     // The corrupted pattern recomputed by the same kernel as the other two, so that a part whose
     // clean and corrupted inputs are equal contributes exactly 0.
-    causal_pattern(a_n, head_cols(q_n, qc, dh), head_cols(k_n, kc, dh), scale);
-    causal_pattern(a_q, head_cols(q_c, qc, dh), head_cols(k_n, kc, dh), scale);
-    causal_pattern(a_k, head_cols(q_n, qc, dh), head_cols(k_c, kc, dh), scale);
+    layer_pattern(a_n, head_cols(q_n, qc, dh), head_cols(k_n, kc, dh), corrupt, l);
+    layer_pattern(a_q, head_cols(q_c, qc, dh), head_cols(k_n, kc, dh), corrupt, l);
+    layer_pattern(a_k, head_cols(q_n, qc, dh), head_cols(k_c, kc, dh), corrupt, l);
     g_a.noalias() = gz * head_cols(v_n, kc, dh).transpose();
     a_q += a_k;
     a_q -= 2.0f * a_n;
