@@ -216,6 +216,97 @@ TEST_CASE("each operation's backward equals finite differences", "[backward][ops
           CHECK(dp(h * T + i, j) == Approx(expect).margin(1e-5));
         }
   }
+  SECTION("per-head RMSNorm (q/k norm) with its scales' seed, and soft-capping") {
+    const int heads = 3, dh = 4;
+    const std::vector<float> wh = random_vector(dh, rng);
+    const RowMatrixXf x = random_matrix(S, heads * dh, rng), r = random_matrix(S, heads * dh, rng);
+    const RowMatrixXf rs = random_matrix(S, heads, rng);
+    auto L = [&](const RowMatrixXf& xx) {
+      RowMatrixXf y = xx, scales;
+      head_rmsnorm_forward(y, heads, dh, wh.data(), 1e-6f, &scales);
+      return weighted_sum(y, r) + weighted_sum(scales, rs);
+    };
+    RowMatrixXf dx, d_scales;
+    head_rmsnorm_backward(dx, &d_scales, r, x, heads, dh, wh.data(), 1e-6f, rs.data());
+    check_gradient(L, x, dx);
+    REQUIRE(d_scales.rows() == S);
+    REQUIRE(d_scales.cols() == heads);
+    // The scale's own gradient: the seed minus sum_j d_y w x / s^2 of its head (norm_backward's d_s).
+    for (Eigen::Index i = 0; i < S; ++i)
+      for (int h = 0; h < heads; ++h) {
+        const RowVectorXf xs = x.row(i).segment(h * dh, dh);
+        const double sc = std::sqrt(xs.squaredNorm() / dh + 1e-6);
+        double dot = 0;
+        for (int j = 0; j < dh; ++j) dot += double{r(i, h * dh + j)} * wh[static_cast<size_t>(j)] * xs(j);
+        CHECK(d_scales(i, h) == Approx(rs(i, h) - dot / (sc * sc)).epsilon(1e-4).margin(1e-5));
+      }
+    const float cap = 1.5f;
+    const RowMatrixXf y0 = random_matrix(2, 7, rng, 3.0f), ry = random_matrix(2, 7, rng);
+    auto Lc = [&](const RowMatrixXf& xx) {
+      RowMatrixXf y = xx;
+      softcap_forward(y.data(), y.size(), cap);
+      return weighted_sum(y, ry);
+    };
+    RowMatrixXf capped = y0, d = ry;
+    softcap_forward(capped.data(), capped.size(), cap);
+    softcap_backward(d.data(), capped.data(), d.size(), cap);
+    check_gradient(Lc, y0, d, 1e-3f);
+  }
+  SECTION("attention under a sliding window and a soft-cap") {
+    ModelConfig c;
+    c.n_heads = 2;
+    c.n_key_value_heads = 1;
+    c.d_head = 3;
+    const Eigen::Index T = 6;
+    const int window = 3;
+    const float scale = 0.8f, cap = 1.2f;
+    const RowMatrixXf q = random_matrix(T, 6, rng, 2.0f), k = random_matrix(T, 3, rng, 2.0f), v = random_matrix(T, 3, rng);
+    const RowMatrixXf rz = random_matrix(T, 6, rng), rs = random_matrix(2 * T, T, rng);
+    // Written out: keys q - window < j <= q, scores cap * tanh(q.k * scale / cap), softmax, z.
+    // The loss also reads the kept scores (a scores seed), so the cap's derivative is checked on both.
+    auto attend = [&](const RowMatrixXf& qq, const RowMatrixXf& kk, const RowMatrixXf& vv, RowMatrixXf* pattern,
+                      double* score_term) {
+      RowMatrixXf z = RowMatrixXf::Zero(T, 6);
+      if (pattern) pattern->setZero(2 * T, T);
+      double st = 0;
+      for (int h = 0; h < 2; ++h)
+        for (Eigen::Index i = 0; i < T; ++i) {
+          const Eigen::Index first = std::max<Eigen::Index>(0, i - window + 1), n = i + 1 - first;
+          RowVectorXf sc = (qq.row(i).segment(h * 3, 3) * kk.middleRows(first, n).transpose()) * scale;
+          for (Eigen::Index j = 0; j < n; ++j) sc(j) = cap * std::tanh(sc(j) / cap);
+          for (Eigen::Index j = 0; j < n; ++j) st += double{sc(j)} * rs(h * T + i, first + j);
+          RowVectorXf p = (sc.array() - sc.maxCoeff()).exp();
+          p /= p.sum();
+          if (pattern) pattern->row(h * T + i).segment(first, n) = p;
+          z.row(i).segment(h * 3, 3) = p * vv.middleRows(first, n);
+        }
+      if (score_term) *score_term = st;
+      return z;
+    };
+    auto L = [&](const RowMatrixXf& qq, const RowMatrixXf& kk, const RowMatrixXf& vv) {
+      double st = 0;
+      const RowMatrixXf z = attend(qq, kk, vv, nullptr, &st);
+      return weighted_sum(z, rz) + st;
+    };
+    RowMatrixXf pattern;
+    attend(q, k, v, &pattern, nullptr);
+    RowMatrixXf dq, dk, dv, ds;
+    AttentionBackward io;
+    io.d_z = &rz;
+    io.scores_seed = &rs;
+    io.d_scores = &ds;
+    io.window = window;
+    io.softcap = cap;
+    attention_backward(dq, dk, dv, q, k, v, pattern, c, scale, io);
+    check_gradient([&](const RowMatrixXf& x) { return L(x, k, v); }, q, dq, 1e-3f);
+    check_gradient([&](const RowMatrixXf& x) { return L(q, x, v); }, k, dk, 1e-3f);
+    check_gradient([&](const RowMatrixXf& x) { return L(q, k, x); }, v, dv, 1e-3f);
+    // Keys outside the window, like those after the query, have a zero score gradient.
+    for (int h = 0; h < 2; ++h)
+      for (Eigen::Index i = 0; i < T; ++i)
+        for (Eigen::Index j = 0; j < T; ++j)
+          if (j > i || j <= i - window) CHECK(ds(h * T + i, j) == 0.0f);
+  }
 }
 
 namespace {
