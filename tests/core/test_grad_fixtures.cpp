@@ -240,7 +240,7 @@ TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autogr
 
 // Passes today for resid_pre, attn_out, mlp_out and z (the command exists): the same pair and
 // texts as the AtP cases, so the AtP cases below differ from it only in --method.
-TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float64 reference in GPT-2, Llama, Qwen2 and GPT-NeoX (parallel and sequential)",
+TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float64 reference in GPT-2, Llama, Qwen2, GPT-NeoX (parallel and sequential), Gemma 2 and Qwen3",
           "[patch][cli][fixtures]") {
   const json atp = read_json(grads_dir() / "atp.json");
   for (const auto& run : atp["runs"])
@@ -252,7 +252,7 @@ TEST_CASE("patch: the exact sweep on the AtP fixtures' prompts matches the float
 }
 
 // `headscope-cli patch --method atp|atp_qk`, with --what z_pos and mlp_post too (issue 23 part 4).
-TEST_CASE("patch --method atp and atp_qk match the float64 reference for every --what in GPT-2, Llama, Qwen2 and GPT-NeoX (parallel and sequential)",
+TEST_CASE("patch --method atp and atp_qk match the float64 reference for every --what in GPT-2, Llama, Qwen2, GPT-NeoX (parallel and sequential), Gemma 2 and Qwen3",
           "[patch][atp][cli][fixtures]") {
   const json atp = read_json(grads_dir() / "atp.json");
   for (const auto& run : atp["runs"])
