@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""HeadScope's independent reference: safetensors I/O and float64 forward passes (GPT-2, Llama, Qwen2, GPT-NeoX).
+"""HeadScope's independent reference: safetensors I/O and float64 forward passes (GPT-2, Llama, Qwen2, Qwen3, Gemma 2, Gemma 3 text, GPT-NeoX).
 
 This file is the yardstick the C++ engine is measured against, so it is written to be obviously
 correct rather than fast: plain numpy for the file format, plain PyTorch in float64 for the model,
@@ -44,7 +44,7 @@ for every key the metric depends on: float64 autograd through the forward pass (
 `attribute` writes tokens, attributions, metric, baseline_metric, completeness_error.
 
 Importable: `read_safetensors`, `write_safetensors`, `load_gpt2`, `forward` (with hooks),
-`load_llama`, `llama_forward` (Llama and Qwen2), `load_neox`, `neox_forward`, `load_any`, `forward_any`,
+`load_llama`, `llama_forward` (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3 text), `load_neox`, `neox_forward`, `load_any`, `forward_any`,
 `ablation_hooks`, `edit_hooks`, `patching_sweep`, `compare_caches`, `logit_lens`, `circuits`, `copying_scores`,
 `Metric`, `grad`, `atp`, `attribute`.
 Self-tests: /usr/bin/python3 -m unittest discover -s tools/reference
@@ -502,17 +502,41 @@ def _keeper(cache, tap):
 
 
 # ---------------------------------------------------------------------------------------------
-# Llama family (LlamaForCausalLM, Qwen2ForCausalLM): config, weights, float64 forward pass
+# Llama family (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM,
+# Gemma3ForCausalLM): config, weights, float64 forward pass
 # ---------------------------------------------------------------------------------------------
 # The math of Hugging Face's modeling_llama.py / modeling_qwen2.py, written with plain torch ops:
 # RMSNorm (x * rsqrt(mean(x^2) + eps) * weight), rotary embeddings in the rotate-half layout
 # (q * cos + rotate_half(q) * sin, cos = cat(freqs, freqs)), grouped-query attention (repeat_kv:
 # query head h reads key/value head h // (n_head / n_kv)), and the SwiGLU MLP
 # down(act(gate(x)) * up(x)). Linear weights are nn.Linear's [out, in]: y = x @ W.T + b.
+#
+# What the other three add, each a LlamaConfig field whose default is Llama's behaviour:
+# - Qwen3 (modeling_qwen3.py Qwen3Attention.forward): q_norm / k_norm, a plain RMSNorm (weight w)
+#   over each head's d_head, applied to the projections before the rotation; no q/k/v bias by
+#   default; head_dim explicit.
+# - Gemma 2 (modeling_gemma2.py): the embedding row times sqrt(hidden_size) (Gemma2Model.forward's
+#   normalizer); Gemma2RMSNorm multiplies by (1 + w); the block is
+#   h = x + post_attention_layernorm(attn(input_layernorm(x))),
+#   out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+#   scores * query_pre_attn_scalar^-0.5, then cap * tanh(scores / cap) (attn_logit_softcapping),
+#   THEN the mask (eager_attention_forward); the logits soft-capped the same way
+#   (Gemma2ForCausalLM.forward, final_logit_softcapping); even layers slide.
+# - Gemma 3 text (modeling_gemma3.py): Gemma 2 plus q_norm / k_norm with (1 + w) before the
+#   rotation; Gemma3Attention.forward passes no softcap to the attention function, so
+#   attn_logit_softcapping is read but not applied; sliding layers rotate with
+#   rope_local_base_freq and no rope_scaling, full layers with rope_theta and rope_scaling
+#   (configuration_gemma3.py convert_rope_params_to_dict: the scaling goes to "full_attention").
+# A sliding layer with window W lets query q read keys k with q - W < k <= q (W keys):
+# masking_utils.py sliding_window_overlay (kv_idx > q_idx - sliding_window), as Gemma2DecoderLayer's
+# older tril(ones, diagonal=-sliding_window) mask.
+
+LLAMA_FAMILIES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3_text")
+
 
 @dataclasses.dataclass(frozen=True)
 class LlamaConfig:
-    family: str            # "llama" or "qwen2"
+    family: str            # one of LLAMA_FAMILIES (config.json's model_type)
     n_layer: int
     n_head: int
     n_kv: int
@@ -529,41 +553,149 @@ class LlamaConfig:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
+    embed_scale: bool = False         # Gemma: the embedding row times sqrt(d_model)
+    norm_plus_one: bool = False       # Gemma: every RMSNorm (q/k norms too) multiplies by 1 + w
+    post_norms: bool = False          # Gemma: post_attention_layernorm, pre/post_feedforward_layernorm
+    qk_norm: bool = False             # Qwen3, Gemma 3: q_norm / k_norm over d_head before the rotation
+    attn_scale: Optional[float] = None    # None: 1/sqrt(d_head); Gemma: query_pre_attn_scalar^-0.5
+    attn_softcap: Optional[float] = None  # Gemma 2: cap * tanh(scores / cap) before the mask
+    final_softcap: Optional[float] = None  # Gemma 2/3: cap * tanh(logits / cap)
+    windows: Tuple[int, ...] = ()     # per layer: 0 = global, W = sliding window of W keys; () = all global
+    local_rope_theta: Optional[float] = None  # Gemma 3: sliding layers' base, without rope_scaling
     # Deliberate mistakes, only for showing that a fixture catches them (make_fixtures.py).
     rope_pairs: str = "half"        # "interleaved": pairs (2i, 2i+1) as llama2.c, not (i, i + d/2)
     kv_of_head: str = "repeat"      # "tile": head h reads kv h % n_kv instead of h // (n_head/n_kv)
+    softcap_order: str = "before_mask"    # "after_mask": the cap applied to the masked scores
+    qk_norm_order: str = "before_rotary"  # "after_rotary": q/k norms applied to the rotated q, k
+
+    def window(self, layer: int) -> int:
+        """Layer `layer`'s sliding window in keys (0: global)."""
+        return self.windows[layer] if self.windows else 0
+
+    def layer_rope(self, layer: int) -> Tuple[float, Optional[Mapping]]:
+        """(theta, rope_scaling) that layer `layer` rotates with."""
+        if self.local_rope_theta is not None and self.window(layer) > 0:
+            return self.local_rope_theta, None
+        return self.rope_theta, dict(self.rope_scaling) if self.rope_scaling else None
 
     @staticmethod
     def from_hf(cfg: Mapping) -> "LlamaConfig":
         family = cfg.get("model_type")
-        if family not in ("llama", "qwen2"):
-            raise ValueError(f"config: model_type '{family}' is not llama or qwen2")
+        if family not in LLAMA_FAMILIES:
+            raise ValueError(f"config: model_type '{family}' is not one of {', '.join(LLAMA_FAMILIES)}")
+        gemma = family in ("gemma2", "gemma3_text")
         d_model = int(cfg["hidden_size"])
         n_head = int(cfg["num_attention_heads"])
-        d_head = int(cfg.get("head_dim") or d_model // n_head)
-        act = cfg.get("hidden_act", "silu")
+        n_layer = int(cfg["num_hidden_layers"])
+        # configuration_{gemma2,gemma3,qwen3}.py default head_dim 256 / 256 / 128; Llama and Qwen2 derive it
+        default_head_dim = {"gemma2": 256, "gemma3_text": 256, "qwen3": 128}.get(family, d_model // n_head)
+        d_head = int(cfg.get("head_dim") or default_head_dim)
+        # Gemma's configs name the MLP activation hidden_activation (Gemma2MLP reads config.hidden_activation)
+        act = (cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh") if gemma \
+            else cfg.get("hidden_act", "silu")
         if act not in _ACTIVATIONS:
-            raise ValueError(f"config: hidden_act '{act}' is not one of {sorted(_ACTIVATIONS)}")
+            raise ValueError(f"config: activation '{act}' is not one of {sorted(_ACTIVATIONS)}")
+        theta = float(cfg.get("rope_theta", 1000000.0 if family == "gemma3_text" else 10000.0))
+        local_theta = float(cfg.get("rope_local_base_freq", 10000.0))
         scaling = cfg.get("rope_scaling")
+        params = cfg.get("rope_parameters")  # transformers 5's form: one dict, or one per layer type (Gemma 3)
+        if params is not None:
+            if family == "gemma3_text" and "full_attention" in params:
+                local = params.get("sliding_attention") or {}
+                if local.get("rope_type", "default") != "default":
+                    raise ValueError("config: scaled rotary on Gemma 3's sliding layers is not implemented here")
+                local_theta = float(local.get("rope_theta", local_theta))
+                params = params["full_attention"] or {}
+            theta = float(params.get("rope_theta", theta))
+            scaling = params if params.get("rope_type", "default") != "default" else scaling
         if scaling is not None:
             kind = scaling.get("rope_type", scaling.get("type"))
             if kind not in ("linear", "llama3", "default"):
                 raise ValueError(f"config: rope_scaling type '{kind}' is not implemented here")
             scaling = tuple(sorted(scaling.items()))
-        if family == "qwen2" and cfg.get("use_sliding_window") and \
-                int(cfg.get("sliding_window", 4096)) < int(cfg["max_position_embeddings"]):
-            raise ValueError("config: sliding window attention is not implemented here")
         attention_bias = bool(cfg.get("attention_bias", False))
+        extra: Dict[str, object] = {}
+        if gemma:
+            extra.update(embed_scale=True, norm_plus_one=True, post_norms=True, qk_norm=family == "gemma3_text",
+                         attn_scale=float(cfg.get("query_pre_attn_scalar", 256)) ** -0.5)
+            softcap_defaults = (50.0, 30.0) if family == "gemma2" else (None, None)  # configuration_gemma{2,3}.py
+            attn_cap = cfg.get("attn_logit_softcapping", softcap_defaults[0])
+            final_cap = cfg.get("final_logit_softcapping", softcap_defaults[1])
+            if family == "gemma2" and attn_cap is not None:
+                extra["attn_softcap"] = float(attn_cap)
+            if final_cap is not None:
+                extra["final_softcap"] = float(final_cap)
+            if family == "gemma3_text":
+                extra["local_rope_theta"] = local_theta
+        if family == "qwen3":
+            extra["qk_norm"] = True
+        extra["windows"] = _layer_windows(cfg, family, n_layer)
         return LlamaConfig(
-            family=family, n_layer=int(cfg["num_hidden_layers"]), n_head=n_head,
+            family=family, n_layer=n_layer, n_head=n_head,
             n_kv=int(cfg.get("num_key_value_heads") or n_head), d_model=d_model, d_head=d_head,
             d_mlp=int(cfg["intermediate_size"]), n_ctx=int(cfg["max_position_embeddings"]),
             d_vocab=int(cfg["vocab_size"]), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            activation=act, rope_theta=float(cfg.get("rope_theta", 10000.0)), rope_scaling=scaling,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            activation=act,
+            rope_theta=theta, rope_scaling=scaling,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
             qkv_bias=True if family == "qwen2" else attention_bias,
             o_bias=False if family == "qwen2" else attention_bias,
-            mlp_bias=False if family == "qwen2" else bool(cfg.get("mlp_bias", False)))
+            mlp_bias=bool(cfg.get("mlp_bias", False)) if family == "llama" else False,
+            **extra)
+
+
+def _layer_windows(cfg: Mapping, family: str, n_layer: int) -> Tuple[int, ...]:
+    """Each layer's sliding window (0: global), by Hugging Face's rules: config.json's layer_types
+    when present ("sliding_attention" / "full_attention"), otherwise
+      gemma2       layer i slides when i is even (Gemma2Attention: `not bool(layer_idx % 2)`;
+                   configuration_gemma2.py: bool((i + 1) % 2))
+      gemma3_text  layer i slides when (i + 1) % sliding_window_pattern != 0 (default 6)
+      qwen2/qwen3  layer i slides when use_sliding_window and i >= max_window_layers (default 28)
+                   (configuration_qwen2.py / _qwen3.py: sliding_window is None unless
+                   use_sliding_window, then "sliding_attention" if i >= max_window_layers)
+      llama        no window.
+    () when no layer slides."""
+    if family == "llama":
+        return ()
+    if family in ("qwen2", "qwen3"):
+        window = cfg.get("sliding_window", 4096) if cfg.get("use_sliding_window", False) else None
+    else:
+        window = cfg.get("sliding_window", 4096)
+    types = cfg.get("layer_types")
+    if types is not None:
+        if len(types) != n_layer or any(t not in ("sliding_attention", "full_attention") for t in types):
+            raise ValueError(f"config: layer_types {types} is not {n_layer} of sliding_attention / full_attention")
+        sliding = [t == "sliding_attention" for t in types]
+    elif family == "gemma2":
+        sliding = [i % 2 == 0 for i in range(n_layer)]
+    elif family == "gemma3_text":
+        pattern = int(cfg.get("sliding_window_pattern", 6))
+        sliding = [bool((i + 1) % pattern) for i in range(n_layer)]
+    else:
+        max_window_layers = int(cfg.get("max_window_layers", 28))
+        sliding = [i >= max_window_layers for i in range(n_layer)]
+    if window is None or not any(sliding):
+        return ()
+    if int(window) < 1:
+        raise ValueError(f"config: sliding_window {window} must be at least 1")
+    return tuple(int(window) if s else 0 for s in sliding)
+
+
+def allowed_keys(n_pos: int, window: int):
+    """[query_pos, key_pos] bool: the keys a query may read: k <= q, and with a window W > 0 also
+    k > q - W (the W most recent keys, itself included)."""
+    torch = _torch()
+    q = torch.arange(n_pos)[:, None]
+    k = torch.arange(n_pos)[None, :]
+    allowed = k <= q
+    if window > 0:
+        allowed = allowed & (k > q - window)
+    return allowed
+
+
+def softcap(x, cap: float):
+    """Gemma's soft-cap: cap * tanh(x / cap) (divide, tanh, multiply, as eager_attention_forward)."""
+    return _torch().tanh(x / cap) * cap
 
 
 def llama_expected_shapes(c: LlamaConfig) -> Dict[str, Tuple[int, ...]]:
@@ -579,6 +711,10 @@ def llama_expected_shapes(c: LlamaConfig) -> Dict[str, Tuple[int, ...]]:
             p + "mlp.gate_proj.weight": (M, D), p + "mlp.up_proj.weight": (M, D),
             p + "mlp.down_proj.weight": (D, M),
         })
+        if c.post_norms:  # Gemma: post_attention_layernorm is the post-attention norm here
+            shapes.update({p + "pre_feedforward_layernorm.weight": (D,), p + "post_feedforward_layernorm.weight": (D,)})
+        if c.qk_norm:
+            shapes.update({p + "self_attn.q_norm.weight": (c.d_head,), p + "self_attn.k_norm.weight": (c.d_head,)})
         if c.qkv_bias:
             shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                            p + "self_attn.v_proj.bias": (kv,)})
@@ -622,7 +758,7 @@ def read_checkpoint(model_dir: str) -> Tuple[Dict[str, np.ndarray], Dict[str, st
 
 
 def load_llama(model_dir: str) -> LlamaModel:
-    """A Hugging Face Llama or Qwen2 folder, strictly: every tensor present with its shape."""
+    """A Hugging Face Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 (text) folder, strictly: every tensor present with its shape."""
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
         c = LlamaConfig.from_hf(json.load(f))
     raw, raw_dtypes = read_checkpoint(model_dir)
@@ -700,15 +836,20 @@ def rms_norm(x, weight, eps: float):
 
 
 def llama_cache_keys(c: LlamaConfig) -> List[str]:
+    """Every key llama_forward caches, in forward order."""
     keys = ["hook_embed"]
+    qk = ("attn.q_norm.hook_scale", "attn.q_norm.hook_normalized", "attn.k_norm.hook_scale",
+          "attn.k_norm.hook_normalized") if c.qk_norm else ()
+    post_attn = ("ln1_post.hook_scale", "ln1_post.hook_normalized") if c.post_norms else ()
+    post_mlp = ("ln2_post.hook_scale", "ln2_post.hook_normalized") if c.post_norms else ()
     for l in range(c.n_layer):
         b = f"blocks.{l}."
         keys += [b + k for k in (
             "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
-            "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_attn_scores",
-            "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out", "hook_resid_mid",
+            "attn.hook_v") + qk + ("attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_attn_scores",
+            "attn.hook_pattern", "attn.hook_z", "attn.hook_result") + post_attn + ("hook_attn_out", "hook_resid_mid",
             "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_pre_linear",
-            "mlp.hook_post", "hook_mlp_out", "hook_resid_post")]
+            "mlp.hook_post") + post_mlp + ("hook_mlp_out", "hook_resid_post")]
     return keys + ["ln_final.hook_scale", "ln_final.hook_normalized", "logits"]
 
 
@@ -716,8 +857,17 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
                   dtype=None, hooks: Optional[Mapping[str, Sequence]] = None, weights=None, tap=None):
     """The Llama-family forward pass in float64: {cache key: tensor}, keys as llama_cache_keys.
     `config` overrides model.config (a fixture's deliberate mistakes); `hooks` and `tap` as
-    forward() (with a tap, hook_attn_out = sum over heads of hook_result + b_O, and each RMSNorm's
-    hook_scale feeds its hook_normalized = x / scale * w)."""
+    forward() (with a tap, hook_attn_out = sum over heads of hook_result + b_O, then the
+    post-attention norm where the model has one, and each RMSNorm's hook_scale feeds its
+    hook_normalized = x / scale * w).
+
+    Qwen3 and Gemma extras (see the section comment): hook_embed is the scaled embedding row;
+    attn.hook_q / hook_k are the projections, attn.q_norm.* / k_norm.* the per-head norms
+    ([pos, head, 1] scales, [pos, head, d_head] normalized), hook_rot_q / hook_rot_k what the
+    scores read; hook_attn_scores is after the scale and the soft-cap, -inf where masked (above
+    the diagonal and outside a sliding window); hook_result is z_h W_O[h] before the
+    post-attention norm, ln1_post.hook_normalized = hook_attn_out after it, ln2_post likewise
+    for the MLP; logits are after the final soft-cap."""
     torch = _torch()
     dtype = dtype or torch.float64
     c = config or model.config
@@ -744,25 +894,31 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
         raise ValueError(f"token ids outside the vocabulary [0, {c.d_vocab})")
     n_pos, H, KV, dh = len(tokens), c.n_head, c.n_kv, c.d_head
     act = _ACTIVATIONS[c.activation]
-    inv_freq = rope_inv_freq(dh, c.rope_theta, dict(c.rope_scaling) if c.rope_scaling else None)
     group = H // KV
     kv_of = [h // group if c.kv_of_head == "repeat" else h % KV for h in range(H)]
     cache = {}
     keep = _keeper(cache, tap)
 
-    def norm(name, x, weight):  # rms_norm, with hook_scale on the path of hook_normalized
+    def norm(name, x, weight):  # rms_norm over the last dimension, hook_scale on the path of hook_normalized
+        if c.norm_plus_one:
+            weight = 1.0 + weight       # Gemma2RMSNorm.forward: output * (1.0 + self.weight.float())
         if tap is None:
-            normalized, scale = rms_norm(x, weight, c.rms_norm_eps)
-            keep(name + ".hook_scale", scale)
+            normalized, s = rms_norm(x, weight, c.rms_norm_eps)
+            keep(name + ".hook_scale", s)
             return keep(name + ".hook_normalized", normalized)
-        scale = keep(name + ".hook_scale", (x.pow(2).mean(dim=-1, keepdim=True) + c.rms_norm_eps).sqrt())
-        return keep(name + ".hook_normalized", x / scale * weight)
+        s = keep(name + ".hook_scale", (x.pow(2).mean(dim=-1, keepdim=True) + c.rms_norm_eps).sqrt())
+        return keep(name + ".hook_normalized", x / s * weight)
 
-    resid = keep("hook_embed", hooked("hook_embed", W("embed_tokens.weight")[torch.tensor(tokens, dtype=torch.long)]))
+    embed = W("embed_tokens.weight")[torch.tensor(tokens, dtype=torch.long)]
+    if c.embed_scale:
+        embed = embed * math.sqrt(c.d_model)  # Gemma2Model.forward's normalizer, hidden_size ** 0.5
+    resid = keep("hook_embed", hooked("hook_embed", embed))
     # no position embedding
-    causal = torch.ones(n_pos, n_pos, dtype=torch.bool).tril()
     for l in range(c.n_layer):
         p, k_ = f"layers.{l}.", f"blocks.{l}."
+        theta, scaling = c.layer_rope(l)
+        inv_freq = rope_inv_freq(dh, theta, scaling)
+        allowed = allowed_keys(n_pos, c.window(l))                       # [query_pos, key_pos]
         resid = keep(k_ + "hook_resid_pre", hooked(k_ + "hook_resid_pre", resid))
         x = norm(k_ + "ln1", resid, W(p + "input_layernorm.weight"))
         q = linear(x, p + "self_attn.q_proj", c.qkv_bias).reshape(n_pos, H, dh)
@@ -771,11 +927,26 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
         q = keep(k_ + "attn.hook_q", hooked(k_ + "attn.hook_q", q))
         k = keep(k_ + "attn.hook_k", hooked(k_ + "attn.hook_k", k))
         v = keep(k_ + "attn.hook_v", hooked(k_ + "attn.hook_v", v))
-        q = keep(k_ + "attn.hook_rot_q", apply_rotary(q, inv_freq, c.rope_pairs))
-        k = keep(k_ + "attn.hook_rot_k", apply_rotary(k, inv_freq, c.rope_pairs))
+        if c.qk_norm and c.qk_norm_order == "before_rotary":
+            # Qwen3Attention / Gemma3Attention.forward: q_norm(q_proj(x).view(..., head_dim)), then rotary
+            q = norm(k_ + "attn.q_norm", q, W(p + "self_attn.q_norm.weight"))
+            k = norm(k_ + "attn.k_norm", k, W(p + "self_attn.k_norm.weight"))
+        q, k = apply_rotary(q, inv_freq, c.rope_pairs), apply_rotary(k, inv_freq, c.rope_pairs)
+        if c.qk_norm and c.qk_norm_order == "after_rotary":
+            q = norm(k_ + "attn.q_norm", q, W(p + "self_attn.q_norm.weight"))
+            k = norm(k_ + "attn.k_norm", k, W(p + "self_attn.k_norm.weight"))
+        q = keep(k_ + "attn.hook_rot_q", q)
+        k = keep(k_ + "attn.hook_rot_k", k)
         k_h, v_h = k[:, kv_of, :], v[:, kv_of, :]                        # [pos, head, d_head]
-        scores = torch.einsum("qhd,khd->hqk", q, k_h) / math.sqrt(dh)
-        scores = keep(k_ + "attn.hook_attn_scores", scores.masked_fill(~causal, float("-inf")))
+        scores = torch.einsum("qhd,khd->hqk", q, k_h)                    # [head, query_pos, key_pos]
+        scores = scores * c.attn_scale if c.attn_scale is not None else scores / math.sqrt(dh)
+        if c.attn_softcap is not None and c.softcap_order == "before_mask":
+            scores = softcap(scores, c.attn_softcap)
+        # a query reads only itself and earlier keys, on a sliding layer only the last `window` of them
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        if c.attn_softcap is not None and c.softcap_order == "after_mask":
+            scores = softcap(scores, c.attn_softcap)
+        scores = keep(k_ + "attn.hook_attn_scores", scores)
         pattern = keep(k_ + "attn.hook_pattern", hooked(k_ + "attn.hook_pattern", torch.softmax(scores, dim=-1)))
         z = keep(k_ + "attn.hook_z", hooked(k_ + "attn.hook_z", torch.einsum("hqk,khd->qhd", pattern, v_h)))
         w_o = W(p + "self_attn.o_proj.weight").T                         # [n_head*d_head, d_model]
@@ -784,16 +955,25 @@ def llama_forward(model: LlamaModel, tokens: Sequence[int], config: Optional[Lla
             attn_out = result.sum(dim=1) + W(p + "self_attn.o_proj.bias") if c.o_bias else result.sum(dim=1)
         else:
             attn_out = linear(z.reshape(n_pos, H * dh), p + "self_attn.o_proj", c.o_bias)
+        if c.post_norms:
+            attn_out = norm(k_ + "ln1_post", attn_out, W(p + "post_attention_layernorm.weight"))
         attn_out = keep(k_ + "hook_attn_out", hooked(k_ + "hook_attn_out", attn_out))
         resid = keep(k_ + "hook_resid_mid", hooked(k_ + "hook_resid_mid", resid + attn_out))
-        x = norm(k_ + "ln2", resid, W(p + "post_attention_layernorm.weight"))
+        ln2_weight = "pre_feedforward_layernorm.weight" if c.post_norms else "post_attention_layernorm.weight"
+        x = norm(k_ + "ln2", resid, W(p + ln2_weight))
         gate = keep(k_ + "mlp.hook_pre", hooked(k_ + "mlp.hook_pre", linear(x, p + "mlp.gate_proj", c.mlp_bias)))
         up = keep(k_ + "mlp.hook_pre_linear", linear(x, p + "mlp.up_proj", c.mlp_bias))
         post = keep(k_ + "mlp.hook_post", hooked(k_ + "mlp.hook_post", act(gate) * up))
-        mlp_out = keep(k_ + "hook_mlp_out", hooked(k_ + "hook_mlp_out", linear(post, p + "mlp.down_proj", c.mlp_bias)))
+        mlp_out = linear(post, p + "mlp.down_proj", c.mlp_bias)
+        if c.post_norms:
+            mlp_out = norm(k_ + "ln2_post", mlp_out, W(p + "post_feedforward_layernorm.weight"))
+        mlp_out = keep(k_ + "hook_mlp_out", hooked(k_ + "hook_mlp_out", mlp_out))
         resid = keep(k_ + "hook_resid_post", hooked(k_ + "hook_resid_post", resid + mlp_out))
     final = norm("ln_final", resid, W("norm.weight"))
-    keep("logits", final @ W("lm_head.weight").T)
+    logits = final @ W("lm_head.weight").T
+    if c.final_softcap is not None:
+        logits = softcap(logits, c.final_softcap)  # Gemma2ForCausalLM.forward: / cap, tanh, * cap
+    keep("logits", logits)
     return cache
 
 
@@ -993,7 +1173,7 @@ def load_any(model_dir: str):
     """A GPT2Model, LlamaModel or NeoXModel, by config.json's model_type."""
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
         model_type = json.load(f).get("model_type", "gpt2")
-    if model_type in ("llama", "qwen2"):
+    if model_type in LLAMA_FAMILIES:
         return load_llama(model_dir)
     return load_neox(model_dir) if model_type == "gpt_neox" else load_gpt2(model_dir)
 
@@ -1307,7 +1487,22 @@ def attention_scale(model, layer: int) -> float:
     if isinstance(model, GPT2Model):
         f = 1.0 / math.sqrt(c.d_head) if c.scale_attn_weights else 1.0
         return f / float(layer + 1) if c.scale_attn_by_inverse_layer_idx else f
+    if isinstance(c, LlamaConfig) and c.attn_scale is not None:
+        return c.attn_scale  # Gemma: query_pre_attn_scalar^-0.5
     return 1.0 / math.sqrt(c.d_head)
+
+
+def masked_scores(model, layer: int, raw):
+    """hook_attn_scores from raw = (rot_)q . k * attention_scale [..., query, key]: the soft-cap
+    where the model has one (Gemma 2), then -inf outside the keys each query may read (the
+    causal mask, and a sliding layer's window)."""
+    c = model.config
+    n = raw.shape[-1]
+    cap = getattr(c, "attn_softcap", None)
+    if cap is not None:
+        raw = softcap(raw, cap)
+    window = c.window(layer) if isinstance(c, LlamaConfig) else 0
+    return raw.masked_fill(~allowed_keys(n, window), float("-inf"))
 
 
 def kv_head_of(model) -> List[int]:
@@ -1344,12 +1539,10 @@ def _qk_fixed_head_rows(model, layer: int, head: int, clean, corrupt, grads):
     q_c, q_n = clean[b + qname][:, head], corrupt[b + qname][:, head]          # [pos, d_head]
     k_c, k_n = clean[b + kname][:, kvh], corrupt[b + kname][:, kvh]
     v_c, v_n = clean[b + "attn.hook_v"][:, kvh], corrupt[b + "attn.hook_v"][:, kvh]
-    n = q_n.shape[0]
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
     scale = attention_scale(model, layer)
 
     def pattern(q, k):                                                           # [query, key]
-        return torch.softmax((q @ k.T * scale).masked_fill(~causal, float("-inf")), dim=-1)
+        return torch.softmax(masked_scores(model, layer, q @ k.T * scale), dim=-1)
     a_n = corrupt[b + "attn.hook_pattern"][head]
     if not torch.allclose(pattern(q_n, k_n), a_n, rtol=1e-9, atol=1e-12):
         raise AssertionError(f"layer {layer}: recomputed pattern differs from the cache (attention scale?)")
@@ -1809,7 +2002,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="float64 forward pass of a Hugging Face GPT-2, Llama or Qwen2 folder")
+    run = sub.add_parser("run", help="float64 forward pass of a Hugging Face GPT-2, Llama, Qwen2/3, Gemma 2/3 or GPT-NeoX folder")
     run.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
     run.add_argument("--tokens", required=True, help="comma-separated token ids, used exactly as given")
     run.add_argument("-o", "--output", required=True, help="OUT.npz or OUT.safetensors (float32)")
