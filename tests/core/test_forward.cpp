@@ -299,8 +299,11 @@ TEST_CASE("forward: the automatic thread count follows the work and the weights'
 // multi-query attention, SwiGLU, [out, in] weights, separate Q/K/V, head_dim != d_model / n_heads,
 // biases, tied and untied unembeddings, F16/BF16/F32 and a sharded checkpoint.
 // And GPT-NeoX's: partial rotary, parallel (and sequential) blocks, QKV fused per head.
-const char* const kRotaryFixtures[] = {"llama_gqa", "llama_tied_headdim", "qwen2_bias", "neox_parallel",
-                                       "neox_sequential"};
+// And Gemma 2's, Gemma 3's, Qwen3's and a windowed Qwen2's: (1 + w) norms, norms after attention
+// and the MLP, q/k norms, soft-caps, sliding windows shorter than the prompt, local rotations.
+const char* const kRotaryFixtures[] = {"llama_gqa",     "llama_tied_headdim",  "qwen2_bias",     "neox_parallel",
+                                       "neox_sequential", "gemma2_window",     "gemma3_local_global",
+                                       "gemma3_pattern",  "qwen3_qknorm",      "qwen2_window"};
 
 TEST_CASE("rotary fixtures: every cache key matches the float64 PyTorch reference", "[forward][fixtures][llama]") {
   for (const char* name : kRotaryFixtures) {

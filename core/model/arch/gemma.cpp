@@ -77,7 +77,7 @@ class Gemma2 final : public GemmaLike {
   std::string_view name() const override { return "Gemma 2"; }
   std::string_view model_type() const override { return "gemma2"; }
   bool reads_class(std::string_view a) const override { return a == "Gemma2ForCausalLM"; }
-  std::string_view description() const override { return "Gemma 2 models (model_type \"gemma2\")"; }
+  std::string_view description() const override { return "Gemma 2 models (model_type \"gemma2\": Gemma 2 2B, 9B, 27B)"; }
   std::string_view unexpected_tensor_hint() const override {
     return "Gemma 2 checkpoints hold only model.embed_tokens, model.layers.{layer}.* (four norms per layer) and "
            "model.norm; check that config.json (num_hidden_layers, head_dim and sizes) matches the weights.";
