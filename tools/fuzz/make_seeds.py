@@ -96,7 +96,10 @@ def main():
     write("safetensors", "empty_header", struct.pack("<Q", 2) + b"{}")
 
     # config.json
-    for name in ("f32_prefixed", "f16_plain", "bf16_prefixed", "full_context"):
+    # Every family's layout: the GPT-2 fixtures, then the rotary ones (Llama, Qwen2 with a window,
+    # Qwen3's q/k norms, GPT-NeoX, Gemma 2's soft-caps and Gemma 3's layer_types and local rotary).
+    for name in ("f32_prefixed", "f16_plain", "bf16_prefixed", "full_context", "llama_gqa", "qwen2_window",
+                 "qwen3_qknorm", "neox_parallel", "gemma2_window", "gemma3_local_global", "gemma3_pattern"):
         write("config", name, (ROOT / "tests/fixtures/models" / name / "config.json").read_bytes())
     write("config", "gpt2", json.dumps({
         "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
