@@ -4,10 +4,14 @@
 
 #include <omp.h>
 
+#include <nlohmann/json.hpp>
+#include <regex>
+
 #include "core/analysis/concat_sum.h"
 #include "core/analysis/dla.h"
 #include "core/analysis/residual.h"
 #include "core/analysis/top_k.h"
+#include "core/model/architecture_text.h"
 #include "core/model/forward.h"
 #include "core/model/memory_guard.h"
 #include "core/model/model.h"
@@ -330,6 +334,36 @@ TEST_CASE("rotary fixtures: every cache key matches the float64 PyTorch referenc
       }
     }
   }
+}
+
+TEST_CASE("each layer's window is the reference's, and the summary names the new options", "[forward][window]") {
+  // fixture.json's attention_windows come from hsref.py's own reading of the config (layer_types,
+  // Gemma 2's even layers, Gemma 3's pattern, Qwen's max_window_layers).
+  for (const char* name : {"gemma2_window", "gemma3_local_global", "gemma3_pattern", "qwen3_qknorm", "qwen2_window"}) {
+    DYNAMIC_SECTION(name) {
+      const auto dir = test::fixture_model(name);
+      // fixture.json is Python's JSON (a mutation's error may be Infinity): the list alone is parsed.
+      const std::string text = test::read_text(dir / "fixture.json");
+      std::smatch list;
+      REQUIRE(std::regex_search(text, list, std::regex(R"re("attention_windows":\s*(\[[^\]]*\]))re")));
+      const auto windows = nlohmann::json::parse(list[1].str());
+      const auto model = Model::load(dir);
+      const ModelConfig& c = model->config();
+      REQUIRE(windows.size() == static_cast<size_t>(c.n_layers));
+      for (int l = 0; l < c.n_layers; ++l) CHECK(attention_window(c, l) == windows[static_cast<size_t>(l)].get<int>());
+    }
+  }
+  const auto gemma2 = Model::load(test::fixture_model("gemma2_window"));
+  const std::string summary = describe_architecture(gemma2->config(), true);
+  for (const char* part : {"embedding × sqrt(d_model)", "RMSNorm without bias (1 + w)", "norms after attention and the MLP too",
+                           "sliding window 4 on 2 of 3 layers", "scores soft-capped at", "logits soft-capped at"}) {
+    INFO(summary);
+    CHECK_THAT(summary, Catch::Contains(part));
+  }
+  const std::string gemma3 = describe_architecture(Model::load(test::fixture_model("gemma3_pattern"))->config(), false);
+  CHECK_THAT(gemma3, Catch::Contains("q/k norms"));
+  CHECK_THAT(gemma3, Catch::Contains("local layers θ 10000"));
+  CHECK_THAT(gemma3, !Catch::Contains("scores soft-capped"));  // Gemma 3 reads the cap but does not apply it
 }
 
 TEST_CASE("rotary fixtures: the fast pass equals the slow loops, a reused prefix equals a full run",
