@@ -5,6 +5,8 @@
 #include <omp.h>
 
 #include <nlohmann/json.hpp>
+#include <fstream>
+#include <functional>
 #include <regex>
 
 #include "core/analysis/concat_sum.h"
@@ -21,6 +23,7 @@
 #include "test_support.h"
 
 using namespace hs;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -364,6 +367,59 @@ TEST_CASE("each layer's window is the reference's, and the summary names the new
   CHECK_THAT(gemma3, Catch::Contains("q/k norms"));
   CHECK_THAT(gemma3, Catch::Contains("local layers θ 10000"));
   CHECK_THAT(gemma3, !Catch::Contains("scores soft-capped"));  // Gemma 3 reads the cap but does not apply it
+}
+
+TEST_CASE("transformers 5's rope_parameters give the same rotation as rope_theta and rope_scaling", "[forward][rope]") {
+  // A copy of a fixture whose config says the same in the newer form.
+  int copies = 0;
+  auto rewritten = [&copies](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path dir = test::scratch_dir() / ("rope_parameters_" + name + std::to_string(++copies));
+    fs::remove_all(dir);
+    fs::copy(test::fixture_model(name), dir, fs::copy_options::recursive);
+    auto config = nlohmann::json::parse(test::read_text(dir / "config.json"));
+    edit(config);
+    std::ofstream(dir / "config.json") << config.dump(2);
+    return dir;
+  };
+  const std::vector<int32_t> tokens = {290, 5, 77, 260, 13, 99, 281, 0, 1, 2, 45, 46};
+  auto same_logits = [&](const std::string& name, const fs::path& dir) {
+    const auto a = Model::load(test::fixture_model(name))->run(tokens);
+    const auto b = Model::load(dir)->run(tokens);
+    CHECK(a->get("logits").data == b->get("logits").data);
+  };
+  SECTION("Gemma 3: one object per attention type, the scaling only on full attention") {
+    const fs::path dir = rewritten("gemma3_local_global", [](nlohmann::json& j) {
+      j["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 1000000.0}}},
+                              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+      j.erase("rope_theta");
+      j.erase("rope_scaling");
+      j.erase("rope_local_base_freq");
+    });
+    same_logits("gemma3_local_global", dir);
+    // Without it the defaults (theta 1e6, no scaling) would rotate otherwise: the key is read.
+    const auto plain = rewritten("gemma3_local_global", [](nlohmann::json& j) {
+      j.erase("rope_theta");
+      j.erase("rope_scaling");
+    });
+    CHECK(Model::load(plain)->run(tokens)->get("logits").data != Model::load(dir)->run(tokens)->get("logits").data);
+  }
+  SECTION("Llama: one object") {
+    const fs::path dir = rewritten("llama_gqa", [](nlohmann::json& j) {
+      nlohmann::json p = j["rope_scaling"];
+      p["rope_theta"] = j["rope_theta"];
+      j["rope_parameters"] = p;
+      j.erase("rope_theta");
+      j.erase("rope_scaling");
+    });
+    same_logits("llama_gqa", dir);
+  }
+  SECTION("a family without a local rotation refuses a different one for sliding layers") {
+    const fs::path dir = rewritten("qwen2_window", [](nlohmann::json& j) {
+      j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+                              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+    });
+    CHECK_THROWS_WITH(Model::load(dir), Catch::Contains("rotates sliding-window layers differently"));
+  }
 }
 
 TEST_CASE("rotary fixtures: the fast pass equals the slow loops, a reused prefix equals a full run",
