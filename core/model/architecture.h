@@ -211,7 +211,7 @@ const ArchitectureFamily* find_family_by_class(std::string_view hf_architecture)
 // model_type were all GPT-2's).
 const ArchitectureFamily& default_family();
 // The families as a person names them, from the registry, for help texts and the Open dialog:
-// "GPT-2, Llama, Qwen2 or Pythia" (each family's user_name(), joined in registry order).
+// "GPT-2, Llama, Qwen2, Qwen3, Pythia, Gemma 2 or Gemma 3" (each family's user_name(), joined in registry order).
 std::string supported_families_text();
 
 // Names for `headscope-cli info` and messages: "LayerNorm", "learned absolute", ...

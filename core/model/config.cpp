@@ -92,27 +92,39 @@ const json* ConfigJson::value(const char* key) const { return has(key) ? &json_[
 
 // Hugging Face's rope_scaling object: {"rope_type" (or "type"): ..., "factor": ..., ...}.
 void ConfigJson::rope_scaling(RotaryParams& r) const {
-  const ConfigJson& j = *this;
-  const nlohmann::json* rs = j.value("rope_scaling");
+  const nlohmann::json* rs = value("rope_scaling");
   if (!rs) return;
-  if (!rs->is_object()) j.refuse("\"rope_scaling\" must be an object or null, found " + json_brief(*rs) + ".");
+  if (!rs->is_object()) refuse("\"rope_scaling\" must be an object or null, found " + json_brief(*rs) + ".");
+  rope_object(*rs, "rope_scaling", r);
+}
+
+// One rotation's object: its type and the type's numbers (rope_scaling's keys), and in
+// transformers 5's rope_parameters also rope_theta.
+void ConfigJson::rope_object(const nlohmann::json& rs, const std::string& where, RotaryParams& r) const {
+  const ConfigJson& j = *this;
   std::string type;
   for (const char* key : {"rope_type", "type"})
-    if (rs->contains(key) && (*rs)[key].is_string()) {
-      type = (*rs)[key].get<std::string>();
+    if (rs.contains(key) && rs[key].is_string()) {
+      type = rs[key].get<std::string>();
       break;
     }
   auto number = [&](const char* key, std::optional<double> fallback) {
-    if (!rs->contains(key) || (*rs)[key].is_null()) {
+    if (!rs.contains(key) || rs[key].is_null()) {
       if (fallback) return *fallback;
-      j.refuse("rope_scaling of type \"" + type + "\" needs \"" + key + "\".");
+      j.refuse(where + " of type \"" + type + "\" needs \"" + key + "\".");
     }
-    const nlohmann::json& v = (*rs)[key];
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0.0))
-      j.refuse("rope_scaling \"" + std::string(key) + "\" must be a positive number, found " + json_brief(v) + ".");
+    const nlohmann::json& v = rs[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0.0) || v.get<double>() > 1e12)
+      j.refuse(where + " \"" + std::string(key) + "\" must be a positive number, found " + json_brief(v) + ".");
     return v.get<double>();
   };
-  if (type == "default") return;
+  if (rs.contains("rope_theta")) r.base = number("rope_theta", std::nullopt);
+  if (rs.contains("partial_rotary_factor") && number("partial_rotary_factor", 1.0) != 1.0)
+    j.refuse(where + " gives a partial_rotary_factor, which HeadScope does not read there; this family rotates "
+                     "every head dimension.");
+  // rope_scaling names its type (an untyped one is refused below, as before); a rope_parameters
+  // object may give only rope_theta.
+  if (type == "default" || (type.empty() && where != "rope_scaling")) return;
   if (type == "linear") {
     r.scaling = RopeScaling::Linear;
     r.factor = number("factor", std::nullopt);
@@ -125,12 +137,42 @@ void ConfigJson::rope_scaling(RotaryParams& r) const {
     r.high_freq_factor = number("high_freq_factor", std::nullopt);
     r.original_context = number("original_max_position_embeddings", std::nullopt);
     if (!(r.high_freq_factor > r.low_freq_factor))
-      j.refuse("rope_scaling \"high_freq_factor\" must be larger than \"low_freq_factor\".");
+      j.refuse(where + " \"high_freq_factor\" must be larger than \"low_freq_factor\".");
     return;
   }
-  j.refuse("rope_scaling type \"" + type +
+  j.refuse(where + " type \"" + type +
            "\" is not supported; HeadScope implements \"linear\" and \"llama3\" (or none). Positions would be "
            "encoded differently from the model's own.");
+}
+
+// transformers 5 writes the rotation as rope_parameters: one object ({"rope_type", "rope_theta",
+// ...}), or one per attention type ({"full_attention": {...}, "sliding_attention": {...}}: Gemma 3,
+// configuration_gemma3.py's convert_rope_params_to_dict). It replaces rope_theta and rope_scaling.
+void ConfigJson::rope_parameters(RotaryParams& global, RotaryParams* local) const {
+  const nlohmann::json* rp = value("rope_parameters");
+  if (!rp) return;
+  if (!rp->is_object()) refuse("\"rope_parameters\" must be an object or null, found " + json_brief(*rp) + ".");
+  const bool per_type = rp->contains("full_attention") || rp->contains("sliding_attention");
+  if (!per_type) return rope_object(*rp, "rope_parameters", global);
+  for (const auto& [type, params] : rp->items()) {
+    if (type != "full_attention" && type != "sliding_attention")
+      refuse("rope_parameters names the attention type \"" + type +
+             "\"; HeadScope reads \"full_attention\" and \"sliding_attention\".");
+    if (!params.is_object())
+      refuse("rope_parameters \"" + type + "\" must be an object, found " + json_brief(params) + ".");
+  }
+  if (rp->contains("full_attention")) rope_object((*rp)["full_attention"], "rope_parameters.full_attention", global);
+  if (!rp->contains("sliding_attention")) return;
+  RotaryParams sliding = local ? *local : global;
+  rope_object((*rp)["sliding_attention"], "rope_parameters.sliding_attention", sliding);
+  if (local) {
+    *local = sliding;
+    return;
+  }
+  // A family without a local rotation reads one set for every layer.
+  if (sliding.base != global.base || sliding.scaling != global.scaling || sliding.factor != global.factor)
+    refuse("rope_parameters rotates sliding-window layers differently from the others, which this family's model "
+           "does not do; check that config.json belongs to this model.");
 }
 
 std::pair<Activation, std::string> ConfigJson::activation(const char* key, const char* fallback) const {

@@ -36,12 +36,18 @@ class ConfigJson {
   // or "llama3" (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings);
   // any other type is refused by name.
   void rope_scaling(RotaryParams& r) const;
+  // transformers 5's rope_parameters (absent or null: none), read after rope_theta and
+  // rope_scaling, which it replaces: one object for every layer, or one per attention type
+  // (full_attention into `global`, sliding_attention into `local`; a family without a local
+  // rotation passes nullptr and a different sliding rotation is refused).
+  void rope_parameters(RotaryParams& global, RotaryParams* local) const;
   // An activation function by its Hugging Face name, and that name.
   std::pair<Activation, std::string> activation(const char* key, const char* fallback) const;
   // Throws hs::Error "<source>: <what>".
   [[noreturn]] void refuse(const std::string& what) const;
 
  private:
+  void rope_object(const nlohmann::json& object, const std::string& where, RotaryParams& r) const;
   const nlohmann::json& json_;
   std::string source_;
   std::string_view family_name_;

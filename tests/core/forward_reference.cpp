@@ -122,6 +122,21 @@ Rows columns(const Rows& x, size_t begin, size_t n) {
   return out;
 }
 
+// Each head's d_head slice of x [S, n_heads*d_head] through an RMSNorm of weight w (the q/k norm).
+Rows head_norm(const Rows& x, size_t n_heads, size_t d_head, const float* w, double eps) {
+  Rows out = x;
+  for (auto& row : out)
+    for (size_t h = 0; h < n_heads; ++h) {
+      double ss = 0;
+      for (size_t e = 0; e < d_head; ++e) ss += row[h * d_head + e] * row[h * d_head + e];
+      const double scale = std::sqrt(ss / static_cast<double>(d_head) + eps);
+      for (size_t e = 0; e < d_head; ++e) row[h * d_head + e] = row[h * d_head + e] / scale * w[e];
+    }
+  return out;
+}
+
+double softcap(double x, float cap) { return cap > 0.0f ? cap * std::tanh(x / cap) : x; }
+
 }  // namespace
 
 std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights> weights,
@@ -137,7 +152,8 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
   const size_t group = H / KV;  // query heads per key/value head
   Rows embed(S, std::vector<double>(D)), resid;
   for (size_t i = 0; i < S; ++i)
-    for (size_t d = 0; d < D; ++d) embed[i][d] = weights->W_E()[static_cast<size_t>(tokens[i]) * D + d];
+    for (size_t d = 0; d < D; ++d)
+      embed[i][d] = weights->W_E()[static_cast<size_t>(tokens[i]) * D + d] * double{weights->embedding_scale()};
   cache->embed = to_matrix(embed);
   resid = embed;
   if (arch.positions == PositionKind::LearnedAbsolute) {
@@ -159,31 +175,39 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
     if (arch.positions == PositionKind::Rotary) {
       a.q_pre_rotary = to_matrix(q);
       a.k_pre_rotary = to_matrix(k);
-      q = rotate(q, H, dh, arch.rotary);
-      k = rotate(k, KV, dh, arch.rotary);
+      if (arch.qk_norm) {
+        q = head_norm(q, H, dh, W.q_norm_w, c.norm_eps);
+        k = head_norm(k, KV, dh, W.k_norm_w, c.norm_eps);
+      }
+      q = rotate(q, H, dh, rotary_params(c, l));
+      k = rotate(k, KV, dh, rotary_params(c, l));
     }
     Rows z(S, std::vector<double>(H * dh, 0.0));
     a.q = to_matrix(q);
     a.k = to_matrix(k);
     a.v = to_matrix(v);
     const double scale = cache->attention_scale(l);
+    const int window = attention_window(c, l);
     a.pattern.extend(nullptr, 0, static_cast<Eigen::Index>(S), static_cast<int>(H));
     a.scores_hqk.assign(H * S * S, -std::numeric_limits<float>::infinity());
     for (size_t h = 0; h < H; ++h) {
       const size_t kv = h / group;
       for (size_t i = 0; i < S; ++i) {
-        std::vector<double> s(i + 1);
+        // Keys i - window < j <= i on a sliding layer; the others stay -inf and 0.
+        const size_t first = window > 0 && i + 1 > static_cast<size_t>(window) ? i + 1 - static_cast<size_t>(window) : 0;
+        std::vector<double> s(i + 1, 0.0);
         double m = -1e300;
-        for (size_t j = 0; j <= i; ++j) {
+        for (size_t j = first; j <= i; ++j) {
           double dot = 0;
           for (size_t e = 0; e < dh; ++e) dot += q[i][h * dh + e] * k[j][kv * dh + e];
-          s[j] = dot * scale;
+          s[j] = softcap(dot * scale, arch.attn_softcap);
           a.scores_hqk[(h * S + i) * S + j] = static_cast<float>(s[j]);
           m = std::max(m, s[j]);
         }
         double total = 0;
-        for (double& x : s) total += (x = std::exp(x - m));
-        for (size_t j = 0; j <= i; ++j) {
+        for (size_t j = first; j <= i; ++j) total += (s[j] = std::exp(s[j] - m));
+        for (size_t j = 0; j < first; ++j) a.pattern.mutable_row(static_cast<int>(h), static_cast<Eigen::Index>(i))[j] = 0.0f;
+        for (size_t j = first; j <= i; ++j) {
           const double p = s[j] / total;
           a.pattern.mutable_row(static_cast<int>(h), static_cast<Eigen::Index>(i))[j] = static_cast<float>(p);
           for (size_t e = 0; e < dh; ++e) z[i][h * dh + e] += p * v[j][kv * dh + e];
@@ -191,7 +215,8 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
       }
     }
     a.z = to_matrix(z);
-    const Rows attn_out = linear(z, weights->W_O_all(l).data(), W.b_O, D);
+    Rows attn_out = linear(z, weights->W_O_all(l).data(), W.b_O, D);
+    if (arch.post_attn_norm) attn_out = norm(attn_out, W.post_attn_norm_w, nullptr, c.norm_eps, arch.norm);
     a.attn_out = to_matrix(attn_out);
     const Rows block_in = resid;
     resid = add(resid, attn_out);
@@ -212,7 +237,8 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
       for (auto& row : pre)
         for (double& x : row) x = activation(x, c.activation);
     }
-    const Rows mlp_out = linear(pre, weights->W_out(l).data(), W.b_out, D);
+    Rows mlp_out = linear(pre, weights->W_out(l).data(), W.b_out, D);
+    if (arch.post_mlp_norm) mlp_out = norm(mlp_out, W.post_mlp_norm_w, nullptr, c.norm_eps, arch.norm);
     a.mlp_out = to_matrix(mlp_out);
     resid = add(resid, mlp_out);
   }
@@ -227,7 +253,7 @@ std::shared_ptr<ActivationCache> forward_reference(std::shared_ptr<const Weights
       double acc = 0;
       const float* u = weights->unembed_rows() + static_cast<size_t>(t) * D;
       for (size_t d = 0; d < D; ++d) acc += lnf[i][d] * u[d];
-      logits(static_cast<Eigen::Index>(i), t) = static_cast<float>(acc);
+      logits(static_cast<Eigen::Index>(i), t) = static_cast<float>(softcap(acc, arch.final_softcap));
     }
   cache->logits = logits;
   cache->logits_finite = logits.allFinite();

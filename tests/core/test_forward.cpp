@@ -4,10 +4,16 @@
 
 #include <omp.h>
 
+#include <nlohmann/json.hpp>
+#include <fstream>
+#include <functional>
+#include <regex>
+
 #include "core/analysis/concat_sum.h"
 #include "core/analysis/dla.h"
 #include "core/analysis/residual.h"
 #include "core/analysis/top_k.h"
+#include "core/model/architecture_text.h"
 #include "core/model/forward.h"
 #include "core/model/memory_guard.h"
 #include "core/model/model.h"
@@ -17,6 +23,7 @@
 #include "test_support.h"
 
 using namespace hs;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -299,8 +306,11 @@ TEST_CASE("forward: the automatic thread count follows the work and the weights'
 // multi-query attention, SwiGLU, [out, in] weights, separate Q/K/V, head_dim != d_model / n_heads,
 // biases, tied and untied unembeddings, F16/BF16/F32 and a sharded checkpoint.
 // And GPT-NeoX's: partial rotary, parallel (and sequential) blocks, QKV fused per head.
-const char* const kRotaryFixtures[] = {"llama_gqa", "llama_tied_headdim", "qwen2_bias", "neox_parallel",
-                                       "neox_sequential"};
+// And Gemma 2's, Gemma 3's, Qwen3's and a windowed Qwen2's: (1 + w) norms, norms after attention
+// and the MLP, q/k norms, soft-caps, sliding windows shorter than the prompt, local rotations.
+const char* const kRotaryFixtures[] = {"llama_gqa",     "llama_tied_headdim",  "qwen2_bias",     "neox_parallel",
+                                       "neox_sequential", "gemma2_window",     "gemma3_local_global",
+                                       "gemma3_pattern",  "qwen3_qknorm",      "qwen2_window"};
 
 TEST_CASE("rotary fixtures: every cache key matches the float64 PyTorch reference", "[forward][fixtures][llama]") {
   for (const char* name : kRotaryFixtures) {
@@ -326,6 +336,89 @@ TEST_CASE("rotary fixtures: every cache key matches the float64 PyTorch referenc
         CHECK(c.relative <= kRelTol);
       }
     }
+  }
+}
+
+TEST_CASE("each layer's window is the reference's, and the summary names the new options", "[forward][window]") {
+  // fixture.json's attention_windows come from hsref.py's own reading of the config (layer_types,
+  // Gemma 2's even layers, Gemma 3's pattern, Qwen's max_window_layers).
+  for (const char* name : {"gemma2_window", "gemma3_local_global", "gemma3_pattern", "qwen3_qknorm", "qwen2_window"}) {
+    DYNAMIC_SECTION(name) {
+      const auto dir = test::fixture_model(name);
+      // fixture.json is Python's JSON (a mutation's error may be Infinity): the list alone is parsed.
+      const std::string text = test::read_text(dir / "fixture.json");
+      std::smatch list;
+      REQUIRE(std::regex_search(text, list, std::regex(R"re("attention_windows":\s*(\[[^\]]*\]))re")));
+      const auto windows = nlohmann::json::parse(list[1].str());
+      const auto model = Model::load(dir);
+      const ModelConfig& c = model->config();
+      REQUIRE(windows.size() == static_cast<size_t>(c.n_layers));
+      for (int l = 0; l < c.n_layers; ++l) CHECK(attention_window(c, l) == windows[static_cast<size_t>(l)].get<int>());
+    }
+  }
+  const auto gemma2 = Model::load(test::fixture_model("gemma2_window"));
+  const std::string summary = describe_architecture(gemma2->config(), true);
+  for (const char* part : {"embedding × sqrt(d_model)", "RMSNorm without bias (1 + w)", "norms after attention and the MLP too",
+                           "sliding window 4 on 2 of 3 layers", "scores soft-capped at", "logits soft-capped at"}) {
+    INFO(summary);
+    CHECK_THAT(summary, Catch::Contains(part));
+  }
+  const std::string gemma3 = describe_architecture(Model::load(test::fixture_model("gemma3_pattern"))->config(), false);
+  CHECK_THAT(gemma3, Catch::Contains("q/k norms"));
+  CHECK_THAT(gemma3, Catch::Contains("local layers θ 10000"));
+  CHECK_THAT(gemma3, !Catch::Contains("scores soft-capped"));  // Gemma 3 reads the cap but does not apply it
+}
+
+TEST_CASE("transformers 5's rope_parameters give the same rotation as rope_theta and rope_scaling", "[forward][rope]") {
+  // A copy of a fixture whose config says the same in the newer form.
+  int copies = 0;
+  auto rewritten = [&copies](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path dir = test::scratch_dir() / ("rope_parameters_" + name + std::to_string(++copies));
+    fs::remove_all(dir);
+    fs::copy(test::fixture_model(name), dir, fs::copy_options::recursive);
+    auto config = nlohmann::json::parse(test::read_text(dir / "config.json"));
+    edit(config);
+    std::ofstream(dir / "config.json") << config.dump(2);
+    return dir;
+  };
+  const std::vector<int32_t> tokens = {290, 5, 77, 260, 13, 99, 281, 0, 1, 2, 45, 46};
+  auto same_logits = [&](const std::string& name, const fs::path& dir) {
+    const auto a = Model::load(test::fixture_model(name))->run(tokens);
+    const auto b = Model::load(dir)->run(tokens);
+    CHECK(a->get("logits").data == b->get("logits").data);
+  };
+  SECTION("Gemma 3: one object per attention type, the scaling only on full attention") {
+    const fs::path dir = rewritten("gemma3_local_global", [](nlohmann::json& j) {
+      j["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 1000000.0}}},
+                              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+      j.erase("rope_theta");
+      j.erase("rope_scaling");
+      j.erase("rope_local_base_freq");
+    });
+    same_logits("gemma3_local_global", dir);
+    // Without it the defaults (theta 1e6, no scaling) would rotate otherwise: the key is read.
+    const auto plain = rewritten("gemma3_local_global", [](nlohmann::json& j) {
+      j.erase("rope_theta");
+      j.erase("rope_scaling");
+    });
+    CHECK(Model::load(plain)->run(tokens)->get("logits").data != Model::load(dir)->run(tokens)->get("logits").data);
+  }
+  SECTION("Llama: one object") {
+    const fs::path dir = rewritten("llama_gqa", [](nlohmann::json& j) {
+      nlohmann::json p = j["rope_scaling"];
+      p["rope_theta"] = j["rope_theta"];
+      j["rope_parameters"] = p;
+      j.erase("rope_theta");
+      j.erase("rope_scaling");
+    });
+    same_logits("llama_gqa", dir);
+  }
+  SECTION("a family without a local rotation refuses a different one for sliding layers") {
+    const fs::path dir = rewritten("qwen2_window", [](nlohmann::json& j) {
+      j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+                              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+    });
+    CHECK_THROWS_WITH(Model::load(dir), Catch::Contains("rotates sliding-window layers differently"));
   }
 }
 

@@ -169,7 +169,7 @@ const std::set<std::string> kTested = {
     "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
-    "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R77", "R78", "R80", "R81", "R82", "R83", "R84", "R85",
+    "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R77", "R78", "R80", "R81", "R82", "R83", "R84", "R85", "R86", "R87",
     "R90", "R91", "R92", "R93", "R94", "R95", "R96", "R97",
     "R110", "R111", "R112", "R113",
 };
@@ -893,22 +893,33 @@ TEST_CASE("refused input: architectures (R80-R85)", "[refused][llama]") {
     edit_config(m, [](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
     check_refused(cli("info --model " + quote(m.string())), expected("R80", {{"<model>", m.string()}}), s);
   }
-  SECTION("R81 a sliding window shorter than the context") {
+  SECTION("R81 layer types that do not give one per layer") {
     const fs::path m = s.model("qwen2_bias");
     edit_config(m, [](auto& j) {
       j["use_sliding_window"] = true;
       j["sliding_window"] = 16;
       j["max_window_layers"] = 0;
     });
+    // A window shorter than the context is computed now, not refused.
+    CHECK(cli("info --model " + quote(m.string())).code == 0);
+    edit_config(m, [](auto& j) { j["layer_types"] = {"full_attention"}; });
     check_refused(cli("info --model " + quote(m.string())), expected("R81", {{"<model>", m.string()}}), s);
-    // A window that covers the context, or applies to no layer, changes nothing.
-    edit_config(m, [](auto& j) { j["sliding_window"] = 32; });
-    CHECK(cli("info --model " + quote(m.string())).code == 0);
+  }
+  SECTION("R86 an attention type HeadScope does not compute") {
+    const fs::path m = s.model("qwen2_bias");
     edit_config(m, [](auto& j) {
-      j["sliding_window"] = 16;
-      j["max_window_layers"] = 3;
+      j["use_sliding_window"] = true;
+      j["layer_types"] = {"full_attention", "chunked_attention", "full_attention"};
     });
-    CHECK(cli("info --model " + quote(m.string())).code == 0);
+    check_refused(cli("info --model " + quote(m.string())), expected("R86", {{"<model>", m.string()}}), s);
+  }
+  SECTION("R87 a multimodal Gemma 3 checkpoint") {
+    const fs::path m = s.model("qwen2_bias");
+    edit_config(m, [](auto& j) {
+      j["model_type"] = "gemma3";
+      j["architectures"] = {"Gemma3ForConditionalGeneration"};
+    });
+    check_refused(cli("info --model " + quote(m.string())), expected("R87", {{"<model>", m.string()}}), s);
   }
   SECTION("R82 a missing shard") {
     const fs::path m = s.model("qwen2_bias");

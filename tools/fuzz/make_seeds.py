@@ -96,8 +96,18 @@ def main():
     write("safetensors", "empty_header", struct.pack("<Q", 2) + b"{}")
 
     # config.json
-    for name in ("f32_prefixed", "f16_plain", "bf16_prefixed", "full_context"):
+    # Every family's layout: the GPT-2 fixtures, then the rotary ones (Llama, Qwen2 with a window,
+    # Qwen3's q/k norms, GPT-NeoX, Gemma 2's soft-caps and Gemma 3's layer_types and local rotary).
+    for name in ("f32_prefixed", "f16_plain", "bf16_prefixed", "full_context", "llama_gqa", "qwen2_window",
+                 "qwen3_qknorm", "neox_parallel", "gemma2_window", "gemma3_local_global", "gemma3_pattern"):
         write("config", name, (ROOT / "tests/fixtures/models" / name / "config.json").read_bytes())
+    # transformers 5's form of Gemma 3's rotation (rope_parameters per attention type).
+    g3 = json.loads((ROOT / "tests/fixtures/models/gemma3_local_global/config.json").read_text())
+    g3["rope_parameters"] = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    for key in ("rope_theta", "rope_scaling", "rope_local_base_freq"):
+        g3.pop(key)
+    write("config", "gemma3_rope_parameters", json.dumps(g3, indent=2))
     write("config", "gpt2", json.dumps({
         "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
         "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,

@@ -595,7 +595,19 @@ class LlamaConfig:
             else cfg.get("hidden_act", "silu")
         if act not in _ACTIVATIONS:
             raise ValueError(f"config: activation '{act}' is not one of {sorted(_ACTIVATIONS)}")
+        theta = float(cfg.get("rope_theta", 1000000.0 if family == "gemma3_text" else 10000.0))
+        local_theta = float(cfg.get("rope_local_base_freq", 10000.0))
         scaling = cfg.get("rope_scaling")
+        params = cfg.get("rope_parameters")  # transformers 5's form: one dict, or one per layer type (Gemma 3)
+        if params is not None:
+            if family == "gemma3_text" and "full_attention" in params:
+                local = params.get("sliding_attention") or {}
+                if local.get("rope_type", "default") != "default":
+                    raise ValueError("config: scaled rotary on Gemma 3's sliding layers is not implemented here")
+                local_theta = float(local.get("rope_theta", local_theta))
+                params = params["full_attention"] or {}
+            theta = float(params.get("rope_theta", theta))
+            scaling = params if params.get("rope_type", "default") != "default" else scaling
         if scaling is not None:
             kind = scaling.get("rope_type", scaling.get("type"))
             if kind not in ("linear", "llama3", "default"):
@@ -614,7 +626,7 @@ class LlamaConfig:
             if final_cap is not None:
                 extra["final_softcap"] = float(final_cap)
             if family == "gemma3_text":
-                extra["local_rope_theta"] = float(cfg.get("rope_local_base_freq", 10000.0))
+                extra["local_rope_theta"] = local_theta
         if family == "qwen3":
             extra["qk_norm"] = True
         extra["windows"] = _layer_windows(cfg, family, n_layer)
@@ -624,8 +636,7 @@ class LlamaConfig:
             d_mlp=int(cfg["intermediate_size"]), n_ctx=int(cfg["max_position_embeddings"]),
             d_vocab=int(cfg["vocab_size"]), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             activation=act,
-            rope_theta=float(cfg.get("rope_theta", 1000000.0 if family == "gemma3_text" else 10000.0)),
-            rope_scaling=scaling,
+            rope_theta=theta, rope_scaling=scaling,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
             qkv_bias=True if family == "qwen2" else attention_bias,
             o_bias=False if family == "qwen2" else attention_bias,

@@ -204,6 +204,59 @@ class RotaryReferenceTest(unittest.TestCase):
                     torch.testing.assert_close(cache[b + "attn.hook_rot_q"][0], q0)
 
 
+class LayerRulesTest(unittest.TestCase):
+    """LlamaConfig.from_hf against Hugging Face's configuration_*.py rules, case by case."""
+
+    BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=7,
+                intermediate_size=48, max_position_embeddings=64, vocab_size=50, head_dim=8)
+
+    def windows(self, **cfg):
+        c = hsref.LlamaConfig.from_hf(dict(self.BASE, **cfg))
+        return [c.window(l) for l in range(c.n_layer)]
+
+    def test_which_layers_slide(self):
+        self.assertEqual(self.windows(model_type="gemma2", sliding_window=4), [4, 0, 4, 0, 4, 0, 4])
+        self.assertEqual(self.windows(model_type="gemma2"), [4096, 0, 4096, 0, 4096, 0, 4096])
+        self.assertEqual(self.windows(model_type="gemma3_text", sliding_window=5), [5, 5, 5, 5, 5, 0, 5])
+        self.assertEqual(self.windows(model_type="gemma3_text", sliding_window=5, sliding_window_pattern=3),
+                         [5, 5, 0, 5, 5, 0, 5])
+        types = ["full_attention"] * 6 + ["sliding_attention"]
+        self.assertEqual(self.windows(model_type="gemma3_text", sliding_window=5, layer_types=types), [0] * 6 + [5])
+        for kind in ("qwen2", "qwen3"):
+            self.assertEqual(self.windows(model_type=kind, use_sliding_window=True, sliding_window=4,
+                                          max_window_layers=5), [0, 0, 0, 0, 0, 4, 4])
+            self.assertEqual(self.windows(model_type=kind, use_sliding_window=False, sliding_window=4,
+                                          max_window_layers=0), [0] * 7)
+            self.assertEqual(self.windows(model_type=kind, use_sliding_window=True, sliding_window=None), [0] * 7)
+            # layer_types win, but without use_sliding_window there is no window to slide
+            self.assertEqual(self.windows(model_type=kind, use_sliding_window=True, sliding_window=4,
+                                          layer_types=types), [0] * 6 + [4])
+        self.assertEqual(self.windows(model_type="llama", sliding_window=4), [0] * 7)
+        with self.assertRaises(ValueError):
+            self.windows(model_type="gemma2", layer_types=types[:3])
+
+    def test_defaults_and_rotary_per_layer(self):
+        g2 = hsref.LlamaConfig.from_hf(dict(self.BASE, model_type="gemma2"))
+        self.assertEqual((g2.attn_softcap, g2.final_softcap, g2.attn_scale), (50.0, 30.0, 256 ** -0.5))
+        self.assertTrue(g2.tie_word_embeddings and g2.embed_scale and g2.norm_plus_one and not g2.qk_norm)
+        self.assertEqual(g2.activation, "gelu_pytorch_tanh")
+        g3 = hsref.LlamaConfig.from_hf(dict(self.BASE, model_type="gemma3_text", attn_logit_softcapping=5.0,
+                                            rope_scaling={"rope_type": "linear", "factor": 8.0}))
+        self.assertEqual((g3.attn_softcap, g3.final_softcap, g3.rope_theta), (None, None, 1000000.0))
+        self.assertEqual(g3.layer_rope(0), (10000.0, None))                    # sliding: local base, unscaled
+        self.assertEqual(g3.layer_rope(5), (1000000.0, {"rope_type": "linear", "factor": 8.0}))
+        v5 = hsref.LlamaConfig.from_hf(dict(self.BASE, model_type="gemma3_text", rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 500000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}))
+        self.assertEqual(v5.layer_rope(0), (20000.0, None))
+        self.assertEqual(v5.layer_rope(5)[0], 500000.0)
+        self.assertEqual(v5.layer_rope(5)[1]["factor"], 8.0)
+        q3 = hsref.LlamaConfig.from_hf(dict(self.BASE, model_type="qwen3"))
+        self.assertTrue(q3.qk_norm and not q3.norm_plus_one and not q3.qkv_bias and not q3.tie_word_embeddings)
+        q3b = hsref.LlamaConfig.from_hf(dict(self.BASE, model_type="qwen3", attention_bias=True))
+        self.assertTrue(q3b.qkv_bias and q3b.o_bias)
+
+
 WINDOW_FIXTURES = ["gemma2_window", "gemma3_local_global", "gemma3_pattern", "qwen3_qknorm", "qwen2_window"]
 
 

@@ -77,7 +77,7 @@ class Gemma2 final : public GemmaLike {
   std::string_view name() const override { return "Gemma 2"; }
   std::string_view model_type() const override { return "gemma2"; }
   bool reads_class(std::string_view a) const override { return a == "Gemma2ForCausalLM"; }
-  std::string_view description() const override { return "Gemma 2 models (model_type \"gemma2\")"; }
+  std::string_view description() const override { return "Gemma 2 models (model_type \"gemma2\": Gemma 2 2B, 9B, 27B)"; }
   std::string_view unexpected_tensor_hint() const override {
     return "Gemma 2 checkpoints hold only model.embed_tokens, model.layers.{layer}.* (four norms per layer) and "
            "model.norm; check that config.json (num_hidden_layers, head_dim and sizes) matches the weights.";
@@ -88,6 +88,7 @@ class Gemma2 final : public GemmaLike {
     Architecture& a = c.architecture;
     a.rotary.base = j.positive_number("rope_theta", 10000.0);
     j.rope_scaling(a.rotary);
+    j.rope_parameters(a.rotary, nullptr);
     a.attn_softcap = read_softcap(j, "attn_logit_softcapping", 50.0f);
     a.final_softcap = read_softcap(j, "final_logit_softcapping", 30.0f);
     // Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2), so layer 0 slides.
@@ -133,6 +134,7 @@ class Gemma3 final : public GemmaLike {
     a.rotary_local = RotaryParams{};
     a.rotary_local.dim = c.d_head;
     a.rotary_local.base = j.positive_number("rope_local_base_freq", 10000.0);
+    j.rope_parameters(a.rotary, &a.rotary_local);
     // Gemma3TextConfig: layer_types, else sliding unless (i + 1) is a multiple of
     // sliding_window_pattern (6 by default: five local layers, then a global one).
     const int pattern = j.dim_or("sliding_window_pattern", 6);

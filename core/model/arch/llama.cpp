@@ -39,6 +39,7 @@ void LlamaLike::read_config(const ConfigJson& j, ModelConfig& c) const {
   if (j.has("partial_rotary_factor") && j.positive_number("partial_rotary_factor", 1.0) != 1.0)
     j.refuse("partial_rotary_factor is not 1; a " + std::string(name()) + " model rotates every head dimension.");
   j.rope_scaling(a.rotary);
+  j.rope_parameters(a.rotary, nullptr);
   a.mlp = MlpKind::Gated;
   a.qkv = QkvLayout::Separate;
   read_family_options(j, c);

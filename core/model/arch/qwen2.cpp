@@ -54,7 +54,7 @@ class Qwen3 final : public LlamaLike {
   std::string_view name() const override { return "Qwen3"; }
   std::string_view model_type() const override { return "qwen3"; }
   bool reads_class(std::string_view a) const override { return a == "Qwen3ForCausalLM"; }
-  std::string_view description() const override { return "Qwen3 models (model_type \"qwen3\")"; }
+  std::string_view description() const override { return "Qwen3 models (model_type \"qwen3\": Qwen3 0.6B to 32B)"; }
   std::string_view unexpected_tensor_hint() const override {
     return "Qwen3 checkpoints hold only model.embed_tokens, model.layers.{layer}.* (with self_attn.q_norm and "
            "k_norm), model.norm and lm_head; check that config.json (num_hidden_layers, tie_word_embeddings, "
