@@ -1,6 +1,7 @@
 // One row of the benchmark table, in its own process, so each row's peak memory is its own:
 //
 //   hs_bench_row --model DIR --tokens N --threads T --mode cache|logits|views --warmup W --runs R [--max-seconds S]
+//                [--store scores,results]
 //   hs_bench_row --model DIR --mode open --runs R [--cold]
 //   hs_bench_row --model DIR --mode patch --tokens N --threads T --what resid_pre|attn_out|mlp_out|z
 //                [--answer ID --wrong ID]
@@ -16,6 +17,9 @@
 // - `cache`: hs::Model::run with default hs::RunOptions, i.e. the ActivationCache the GUI keeps
 //   (every view available; keys not stored are derived on request, see core/model/cache.h).
 // - `logits`: RunOptions::logits_only.
+// - `--store scores,results` (cache and views): RunOptions::store_scores / store_results, the
+//   attention scores and per-head results kept in the cache instead of derived on request: every
+//   view's data held at once, the memory a long prompt needs at most.
 // - `views`: `cache`, then what the window computes from it for its views at the last position,
 //   layer 0 and head 0 (head thumbnails and next tokens, the position's decomposition and direct
 //   logit attribution, the layer's concat-vs-sum, the logit lens grid, the detector scores), all
@@ -42,10 +46,10 @@
 //   --exact-warmup / --exact-runs times. "max_abs_diff" is the largest |estimate - exact| over
 //   the sites' cells (AtP is an estimate; the figure says the two computed the same nodes).
 // - `open`: hs::Model::load of the folder (memory-mapped safetensors, weights checked, tokenizer
-//   read). With --cold, the file's pages are evicted from the page cache before each load
-//   (posix_fadvise DONTNEED: needs no root and touches no other file); "resident_before_pct"
-//   says how much of the file was still cached when each load started, so a cold number that
-//   was not really cold shows itself.
+//   read). With --cold, the weight files' pages (model.safetensors or every shard) are evicted
+//   from the page cache before each load (posix_fadvise DONTNEED: needs no root and touches no
+//   other file); "resident_before_pct" says how much of them was still cached when each load
+//   started, so a cold number that was not really cold shows itself.
 //
 // --max-seconds: once the passes have taken this long, no further pass starts (at least one timed
 // pass always runs; "stopped_early" says so): keeps a row bounded on a loaded machine.
@@ -108,6 +112,7 @@ struct Args {
   int exact_runs = 3;
   double max_seconds = 0;
   bool cold = false;
+  bool store_scores = false, store_results = false;
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -116,7 +121,7 @@ struct Args {
             << "                    [--tokens N | --token-ids 1,2,3 | --text TEXT]\n"
             << "                    [--threads T] [--warmup W] [--runs R] [--max-seconds S] [--cold]\n"
             << "                    [--what resid_pre|attn_out|mlp_out|z[,...]] [--answer ID] [--wrong ID]\n"
-            << "                    [--exact-warmup W] [--exact-runs R]\n";
+            << "                    [--exact-warmup W] [--exact-runs R] [--store scores,results]\n";
   std::exit(2);
 }
 
@@ -148,6 +153,14 @@ Args parse(int argc, char** argv) {
     else if (k == "--exact-runs") a.exact_runs = number();
     else if (k == "--max-seconds") a.max_seconds = number();
     else if (k == "--cold") a.cold = true;
+    else if (k == "--store") {
+      std::stringstream list(value());
+      for (std::string item; std::getline(list, item, ',');) {
+        if (item == "scores") a.store_scores = true;
+        else if (item == "results") a.store_results = true;
+        else if (!item.empty()) usage(("--store takes scores and results, got \"" + item + "\"").c_str());
+      }
+    }
     else if (k == "--what") a.what = value();
     else if (k == "--answer") a.answer = number();
     else if (k == "--wrong") a.wrong = number();
@@ -315,13 +328,46 @@ class Passes {
   Clock::time_point start_;
 };
 
+// The folder's weight files: model.safetensors, or the shards of a sharded checkpoint
+// (model-*-of-*.safetensors, which model.safetensors.index.json names). Empty when there are none
+// (hs::Model::load then says what is missing).
+std::vector<std::filesystem::path> weight_files(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir / "model.safetensors", ec)) return {dir / "model.safetensors"};
+  std::vector<std::filesystem::path> out;
+  const std::string ext = ".safetensors";
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("model-", 0) == 0 && name.size() > ext.size() &&
+        name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 int run_open(const Args& a) {
-  const std::filesystem::path file = std::filesystem::path(a.model) / "model.safetensors";
-  std::vector<double> times, resident, first_runs;
+  const std::vector<std::filesystem::path> files = weight_files(a.model);
+  std::vector<double> sizes;
+  double total = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    sizes.push_back(static_cast<double>(std::filesystem::file_size(f, ec)));
+    if (ec) sizes.back() = 0;
+    total += sizes.back();
+  }
+  // The share of the weight files in the page cache, by bytes.
+  auto resident = [&] {
+    double in = 0;
+    for (size_t i = 0; i < files.size(); ++i) in += std::max(0.0, resident_pct(files[i])) * sizes[i];
+    return total > 0 ? in / total : -1.0;
+  };
+  std::vector<double> times, resident_before, first_runs;
   int cached = 0;
   for (int i = 0; i < a.warmup + a.runs; ++i) {
-    if (a.cold) evict(file);
-    const double before = resident_pct(file);
+    if (a.cold)
+      for (const auto& f : files) evict(f);
+    const double before = resident();
     if (i >= a.warmup) perf_control("enable");
     const auto t0 = Clock::now();
     auto m = hs::Model::load(a.model);
@@ -338,7 +384,7 @@ int run_open(const Args& a) {
     hs::PackCache::wait_for_writes();
     if (i >= a.warmup) {
       times.push_back(dt);
-      resident.push_back(before);
+      resident_before.push_back(before);
       first_runs.push_back(first_run);
     }
   }
@@ -348,7 +394,7 @@ int run_open(const Args& a) {
       "\"from_pack_cache\": %d, \"peak_rss_mb\": %.1f, \"mode\": \"open\", "
       "\"cold\": %s, \"resident_before_pct\": %s, \"file_mb\": %.1f}\n",
       s.median, s.min, json_list(times).c_str(), f.median, a.tokens, cached, peak_rss_mb(), a.cold ? "true" : "false",
-      json_list(resident).c_str(), static_cast<double>(std::filesystem::file_size(file)) / (1024.0 * 1024.0));
+      json_list(resident_before).c_str(), total / (1024.0 * 1024.0));
   return 0;
 }
 
@@ -373,6 +419,8 @@ int run_forward(const Args& a) {
   const std::vector<int32_t> ids = bench_ids(a, *model);
   hs::RunOptions options;
   options.logits_only = a.mode == "logits";
+  options.store_scores = a.store_scores;
+  options.store_results = a.store_results;
   options.threads = a.threads;
 
   const double rss_loaded = status_mb("VmRSS");
@@ -413,12 +461,13 @@ int run_forward(const Args& a) {
   std::printf(
       "{\"median_ms\": %.3f, \"min_ms\": %.3f, \"runs\": %s, \"peak_rss_mb\": %.1f, \"mode\": \"%s\", "
       "\"cpu_median_ms\": %.3f, \"cpu_runs\": %s, \"tokens\": %zu, \"threads\": %d, \"load_ms\": %.1f, \"rss_after_load_mb\": %.1f, "
-      "\"run_peak_rss_mb\": %s, \"cache_mb\": %.1f, \"stopped_early\": %s, \"checksum\": %g}\n",
+      "\"run_peak_rss_mb\": %s, \"cache_mb\": %.1f, \"stopped_early\": %s, \"store_scores\": %s, "
+      "\"store_results\": %s, \"checksum\": %g}\n",
       s.median, s.min, json_list(times).c_str(), peak_rss_mb(), a.mode.c_str(), cpu_s.median,
       json_list(cpu_times).c_str(), ids.size(), a.threads, load_ms,
       rss_loaded, run_peak,
       static_cast<double>(cache_bytes) / (1024.0 * 1024.0), passes.stopped_early ? "true" : "false",
-      static_cast<double>(checksum));
+      a.store_scores ? "true" : "false", a.store_results ? "true" : "false", static_cast<double>(checksum));
   return 0;
 }
 

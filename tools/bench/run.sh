@@ -4,11 +4,13 @@
 #   tools/bench/run.sh            # every row; about 15 minutes on a quiet 2-core machine
 #   tools/bench/run.sh --quick    # smoke run: a few minutes, rough numbers
 #   tools/bench/run.sh --sections grad,atp   # issue 23's gradients alone: their block of the page
+#   tools/bench/run.sh --sections gemma2,qwen3   # issue 24's Gemma-2-2B and Qwen3-0.6B shapes alone
 #
 # Installs what is missing, builds a Release build with -DHEADSCOPE_BENCH=ON in build-bench/
 # (override: HEADSCOPE_BENCH_BUILD=DIR), writes the GPT-2-small-shaped random model to
 # build-bench/gpt2-small once (~500 MB, not committed; override: HEADSCOPE_BENCH_MODEL=DIR) and the
-# Llama-family shapes beside it (smollm-135m, qwen2.5-0.5b: tools/bench/make_llama_shapes.py),
+# Llama-family shapes beside it (smollm-135m, qwen2.5-0.5b: tools/bench/make_llama_shapes.py) and
+# issue 24's (gemma-2-2b, ~5.2 GB in three shards, and qwen3-0.6b: tools/bench/make_gemma_shapes.py),
 # then runs tools/bench/suite.py: HeadScope against PyTorch row by row, model open time, the
 # GUI's keystroke latency, a perf profile; prints the table and rewrites docs/benchmarks.md.
 # Other arguments go to suite.py (e.g. --no-profile, --json out.json).
@@ -71,7 +73,10 @@ fi
 cmake --build "$BUILD" --target headscope_builtin_model >/dev/null 2>&1 || true
 
 # --- the model -----------------------------------------------------------------------------------
-if [[ ! -f $MODEL/model.safetensors || ! -f $MODEL/config.json ]]; then
+# Every section but families, gemma2 and qwen3 runs on it.
+needs_gpt2=false
+for s in rows patch grad atp open gui profile; do wants $s && needs_gpt2=true; done
+if $needs_gpt2 && [[ ! -f $MODEL/model.safetensors || ! -f $MODEL/config.json ]]; then
   echo "bench: writing the GPT-2-small-shaped model to $MODEL (~500 MB, once)" >&2
   /usr/bin/python3 tools/bench/make_gpt2_small.py "$MODEL"
 fi
@@ -85,6 +90,17 @@ if wants families; then
     fi
   done
 fi
+
+# Issue 24's shapes (~5.2 GB and ~1.2 GB, BF16, once; config.json is written last, so a folder
+# that has one is complete). The Gemma-2-2B rows need about 14 GB free for PyTorch's float32 copy.
+for pair in gemma2:gemma-2-2b qwen3:qwen3-0.6b; do
+  section=${pair%%:*} shape=${pair#*:}
+  dir=$(dirname "$MODEL")/$shape
+  if wants "$section" && [[ ! -f $dir/config.json ]]; then
+    echo "bench: writing the $shape-shaped model to $dir (once)" >&2
+    /usr/bin/python3 tools/bench/make_gemma_shapes.py "$dir" --shape "$shape"
+  fi
+done
 
 # --- run -----------------------------------------------------------------------------------------
 exec /usr/bin/python3 tools/bench/suite.py --build-dir "$BUILD" --model "$MODEL" --command "$command_line" "$@"

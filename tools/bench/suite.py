@@ -20,7 +20,11 @@ tools/reference/hsref.py's patching_sweep in float32), both timed from the two p
 gradients (sections grad and atp): the gradient of a logit difference at every hook from text
 (hs_bench_row --mode grad: gradient and forward pass in alternating pairs) against PyTorch
 autograd keeping every hook's gradient (torch_bench.py --mode grad), and attribution patching of
-four sites against their four exact sweeps (hs_bench_row --mode atp). Then: the
+four sites against their four exact sweeps (hs_bench_row --mode atp). Then: issue 24's shapes
+(sections gemma2 and qwen3: tools/bench/make_gemma_shapes.py's Gemma-2-2B and Qwen3-0.6B): the
+first open with the page cache evicted, 20 tokens with the full cache on 2 threads against
+torch_bench.py's Qwen3 / Gemma 2 module, and Gemma's 256 tokens with every view's data (peak RSS);
+a folder HeadScope cannot open gets the loader's message on its side, PyTorch still runs. Then: the
 time to open the model (hs::Model::load, memory-mapped; warm and cold page cache), the
 GUI's keystroke latency and longest stall on the built-in model (hs_bench_keys, headless), and,
 when `perf` works, where the forward pass spends its time. The markdown page keeps the text
@@ -53,7 +57,7 @@ MODES = ("cache", "logits")
 NOTES_BEGIN, NOTES_END = "<!-- notes:begin -->", "<!-- notes:end -->"
 PATCH_TOKENS = 16
 PATCH_WHAT = ("resid_pre", "z")  # 192 and 144 patched runs on GPT-2 small at 16 tokens
-SECTIONS = ("rows", "patch", "grad", "atp", "families", "open", "gui", "profile")
+SECTIONS = ("rows", "patch", "grad", "atp", "families", "gemma2", "qwen3", "open", "gui", "profile")
 # Issue 23's gradient benchmarks. grad: the gradient of logit(answer) - logit(wrong) at every hook
 # from this text (BOS + 19 tokens with GPT-2's tokenizer), the answer " Mary" against " John"
 # (GPT-2's ids). atp: AtP of these four sites at PATCH_TOKENS tokens against their exact sweeps.
@@ -71,6 +75,19 @@ GRAD_SECTIONS = {"grad", "atp"}
 FAMILY_MODELS = (("smollm-135m", "SmolLM-135M shape (Llama, BF16)", (("cache", 20, 1), ("cache", 20, 2))),
                  ("qwen2.5-0.5b", "Qwen2.5-0.5B shape (Qwen2, BF16)", (("cache", 20, 2),)))
 FAMILY_LONG = ("qwen2.5-0.5b", 1024)  # the long prompt with every view: time and peak memory
+# Issue 24's shapes (tools/bench/make_gemma_shapes.py; run.sh writes them), one section each with a
+# block of its own on the page (run alone, --sections gemma2,qwen3 replaces only that block):
+# section -> (folder, the page's name, (rounds, warm-up, timed) of the 20-token row)
+ISSUE24_MODELS = {
+    "qwen3": ("qwen3-0.6b", "Qwen3-0.6B shape (Qwen3, BF16)", (3, 3, 10)),
+    "gemma2": ("gemma-2-2b", "Gemma-2-2B shape (Gemma 2, BF16, 3 shards)", (2, 2, 6)),
+}
+ISSUE24_SECTIONS = set(ISSUE24_MODELS)
+ISSUE24_BEGIN, ISSUE24_END = "<!-- issue24:begin -->", "<!-- issue24:end -->"
+ISSUE24_TOKENS, ISSUE24_THREADS = 20, 2
+ISSUE24_LONG = ("gemma2", 256)  # every view's data (full cache, stored scores and results): peak RSS
+ISSUE24_SPEEDUP = {"qwen3": 2.5, "gemma2": 2.0}  # issue 24's targets against PyTorch, 20 tokens, 2 threads
+ISSUE24_OPEN_S, ISSUE24_LONG_MIB = 10.0, 12 * 1024
 
 
 def plan(tokens: int, quick: bool):
@@ -276,8 +293,10 @@ def summarize(row, k, g):
     row[f"{k}_early"] = g.get("early", False)
 
 
-def run_row(args, hs_row, mode, tokens, threads, ids_arg):
-    rounds, warmup, runs = plan(tokens, args.quick)
+def run_row(args, hs_row, mode, tokens, threads, ids_arg, plan_=None, sides_run=("hs", "pt")):
+    """One row, both sides alternating; `plan_` (rounds, warm-up, timed) instead of plan()'s, and
+    `sides_run` to run one side alone (a model HeadScope cannot open still gets PyTorch's time)."""
+    rounds, warmup, runs = plan_ or plan(tokens, args.quick)
     common = ["--model", args.model, "--token-ids", ids_arg, "--threads", str(threads), "--mode", mode,
               "--warmup", str(warmup), "--runs", str(runs)]
     sides = {"hs": [hs_row], "pt": [PYTHON, os.path.join(HERE, "torch_bench.py")]}
@@ -292,7 +311,7 @@ def run_row(args, hs_row, mode, tokens, threads, ids_arg):
             log(f"suite:        row budget of {args.max_row_seconds:.0f} s used after {r} round(s); not adding more")
             break
         done += 1
-        for k in ("hs", "pt"):  # alternating: HeadScope, PyTorch, HeadScope, PyTorch, ...
+        for k in sides_run:  # alternating: HeadScope, PyTorch, HeadScope, PyTorch, ...
             if got[k]["stopped"]:
                 continue
             j = run_side(args, sides[k] + common, envs[k])
@@ -535,11 +554,12 @@ def grad_markdown(grad_rows, atp_rows, partial_note=""):
     return L
 
 
-def replace_grad_block(page: str, block: str) -> str:
-    """The page with its gradients block replaced (or put before the notes when it has none)."""
-    if GRAD_BEGIN in page and GRAD_END in page:
-        head, rest = page.split(GRAD_BEGIN, 1)
-        return head + block + rest.split(GRAD_END, 1)[1]
+def replace_grad_block(page: str, block: str, begin: str = GRAD_BEGIN, end: str = GRAD_END) -> str:
+    """The page with its gradients block (or another block between `begin` and `end`) replaced,
+    or put before the notes when it has none."""
+    if begin in page and end in page:
+        head, rest = page.split(begin, 1)
+        return head + block + rest.split(end, 1)[1]
     if "## Notes" in page:
         head, rest = page.split("## Notes", 1)
         return head + block + "\n\n## Notes" + rest
@@ -621,6 +641,169 @@ def family_markdown(families):
                          f"{fmt_ms(r['first_run_median_ms'])} ms (after a first open: {fmt_ms(o['first_run_median_ms'])} ms)")
             L.append(line + ".")
     L.append("")
+    return L
+
+
+def hs_error_of(e: Exception) -> str:
+    """The loader's (or hs_bench_row's) own message out of run_json's error: its last line that
+    says 'hs_bench_row: ...'."""
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    mine = [l for l in lines if l.startswith("hs_bench_row:")]
+    return (mine or lines or ["failed"])[-1]
+
+
+def run_issue24_section(args, hs_row, section):
+    """Issue 24's shape of `section`: opening the first time with its pages evicted, 20 tokens
+    with the full cache on 2 threads against PyTorch, and (Gemma) 256 tokens with every view's
+    data. When HeadScope cannot open the folder, its side records the loader's message and
+    PyTorch still runs."""
+    folder, title, row_plan = ISSUE24_MODELS[section]
+    path = os.path.join(args.family_dir, folder)
+    entry = {"section": section, "folder": folder, "title": title, "row": None, "open_cold": None,
+             "open_warm": None, "long": None, "hs_error": None}
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        log(f"suite: {path} is missing (tools/bench/make_gemma_shapes.py writes it); skipping {title}")
+        entry["missing"] = True
+        return entry
+    with open(os.path.join(path, "config.json")) as f:
+        d_vocab = json.load(f)["vocab_size"]
+    # First: the open, cold (every shard's pages evicted) and with no packed-matrix cache on disk
+    # (hs_env's default), as a first open after a download is.
+    log(f"suite: {title}: opening the first time (page cache evicted) ...")
+    try:
+        entry["open_cold"] = run_json([hs_row, "--model", path, "--mode", "open", "--cold", "--warmup", "0",
+                                       "--runs", "1"], hs_env(2))
+        entry["open_warm"] = run_json([hs_row, "--model", path, "--mode", "open", "--warmup", "0", "--runs", "1"],
+                                      hs_env(2))
+        log(f"suite:        cold {fmt_ms(entry['open_cold']['median_ms'])} ms "
+            f"({fx(max(entry['open_cold']['resident_before_pct'] or [0]), '.0f')}% cached before), warm "
+            f"{fmt_ms(entry['open_warm']['median_ms'])} ms")
+    except RuntimeError as e:
+        entry["hs_error"] = hs_error_of(e)
+        log(f"suite:        HeadScope cannot open it: {entry['hs_error']}")
+    sides = ("pt",) if entry["hs_error"] else ("hs", "pt")
+    rounds, warmup, runs = (1, 1, 3) if args.quick else row_plan
+    ids_arg = ",".join(str(i) for i in bench_tokens(ISSUE24_TOKENS, d_vocab))
+    saved = args.model
+    args.model = path
+    try:
+        log(f"suite: {title}: cache {ISSUE24_TOKENS} tokens, {ISSUE24_THREADS} threads: {rounds} x "
+            f"({', '.join('HeadScope' if k == 'hs' else 'PyTorch' for k in sides)}), {warmup} warm-up + {runs} timed ...")
+        try:
+            entry["row"] = run_row(args, hs_row, "cache", ISSUE24_TOKENS, ISSUE24_THREADS, ids_arg,
+                                   (rounds, warmup, runs), sides)
+        except RuntimeError as e:  # HeadScope opened the folder but could not run it
+            entry["hs_error"] = hs_error_of(e)
+            log(f"suite:        HeadScope failed: {entry['hs_error']}; PyTorch alone")
+            entry["row"] = run_row(args, hs_row, "cache", ISSUE24_TOKENS, ISSUE24_THREADS, ids_arg,
+                                   (rounds, warmup, runs), ("pt",))
+        r = entry["row"]
+        log(f"suite:        HeadScope {side_ms(r, 'hs')} ms, PyTorch {side_ms(r, 'pt')} ms "
+            f"({fx(r['speedup'], '.2f', 'x')})")
+    finally:
+        args.model = saved
+    if section == ISSUE24_LONG[0] and not entry["hs_error"]:
+        n = ISSUE24_LONG[1]
+        log(f"suite: {title}: {n} tokens with every view's data (scores and results stored), 2 threads ...")
+        ids_arg = ",".join(str(i) for i in bench_tokens(n, d_vocab))
+        try:
+            entry["long"] = run_side(args, [hs_row, "--model", path, "--token-ids", ids_arg, "--threads", "2",
+                                            "--mode", "views", "--store", "scores,results", "--warmup", "0",
+                                            "--runs", "1"], hs_env(2))
+            if "peak_rss_mb" in entry["long"]:
+                log(f"suite:        {fmt_ms(entry['long']['median_ms'])} ms, peak RSS "
+                    f"{entry['long']['peak_rss_mb']:.0f} MiB")
+        except RuntimeError as e:
+            entry["long"] = {"error": hs_error_of(e)}
+            log(f"suite:        failed: {entry['long']['error']}")
+    return entry
+
+
+def issue24_targets(entries):
+    """[(target, measured, met or None, note)] of issue 24's benchmark targets."""
+    out = []
+    for e in entries:
+        sec, title = e["section"], e["title"]
+        name = title.split(" shape")[0]
+        why = ("not measured: the folder is missing" if e.get("missing") else
+               f"not measured: HeadScope: {e['hs_error']}" if e["hs_error"] else "not measured")
+        r = e.get("row")
+        goal = ISSUE24_SPEEDUP[sec]
+        ok = r is not None and r["speedup"] is not None
+        out.append((f"{name} shape, {ISSUE24_TOKENS} tokens, full cache, {ISSUE24_THREADS} threads: at least {goal:g}x "
+                    f"faster than PyTorch with a TransformerLens-style cache",
+                    f"{fx(r['speedup'], '.2f', 'x')} ({side_ms(r, 'pt')} ms vs {side_ms(r, 'hs')} ms)" if ok else why,
+                    r["speedup"] >= goal if ok else None, ""))
+        if sec == "gemma2":
+            o = e.get("open_cold")
+            res = max(o["resident_before_pct"] or [0]) if o else None
+            note = (f"{res:.0f}% of the weight files were still in the page cache: not a cold open"
+                    if res is not None and res > 5 else "")
+            out.append((f"{name} shape opens the first time in under {ISSUE24_OPEN_S:g} s",
+                        f"{fmt_ms(o['median_ms'])} ms (page cache evicted, no packed-matrix cache)" if o else why,
+                        o["median_ms"] < ISSUE24_OPEN_S * 1e3 if o else None, note))
+            lg = e.get("long") or {}
+            ok_long = "peak_rss_mb" in lg
+            out.append((f"{name} shape, {ISSUE24_LONG[1]} tokens with every view's data: peak RSS under 12 GB "
+                        f"({ISSUE24_LONG_MIB} MiB)",
+                        f"{lg['peak_rss_mb']:.0f} MiB (whole process: weights mapped + cache + views)" if ok_long
+                        else (f"stopped after {lg['stopped']} s" if "stopped" in lg else
+                              f"not measured: {lg['error']}" if "error" in lg else why),
+                        lg["peak_rss_mb"] < ISSUE24_LONG_MIB if ok_long else None, ""))
+    return out
+
+
+def issue24_markdown(entries, partial_note=""):
+    L = [ISSUE24_BEGIN, "## Gemma 2 and Qwen3 shapes (issue 24)", ""]
+    if partial_note:
+        L += [partial_note, ""]
+    if not entries:
+        return L + ["Not measured.", ISSUE24_END]
+    L.append("| target | measured | |")
+    L.append("| --- | --- | --- |")
+    for t, measured, ok, note in issue24_targets(entries):
+        L.append(f"| {t} | {measured}{' — ' + note if note else ''} | {'not measured' if ok is None else verdict(ok)} |")
+    L.append("")
+    L.append("Random weights in the shapes and configs of google/gemma-2-2b and Qwen/Qwen3-0.6B, BF16 on disk "
+             "(`tools/bench/make_gemma_shapes.py`; Gemma in three shards cut where the real checkpoint's are). "
+             "*HeadScope*: `hs_bench_row` (the forward pass with the full cache, as the rows above). *PyTorch*: "
+             "`torch_bench.py`'s Llama-family module in float32 from the BF16 weights, every matrix [in, out] and "
+             "contiguous (the tied unembedding its own copy), q/k/v in one GEMM, every TransformerLens key kept "
+             "(Qwen3's attn.q_norm.* / attn.k_norm.*; Gemma's ln1_post.* / ln2_post.*, hook_result before the "
+             "post-norm, the scores after the soft-cap with the sliding window's mask, the logits after the final "
+             "soft-cap); `tools/bench/check_torch_bench.py` checks it against tools/reference's float64 pass "
+             "to 1e-5 on tiny models of both layouts with a 3-key window and small soft-caps. *Opening*: "
+             "`hs::Model::load` with every weight file's pages evicted first (`posix_fadvise(DONTNEED)`, no root "
+             "needed; the share still cached is printed) and no packed-matrix cache on disk, i.e. a first open; "
+             "*warm* right after. *Every view's data*: `hs_bench_row --mode views --store scores,results` "
+             "(the full cache with the attention scores and per-head results stored, plus what the window "
+             "computes for its views), one pass; its peak RSS is getrusage's `ru_maxrss` of the process.")
+    L.append("")
+    L.append("| model | HeadScope 20 tokens ms | PyTorch ms | speedup | CPU ms HS / PT | RSS MiB HS / PT | "
+             "open cold ms | open warm ms | PyTorch load ms | runs per side |")
+    L.append("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |")
+    for e in entries:
+        r, oc, ow = e.get("row"), e.get("open_cold"), e.get("open_warm")
+        if e.get("missing"):
+            L.append(f"| {e['title']} | folder missing | | | | | | | | |")
+            continue
+        hs = side_ms(r, "hs") if r and not e["hs_error"] else f"cannot open: {e['hs_error']}"
+        pl = f"{statistics.median(r['pt_load_ms']):.0f}" if r and r["pt_load_ms"] else "—"
+        L.append(f"| {e['title']} | {hs} | {side_ms(r, 'pt') if r else '—'} | "
+                 f"{fx(r['speedup'], '.2f', 'x') if r else '—'} | "
+                 f"{fmt_ms(r.get('hs_cpu_ms')) if r else '—'} / {fmt_ms(r.get('pt_cpu_ms')) if r else '—'} | "
+                 f"{fx(r['hs_rss_mb'], '.0f') if r else '—'} / {fx(r['pt_rss_mb'], '.0f') if r else '—'} | "
+                 f"{fmt_ms(oc['median_ms']) if oc else '—'} | {fmt_ms(ow['median_ms']) if ow else '—'} | {pl} | "
+                 f"{r['rounds']} x ({r['warmup']} warm-up + {r['runs']}) |" if r else "| — |")
+        lg = e.get("long")
+        if lg and "peak_rss_mb" in lg:
+            L.append("")
+            L.append(f"{e['title']}, {lg['tokens']} tokens with every view's data on {lg['threads']} threads: "
+                     f"{fmt_ms(lg['median_ms'])} ms, peak RSS **{lg['peak_rss_mb']:.0f} MiB** (the cache alone "
+                     f"{fx(lg.get('cache_mb'), '.0f')} MiB).")
+    L.append("")
+    L.append("Reproduce these alone (the rest of this page is kept): `tools/bench/run.sh --sections gemma2,qwen3`.")
+    L.append(ISSUE24_END)
     return L
 
 
@@ -847,7 +1030,7 @@ def console_table(rows):
 
 
 def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes,
-             patch_rows=(), families=(), grad_rows=(), atp_rows=()):
+             patch_rows=(), families=(), grad_rows=(), atp_rows=(), issue24=()):
     now = datetime.datetime.now().astimezone()
     cores = m["cores"] or 1
     # Other work's share of the CPU during the run: the machine's busy time minus the suite's own
@@ -944,6 +1127,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L += patch_markdown(list(patch_rows))
     L += grad_markdown(list(grad_rows), list(atp_rows)) + [""]
     L += family_markdown(list(families))
+    L += issue24_markdown(list(issue24)) + [""]
     L.append("## Opening the model")
     L.append("")
     if open_warm:
@@ -1157,8 +1341,10 @@ def main() -> int:
     if not os.access(hs_row, os.X_OK):
         log(f"suite: {hs_row} is missing; build with -DHEADSCOPE_BENCH=ON (tools/bench/run.sh does)")
         return 2
-    with open(os.path.join(args.model, "config.json")) as f:
-        d_vocab = json.load(f)["vocab_size"]
+    d_vocab = None
+    if sections - ISSUE24_SECTIONS - {"families"}:  # the GPT-2-small-shaped model's sections
+        with open(os.path.join(args.model, "config.json")) as f:
+            d_vocab = json.load(f)["vocab_size"]
 
     m = machine(args.build_dir, hs_row)
     log(f"suite: {m['cpu']}, {m['cores']} cores; torch {m['torch']} with {m['torch_blas']}; load {load_start}")
@@ -1225,6 +1411,7 @@ def main() -> int:
                 f"({fx(r['speedup'], '.1f', 'x')})")
 
     families = run_family_rows(args, hs_row) if "families" in sections else []
+    issue24 = [run_issue24_section(args, hs_row, sec) for sec in ("qwen3", "gemma2") if sec in sections]
 
     open_warm = open_cold = None
     if "open" in sections:
@@ -1310,32 +1497,36 @@ def main() -> int:
     if open_warm:
         print(f"open model: warm {fmt_ms(open_warm['median_ms'])} ms; cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
     # The other sections' targets only when one of them ran (a gradients-only run measures none).
-    shown = (targets(rows, open_warm, open_cold, keys, m.get("peak")) if sections - GRAD_SECTIONS else []) + \
-        (patch_targets(patch_rows) if patch_rows else []) + grad_targets(grad_rows, atp_rows)
+    shown = (targets(rows, open_warm, open_cold, keys, m.get("peak")) if sections - GRAD_SECTIONS - ISSUE24_SECTIONS
+             else []) + (patch_targets(patch_rows) if patch_rows else []) + grad_targets(grad_rows, atp_rows) + \
+        issue24_targets(issue24)
     for t, measured, ok, note in shown:
         print(f"[{'MET' if ok else ('--' if ok is None else 'NOT MET')}] {t}: {measured}")
 
-    if sections <= GRAD_SECTIONS and os.path.isfile(args.out):
-        # The gradient sections alone: only their block of the existing page is rewritten.
+    if sections <= GRAD_SECTIONS | ISSUE24_SECTIONS and os.path.isfile(args.out):
+        # Sections with a block of their own, alone: only their blocks of the existing page are rewritten.
         with open(args.out, encoding="utf-8") as f:
-            page = f.read()
+            text = f.read()
         others = m.get("others_cores", 0.0)
         note = (f"Measured {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')} with `{args.command}` "
                 f"alone (HeadScope at commit {m['commit']}; {elapsed / 60:.1f} minutes; other processes used "
                 f"{others:.2f} of the {m['cores']} cores on average"
                 + (": **draft numbers, measured under load**" if others > 0.1 * (m["cores"] or 1) else "")
                 + (": **a `--quick` smoke run**" if args.quick else "") + ").")
-        text = replace_grad_block(page, "\n".join(grad_markdown(grad_rows, atp_rows, note)))
+        if sections & GRAD_SECTIONS:
+            text = replace_grad_block(text, "\n".join(grad_markdown(grad_rows, atp_rows, note)))
+        if sections & ISSUE24_SECTIONS:
+            text = replace_grad_block(text, "\n".join(issue24_markdown(issue24, note)), ISSUE24_BEGIN, ISSUE24_END)
     else:
         text = markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed,
-                        old_notes_of(args.out), patch_rows, families, grad_rows, atp_rows)
+                        old_notes_of(args.out), patch_rows, families, grad_rows, atp_rows, issue24)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": m, "rows": rows, "patch_rows": patch_rows, "grad_rows": grad_rows,
-                       "atp_rows": atp_rows, "families": families, "open_warm": open_warm,
+                       "atp_rows": atp_rows, "families": families, "issue24": issue24, "open_warm": open_warm,
                        "open_cold": open_cold, "keys": keys,
                        "profiles": profiles, "load": [load_start, load_end]}, f, indent=1)
     log(f"suite: wrote {os.path.relpath(args.out, REPO)} ({elapsed / 60:.1f} min)")

@@ -4,8 +4,9 @@
     /usr/bin/python3 tools/bench/torch_bench.py --model DIR --tokens 20 --threads 1 \
         --mode cache --warmup 3 --runs 20 [--max-seconds S] [--dump OUT.npz] [--token-ids 1,2,3]
 
-Loads a Hugging Face GPT-2, Llama or Qwen2 folder (through tools/reference/hsref.py's safetensors
-reader) into float32 torch tensors and runs one forward pass per timed run under
+Loads a Hugging Face GPT-2, Llama, Qwen2, Qwen3 or Gemma 2 folder (through tools/reference/hsref.py's
+safetensors reader; the Llama family's tensors one at a time from the mapped files, so a BF16
+checkpoint's float32 copy is all it holds) into float32 torch tensors and runs one forward pass per timed run under
 torch.inference_mode():
 
 - `--mode cache`: keeps every activation of DESIGN.md's cache contract, like TransformerLens's
@@ -152,41 +153,124 @@ class TorchGPT2:
         return logits
 
 
+def read_weights(folder):
+    """{name: float32 numpy array}, one tensor at a time from the memory-mapped safetensors files
+    of a Hugging Face folder (model.safetensors, or the shards its index names): the largest
+    memory held beside the float32 weights is one tensor's, not a whole shard's bytes."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    out = {}
+    for name in files:
+        path = os.path.join(folder, name)
+        header, start = hsref.read_safetensors_header(path)
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+        for key, info in header.items():
+            if key == "__metadata__":
+                continue
+            begin, end = (start + o for o in info["data_offsets"])
+            raw, shape = data[begin:end], info["shape"]
+            if info["dtype"] == "BF16":  # BF16 is the top half of a float32: exact
+                x = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << np.uint32(16)).view(np.float32)
+            elif info["dtype"] == "F16":
+                x = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+            elif info["dtype"] == "F32":
+                x = np.array(np.frombuffer(raw, dtype="<f4"))
+            else:
+                raise SystemExit(f"torch_bench: {path}: tensor {key} is {info['dtype']}, not F32/F16/BF16")
+            out[key] = x.reshape(shape)
+        del data
+    return out
+
+
+def layer_windows(c: dict, model_type: str, n_layer: int):
+    """Each layer's sliding window in keys (0: global), by Hugging Face's rules: config.json's
+    layer_types when present; Gemma 2 slides on even layers (Gemma2Attention: `not bool(layer_idx
+    % 2)`); Qwen2/Qwen3 slide on layers >= max_window_layers when use_sliding_window is set
+    (configuration_qwen3.py: sliding_window is None otherwise)."""
+    if model_type in ("qwen2", "qwen3"):
+        window = c.get("sliding_window", 4096) if c.get("use_sliding_window", False) else None
+    elif model_type == "gemma2":
+        window = c.get("sliding_window", 4096)
+    else:
+        window = None
+    if window is None:
+        return [0] * n_layer
+    if c.get("layer_types"):
+        sliding = [t == "sliding_attention" for t in c["layer_types"]]
+    elif model_type == "gemma2":
+        sliding = [i % 2 == 0 for i in range(n_layer)]
+    else:
+        sliding = [i >= c.get("max_window_layers", 28) for i in range(n_layer)]
+    return [int(window) if s else 0 for s in sliding]
+
+
 class TorchLlama:
-    """Llama and Qwen2 (RMSNorm, rotary in Hugging Face's rotate-half layout, grouped-query
-    attention, SwiGLU) from a Hugging Face folder, float32, with TransformerLens's cache names for
-    these models (hook_rot_q / hook_rot_k, ln*.hook_scale, mlp.hook_pre / hook_pre_linear, k and v
-    with n_key_value_heads heads). Every matrix is stored [in, out] and contiguous, the
-    unembedding too (a tied one gets its own transposed copy), so each product is one plain GEMM."""
+    """Llama, Qwen2, Qwen3 and Gemma 2 (RMSNorm, rotary in Hugging Face's rotate-half layout,
+    grouped-query attention, gated MLP) from a Hugging Face folder, float32, with
+    TransformerLens's cache names for these models (hook_rot_q / hook_rot_k, ln*.hook_scale,
+    mlp.hook_pre / hook_pre_linear, k and v with n_key_value_heads heads). Every matrix is stored
+    [in, out] and contiguous, the unembedding too (a tied one gets its own transposed copy), so
+    each product is one plain GEMM.
+
+    Qwen3 adds q_norm / k_norm over d_head before the rotation (attn.q_norm.* / attn.k_norm.*,
+    modeling_qwen3.py Qwen3Attention.forward). Gemma 2 (modeling_gemma2.py) adds: the embedding
+    times float32(sqrt(d_model)) (hook_embed is the scaled row); the norms' (1 + w), folded into
+    the float32 weight once (Gemma2RMSNorm: output * (1.0 + weight.float())); norms after
+    attention and after the MLP (ln1_post / ln2_post: hook_result is before it, hook_attn_out
+    and hook_mlp_out after); scores times query_pre_attn_scalar^-1/2, then divided by the cap,
+    tanh, times the cap, then the mask (eager_attention_forward); the final soft-cap on the logits
+    (Gemma2ForCausalLM.forward). A sliding layer's query q reads keys q - W < k <= q
+    (Gemma2DecoderLayer's tril(ones, diagonal=-sliding_window) mask)."""
 
     def __init__(self, folder):
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
             c = json.load(f)
+        mt = c.get("model_type", "llama")
+        self.gemma = mt == "gemma2"
+        self.qk_norm = mt == "qwen3"
         self.D, self.L = c["hidden_size"], c["num_hidden_layers"]
         self.H, self.KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
         self.dh = c.get("head_dim") or self.D // self.H
         self.eps = c.get("rms_norm_eps", 1e-6)
         self.n_ctx = c.get("max_position_embeddings", 2048)
         self.d_vocab = c["vocab_size"]
+        self.act = _ACT[(c.get("hidden_activation") or "gelu_pytorch_tanh") if self.gemma else c.get("hidden_act", "silu")]
         if c.get("rope_scaling"):
             raise SystemExit("torch_bench: rope_scaling is not implemented here (the benchmark shapes have none)")
-        files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
-        w = {}
-        for name in files:
-            w.update(hsref.read_safetensors(os.path.join(folder, name)))
-        t = lambda name: torch.from_numpy(np.ascontiguousarray(w[name], dtype=np.float32))  # noqa: E731
+        # configuration_gemma2.py's defaults: query_pre_attn_scalar 256, soft-caps 50 and 30
+        self.attn_scale = (c.get("query_pre_attn_scalar", 256) ** -0.5) if self.gemma else 1.0 / math.sqrt(self.dh)
+        self.attn_cap = c.get("attn_logit_softcapping", 50.0) if self.gemma else None
+        self.final_cap = c.get("final_logit_softcapping", 30.0) if self.gemma else None
+        # Gemma2Model.forward: torch.tensor(hidden_size ** 0.5, dtype=hidden_states.dtype), float32 here
+        self.embed_scale = torch.tensor(self.D ** 0.5, dtype=torch.float32) if self.gemma else None
+        self.windows = layer_windows(c, mt, self.L)
+        w = read_weights(folder)
+        t = lambda name: torch.from_numpy(w.pop(name))  # noqa: E731
         tt = lambda name: t(name).t().contiguous()  # nn.Linear [out, in] -> [in, out]  # noqa: E731
+        norm = (lambda name: 1.0 + t(name)) if self.gemma else t  # noqa: E731
         self.embed = t("model.embed_tokens.weight")                                  # [d_vocab, d_model]
         self.w_u = tt("lm_head.weight") if "lm_head.weight" in w else self.embed.t().contiguous()
-        self.norm_w = t("model.norm.weight")
+        self.norm_w = norm("model.norm.weight")
         self.blocks = []
         for i in range(self.L):
             p = f"model.layers.{i}."
-            b = {"ln1": t(p + "input_layernorm.weight"), "ln2": t(p + "post_attention_layernorm.weight"),
-                 "w_qkv": torch.cat([tt(p + f"self_attn.{x}_proj.weight") for x in "qkv"], dim=1),
-                 "w_o_h": tt(p + "self_attn.o_proj.weight").view(self.H, self.dh, self.D),
-                 "w_gate_up": torch.cat([tt(p + "mlp.gate_proj.weight"), tt(p + "mlp.up_proj.weight")], dim=1),
-                 "w_down": tt(p + "mlp.down_proj.weight")}
+            b = {"ln1": norm(p + "input_layernorm.weight")}
+            if self.gemma:
+                b.update(ln1_post=norm(p + "post_attention_layernorm.weight"),
+                         ln2=norm(p + "pre_feedforward_layernorm.weight"),
+                         ln2_post=norm(p + "post_feedforward_layernorm.weight"))
+            else:
+                b["ln2"] = norm(p + "post_attention_layernorm.weight")
+            if self.qk_norm:
+                b.update(q_norm=t(p + "self_attn.q_norm.weight"), k_norm=t(p + "self_attn.k_norm.weight"))
+            b.update({"w_qkv": torch.cat([tt(p + f"self_attn.{x}_proj.weight") for x in "qkv"], dim=1),
+                      "w_o_h": tt(p + "self_attn.o_proj.weight").view(self.H, self.dh, self.D),
+                      "w_gate_up": torch.cat([tt(p + "mlp.gate_proj.weight"), tt(p + "mlp.up_proj.weight")], dim=1),
+                      "w_down": tt(p + "mlp.down_proj.weight")})
             b["b_qkv"] = (torch.cat([t(p + f"self_attn.{x}_proj.bias") for x in "qkv"])
                           if p + "self_attn.q_proj.bias" in w else None)
             self.blocks.append(b)
@@ -194,10 +278,21 @@ class TorchLlama:
         angles = torch.arange(self.n_ctx, dtype=torch.float64)[:, None] * inv_freq[None, :]
         emb = torch.cat([angles, angles], dim=-1)
         self.cos, self.sin = emb.cos().float(), emb.sin().float()                     # [n_ctx, d_head]
-        self.mask = torch.full((self.n_ctx, self.n_ctx), float("-inf")).triu(1)
+        self.masks = {}  # (n_pos, window) -> additive mask, made once per prompt length
+
+    def mask(self, n, window):
+        """[query_pos, key_pos] additive mask: -inf above the diagonal and, with a window W,
+        where k <= q - W."""
+        m = self.masks.get((n, window))
+        if m is None:
+            m = torch.full((n, n), float("-inf")).triu(1)
+            if window:
+                m += torch.full((n, n), float("-inf")).tril(-window)
+            self.masks[(n, window)] = m
+        return m
 
     def rms(self, x, w):
-        scale = (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()                   # [pos, 1], TL's hook_scale
+        scale = (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()                   # [..., 1], TL's hook_scale
         return x / scale * w, scale
 
     def rotate(self, x, cos, sin):                                                   # x [pos, heads, d_head]
@@ -210,21 +305,33 @@ class TorchLlama:
         rep = H // KV
         cache = {}
         resid = self.embed[ids]
+        if self.embed_scale is not None:
+            resid = resid * self.embed_scale
         if keep_cache:
             cache["hook_embed"] = resid
-        cos, sin, mask = self.cos[:n], self.sin[:n], self.mask[:n, :n]
+        cos, sin = self.cos[:n], self.sin[:n]
         for l, b in enumerate(self.blocks):
             k_ = f"blocks.{l}."
+            mask = self.mask(n, self.windows[l])
             x, scale1 = self.rms(resid, b["ln1"])
             qkv = torch.addmm(b["b_qkv"], x, b["w_qkv"]) if b["b_qkv"] is not None else x @ b["w_qkv"]
             q = qkv[:, :H * dh].view(n, H, dh)
             k = qkv[:, H * dh:(H + KV) * dh].view(n, KV, dh)
             v = qkv[:, (H + KV) * dh:].view(n, KV, dh)
-            rq, rk = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+            if self.qk_norm:
+                qn, q_scale = self.rms(q, b["q_norm"])                                 # [pos, head, d_head], [pos, head, 1]
+                kn, k_scale = self.rms(k, b["k_norm"])
+                rq, rk = self.rotate(qn, cos, sin), self.rotate(kn, cos, sin)
+            else:
+                rq, rk = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
             # grouped-query attention: query head h reads key/value head h // rep
             rk_h = rk.transpose(0, 1).repeat_interleave(rep, dim=0)                   # [head, pos, d_head]
             v_h = v.transpose(0, 1).repeat_interleave(rep, dim=0)
-            scores = torch.baddbmm(mask, rq.transpose(0, 1), rk_h.transpose(1, 2), alpha=1.0 / math.sqrt(dh))
+            if self.attn_cap is None:  # scale and causal mask in one kernel: mask + scale * q @ k^T
+                scores = torch.baddbmm(mask, rq.transpose(0, 1), rk_h.transpose(1, 2), alpha=self.attn_scale)
+            else:  # the soft-cap comes between the scale and the mask
+                scores = torch.bmm(rq.transpose(0, 1), rk_h.transpose(1, 2))          # [head, q, k]
+                scores.mul_(self.attn_scale).div_(self.attn_cap).tanh_().mul_(self.attn_cap).add_(mask)
             pattern = torch.softmax(scores, dim=-1)
             z_hqd = torch.bmm(pattern, v_h)                                           # [head, pos, d_head]
             if keep_cache:
@@ -235,25 +342,40 @@ class TorchLlama:
                               k_ + "attn.hook_v": v, k_ + "attn.hook_rot_q": rq, k_ + "attn.hook_rot_k": rk,
                               k_ + "attn.hook_attn_scores": scores, k_ + "attn.hook_pattern": pattern,
                               k_ + "attn.hook_z": z_hqd.transpose(0, 1),
-                              k_ + "attn.hook_result": result_hqm.transpose(0, 1), k_ + "hook_attn_out": attn_out})
+                              k_ + "attn.hook_result": result_hqm.transpose(0, 1)})
+                if self.qk_norm:
+                    cache.update({k_ + "attn.q_norm.hook_scale": q_scale, k_ + "attn.q_norm.hook_normalized": qn,
+                                  k_ + "attn.k_norm.hook_scale": k_scale, k_ + "attn.k_norm.hook_normalized": kn})
             else:
                 attn_out = z_hqd.transpose(0, 1).reshape(n, H * dh) @ b["w_o_h"].view(H * dh, D)
+            if self.gemma:
+                attn_out, scale_p = self.rms(attn_out, b["ln1_post"])
+                if keep_cache:
+                    cache.update({k_ + "ln1_post.hook_scale": scale_p, k_ + "ln1_post.hook_normalized": attn_out})
+            if keep_cache:
+                cache[k_ + "hook_attn_out"] = attn_out
             resid = resid + attn_out
             x, scale2 = self.rms(resid, b["ln2"])
             gate_up = x @ b["w_gate_up"]                                              # [pos, 2 d_mlp]
             pre, pre_linear = gate_up.chunk(2, dim=-1)
-            post = F.silu(pre) * pre_linear
+            post = self.act(pre) * pre_linear
             mlp_out = post @ b["w_down"]
+            if self.gemma:
+                mlp_out, scale_p2 = self.rms(mlp_out, b["ln2_post"])
             if keep_cache:
                 cache.update({k_ + "hook_resid_mid": resid, k_ + "ln2.hook_scale": scale2,
                               k_ + "ln2.hook_normalized": x, k_ + "mlp.hook_pre": pre,
                               k_ + "mlp.hook_pre_linear": pre_linear, k_ + "mlp.hook_post": post,
                               k_ + "hook_mlp_out": mlp_out})
+                if self.gemma:
+                    cache.update({k_ + "ln2_post.hook_scale": scale_p2, k_ + "ln2_post.hook_normalized": mlp_out})
             resid = resid + mlp_out
             if keep_cache:
                 cache[k_ + "hook_resid_post"] = resid
         final, scale_f = self.rms(resid, self.norm_w)
         logits = final @ self.w_u                                                     # [pos, d_vocab]
+        if self.final_cap is not None:
+            logits.div_(self.final_cap).tanh_().mul_(self.final_cap)
         if keep_cache:
             cache.update({"ln_final.hook_scale": scale_f, "ln_final.hook_normalized": final, "logits": logits})
             return cache
@@ -263,7 +385,7 @@ class TorchLlama:
 def load_torch_model(folder):
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         model_type = json.load(f).get("model_type", "gpt2")
-    if model_type in ("llama", "qwen2"):
+    if model_type in ("llama", "qwen2", "qwen3", "gemma2"):
         m = TorchLlama(folder)
         return m, m.n_ctx, m.d_vocab
     m = TorchGPT2(folder)
