@@ -17,8 +17,10 @@
 
 #include "core/analysis/concat_sum.h"
 #include "core/analysis/dla.h"
+#include "core/analysis/head_detectors.h"
 #include "core/analysis/logit_lens.h"
 #include "core/analysis/residual.h"
+#include "core/analysis/view_data.h"
 #include "core/model/model.h"
 #include "core/tensor/safetensors.h"
 #include "test_support.h"
@@ -194,4 +196,40 @@ TEST_CASE("gemma analysis: concat-vs-sum shows the post-attention norm as its ow
     // The norm changes the values: without it the identity with the cache would not hold.
     CHECK((r.via_concat - cache->layer(l).attn_out.to_matrix()).cwiseAbs().maxCoeff() > 1e-3f);
   }
+}
+
+TEST_CASE("gemma analysis: a sliding layer's pooled pattern masks the keys before the window", "[gemma_analysis]") {
+  const auto cache = run();
+  const int n = cache->n_pos();
+  for (int l = 0; l < cache->n_layer(); ++l) {
+    const int window = attention_window(cache->config(), l);
+    const PooledGrid g = pooled_pattern(*cache, l, 1, 64);  // one position per cell at 9 tokens
+    REQUIRE(g.rows == n);
+    for (int q = 0; q < n; ++q)
+      for (int k = 0; k < n; ++k) {
+        const float v = g.values[static_cast<size_t>(q * n + k)];
+        INFO("layer " << l << " query " << q << " key " << k);
+        if (k > q || k < first_key(window, q)) CHECK(std::isnan(v));
+        else CHECK(v == cache->pattern_row(l, 1, q)[k]);
+      }
+  }
+}
+
+TEST_CASE("gemma analysis: detectors leave out the queries whose keys are all outside the window", "[gemma_analysis]") {
+  // Each repeat's induction key (the token after the earlier occurrence) is 5 back: outside
+  // layer 0's window of 3, inside layer 1 (global).
+  const std::vector<int32_t> tokens = {10, 20, 30, 40, 50, 60, 10, 20, 30, 40};
+  const auto cache = gemma2()->run(tokens, RunOptions{});
+  const DetectorScores s = detect_heads(*cache, HeadDetector::Induction, false);
+  REQUIRE(s.queries == 4);
+  REQUIRE(s.layer_queries == std::vector<int>{0, 4});
+  for (int h = 0; h < cache->config().n_heads; ++h) {
+    CHECK(std::isnan(s.scores(0, h)));  // no evidence either way on the sliding layer
+    double naive = 0.0;
+    for (int q = 6; q < 10; ++q) naive += cache->pattern_row(1, h, q)[q - 5];
+    CHECK(s.scores(1, h) == Approx(naive / 4).margin(1e-6));
+  }
+  // Previous-token keys (q - 1) are always inside a window of 3: every query counts.
+  const DetectorScores prev = detect_heads(*cache, HeadDetector::PreviousToken, false);
+  CHECK(prev.layer_queries == std::vector<int>{prev.queries, prev.queries});
 }
