@@ -233,3 +233,26 @@ TEST_CASE("gemma analysis: detectors leave out the queries whose keys are all ou
   const DetectorScores prev = detect_heads(*cache, HeadDetector::PreviousToken, false);
   CHECK(prev.layer_queries == std::vector<int>{prev.queries, prev.queries});
 }
+
+TEST_CASE("gemma analysis: cli info prints the windows, soft-caps and norms", "[gemma_analysis]") {
+  gemma2();  // writes the folder
+  const test::CliRun r = test::run_cli("info --model " + test::quote((fs::temp_directory_path() / "headscope_gemma_analysis").string()));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out)["architecture"];
+  CHECK(j["family"] == "Gemma 2");
+  CHECK(j["window"] == nlohmann::json::parse("[3, null]"));
+  CHECK(j["attn_softcap"] == kAttnCap);
+  CHECK(j["final_softcap"] == kFinalCap);
+  CHECK(j["post_attn_norm"] == true);
+  CHECK(j["post_mlp_norm"] == true);
+  CHECK(j["qk_norm"] == false);
+  CHECK(j["embedding_scaled"] == true);
+  CHECK(j["norm_weight_plus_one"] == true);
+  CHECK(j["attn_scale"].get<double>() == Approx(1.0 / std::sqrt(8.0)));
+  // A Llama folder prints the same keys with the values that change nothing.
+  const auto llama = nlohmann::json::parse(test::run_cli("info --model " + test::quote(test::fixture_model("llama_gqa").string())).out)["architecture"];
+  CHECK(llama["window"] == nlohmann::json::parse("[null, null]"));
+  CHECK(llama["final_softcap"].is_null());
+  CHECK(llama["post_attn_norm"] == false);
+}
