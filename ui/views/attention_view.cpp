@@ -27,6 +27,18 @@
 
 namespace hs::ui {
 
+namespace {
+
+// Layer l's sliding window (0: global), as the forward pass applies it (core attention_window).
+int layerWindow(const RunResult& run, int layer) { return hs::attention_window(run.run.cache->config(), layer); }
+
+// "sliding window 4096" / "global" for the title, as Hugging Face's layer_types names them.
+QString windowText(int window) {
+  return window > 0 ? QStringLiteral("sliding window %1").arg(window) : QStringLiteral("global");
+}
+
+}  // namespace
+
 ViewDescriptor AttentionView::descriptor() {
   ViewDescriptor d;
   d.id = QStringLiteral("attention");
@@ -166,18 +178,6 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : AnalysisVi
   refresher_ = new RefreshWhenShown(this, [this] { refresh(); });
   refresh();
 }
-
-namespace {
-
-// Layer l's sliding window (0: global), as the forward pass applies it (core attention_window).
-int layerWindow(const RunResult& run, int layer) { return hs::attention_window(run.run.cache->config(), layer); }
-
-// "sliding window 4096" / "global" for the title, as Hugging Face's layer_types names them.
-QString windowText(int window) {
-  return window > 0 ? QStringLiteral("sliding window %1").arg(window) : QStringLiteral("global");
-}
-
-}  // namespace
 
 std::shared_ptr<AttentionPatternResult> AttentionView::edgeCells(const RunResult& run, const AnalysisKey& key) {
   auto result = std::make_shared<AttentionPatternResult>();
