@@ -57,6 +57,28 @@ int info(const Args& a) {
       j["architecture"]["rotary"]["original_max_position_embeddings"] = r.original_context;
     }
   }
+  // Gemma 2, Gemma 3 and Qwen3's options, each with the value that leaves a family unchanged when
+  // it is off (Architecture's defaults), so every model prints the same keys.
+  json& aj = j["architecture"];
+  aj["embedding_scaled"] = arch.embedding_scaled;
+  aj["norm_weight_plus_one"] = arch.norm_weight_plus_one;
+  aj["post_attn_norm"] = arch.post_attn_norm;
+  aj["post_mlp_norm"] = arch.post_mlp_norm;
+  aj["qk_norm"] = arch.qk_norm;
+  aj["attn_scale"] = arch.attn_scale > 0.0f ? json(arch.attn_scale) : json(nullptr);  // null: 1/sqrt(d_head)
+  aj["attn_softcap"] = arch.attn_softcap > 0.0f ? json(arch.attn_softcap) : json(nullptr);
+  aj["final_softcap"] = arch.final_softcap > 0.0f ? json(arch.final_softcap) : json(nullptr);
+  // Per layer, the keys a query reads (null: every earlier key, a global layer).
+  json windows = json::array();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int w = hs::attention_window(c, l);
+    windows.push_back(w > 0 ? json(w) : json(nullptr));
+  }
+  aj["window"] = std::move(windows);
+  if (arch.local_rotary) {
+    const hs::RotaryParams& r = arch.rotary_local;
+    aj["rotary_local"] = {{"dim", r.dim}, {"base", r.base}, {"scaling", hs::to_string(r.scaling)}};
+  }
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.eos_token_id) j["eos_token_id"] = *c.eos_token_id;
   std::cout << j.dump(2) << "\n";

@@ -33,7 +33,21 @@ ConcatVsSum concat_vs_sum(const ActivationCache& cache, int layer) {
   r.via_sum.rowwise() += r.b_O;
   r.difference = r.via_concat - r.via_sum;
   r.max_abs_diff = r.difference.cwiseAbs().maxCoeff();
-  r.max_abs_vs_cache = (r.via_concat - a.attn_out.to_matrix()).cwiseAbs().maxCoeff();
+  const RowMatrixXf attn_out = a.attn_out.to_matrix();  // [pos, d_model]
+  r.has_post_norm = cache.has_post_norm(1);
+  if (!r.has_post_norm) {
+    r.max_abs_vs_cache = (r.via_concat - attn_out).cwiseAbs().maxCoeff();
+    return r;
+  }
+  // The norm the forward pass applies (Gemma2DecoderLayer.forward: post_attention_layernorm on
+  // o_proj's output), with the forward pass's kernel, then the same sum through it with the scale
+  // frozen (ActivationCache::apply_frozen_post_norm), which equals it row by row.
+  norm_forward(r.post_normed, &r.post_norm_scale, r.via_concat, cache.weights()->layer(layer).post_attn_norm_w, nullptr,
+               c.norm_eps, c.architecture.norm);
+  r.via_frozen_sum = r.via_sum;
+  cache.apply_frozen_post_norm(layer, 1, r.via_frozen_sum);
+  r.max_abs_vs_cache = (r.post_normed - attn_out).cwiseAbs().maxCoeff();
+  r.max_abs_frozen_vs_cache = (r.via_frozen_sum - attn_out).cwiseAbs().maxCoeff();
   return r;
 }
 

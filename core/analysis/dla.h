@@ -22,13 +22,15 @@ float frozen_final_norm_dot(const Eigen::Ref<const RowVectorXf>& x, const RowVec
 
 // Direct logit attribution to `target` at `pos`: each part through frozen_final_norm_dot with the
 // unembedding row of `target`. The parts plus the final norm's bias . W_U[:, target] (zero
-// without a bias) add up to the target's logit exactly.
+// without a bias) add up to the target's logit exactly (before the final soft-cap, Gemma 2's).
 struct LogitAttribution {
   int pos = 0;
   int32_t target = 0;
   std::vector<float> per_component;     // same order as ResidualDecomposition
   float bias_term = 0.0f;               // final norm's b . W_U[:, target]
-  float logit = 0.0f;                   // logits[pos, target] from the forward pass
+  // logits[pos, target] from the forward pass, before the final soft-cap when the model caps
+  // (Architecture::final_softcap): the decomposition is exact for that logit.
+  float logit = 0.0f;
   float max_abs_error = 0.0f;           // |sum(per_component) + bias_term - logit|
   RowMatrixXf per_head;                 // [layer, head] the heads' entries, for the grid view
 };

@@ -66,7 +66,10 @@ DetectorScores detect_heads(const ActivationCache& cache, HeadDetector detector,
   out.scores = RowMatrixXf::Constant(n_layer, n_head, std::numeric_limits<float>::quiet_NaN());
   const size_t Q = plan.queries.size(), heads = static_cast<size_t>(n_layer) * static_cast<size_t>(n_head);
   out.running.resize(heads * Q);
-  if (plan.queries.empty()) return out;
+  if (plan.queries.empty()) {
+    out.layer_queries.assign(static_cast<size_t>(n_layer), 0);
+    return out;
+  }
   // The leading queries the previous run summed already: those inside the reused prefix.
   size_t kept = 0;
   const size_t Qp = previous ? previous->query_positions.size() : 0;
@@ -75,7 +78,20 @@ DetectorScores detect_heads(const ActivationCache& cache, HeadDetector detector,
     while (kept < Q && kept < Qp && plan.queries[kept] < cache.reused_prefix &&
            previous->query_positions[kept] == plan.queries[kept])
       ++kept;
-  for (int l = 0; l < n_layer; ++l)
+  for (int l = 0; l < n_layer; ++l) {
+    // On a sliding-window layer a detector's key further back than the window is masked: no head
+    // of the layer can attend to it, so it is no evidence against the head. Such keys add
+    // nothing (the pattern is 0 there), and a query none of whose keys are in the window is left
+    // out of the layer's average rather than counted as a miss.
+    const int window = attention_window(cache.config(), l);
+    size_t reachable = 0;
+    for (size_t i = 0; i < Q; ++i) {
+      const int first = first_key(window, plan.queries[i]);
+      bool any = false;
+      for (int k = plan.key_begin[i]; k < plan.key_begin[i + 1] && !any; ++k) any = plan.keys[static_cast<size_t>(k)] >= first;
+      reachable += any;
+    }
+    out.layer_queries.push_back(static_cast<int>(reachable));
     for (int h = 0; h < n_head; ++h) {
       const size_t head = static_cast<size_t>(l) * static_cast<size_t>(n_head) + static_cast<size_t>(h);
       double* running = out.running.data() + head * Q;
@@ -93,8 +109,9 @@ DetectorScores detect_heads(const ActivationCache& cache, HeadDetector detector,
         total += on_keys;
         running[i] = total;
       }
-      out.scores(l, h) = static_cast<float>(total / static_cast<double>(Q));
+      if (reachable > 0) out.scores(l, h) = static_cast<float>(total / static_cast<double>(reachable));
     }
+  }
   return out;
 }
 

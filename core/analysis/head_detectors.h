@@ -12,6 +12,9 @@
 //   induction        mean over the queries q with at least one j in S_q, j + 1 < q, of
 //                    sum_{j in S_q, j+1 < q} A[q, j + 1].
 // A score with no query to average over is NaN ("no score"), never 0.
+// On a sliding-window layer (Gemma, Qwen2's use_sliding_window) the keys further back than the
+// window (k < q - W + 1) are masked: they add nothing, and a query whose keys all lie there is
+// left out of that layer's mean (no head of the layer could attend to them).
 //
 // The query positions and the keys each score reads depend on the tokens only, so they are listed
 // once (DetectorPlan) and then read from every head's lower-triangle pattern rows: a few reads per
@@ -47,7 +50,10 @@ DetectorPlan detector_plan(const std::vector<int32_t>& tokens, HeadDetector dete
 
 struct DetectorScores {
   RowMatrixXf scores;  // [layer, head]; NaN: no query position qualified (no score)
-  int queries = 0;     // how many query positions each head's score averaged (the same for all)
+  // How many query positions qualified; a sliding layer's heads average only those with a key
+  // inside the window (layer_queries).
+  int queries = 0;
+  std::vector<int> layer_queries;  // [layer] the queries each layer's heads averaged
   // What a later run extending this one's prompt continues from (detect_heads' `previous`): the
   // query positions in order and, per head, the running sum of its attention on the keys over
   // them: running[(layer * n_head + head) * queries + i] sums queries 0..i.

@@ -45,11 +45,20 @@ void final_norm(RowMatrixXf& out, const ActivationCache& cache, const RowMatrixX
   norm_forward(out, nullptr, resid, w.final_norm_w(), w.final_norm_b(), c.norm_eps, c.architecture.norm);
 }
 
-// logits [rows, d_vocab] = final_norm(resid) @ W_U, through the forward pass's own unembedding kernel.
+// The final soft-cap, cap * tanh(x / cap), when the model has one (Gemma 2), as the forward pass
+// applies it after W_U: the lens reads every stream as the model reads its last one.
+void apply_final_softcap(Eigen::Ref<RowMatrixXf> logits, const ActivationCache& cache) {
+  const float cap = cache.config().architecture.final_softcap;
+  if (!(cap > 0.0f)) return;
+  for (Eigen::Index r = 0; r < logits.rows(); ++r) softcap_forward(logits.row(r).data(), logits.cols(), cap);
+}
+
+// logits [rows, d_vocab] = final_norm(resid) @ W_U (then the final soft-cap), through the forward pass's own unembedding kernel.
 void lens_logits(Eigen::Ref<RowMatrixXf> logits, const ActivationCache& cache, const RowMatrixXf& resid) {
   RowMatrixXf normalized;  // [rows, d_model]
   final_norm(normalized, cache, resid);
   unembed_forward(logits, normalized, cache.weights()->packed_unembed());
+  apply_final_softcap(logits, cache);
 }
 
 // log(sum(exp(row))), shifted by the row's maximum. NaN when the row holds a NaN or an infinity.
@@ -165,6 +174,7 @@ LogitLensSummary logit_lens_summary(const ActivationCache& cache, std::optional<
       r += count;
     }
     unembed_forward(logits.topRows(n), x, cache.weights()->packed_unembed());
+    apply_final_softcap(logits.topRows(n), cache);
     // Each row's scan (a log-sum-exp and a top-k over the vocabulary) is its own: the rows of a
     // block are shared among the threads, as the product's columns were. A row's values do not
     // depend on the thread that scans it.

@@ -14,10 +14,23 @@ void check_pos(const ActivationCache& cache, int pos) {
   if (cache.n_layer() == 0) throw Error("this run kept only the logits; run again with the full cache.");
 }
 
-// One head's write into the residual stream at one position: z_h[pos] @ W_O[h], [d_model].
-RowVectorXf head_write(const ActivationCache& cache, int l, int h, int pos) {
+// What layer l's post-attention norm (Gemma's post_attention_layernorm) multiplies a part of
+// position pos's attention output by when its scale is frozen at this run's value: w / scale(pos)
+// per column ([d_model], the same as ActivationCache::apply_frozen_post_norm); ones without the
+// norm. Computed once per layer: the scale needs the whole layer's output.
+RowVectorXf frozen_post_attn_factor(const ActivationCache& cache, int l, int pos) {
+  const int D = cache.config().d_model;
+  if (!cache.has_post_norm(1)) return RowVectorXf::Ones(D);
+  const float scale = cache.post_norm_scale(l, 1)(pos);
+  return ConstRowVectorRef(cache.weights()->layer(l).post_attn_norm_w, D) / scale;
+}
+
+// One head's write into the residual stream at one position, [d_model]: z_h[pos] @ W_O[h] times
+// the layer's frozen post-norm factor, so that the heads (and b_O) sum to hook_attn_out.
+RowVectorXf head_write(const ActivationCache& cache, int l, int h, int pos, const RowVectorXf& post_factor) {
   const int dh = cache.config().d_head;
-  return cache.layer(l).z.row(pos).segment(h * dh, dh) * cache.weights()->W_O(l, h);
+  const RowVectorXf result = cache.layer(l).z.row(pos).segment(h * dh, dh) * cache.weights()->W_O(l, h);
+  return result.cwiseProduct(post_factor);
 }
 
 }  // namespace
@@ -26,8 +39,10 @@ RowMatrixXf head_write_norms(const ActivationCache& cache, int pos) {
   check_pos(cache, pos);
   const ModelConfig& c = cache.config();
   RowMatrixXf norms(c.n_layers, c.n_heads);
-  for (int l = 0; l < c.n_layers; ++l)
-    for (int h = 0; h < c.n_heads; ++h) norms(l, h) = head_write(cache, l, h, pos).norm();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const RowVectorXf post_factor = frozen_post_attn_factor(cache, l, pos);
+    for (int h = 0; h < c.n_heads; ++h) norms(l, h) = head_write(cache, l, h, pos, post_factor).norm();
+  }
   return norms;
 }
 
@@ -52,9 +67,13 @@ ResidualDecomposition decompose_residual(const ActivationCache& cache, int pos) 
   add("embed", ComponentKind::Embed, -1, -1, cache.embed.row(pos));
   if (pos_embed) add("pos_embed", ComponentKind::PosEmbed, -1, -1, cache.pos_embed.row(pos));
   for (int l = 0; l < c.n_layers; ++l) {
+    const RowVectorXf post_factor = frozen_post_attn_factor(cache, l, pos);
     for (int h = 0; h < c.n_heads; ++h)
-      add("L" + std::to_string(l) + "H" + std::to_string(h), ComponentKind::Head, l, h, head_write(cache, l, h, pos));
-    if (attn_bias) add("L" + std::to_string(l) + " b_O", ComponentKind::AttnBias, l, -1, cache.weights()->b_O(l).transpose());
+      add("L" + std::to_string(l) + "H" + std::to_string(h), ComponentKind::Head, l, h,
+          head_write(cache, l, h, pos, post_factor));
+    if (attn_bias)
+      add("L" + std::to_string(l) + " b_O", ComponentKind::AttnBias, l, -1,
+          cache.weights()->b_O(l).transpose().cwiseProduct(post_factor));
     add("L" + std::to_string(l) + " MLP", ComponentKind::Mlp, l, -1, cache.layer(l).mlp_out.row(pos));
   }
   d.residual = cache.final_residual(pos);

@@ -11,14 +11,16 @@
 
 namespace hs {
 
-// How much each head writes into the residual stream at `pos`: ||z_h[pos] @ W_O[h]||_2.
+// How much each head writes into the residual stream at `pos`: ||z_h[pos] @ W_O[h]||_2, through
+// the post-attention norm with its scale frozen at this run's value when the model has one (Gemma).
 RowMatrixXf head_write_norms(const ActivationCache& cache, int pos);  // [layer, head]
 
 enum class ComponentKind { Embed, PosEmbed, Head, AttnBias, Mlp };
 
 // The final residual stream at `pos` (blocks.{L-1}.hook_resid_post) as a stack of additive parts,
 // those the architecture has: embed, pos_embed (learned positions only), then per layer every
-// head's result L{l}H{h}, that layer's b_O ("L{l} b_O", when the attention output has a bias),
+// head's result L{l}H{h} (with a post-attention norm, Gemma's, through it with its scale frozen at
+// this run's value: ActivationCache::head_contribution), that layer's b_O (likewise) ("L{l} b_O", when the attention output has a bias),
 // and the MLP out ("L{l} MLP"; it includes the MLP's own output bias).
 struct ResidualDecomposition {
   int pos = 0;

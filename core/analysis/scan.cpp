@@ -337,7 +337,8 @@ RowMatrixXf attention_entropy(const ActivationCache& cache) {
 }
 
 // Each head's direct logit attribution to the actual next token, averaged over positions
-// 0 .. T-2: at position p, head (l, h)'s result z_h[p] @ W_O[h] through the final norm with its
+// 0 .. T-2: at position p, head (l, h)'s contribution (its result z_h[p] @ W_O[h], through a
+// post-attention norm with its scale frozen when the model has one) through the final norm with its
 // scale frozen (frozen_final_norm_dot of dla.h), dotted with the unembedding of token p+1.
 // Computed as z_h[p] . (W_O[h] d_p), d_p the centred (LayerNorm) direction over the frozen scale,
 // so no [pos, d_model] result is formed per head.
@@ -358,10 +359,19 @@ RowMatrixXf dla_next_token(const ActivationCache& cache) {
     direction.row(p) = d / cache.ln_final_scale(p);
   }
   RowMatrixXf back(T - 1, dh);  // [pos, d_head]
+  RowMatrixXf layer_direction;  // [pos, d_model] direction through layer l's frozen post-norm
   for (int l = 0; l < L; ++l) {
     const RowMatrixXf z = cache.layer(l).z.to_matrix();  // [pos, head*d_head]
+    // With a post-attention norm (Gemma) the head's result passes it, its scale frozen at this
+    // run's value, before it joins the stream: r * w / scale(p), folded into the direction.
+    layer_direction = direction;
+    if (cache.has_post_norm(1)) {
+      const VectorXf scale = cache.post_norm_scale(l, 1);
+      const ConstRowVectorRef post_w(w.layer(l).post_attn_norm_w, D);
+      for (int p = 0; p + 1 < T; ++p) layer_direction.row(p) = layer_direction.row(p).cwiseProduct(post_w) / scale(p);
+    }
     for (int h = 0; h < H; ++h) {
-      back.noalias() = direction * w.W_O(l, h).transpose();
+      back.noalias() = layer_direction * w.W_O(l, h).transpose();
       const double total = z.block(0, h * dh, T - 1, dh).cwiseProduct(back).cast<double>().sum();
       out(l, h) = static_cast<float>(total / (T - 1));
     }

@@ -44,6 +44,7 @@ PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int
   PooledGrid grid;
   const int n = cache.n_pos();
   if (n == 0) return grid;
+  const int window = attention_window(cache.config(), layer);  // 0: a global layer
   const int block = ceil_div(n, max_side);  // positions per cell along each side
   const int side = ceil_div(n, block);
   grid.rows = grid.cols = side;
@@ -75,8 +76,12 @@ PooledGrid pooled_pattern(const ActivationCache& cache, int layer, int head, int
       }
     }
     float* out = grid.values.data() + static_cast<size_t>(py) * static_cast<size_t>(side);
+    // A cell is masked when every query of it is past every key of it (the usual rule) or, on a
+    // sliding-window layer, when all its keys lie before its first query's window.
+    const int first = first_key(window, q0);
     for (int px = 0; px < side; ++px)
-      out[px] = px * block > q1 - 1 ? std::numeric_limits<float>::quiet_NaN() : peak[static_cast<size_t>(px)];
+      out[px] = px * block > q1 - 1 || (px + 1) * block - 1 < first ? std::numeric_limits<float>::quiet_NaN()
+                                                                     : peak[static_cast<size_t>(px)];
   }
   return grid;
 }

@@ -27,6 +27,18 @@
 
 namespace hs::ui {
 
+namespace {
+
+// Layer l's sliding window (0: global), as the forward pass applies it (core attention_window).
+int layerWindow(const RunResult& run, int layer) { return hs::attention_window(run.run.cache->config(), layer); }
+
+// "sliding window 4096" / "global" for the title, as Hugging Face's layer_types names them.
+QString windowText(int window) {
+  return window > 0 ? QStringLiteral("sliding window %1").arg(window) : QStringLiteral("global");
+}
+
+}  // namespace
+
 ViewDescriptor AttentionView::descriptor() {
   ViewDescriptor d;
   d.id = QStringLiteral("attention");
@@ -138,6 +150,11 @@ AttentionView::AttentionView(Selection* selection, QWidget* parent) : AnalysisVi
     const QString q = tokenAt(run_->labels.value(row), row);
     const QString k = tokenAt(run_->labels.value(col), col);
     if (col > row) return QStringLiteral("query %1 ← key %2: masked (a later position)").arg(q, k);
+    if (shown_layer_ >= 0) {
+      const int window = layerWindow(*run_, shown_layer_);
+      if (col < hs::first_key(window, row))
+        return QStringLiteral("query %1 ← key %2: masked (outside the sliding window of %3 keys)").arg(q, k).arg(window);
+    }
     if (shown_edges_ && shown_layer_ >= 0)
       return QStringLiteral("query %1 ← key %2: A = %3, A·∂M/∂A = %4")
           .arg(q, k, QString::number(run_->plainCache()->pattern_row(shown_layer_, shown_head_, row)[col], 'f', 2),
@@ -180,7 +197,8 @@ std::shared_ptr<AttentionPatternResult> AttentionView::edgeCells(const RunResult
   const int n = static_cast<int>(edges->rows());
   // Row q holds keys 0..q; later keys are masked, as in the pattern.
   auto row = [edges](int q) { return std::span<const float>(edges->row(q).data(), static_cast<size_t>(q) + 1); };
-  result->cells = HeatmapView::prepareCells(n, n, row, ColorMap::Diverging, HeatmapView::RangeMode::Symmetric);
+  result->cells = HeatmapView::prepareCells(n, n, row, ColorMap::Diverging, HeatmapView::RangeMode::Symmetric, 0.0, 1.0,
+                                            layerWindow(run, layer));
   return result;
 }
 
@@ -230,7 +248,9 @@ std::shared_ptr<const HeatmapCells> AttentionView::patternCells(const RunResult&
     const hs::ConstRowVectorRef keys = cache->pattern_row(layer, head, q);
     return std::span<const float>(keys.data(), static_cast<size_t>(q) + 1);
   };
-  return HeatmapView::prepareCells(n, n, row, ColorMap::Sequential, HeatmapView::RangeMode::Fixed, 0.0, 1.0);
+  // On a sliding layer the keys before the window's first are masked as the later ones are.
+  return HeatmapView::prepareCells(n, n, row, ColorMap::Sequential, HeatmapView::RangeMode::Fixed, 0.0, 1.0,
+                                   layerWindow(run, layer));
 }
 
 void AttentionView::setRun(std::shared_ptr<const RunResult> run) {
@@ -341,18 +361,29 @@ void AttentionView::showHead(int layer, int head) {
     heatmap_->setHighlightedRow(selection_->position());
     heatmap_->setHoverRow(selection_->hoverPosition());
     const QString label = headLabel(layer, head);
+    const int window = layerWindow(*run_, layer);
+    // Named only when the model has sliding layers, so GPT-2's title stays as it was.
+    const bool any_window = hs::window_matters(run_->run.cache->config(), std::numeric_limits<int>::max());
+    const QString layer_kind = any_window ? QStringLiteral(" &nbsp;(L%1: %2)").arg(layer).arg(windowText(window)) : QString();
     if (edges) {
       const QString metric = edge_cells ? edgeMetricText() : QStringLiteral("the target");
-      title_->setText(QStringLiteral("<b>%1</b> &nbsp;edge attribution A·∂M/∂A to %2").arg(label, metric.toHtmlEscaped()));
+      title_->setText(QStringLiteral("<b>%1</b> &nbsp;edge attribution A·∂M/∂A to %2%3")
+                          .arg(label, metric.toHtmlEscaped(), layer_kind));
       heatmap_->setFigureText({QStringLiteral("%1 edge attribution A·∂M/∂A to %2").arg(label, metric), runSubtitle(*run_)},
                               "attention_edges_" + label);
       note_->setText(QStringLiteral("Each cell is A[q, k] · ∂M/∂A[q, k], the edge's first-order share of M: red edges "
                                     "raise M, blue ones lower it. Target and position as in the Attribution view."));
     } else {
-      title_->setText(QStringLiteral("<b>%1</b> &nbsp;attention pattern").arg(label));
-      heatmap_->setFigureText({label + " attention pattern", runSubtitle(*run_)}, "attention_" + label);
-      note_->setText(QStringLiteral("Rows sum to 1; hatched cells are later positions the head cannot see. "
-                                    "Click a row to select that position."));
+      title_->setText(QStringLiteral("<b>%1</b> &nbsp;attention pattern%2").arg(label, layer_kind));
+      heatmap_->setFigureText({label + " attention pattern" + (window > 0 ? ", " + windowText(window) : QString()),
+                               runSubtitle(*run_)},
+                              "attention_" + label);
+      note_->setText(window > 0 ? QStringLiteral("Rows sum to 1; hatched cells are keys the head cannot see: later "
+                                                 "positions, and on this sliding layer keys more than %1 back "
+                                                 "(a query reads keys q − %2 … q). Click a row to select that position.")
+                                      .arg(window - 1).arg(window - 1)
+                                : QStringLiteral("Rows sum to 1; hatched cells are later positions the head cannot see. "
+                                                 "Click a row to select that position."));
     }
   }
   updateSummary();

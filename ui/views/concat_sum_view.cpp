@@ -287,8 +287,11 @@ void ConcatSumView::refresh() {
   const int layer = result_->layer;
   title_->setText(QStringLiteral("<b>Layer %1</b> &nbsp;multi-head attention is a sum over heads: concatenating the "
                                  "heads' z and multiplying by W_O gives the same attn_out as adding each head's "
-                                 "own projection r_h = z_h · W_O[h].")
-                      .arg(layer));
+                                 "own projection r_h = z_h · W_O[h].%2")
+                      .arg(layer)
+                      .arg(cs.has_post_norm ? QStringLiteral(" Here both are the input of the post-attention norm, a "
+                                                             "step of its own before attn_out (the shapes below).")
+                                            : QString()));
 
   z_->setMatrix(S, H * dh, toVector(cs.z_concat));
   z_->setRowLabels(run.labels);
@@ -349,9 +352,18 @@ void ConcatSumView::refresh() {
   diff_->setMatrix(S, D, toVector(abs_diff));
   diff_->setRowLabels(run.labels);
   diff_->setAxisTitles(QStringLiteral("position"), QStringLiteral("d_model"));
-  diff_label_->setText(QStringLiteral("<b>|concat − sum|</b> [S × D] &nbsp; max |difference| = <b>%1</b> "
-                                      "(float32 rounding) &nbsp;·&nbsp; concat vs the cache's hook_attn_out: %2")
-                           .arg(formatNumber(cs.max_abs_diff), formatNumber(cs.max_abs_vs_cache)));
+  if (cs.has_post_norm)
+    diff_label_->setText(QStringLiteral("<b>|concat − sum|</b> [S × D] &nbsp; max |difference| = <b>%1</b> (float32 "
+                                        "rounding) &nbsp;·&nbsp; both are the post-attention norm's input; the norm of "
+                                        "concat vs the cache's hook_attn_out: %2 &nbsp;·&nbsp; Σ_h r_h through the norm "
+                                        "with its scale frozen at this run's value (what Contributions adds) vs "
+                                        "hook_attn_out: %3")
+                             .arg(formatNumber(cs.max_abs_diff), formatNumber(cs.max_abs_vs_cache),
+                                  formatNumber(cs.max_abs_frozen_vs_cache)));
+  else
+    diff_label_->setText(QStringLiteral("<b>|concat − sum|</b> [S × D] &nbsp; max |difference| = <b>%1</b> "
+                                        "(float32 rounding) &nbsp;·&nbsp; concat vs the cache's hook_attn_out: %2")
+                             .arg(formatNumber(cs.max_abs_diff), formatNumber(cs.max_abs_vs_cache)));
 
   const QString subtitle = runSubtitle(run);
   z_->setFigureText({QStringLiteral("L%1 z concatenated [S × H·d_head]").arg(layer), subtitle},
@@ -400,17 +412,28 @@ void ConcatSumView::fillShapes() {
   if (rotary)
     rows.push_back({QStringLiteral("q, k rotated by position (hook_rot_q, hook_rot_k)"),
                     QStringLiteral("[B, S, H or H_kv, d_head]"), dims({1, S, H, dh}) + " / " + dims({1, S, Hkv, dh})});
-  const std::vector<Row> attention_rows = {
+  // With a post-attention norm (Gemma) the projection is that norm's input, and the norm is a step
+  // of its own between it and attn_out.
+  const bool post_norm = cfg.architecture.post_attn_norm;
+  const QString projected = post_norm ? QStringLiteral("the post-attention norm's input") : QStringLiteral("attn_out");
+  std::vector<Row> attention_rows = {
       {QStringLiteral("z = pattern · v (hook_z)"), QStringLiteral("[B, S, H, d_head]"), dims({1, S, H, dh})},
       {QStringLiteral("z concatenated"), QStringLiteral("[B, S, H·d_head]"), dims({1, S, H * dh})},
       {QStringLiteral("W_O"), QStringLiteral("[H·d_head, D]"), dims({H * dh, D})},
-      {QStringLiteral("concat · W_O%1 = attn_out").arg(plus_bias), QStringLiteral("[B, S, D]"), dims({1, S, D})},
+      {QStringLiteral("concat · W_O%1 = %2").arg(plus_bias, projected), QStringLiteral("[B, S, D]"), dims({1, S, D})},
       {QStringLiteral("z_h (one head)"), QStringLiteral("[B, S, d_head]"), dims({1, S, dh})},
       {QStringLiteral("W_O[h]"), QStringLiteral("[d_head, D]"), dims({dh, D})},
       {QStringLiteral("r_h = z_h · W_O[h] (hook_result)"), QStringLiteral("[B, S, H, D]"), dims({1, S, H, D})},
-      {QStringLiteral("Σ_h r_h%1 = attn_out").arg(plus_bias), QStringLiteral("[B, S, D]"), dims({1, S, D})},
-      {QStringLiteral("logits (after %1 layers)").arg(L), QStringLiteral("[B, S, V]"), dims({1, S, V})},
+      {QStringLiteral("Σ_h r_h%1 = %2").arg(plus_bias, projected), QStringLiteral("[B, S, D]"), dims({1, S, D})},
   };
+  if (post_norm) {
+    attention_rows.push_back({QStringLiteral("post-attention norm x / √(mean(x²) + ε) · w = attn_out (hook_attn_out)"),
+                              QStringLiteral("[B, S, D]"), dims({1, S, D})});
+    attention_rows.push_back({QStringLiteral("its scale √(mean(x²) + ε) (ln1_post.hook_scale)"), QStringLiteral("[B, S]"),
+                              dims({1, S})});
+  }
+  attention_rows.push_back(
+      {QStringLiteral("logits (after %1 layers)").arg(L), QStringLiteral("[B, S, V]"), dims({1, S, V})});
   rows.insert(rows.end(), attention_rows.begin(), attention_rows.end());
   shapes_->setRowCount(static_cast<int>(rows.size()));
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {

@@ -223,6 +223,18 @@ void ContributionsView::refresh() {
   const int pos = result_->pos;
   const QString pos_text = tokenAt(run.labels.value(pos), pos);
   const QString target_text = tokenText(run, result_->target);
+  // Gemma: each head's result passes the post-attention norm before it joins the stream; the heads
+  // are linear parts of it with that norm's scale frozen (the MLP part is hook_mlp_out itself).
+  const hs::Architecture& arch = run.run.cache->config().architecture;
+  const QString post_norm_text =
+      arch.post_attn_norm
+          ? QStringLiteral(", each head's result through the post-attention norm, its scale frozen at this run's value")
+          : QString();
+  // Gemma 2: logits = cap · tanh(x / cap); the parts add up to x, the logit before the cap.
+  const float final_cap = arch.final_softcap;
+  const QString softcap_text =
+      final_cap > 0.0f ? QStringLiteral(", logits before the final soft-cap (cap = %1)").arg(formatNumber(final_cap))
+                       : QString();
   position_->setText(QStringLiteral("<b>Position %1</b>").arg(pos_text.toHtmlEscaped()));
   const bool norms = mode_ == Mode::WriteNorm;
 
@@ -242,15 +254,16 @@ void ContributionsView::refresh() {
     // cannot be read (issue 21 item 7).
     heads_->setColorScaleTitle(QStringLiteral("write norm |r_h|"));
     heads_caption_->setText(QStringLiteral("How much each head writes into the residual stream at %1: the norm of its "
-                                           "result z_h · W_O[h]. Click a cell to select the head.")
-                                .arg(pos_text));
+                                           "result z_h · W_O[h]%2. Click a cell to select the head.")
+                                .arg(pos_text, post_norm_text));
   } else {
     heads_->setColorMap(ColorMap::Diverging);
     heads_->setRangeMode(HeatmapView::RangeMode::Symmetric);
     heads_->setColorScaleTitle(QStringLiteral("logit of %1").arg(target_text));
     heads_caption_->setText(QStringLiteral("Direct logit attribution of each head to %1 at %2 (final %3 scale "
-                                           "frozen): red pushes the logit up, blue pushes it down.")
-                                .arg(target_text, pos_text, QString::fromStdString(std::string(hs::to_string(run.run.cache->config().architecture.norm)))));
+                                           "frozen%4)%5: red pushes the logit up, blue pushes it down.")
+                                .arg(target_text, pos_text, QString::fromStdString(std::string(hs::to_string(run.run.cache->config().architecture.norm))),
+                                     post_norm_text, softcap_text));
   }
   heads_->setTooltipFormatter([this, norms, target_text](int l, int h, float v) {
     return norms ? QStringLiteral("%1: ‖r_h‖ = %2").arg(headLabel(l, h), formatNumber(v))
@@ -294,18 +307,19 @@ void ContributionsView::refresh() {
                        QStringLiteral("contributions_components_%1_pos%2").arg(stem_mode).arg(pos));
   if (norms) {
     bars_caption_->setText(QStringLiteral("The final residual stream at %1 is the sum of these %2 parts (norm of "
-                                          "each).%3")
+                                          "each%3).%4")
                                .arg(pos_text)
                                .arg(parts.labels.size())
-                               .arg(no_positions));
+                               .arg(post_norm_text, no_positions));
     check_->setText(QStringLiteral("Check: max |sum of parts − residual| = %1  (over d_model = %2; float32 rounding)")
                         .arg(formatNumber(parts.max_abs_error))
                         .arg(parts.residual.size()));
   } else {
-    bars_caption_->setText(QStringLiteral("Each part's direct contribution to the logit of %1 (logit = %2).%3")
-                               .arg(target_text, formatNumber(dla.logit), no_positions));
-    check_->setText(QStringLiteral("Check: sum of parts + final norm's bias term (%1) − logit (%2) = %3")
-                        .arg(formatSigned(dla.bias_term), formatNumber(dla.logit), formatNumber(dla.max_abs_error)));
+    bars_caption_->setText(QStringLiteral("Each part's direct contribution to the logit of %1 (logit = %2)%3.%4")
+                               .arg(target_text, formatNumber(dla.logit), softcap_text, no_positions));
+    check_->setText(QStringLiteral("Check: sum of parts + final norm's bias term (%1) − logit%4 (%2) = %3")
+                        .arg(formatSigned(dla.bias_term), formatNumber(dla.logit), formatNumber(dla.max_abs_error),
+                             final_cap > 0.0f ? QStringLiteral(" before the final soft-cap") : QString()));
   }
   updateHighlights();
 }

@@ -197,14 +197,19 @@ void LogitLensView::refresh() {
   caption_->setText(
       QStringLiteral("Row “L<i>l</i> pre” reads the residual stream entering layer <i>l</i>; the last row, “L%1 "
                      "post”, the stream after the last layer, which is the model's own prediction. Each goes through "
-                     "the final %2 (its own statistics per position, its learned weight%3), the unembedding and a "
+                     "the final %2 (its own statistics per position, its learned weight%3), the unembedding%6 and a "
                      "softmax. The text is the most likely next token; the colour is %4. Hover for the top %5; click "
                      "to select the position and layer.")
           .arg(c.n_layers - 1)
           .arg(norm, c.architecture.norm_bias ? QStringLiteral(" and bias") : QString(),
                s.target ? QStringLiteral("the probability of the target %1").arg(target_text)
                         : QStringLiteral("its probability"))
-          .arg(s.top_k));
+          .arg(s.top_k)
+          // Gemma 2: the model caps its logits, cap · tanh(x / cap), and so does the lens.
+          .arg(c.architecture.final_softcap > 0.0f
+                   ? QStringLiteral(", the final soft-cap (cap · tanh(x / cap), cap = %1)")
+                         .arg(formatNumber(c.architecture.final_softcap))
+                   : QString()));
   updateHighlight();
 }
 

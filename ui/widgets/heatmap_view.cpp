@@ -152,6 +152,7 @@ void stretchInto(const QImage& image, const QRect& source, QImage& out, bool mir
 
 float HeatmapCells::value(int r, int c) const {
   const std::span<const float> cells = row(r);
+  if (c < maskedBefore(r)) return std::numeric_limits<float>::quiet_NaN();
   return static_cast<size_t>(c) < cells.size() ? cells[static_cast<size_t>(c)] : std::numeric_limits<float>::quiet_NaN();
 }
 
@@ -231,8 +232,9 @@ std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols
 }
 
 std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols, HeatmapRow row, ColorMap map,
-                                                              RangeMode mode, double lo, double hi) {
+                                                              RangeMode mode, double lo, double hi, int window) {
   auto cells = std::make_shared<HeatmapCells>();
+  cells->window = std::max(0, window);
   cells->rows = std::max(0, rows);
   cells->cols = std::max(0, cols);
   cells->row = std::move(row);
@@ -246,7 +248,8 @@ std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols
     double peak = 0.0;
     for (int r = 0; r < cells->rows; ++r) {
       const std::span<const float> in = cells->row(r);
-      for (float v : in.first(std::min<size_t>(in.size(), static_cast<size_t>(cells->cols))))
+      const size_t first = std::min<size_t>(static_cast<size_t>(cells->maskedBefore(r)), in.size());
+      for (float v : in.first(std::min<size_t>(in.size(), static_cast<size_t>(cells->cols))).subspan(first))
         if (std::isfinite(v)) peak = std::max(peak, static_cast<double>(std::fabs(v)));
     }
     if (peak <= 0.0) peak = 1.0;
@@ -277,7 +280,9 @@ std::shared_ptr<const HeatmapCells> HeatmapView::prepareCells(int rows, int cols
     const int given = static_cast<int>(std::min<size_t>(in.size(), static_cast<size_t>(cells->cols)));
     auto* out = reinterpret_cast<QRgb*>(image.scanLine(r));
     std::fill(out + given, out + cells->cols, QRgb{0});  // after the row's end: masked
-    for (int c = 0; c < given; ++c) {
+    const int first = std::min(given, cells->maskedBefore(r));
+    std::fill(out, out + first, QRgb{0});  // before a sliding window's first key: masked
+    for (int c = first; c < given; ++c) {
       const double v = in[static_cast<size_t>(c)];
       if (std::isnan(v)) {
         out[c] = 0;  // masked: transparent, the hatch behind shows through
@@ -376,7 +381,8 @@ void HeatmapView::setCells(std::shared_ptr<const HeatmapCells> cells) {
   if (!cells) cells = prepareCells(0, 0, std::vector<float>{}, color_map_, range_mode_, fixed_lo_, fixed_hi_);
   if (cells->color_map != color_map_ || cells->range_mode != range_mode_ || cells->fixed_lo != fixed_lo_ ||
       cells->fixed_hi != fixed_hi_)
-    cells = prepareCells(cells->rows, cells->cols, cells->row, color_map_, range_mode_, fixed_lo_, fixed_hi_);
+    cells = prepareCells(cells->rows, cells->cols, cells->row, color_map_, range_mode_, fixed_lo_, fixed_hi_,
+                         cells->window);
   cells_ = std::move(cells);
   rows_ = cells_->rows;
   cols_ = cells_->cols;

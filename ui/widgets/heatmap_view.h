@@ -53,8 +53,11 @@ class HeatmapView : public QWidget, public FigureSource {
 
   // Colours a matrix of `rows` rows read through `row` (it must stay valid as long as the
   // cells), or a row-major [rows, cols] one, for drawing. Thread-safe.
+  // `window` > 0: row r's cells before column r - window + 1 are masked too (the keys a
+  // sliding-window layer's query cannot read), drawn with the same hatch as the cells after the row.
   static std::shared_ptr<const HeatmapCells> prepareCells(int rows, int cols, HeatmapRow row, ColorMap map,
-                                                          RangeMode mode, double lo = 0.0, double hi = 1.0);
+                                                          RangeMode mode, double lo = 0.0, double hi = 1.0,
+                                                          int window = 0);
   static std::shared_ptr<const HeatmapCells> prepareCells(int rows, int cols, std::vector<float> values, ColorMap map,
                                                           RangeMode mode, double lo = 0.0, double hi = 1.0);
 
@@ -247,6 +250,9 @@ class HeatmapView : public QWidget, public FigureSource {
 struct HeatmapCells {
   int rows = 0, cols = 0;
   HeatmapRow row;  // reads the values where they are kept (a matrix, or the activation cache)
+  // A sliding window (prepareCells): row r's cells before maskedBefore(r) are masked. 0: none.
+  int window = 0;
+  int maskedBefore(int r) const { return window > 0 && r >= window ? r - window + 1 : 0; }
   // How it was coloured: what was asked for, and the colour range that gave.
   ColorMap color_map = ColorMap::Sequential;
   HeatmapView::RangeMode range_mode = HeatmapView::RangeMode::Fixed;
