@@ -37,7 +37,9 @@ constexpr int kWindow = 3;
 // norm) becomes pre_feedforward_layernorm; Gemma's post_attention_layernorm takes a copy of the
 // layer's input_layernorm and post_feedforward_layernorm one of model.norm.
 fs::path gemma2_folder() {
-  const fs::path dir = fs::temp_directory_path() / "headscope_gemma_analysis";
+  // The process's own scratch folder: ctest runs the test cases of this file at once, each its own
+  // process, and a shared folder was rewritten under another's feet.
+  const fs::path dir = test::scratch_dir() / "gemma_analysis";
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path src = test::fixture_model("llama_gqa");
@@ -236,7 +238,7 @@ TEST_CASE("gemma analysis: detectors leave out the queries whose keys are all ou
 
 TEST_CASE("gemma analysis: cli info prints the windows, soft-caps and norms", "[gemma_analysis]") {
   gemma2();  // writes the folder
-  const test::CliRun r = test::run_cli("info --model " + test::quote((fs::temp_directory_path() / "headscope_gemma_analysis").string()));
+  const test::CliRun r = test::run_cli("info --model " + test::quote((test::scratch_dir() / "gemma_analysis").string()));
   INFO(r.err);
   REQUIRE(r.code == 0);
   const auto j = nlohmann::json::parse(r.out)["architecture"];
