@@ -310,7 +310,10 @@ void ConcatSumView::refresh() {
   concat_out_->setRowLabels(run.labels);
   concat_out_->setRowTickLabelsVisible(false);  // the same rows as z, on its left
   concat_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  concat_out_caption_->setText(QStringLiteral("attn_out\nS × D = %1 × %2").arg(S).arg(D));
+  // With a post-attention norm (Gemma) the product is the norm's input, not yet hook_attn_out.
+  const QString product = cs.has_post_norm ? QStringLiteral("post-norm input") : QStringLiteral("attn_out");
+  concat_out_->setColorScaleTitle(product);
+  concat_out_caption_->setText(QStringLiteral("%1\nS × D = %2 × %3").arg(product).arg(S).arg(D));
 
   std::vector<ImageGridView::Item> items;
   for (int h = 0; h < H; ++h) {
@@ -346,7 +349,8 @@ void ConcatSumView::refresh() {
   sum_out_->setRangeMode(HeatmapView::RangeMode::Fixed, -range, range);
   sum_out_->setRowLabels(run.labels);
   sum_out_->setAxisTitles(QString(), QStringLiteral("d_model"));
-  sum_out_caption_->setText(QStringLiteral("attn_out\nS × D = %1 × %2").arg(S).arg(D));
+  sum_out_->setColorScaleTitle(product);
+  sum_out_caption_->setText(QStringLiteral("%1\nS × D = %2 × %3").arg(product).arg(S).arg(D));
 
   hs::RowMatrixXf abs_diff = cs.difference.cwiseAbs();
   diff_->setMatrix(S, D, toVector(abs_diff));
