@@ -50,7 +50,7 @@ int attribute(const Args& a) {
   const int steps = static_cast<int>(a.integer("--steps"));
   const auto m = load_model(a);
   const hs::Metric metric = metric_from(a, *m);
-  const hs::TextRun r = run_input(a, m);
+  const hs::TextRun r = run_input(a, m, {}, /*for_gradient=*/true);
   hs::AttributionControl control;
   control.threads = threads(a);
   const hs::InputAttribution in = hs::input_attribution(*r.cache, metric, *method, steps, control);

@@ -189,18 +189,21 @@ void print_run_warnings(const hs::TextRun& r, const hs::Model& m) {
       std::cerr << "headscope-cli: warning: " << w << "\n";
 }
 
-hs::TextRun run_input(const Args& a, const std::shared_ptr<const hs::Model>& m, const hs::Interventions& interventions) {
+hs::TextRun run_input(const Args& a, const std::shared_ptr<const hs::Model>& m, const hs::Interventions& interventions,
+                      bool for_gradient) {
   hs::TextRun r;
   if (a.has("--text")) {
     hs::TextRunOptions o;
     o.prepend_bos = !a.flag("--no-bos");
     o.run.threads = threads(a);
     o.run.interventions = interventions;
+    o.run.store_mlp_pre = for_gradient;
     r = hs::run_text(m, a.text("--text"), o);
   } else {
     hs::RunOptions o;
     o.threads = threads(a);
     o.interventions = interventions;
+    o.store_mlp_pre = for_gradient;
     r = hs::run_tokens(m, parse_tokens(a.text("--tokens")), o);
   }
   print_run_warnings(r, *m);

@@ -53,8 +53,10 @@ std::vector<int32_t> parse_tokens(const std::string& s);
 
 // Runs --text (BOS unless --no-bos) or --tokens (exactly as given) with `interventions`, and
 // prints the run's warnings that the model's load did not already print.
+// `for_gradient`: the run keeps the MLP's pre-activations (RunOptions::store_mlp_pre), which the
+// backward pass reads, instead of deriving them again there.
 hs::TextRun run_input(const Args& a, const std::shared_ptr<const hs::Model>& m,
-                      const hs::Interventions& interventions = {});
+                      const hs::Interventions& interventions = {}, bool for_gradient = false);
 void print_run_warnings(const hs::TextRun& r, const hs::Model& m);
 
 // The extension of -o, refused unless it is one of `allowed` (".json", ".npz").

@@ -52,7 +52,7 @@ int grad(const Args& a) {
   const std::string ext = output_extension(out, {".json", ".npz"});
   const auto m = load_model(a);
   const hs::Metric metric = metric_from(a, *m);
-  const hs::TextRun r = run_input(a, m);
+  const hs::TextRun r = run_input(a, m, {}, /*for_gradient=*/true);
   hs::GradOptions o;
   o.threads = threads(a);
   const hs::GradientCache g = hs::backward(*r.cache, metric, o);
