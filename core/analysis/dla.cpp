@@ -40,8 +40,8 @@ LogitAttribution direct_logit_attribution(const ActivationCache& cache, const Re
   const float* bias = cache.weights()->final_norm_b();
   a.bias_term = bias ? u.dot(ConstRowVectorRef(bias, c.d_model)) : 0.0f;
   // With a final soft-cap (Gemma 2) the parts add up to the logit before it, which is linear in
-  // the stream; the cap's tanh is not (ActivationCache::logits_before_softcap).
-  a.logit = cache.logits_before_softcap(pos)(target);
+  // the stream; the cap's tanh is not (ActivationCache::logit_before_softcap).
+  a.logit = cache.logit_before_softcap(pos, target);
   a.max_abs_error = static_cast<float>(std::abs(total + a.bias_term - a.logit));
   return a;
 }

@@ -249,6 +249,17 @@ RowVectorXf ActivationCache::logits_before_softcap(int pos) const {
   return out.row(0);
 }
 
+float ActivationCache::logit_before_softcap(int pos, int32_t token) const {
+  const ModelConfig& c = config();
+  if (!(c.architecture.final_softcap > 0.0f)) return logits(pos, token);
+  RowVectorXf u(c.d_model);
+  weights_->unembed_row(token, u.data());  // the unembedding has no bias in any family
+  const float* x = ln_final_normalized.row(pos).data();
+  double sum = 0.0;
+  for (int i = 0; i < c.d_model; ++i) sum += static_cast<double>(x[i]) * u[i];
+  return static_cast<float>(sum);
+}
+
 Tensor ActivationCache::get(std::string_view key) const {
   const ModelConfig& c = config();
   const std::optional<HookKey> k = parse_hook_key(c, key);

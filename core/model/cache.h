@@ -136,6 +136,10 @@ class ActivationCache {
   // The logits before the final soft-cap (Gemma 2), where direct logit attribution is exact;
   // without a cap, the logits. One position.
   RowVectorXf logits_before_softcap(int pos) const;
+  // One token's logit before the cap: ln_final's row dotted with the token's unembedding row,
+  // summed in double, without the whole vocabulary's product (on Gemma 2, 256000 x 2304 for one
+  // number); it agrees with logits_before_softcap(pos)(token) to float rounding.
+  float logit_before_softcap(int pos, int32_t token) const;
   // One head's scaled scores [query_pos, key_pos] (masked -inf).
   RowMatrixXf head_scores(int l, int h) const;
   // One head's pattern as a matrix [query_pos, key_pos] (zeros above the diagonal).
