@@ -11,8 +11,9 @@ norms and the q/k norms all change the values within 12 tokens; gemma2-tiny is s
 untied), written to a temporary folder, and the test fixtures of the Llama family in
 tests/fixtures/models without rope_scaling (Qwen2 with biases and a window, Qwen3, Gemma 2). A key passes when
 max |yardstick - reference| / max |reference| <= --rtol (hsref.compare_caches; masked scores must
-be -inf on both sides) and both sides have the same keys. Prints one line a model, exits 1 on a
-failure.
+be -inf on both sides) and both sides have the same keys, in each of the yardstick's two weight
+layouts (torch_bench.py keeps whichever is faster). Prints one line a model and layout, exits 1
+on a failure.
 """
 
 import argparse
@@ -29,21 +30,19 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
 sys.path.insert(0, HERE)
 import hsref  # noqa: E402
-from torch_bench import TorchLlama, bench_tokens  # noqa: E402
+from torch_bench import LAYOUTS, TorchLlama, bench_tokens  # noqa: E402
 
 TINY_SHAPES = ("gemma2-tiny", "qwen3-tiny")
 # (the Llama fixtures have rope_scaling, which the yardstick refuses: the benchmark shapes have none)
 FIXTURES = ("gemma2_window", "qwen3_qknorm", "qwen2_window", "qwen2_bias")
 
 
-def check(folder: str, n_tokens: int, rtol: float):
-    """(passed, worst key, its relative difference, number of keys)"""
-    model = TorchLlama(folder)
-    tokens = bench_tokens(min(n_tokens, model.n_ctx), model.d_vocab)
+def check(model: TorchLlama, reference: dict, tokens, rtol: float):
+    """(passed, worst key, its relative difference, number of keys) of the yardstick's pass in
+    its current layout against `reference`"""
     with torch.inference_mode():
         cache = model.forward(torch.tensor(tokens, dtype=torch.long), keep_cache=True)
     candidate = {k: v.numpy() for k, v in cache.items()}
-    reference = {k: v.numpy() for k, v in hsref.llama_forward(hsref.load_llama(folder), tokens).items()}
     results = hsref.compare_caches(reference, candidate, rtol=rtol)
     extra = sorted(set(candidate) - set(reference))
     worst = max(results, key=lambda r: r.max_rel)
@@ -71,9 +70,15 @@ def main() -> int:
             folders.append((shape, out))
         folders += [(f, os.path.join(REPO, "tests", "fixtures", "models", f)) for f in FIXTURES]
         for name, folder in folders:
-            passed, key, rel, n = check(folder, args.tokens, args.rtol)
-            ok &= passed
-            print(f"{'ok  ' if passed else 'FAIL'} {name}: {n} keys, worst {key} at {rel:.2e} (rtol {args.rtol:g})")
+            model = TorchLlama(folder)
+            tokens = bench_tokens(min(args.tokens, model.n_ctx), model.d_vocab)
+            reference = {k: v.numpy() for k, v in hsref.llama_forward(hsref.load_llama(folder), tokens).items()}
+            for layout in LAYOUTS:  # torch_bench.py times both and keeps the faster: both must be right
+                model.set_layout(layout)
+                passed, key, rel, n = check(model, reference, tokens, args.rtol)
+                ok &= passed
+                print(f"{'ok  ' if passed else 'FAIL'} {name} ({layout}): {n} keys, worst {key} at {rel:.2e} "
+                      f"(rtol {args.rtol:g})")
     return 0 if ok else 1
 
 

@@ -265,7 +265,7 @@ def run_side(args, cmd, env):
 
 def new_side():
     """What a row collects of one side over its processes."""
-    return {"runs": [], "cpu": [], "rss": [], "run_rss": [], "stopped": None}
+    return {"runs": [], "cpu": [], "rss": [], "run_rss": [], "stopped": None, "layouts": []}
 
 
 def take(g, j) -> bool:
@@ -278,6 +278,8 @@ def take(g, j) -> bool:
     g["rss"].append(j["peak_rss_mb"])
     if j.get("run_peak_rss_mb") is not None:
         g["run_rss"].append(j["run_peak_rss_mb"])
+    if j.get("layout"):  # torch_bench.py's Llama family: the weight layout it timed as faster
+        g["layouts"].append(j["layout"])
     return True
 
 
@@ -291,6 +293,7 @@ def summarize(row, k, g):
     row[f"{k}_run_rss_mb"] = max(g["run_rss"]) if g["run_rss"] else None
     row[f"{k}_stopped_s"] = g["stopped"]
     row[f"{k}_early"] = g.get("early", False)
+    row[f"{k}_layouts"] = sorted(set(g.get("layouts", [])))
 
 
 def run_row(args, hs_row, mode, tokens, threads, ids_arg, plan_=None, sides_run=("hs", "pt")):
@@ -608,26 +611,30 @@ def family_markdown(families):
     if not families:
         return L + ["Not measured (no model folders; tools/bench/run.sh writes them).", ""]
     L.append("Random weights in the shapes of real checkpoints, BF16 on disk (`tools/bench/make_llama_shapes.py`). "
-             "PyTorch: `torch_bench.py`'s Llama module, float32, every matrix stored [in, out] and contiguous "
-             "(the unembedding too), one GEMM per projection, TransformerLens's cache names for these models "
+             "PyTorch: `torch_bench.py`'s Llama module, float32, one GEMM per projection, the matrices in "
+             "whichever layout PyTorch runs faster on the shape (*PT layout*: nn.Linear's [out, in] through "
+             "F.linear, or transposed once to [in, out]; each process times both before its timed passes), "
+             "TransformerLens's cache names for these models "
              "(hook_rot_q/k, ln*.hook_scale, mlp.hook_pre_linear); it matches HeadScope's cache to 1e-6 relative "
              "on the Qwen2 test fixture. *views*: the cache plus what the window computes from it for its views "
              "(head thumbnails, the position's decomposition and attribution, concat vs sum, the logit lens grid, "
              "the detector scores), all held at once.")
     L.append("")
-    L.append("| model | row | tokens | threads | HeadScope ms | PyTorch ms | speedup | HS RSS MiB | PT RSS MiB |")
-    L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    L.append("| model | row | tokens | threads | HeadScope ms | PyTorch ms | speedup | HS RSS MiB | PT RSS MiB | "
+             "PT layout |")
+    L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for e in families:
         for r in e["rows"]:
             L.append(f"| {e['title']} | {r['mode']} | {r['tokens']} | {r['threads']} | {fmt_ms(r['hs_ms'])} | "
                      f"{fmt_ms(r['pt_ms'])} | {fx(r['speedup'], '.2f', 'x')} | {fx(r['hs_rss_mb'], '.0f')} | "
-                     f"{fx(r['pt_rss_mb'], '.0f')} |")
+                     f"{fx(pt_rss(r), '.0f')} | {layouts_of(r)} |")
         lg = e.get("long")
         if lg and "median_ms" in lg:
             L.append(f"| {e['title']} | views | {lg['tokens']} | {lg['threads']} | {fmt_ms(lg['median_ms'])} | — | — | "
-                     f"{fx(lg['peak_rss_mb'], '.0f')} | — |")
+                     f"{fx(lg['peak_rss_mb'], '.0f')} | — | — |")
         elif lg:
-            L.append(f"| {e['title']} | views | {FAMILY_LONG[1]} | 2 | stopped after {lg.get('stopped')} s | — | — | — | — |")
+            L.append(f"| {e['title']} | views | {FAMILY_LONG[1]} | 2 | stopped after {lg.get('stopped')} s | — | — | — | — "
+                     f"| — |")
     L.append("")
     for e in families:
         o = e.get("open")
@@ -767,12 +774,16 @@ def issue24_markdown(entries, partial_note=""):
     L.append("Random weights in the shapes and configs of google/gemma-2-2b and Qwen/Qwen3-0.6B, BF16 on disk "
              "(`tools/bench/make_gemma_shapes.py`; Gemma in three shards cut where the real checkpoint's are). "
              "*HeadScope*: `hs_bench_row` (the forward pass with the full cache, as the rows above). *PyTorch*: "
-             "`torch_bench.py`'s Llama-family module in float32 from the BF16 weights, every matrix [in, out] and "
-             "contiguous (the tied unembedding its own copy), q/k/v in one GEMM, every TransformerLens key kept "
+             "`torch_bench.py`'s Llama-family module in float32 from the BF16 weights, q/k/v in one GEMM, the "
+             "matrices in whichever layout PyTorch runs faster on the shape (*PyTorch layout*: nn.Linear's "
+             "[out, in] through F.linear with the tied unembedding the embedding itself, or every matrix "
+             "transposed once to [in, out]; each process times max(warm-up, 2) passes in both before its timed "
+             "passes, and its RSS is the peak after that probe), every TransformerLens key kept "
              "(Qwen3's attn.q_norm.* / attn.k_norm.*; Gemma's ln1_post.* / ln2_post.*, hook_result before the "
              "post-norm, the scores after the soft-cap with the sliding window's mask, the logits after the final "
              "soft-cap); `tools/bench/check_torch_bench.py` checks it against tools/reference's float64 pass "
-             "to 1e-5 on tiny models of both layouts with a 3-key window and small soft-caps. *Opening*: "
+             "to 1e-5, in both weight layouts, on tiny models of both families with a 3-key window and small "
+             "soft-caps. *Opening*: "
              "`hs::Model::load` with every weight file's pages evicted first (`posix_fadvise(DONTNEED)`, no root "
              "needed; the share still cached is printed) and no packed-matrix cache on disk, i.e. a first open; "
              "*warm* right after. *Every view's data*: `hs_bench_row --mode views --store scores,results` "
@@ -780,20 +791,21 @@ def issue24_markdown(entries, partial_note=""):
              "computes for its views), one pass; its peak RSS is getrusage's `ru_maxrss` of the process.")
     L.append("")
     L.append("| model | HeadScope 20 tokens ms | PyTorch ms | speedup | CPU ms HS / PT | RSS MiB HS / PT | "
-             "open cold ms | open warm ms | PyTorch load ms | runs per side |")
-    L.append("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |")
+             "open cold ms | open warm ms | PyTorch load ms | PyTorch layout | runs per side |")
+    L.append("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- | --- |")
     for e in entries:
         r, oc, ow = e.get("row"), e.get("open_cold"), e.get("open_warm")
         if e.get("missing"):
-            L.append(f"| {e['title']} | folder missing | | | | | | | | |")
+            L.append(f"| {e['title']} | folder missing | | | | | | | | | |")
             continue
         hs = side_ms(r, "hs") if r and not e["hs_error"] else f"cannot open: {e['hs_error']}"
         pl = f"{statistics.median(r['pt_load_ms']):.0f}" if r and r["pt_load_ms"] else "—"
         L.append(f"| {e['title']} | {hs} | {side_ms(r, 'pt') if r else '—'} | "
                  f"{fx(r['speedup'], '.2f', 'x') if r else '—'} | "
                  f"{fmt_ms(r.get('hs_cpu_ms')) if r else '—'} / {fmt_ms(r.get('pt_cpu_ms')) if r else '—'} | "
-                 f"{fx(r['hs_rss_mb'], '.0f') if r else '—'} / {fx(r['pt_rss_mb'], '.0f') if r else '—'} | "
+                 f"{fx(r['hs_rss_mb'], '.0f') if r else '—'} / {fx(pt_rss(r), '.0f') if r else '—'} | "
                  f"{fmt_ms(oc['median_ms']) if oc else '—'} | {fmt_ms(ow['median_ms']) if ow else '—'} | {pl} | "
+                 f"{layouts_of(r) if r else '—'} | "
                  f"{r['rounds']} x ({r['warmup']} warm-up + {r['runs']}) |" if r else "| — |")
         lg = e.get("long")
         if lg and "peak_rss_mb" in lg:
@@ -927,6 +939,18 @@ def side_ms(r, k):
     if r[f"{k}_ms"] is None:
         return f"> {r[f'{k}_stopped_s']} s (stopped)" if r.get(f"{k}_stopped_s") else "—"
     return fmt_ms(r[f"{k}_ms"]) + ("*" if r.get(f"{k}_early") else "")
+
+
+def pt_rss(r):
+    """PyTorch's peak RSS for the Llama-family tables: after its layout probe (VmHWM reset) when
+    the kernel allows the reset, since the probe holds both layouts' matrices for a moment (a
+    tied unembedding's transposed copy: 2.2 GiB on Gemma-2-2B); else the whole process's."""
+    return r.get("pt_run_rss_mb") or r.get("pt_rss_mb")
+
+
+def layouts_of(r):
+    """The weight layout(s) torch_bench.py timed as faster and used, over the row's processes."""
+    return ", ".join(r.get("pt_layouts") or []) or "—"
 
 
 def verdict(ok):
@@ -1410,6 +1434,17 @@ def main() -> int:
             log(f"suite:        AtP {fmt_ms(r['atp_ms'])} ms, exact {fmt_ms(r['exact_ms'])} ms "
                 f"({fx(r['speedup'], '.1f', 'x')})")
 
+    if "families" in sections or sections & ISSUE24_SECTIONS:
+        # The Llama-family yardstick's values, in both its layouts, before its speed is quoted.
+        log("suite: checking torch_bench.py's Llama family against tools/reference (check_torch_bench.py) ...")
+        check = subprocess.run([PYTHON, os.path.join(HERE, "check_torch_bench.py")], env=torch_env(1),
+                               capture_output=True, text=True)
+        for line in check.stdout.splitlines():
+            log(f"suite:        {line}")
+        if check.returncode != 0:
+            raise SystemExit("suite: torch_bench.py's Llama family disagrees with the float64 reference "
+                             f"(check_torch_bench.py exit {check.returncode}): its speed would not be a yardstick\n"
+                             + check.stderr[-2000:])
     families = run_family_rows(args, hs_row) if "families" in sections else []
     issue24 = [run_issue24_section(args, hs_row, sec) for sec in ("qwen3", "gemma2") if sec in sections]
 
