@@ -145,7 +145,7 @@ class TorchGPT2:
             if keep_cache:
                 cache[k_ + "hook_resid_post"] = resid
         final = F.layer_norm(resid, (D,), self.lnf_w, self.lnf_b, eps)
-        logits = final @ self.w_u                                                     # [pos, d_vocab]
+        logits = final @ self.w_u                                                    # [pos, d_vocab]
         if keep_cache:
             cache["ln_final.hook_normalized"] = final
             cache["logits"] = logits
@@ -233,7 +233,7 @@ class TorchLlama:
 
     LINEAR = ("w_qkv", "w_gate_up", "w_down")  # the per-layer matrices set_layout turns
 
-    def __init__(self, folder, layout: str = "out_in"):
+    def __init__(self, folder):
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
             c = json.load(f)
         mt = c.get("model_type", "llama")
@@ -258,7 +258,7 @@ class TorchLlama:
         w = read_weights(folder)
         t = lambda name: torch.from_numpy(w.pop(name))  # noqa: E731
         norm = (lambda name: 1.0 + t(name)) if self.gemma else t  # noqa: E731
-        self.layout = "out_in"  # as read; set_layout below turns it when asked
+        self.layout = "out_in"  # as read; set_layout turns it when asked
         self.embed = t("model.embed_tokens.weight")                                  # [d_vocab, d_model]
         self.tied = "lm_head.weight" not in w
         self.w_u = self.embed if self.tied else t("lm_head.weight")                  # [d_vocab, d_model]
@@ -287,12 +287,11 @@ class TorchLlama:
         emb = torch.cat([angles, angles], dim=-1)
         self.cos, self.sin = emb.cos().float(), emb.sin().float()                     # [n_ctx, d_head]
         self.masks = {}  # (n_pos, window) -> additive mask, made once per prompt length
-        self.set_layout(layout)
 
     def set_layout(self, layout: str):
         """Turns every projection matrix to `layout` ("out_in" or "in_out"), one at a time, so
         the process holds one extra matrix at most while it does."""
-        if layout not in ("out_in", "in_out"):
+        if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}")
         if layout == self.layout:
             return
