@@ -203,6 +203,9 @@ TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers"
   for (const std::string& warning : warnings)
     CHECK(view->summaryText().contains(QString::fromStdString(warning).toHtmlEscaped()));
   CHECK_FALSE(view->summaryText().contains(QStringLiteral("Run again")));
+  CHECK(view->staleReasons().isEmpty());
+  CHECK_FALSE(view->mapsGreyed());
+  CHECK_FALSE(view->heatmap(hs::HookPoint::ResidPre)->title().contains(QStringLiteral("stale")));
   // Clicking a cell of the z map selects that head.
   HeatmapView* z = view->heatmap(hs::HookPoint::Z);
   z->replotNow();
@@ -214,6 +217,29 @@ TEST_CASE("The Patching tab runs a sweep on demand and shows the core's numbers"
   w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat?"));
   REQUIRE(waitFor([&] { return w.run()->run.text == "The cat sat on the mat?"; }));
   REQUIRE(waitFor([&] { return view->summaryText().contains(QStringLiteral("of an earlier prompt")); }));
+  // Kept for comparison, but greyed out and titled stale, each map.
+  CHECK(view->staleReasons() == QStringList{QStringLiteral("of an earlier prompt")});
+  CHECK(view->mapsGreyed());
+  for (hs::HookPoint site : PatchingView::kSites) CHECK(view->heatmap(site)->title().endsWith(QStringLiteral(" · stale")));
+  // Back to the prompt the sweep is of: current again. Another wrong answer: stale, and named.
+  w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat!"));
+  REQUIRE(waitFor([&] { return w.run()->run.text == "The cat sat on the mat!" && view->staleReasons().isEmpty(); }));
+  CHECK_FALSE(view->mapsGreyed());
+  CHECK_FALSE(view->heatmap(hs::HookPoint::Z)->title().contains(QStringLiteral("stale")));
+  view->setViewInputs({{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
+                       {PatchingView::kAnswer, QStringLiteral("Z")},
+                       {PatchingView::kWrong, QStringLiteral("!")},
+                       {PatchingView::kMethod, QStringLiteral("exact")}});
+  REQUIRE(waitFor([&] { return view->summaryText().contains(QStringLiteral("of another wrong answer")); }));
+  CHECK(view->staleReasons() == QStringList{QStringLiteral("of another wrong answer")});
+  CHECK(view->mapsGreyed());
+  view->setViewInputs({{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
+                       {PatchingView::kAnswer, QStringLiteral("Z")},
+                       {PatchingView::kWrong, QStringLiteral("\"")},
+                       {PatchingView::kMethod, QStringLiteral("exact")}});
+  REQUIRE(waitFor([&] { return !view->mapsGreyed(); }));
+  w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat?"));
+  REQUIRE(waitFor([&] { return w.run()->run.text == "The cat sat on the mat?" && view->mapsGreyed(); }));
   // Run showed the exact sweep: the method is part of the inputs Export All copies.
   CHECK(view->viewInputs() == ViewInputs{{PatchingView::kCorrupt, QStringLiteral("The cat sat on the hat!")},
                                         {PatchingView::kAnswer, QStringLiteral("Z")},

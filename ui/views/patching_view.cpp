@@ -696,6 +696,7 @@ void PatchingView::drawMaps() {
   want.n_head = want.result ? want.result->run->n_head() : 0;
   want.failure = want.result ? QString() : estimate_failure_;
   want.valid = run_button_->isEnabled() || running_;
+  if (want.result) want.stale = staleReasons(*want.result);
   if (want == shown_ && !maps_stale_) return;
   maps_stale_ = false;
   shown_ = want;
@@ -724,6 +725,8 @@ void PatchingView::drawMaps() {
     maps_caption_->setText(want.valid ? QStringLiteral("Estimating…") : QString());
   }
 
+  // Maps of another setting stay for comparison, greyed out and titled so, never as current ones.
+  for (HeatmapView* map : maps_) map->setGreyed(!want.stale.isEmpty());
   if (!want.result) {
     for (size_t i = 0; i < kSites.size(); ++i) {
       maps_[i]->clear();
@@ -769,8 +772,9 @@ void PatchingView::drawMaps() {
       map->setColumnLabels(cols);
       map->setColumnLabelsRotated(true);
     }
-    map->setTitle(QStringLiteral("%1 · %2").arg(
-        z_pos ? QStringLiteral("z_pos (per head, position)") : siteTitle(kSites[i]), shortMethodTitle(method_)));
+    map->setTitle(QStringLiteral("%1 · %2%3").arg(
+        z_pos ? QStringLiteral("z_pos (per head, position)") : siteTitle(kSites[i]), shortMethodTitle(method_),
+        want.stale.isEmpty() ? QString() : QStringLiteral(" · stale")));
     const QString file_stem = exact ? QStringLiteral("patching_%1").arg(name)
                                     : QStringLiteral("patching_%1_%2").arg(methodId(method_), name);
     map->setFigureText({exact ? QStringLiteral("Activation patching: %1 (normalized effect)").arg(name)
@@ -842,7 +846,7 @@ void PatchingView::drawCompare() {
   worst_nodes_.clear();
   worst_->setRowCount(0);
   if (!want.result) {
-    scatter_->clear(QStringLiteral("No exact sweep of these inputs"));
+    scatter_->clear(QStringLiteral("No exact sweep\nof these inputs"));  // two lines: the plot is narrow
     scatter_->setFigureText({}, QStringLiteral("patching_scatter"));
     scatter_note_->setText(running_ ? QStringLiteral("The exact sweep is running; the scatter follows.")
                                     : QStringLiteral("Exact has not been run for these inputs: Run computes it."));
@@ -933,18 +937,7 @@ void PatchingView::updateSummary() {
                                                                  : shown->estimates[0][0].metric_clean;
   const float m_corrupt = shown_.method == hs::PatchMethod::Exact ? shown->sweeps[0].metric_corrupt
                                                                    : shown->estimates[0][0].metric_corrupt;
-  // Patching runs plain prompts: new ablations leave the maps as they are; another model, prompt
-  // or input does not, and the note says which changed (only the sweep is ever shown so: an
-  // estimate of other inputs is not shown at all).
-  QStringList changed;
-  if (run_ && run_->model().fingerprint() != run.model().fingerprint())
-    changed << QStringLiteral("of %1, not of the model now open").arg(QString::fromStdString(run.model().name()).toHtmlEscaped());
-  else if (run_ && run_->run.tokens != shown->inputs.clean)
-    changed << QStringLiteral("of an earlier prompt");
-  const AnalysisKey now = key();
-  if (shown->key.params.value(0) != now.params[0] || shown->key.params.value(1) != now.params[1] ||
-      shown->key.params.value(2) != now.params[2])
-    changed << QStringLiteral("of other inputs than the ones above");
+  const QStringList changed = staleReasons(*shown);
   QString warnings;
   for (const std::string& w : shown->warnings)
     warnings += QStringLiteral("<br><span style=\"color: #b3261e;\">Warning: %1</span>")
@@ -960,6 +953,28 @@ void PatchingView::updateSummary() {
                                                      .arg(changed.join(QStringLiteral(" and "))),
                              warnings));
 }
+
+QStringList PatchingView::staleReasons(const PatchingViewResult& r) const {
+  // Patching runs plain prompts: new ablations leave the maps as they are; another model, prompt
+  // or input does not, and the note says which changed (only the sweep is ever shown so: an
+  // estimate of other inputs is not shown at all).
+  QStringList changed;
+  if (run_ && run_->model().fingerprint() != r.run->model().fingerprint())
+    changed << QStringLiteral("of %1, not of the model now open").arg(QString::fromStdString(r.run->model().name()).toHtmlEscaped());
+  else if (run_ && run_->run.tokens != r.inputs.clean)
+    changed << QStringLiteral("of an earlier prompt");
+  const AnalysisKey now = key();
+  const char* const inputs[] = {"of another corrupted prompt", "of another answer", "of another wrong answer"};
+  for (int i = 0; i < 3; ++i)
+    if (r.key.params.value(i) != now.params[i]) changed << QString::fromLatin1(inputs[i]);
+  return changed;
+}
+
+QStringList PatchingView::staleReasons() const {
+  return shown_.result ? staleReasons(*shown_.result) : QStringList{};
+}
+
+bool PatchingView::mapsGreyed() const { return maps_[0]->greyed(); }
 
 bool PatchingView::inputsFit(const RunResult& run) const {
   if (corrupt_->text().isEmpty()) return false;

@@ -96,6 +96,11 @@ class PatchingView : public AnalysisView {
   QString exportSkipReason(const RunResult& run) const override;
   // The line under the maps: the metrics, what changed since they were made, the pair's warnings.
   QString summaryText() const;
+  // What makes the maps on screen another setting's than the one on screen (another model, prompt,
+  // corrupted prompt, answer or wrong answer), as the summary words it; empty when they are current.
+  // Such maps are greyed out and titled stale.
+  QStringList staleReasons() const;
+  bool mapsGreyed() const;
   // Whether the typed inputs make a sweep of `run` (the maps an export would compute).
   bool inputsFit(const RunResult& run) const;
 
@@ -179,6 +184,7 @@ class PatchingView : public AnalysisView {
     int n_head = 0;
     QString failure;
     bool valid = false;
+    QStringList stale;  // staleReasons of the result, when shown
     bool operator==(const Shown&) const = default;
   };
   struct Compared {
@@ -222,6 +228,7 @@ class PatchingView : public AnalysisView {
   QTableWidget* neurons_ = nullptr;
   QLabel* neurons_note_ = nullptr;
   std::array<HeatmapView*, 4> maps_{};
+  QStringList staleReasons(const PatchingViewResult& r) const;
   RefreshWhenShown* refresher_ = nullptr;
 };
 

@@ -170,6 +170,8 @@ class CellsPlottable : public QCPColorMap {
     cells_ = std::move(cells);
     stretched_for_.reset();
   }
+  // A white veil over the cells: still readable, plainly not current (HeatmapView::setGreyed).
+  bool veiled = false;
 
  protected:
   void draw(QCPPainter* painter) override {
@@ -209,6 +211,7 @@ class CellsPlottable : public QCPColorMap {
       const QImage part = source == cells_->image.rect() ? cells_->image : cells_->image.copy(source);
       painter->drawImage(target, mirror_x || mirror_y ? part.mirrored(mirror_x, mirror_y) : part);
     }
+    if (veiled) painter->fillRect(target, QColor(255, 255, 255, 175));
     painter->restore();
   }
 
@@ -577,6 +580,16 @@ void HeatmapView::setColumnLabelsRotated(bool rotated) {
   updateTicks();
   scheduleReplot();
 }
+
+void HeatmapView::setGreyed(bool greyed) {
+  if (map_->veiled == greyed) return;
+  map_->veiled = greyed;
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool HeatmapView::greyed() const { return map_->veiled; }
+
+QString HeatmapView::title() const { return title_ ? title_->text() : QString(); }
 
 void HeatmapView::setTitle(const QString& title) {
   if (title.isEmpty()) {

@@ -99,6 +99,11 @@ class HeatmapView : public QWidget, public FigureSource {
   void setAxisTitles(const QString& rows, const QString& columns);
   void setColumnLabelsRotated(bool rotated);
   void setTitle(const QString& title);
+  QString title() const;
+  // Veils the cells in white (the colour scale stays): a result kept on screen that is no longer
+  // the current setting's, as the view's title says.
+  void setGreyed(bool greyed);
+  bool greyed() const;
 
   // Bands of `size` rows/columns (one per head) with lines between them and labels
   // prefix0, prefix1, ... at their centres; `highlighted` is outlined (-1: none).
