@@ -30,6 +30,11 @@ using hs::ui::test::waitFor;
 namespace {
 
 struct Window {
+  // Each window starts as the application's does: no Model metric asked for before it (the first
+  // test case asks for one directly).
+  struct Fresh {
+    Fresh() { forgetModelMetrics(); }
+  } fresh;
   MainWindow window;
   explicit Window(const QString& text, QSize size = QSize(1400, 900))
       : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {

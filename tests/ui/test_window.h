@@ -5,12 +5,19 @@
 
 #include <QTest>
 
+#include "ui/controller/head_metrics.h"
 #include "ui/window/main_window.h"
 #include "ui_test_support.h"
 
 namespace hs::ui::test {
 
+// Each window starts as the application's does: no Model metric asked for by an earlier window.
+struct ForgetModelMetrics {
+  ForgetModelMetrics() { forgetModelMetrics(); }
+};
+
 struct Window {
+  ForgetModelMetrics fresh;  // before the window's first run
   MainWindow window;
   explicit Window(const QString& text, const QString& model = fixtureModelDir())
       : window(MainWindowOptions{model, text, false}) {

@@ -106,7 +106,26 @@ const HeadMetric* findHeadMetric(const QString& id) {
 namespace {
 std::mutex wanted_mutex;
 std::vector<QString> wanted_model_metrics;
+
+// Model metrics, once per loaded weights: the last values of each, with the weights they were
+// computed from (a weak pointer, so a closed model is not kept alive by its scores).
+struct Memo {
+  QString id;
+  std::weak_ptr<const hs::Weights> weights;
+  HeadMetricValues values;
+};
+std::mutex memo_mutex;
+std::vector<Memo> memo;
 }  // namespace
+
+void forgetModelMetrics() {
+  {
+    std::lock_guard<std::mutex> lock(wanted_mutex);
+    wanted_model_metrics.clear();
+  }
+  std::lock_guard<std::mutex> lock(memo_mutex);
+  memo.clear();
+}
 
 void wantModelMetric(const QString& id) {
   std::lock_guard<std::mutex> lock(wanted_mutex);
@@ -120,16 +139,6 @@ bool modelMetricWanted(const QString& id) {
 }
 
 std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run, const RunResult* previous) {
-  // Model metrics, once per loaded weights: the last values of each, with the weights they were
-  // computed from (a weak pointer, so a closed model is not kept alive by its scores).
-  struct Memo {
-    QString id;
-    std::weak_ptr<const hs::Weights> weights;
-    HeadMetricValues values;
-  };
-  static std::mutex memo_mutex;
-  static std::vector<Memo> memo;
-
   std::vector<HeadMetricValues> out;
   const auto& weights = run.run.cache->weights();
   for (const HeadMetric& m : headMetrics()) {

@@ -56,6 +56,9 @@ std::vector<HeadMetricValues> computeHeadMetrics(const RunResult& run, const Run
 // it (HeadMetricsBar). Any thread.
 void wantModelMetric(const QString& id);
 bool modelMetricWanted(const QString& id);
+// Forgets which Model metrics were asked for and every value remembered, as in a new process: for
+// tests, where one process opens many windows and each should start as the application does.
+void forgetModelMetrics();
 
 // The badge of a value: its text ("0.95", "—" for no score) and its fill on the metric's map.
 QString headMetricText(const HeadMetric& metric, float value);
