@@ -22,6 +22,7 @@
 #include "ui/widgets/image_grid_view.h"
 #include "ui/widgets/prompt_edit.h"
 #include "ui/window/main_window.h"
+#include "test_window.h"
 #include "ui_test_support.h"
 
 using namespace hs::ui;
@@ -30,11 +31,7 @@ using hs::ui::test::waitFor;
 namespace {
 
 struct Window {
-  // Each window starts as the application's does: no Model metric asked for before it (the first
-  // test case asks for one directly).
-  struct Fresh {
-    Fresh() { forgetModelMetrics(); }
-  } fresh;
+  test::ForgetModelMetrics fresh;  // the first test case asks for a Model metric directly
   MainWindow window;
   explicit Window(const QString& text, QSize size = QSize(1400, 900))
       : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {

@@ -937,7 +937,7 @@ void PatchingView::updateSummary() {
                                                                  : shown->estimates[0][0].metric_clean;
   const float m_corrupt = shown_.method == hs::PatchMethod::Exact ? shown->sweeps[0].metric_corrupt
                                                                    : shown->estimates[0][0].metric_corrupt;
-  const QStringList changed = staleReasons(*shown);
+  const QStringList& changed = shown_.stale;  // drawMaps, just before, found them
   QString warnings;
   for (const std::string& w : shown->warnings)
     warnings += QStringLiteral("<br><span style=\"color: #b3261e;\">Warning: %1</span>")
@@ -970,9 +970,7 @@ QStringList PatchingView::staleReasons(const PatchingViewResult& r) const {
   return changed;
 }
 
-QStringList PatchingView::staleReasons() const {
-  return shown_.result ? staleReasons(*shown_.result) : QStringList{};
-}
+QStringList PatchingView::staleReasons() const { return shown_.stale; }
 
 bool PatchingView::mapsGreyed() const { return maps_[0]->greyed(); }
 

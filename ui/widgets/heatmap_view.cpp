@@ -584,7 +584,7 @@ void HeatmapView::setColumnLabelsRotated(bool rotated) {
 void HeatmapView::setGreyed(bool greyed) {
   if (map_->veiled == greyed) return;
   map_->veiled = greyed;
-  plot_->replot(QCustomPlot::rpQueuedReplot);
+  scheduleReplot();
 }
 
 bool HeatmapView::greyed() const { return map_->veiled; }
