@@ -1,14 +1,13 @@
 #include "core/model/model.h"
 
 #include <fstream>
-#include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/model/fingerprint.h"
 #include "core/model/llama2c.h"
 #include "core/model/memory_guard.h"
+#include "core/model/shard_index.h"
 #include "core/tensor/safetensors.h"
 #include "core/tokenizer/load.h"
 #include "core/tokenizer/llama2c_tokenizer.h"
@@ -17,8 +16,8 @@ namespace hs {
 namespace fs = std::filesystem;
 namespace {
 
-// The shard files Hugging Face's model.safetensors.index.json names in its weight_map
-// ({tensor name: shard file}), each once, in order; every one must be a file beside the index.
+// The shard files model.safetensors.index.json names (shard_index.h), each of which must be a file
+// beside the index.
 std::vector<fs::path> shard_paths(const fs::path& index_path) {
   const std::string where = index_path.string();
   std::error_code ec;
@@ -28,26 +27,8 @@ std::vector<fs::path> shard_paths(const fs::path& index_path) {
   std::ifstream in(index_path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.str());
-  } catch (const std::exception& e) {
-    throw Error(where + ": not valid JSON (" + json_error_reason(e) + "). Restore the checkpoint's original index.");
-  }
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() || j["weight_map"].empty())
-    throw Error(where + ": has no \"weight_map\" naming the shard of each tensor. Restore the checkpoint's original "
-                "index, or save the model as one model.safetensors.");
   std::vector<fs::path> out;
-  std::set<std::string> seen;
-  for (const auto& [tensor, shard] : j["weight_map"].items()) {
-    if (!shard.is_string())
-      throw Error(where + ": the shard of tensor \"" + tensor + "\" is not a file name.");
-    const std::string name = shard.get<std::string>();
-    if (!seen.insert(name).second) continue;
-    // Shards lie beside the index: a name with a folder in it could point anywhere.
-    if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
-        name == "." || name == "..")
-      throw Error(where + ": names the shard \"" + name + "\"; shards must be files in the same folder as the index.");
+  for (const std::string& name : parse_shard_index(text.str(), where)) {
     const fs::path p = index_path.parent_path() / name;
     if (!fs::exists(p, ec))
       throw Error(index_path.parent_path().string() + ": the shard " + name +

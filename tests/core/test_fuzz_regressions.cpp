@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/io/npz_reader.h"
 #include "core/model/config.h"
+#include "core/model/shard_index.h"
 #include "core/model/weights.h"
 #include "core/tensor/safetensors.h"
 #include "test_support.h"
@@ -74,4 +75,16 @@ TEST_CASE("fuzz_edits: an .npy of no elements reads as an empty array (it passed
   } catch (const hs::Error& e) {
     SUCCEED(std::string("refused: ") + e.what());  // a refusal is as good as an empty array
   }
+}
+
+TEST_CASE("the shard index (fuzz_shard_index) names each shard once; a NUL in a name is refused", "[fuzz]") {
+  const std::string where = "m/model.safetensors.index.json";
+  CHECK(hs::parse_shard_index(R"({"metadata": {}, "weight_map": {"b": "two.safetensors", "a": "one.safetensors",
+                                   "c": "one.safetensors"}})", where) ==
+        std::vector<std::string>{"one.safetensors", "two.safetensors"});
+  // "\u0000" in JSON: the file system would have opened "model" (the name up to the NUL).
+  CHECK_THROWS_WITH(hs::parse_shard_index(R"({"weight_map": {"a": "model\u0000.safetensors"}})", where),
+                    Catch::StartsWith(where + ": names the shard \"model"));
+  CHECK_THROWS_WITH(hs::parse_shard_index(R"({"weight_map": {}})", where), Catch::Contains("has no \"weight_map\""));
+  CHECK_THROWS_WITH(hs::parse_shard_index("{", where), Catch::Contains("not valid JSON"));
 }
