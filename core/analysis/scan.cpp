@@ -15,6 +15,7 @@
 #include "core/analysis/patching.h"
 #include "core/error.h"
 #include "core/io/fnv1a.h"
+#include "core/model/config_json.h"
 #include "core/model/model.h"
 #include "core/model/thread_scope.h"
 #include "core/tokenizer/byte_level.h"
@@ -37,6 +38,49 @@ constexpr const char* kPatchLengths = "patch_lengths_differ";
 constexpr const char* kAnswerTokens = "answer_not_one_token";
 constexpr const char* kPatchNoEffect = "patch_metric_equal";
 constexpr const char* kTokenizeFailed = "tokenize_failed";
+
+// The largest count a scan output may hold (of prompts, of values in a cell): 2^53, up to which a
+// double counts exactly. No scan gets near it; a file that says more was edited, and merging such
+// counts could overflow int64.
+constexpr int64_t kMaxCount = int64_t{1} << 53;
+
+// An integer read from a scan output, refused unless the JSON holds an integer in [lo, hi]:
+// nlohmann's get<int>() would cast 1e30 (undefined behaviour) or wrap 4294967297 to 1.
+int64_t integer(const json& v, const std::string& what, int64_t lo, int64_t hi) {
+  bool integral = false;
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {  // nlohmann keeps a non-negative integer as uint64
+    integral = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    x = static_cast<int64_t>(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    integral = true;
+    x = v.get<int64_t>();
+  }
+  if (integral && x >= lo && x <= hi) return x;
+  throw Error(what + " is " + json_brief(v) + "; expected an integer from " + std::to_string(lo) + " to " +
+              std::to_string(hi));
+}
+
+int int_field(const json& v, const std::string& what, int64_t lo = std::numeric_limits<int>::min()) {
+  return static_cast<int>(integer(v, what, lo, std::numeric_limits<int>::max()));
+}
+
+int64_t count_field(const json& v, const std::string& what) { return integer(v, what, 0, kMaxCount); }
+
+std::vector<int64_t> count_list(const json& v, const std::string& what) {
+  if (!v.is_array()) throw Error(what + " is " + json_brief(v) + "; expected a list of counts");
+  std::vector<int64_t> out;
+  out.reserve(v.size());
+  for (const json& x : v) out.push_back(count_field(x, what + " entry"));
+  return out;
+}
+
+// a + b for counts of a merge; refused past kMaxCount rather than overflowing.
+int64_t add_counts(int64_t a, int64_t b, const std::string& what) {
+  if (a > kMaxCount - b)
+    throw Error("the shards together count more than 2^53 " + what + "; their outputs were edited.");
+  return a + b;
+}
 
 }  // namespace
 
@@ -66,7 +110,7 @@ void MomentGrid::merge(const MomentGrid& other) {
     if (nb == 0) continue;
     const int64_t na = count_[i];
     if (na == 0) {
-      count_[i] = nb;
+      count_[i] = add_counts(0, nb, "values in one cell");
       mean_[i] = other.mean_[i];
       m2_[i] = other.m2_[i];
       continue;
@@ -76,7 +120,7 @@ void MomentGrid::merge(const MomentGrid& other) {
     const double delta = other.mean_[i] - mean_[i];
     mean_[i] += delta * (static_cast<double>(nb) / n);
     m2_[i] += other.m2_[i] + delta * delta * (static_cast<double>(na) * static_cast<double>(nb) / n);
-    count_[i] = na + nb;
+    count_[i] = add_counts(na, nb, "values in one cell");
   }
 }
 
@@ -96,16 +140,15 @@ json MomentGrid::state() const {
 
 MomentGrid MomentGrid::from_state(const json& j, const std::string& name) {
   try {
-    const int64_t rows = j.at("rows").get<int64_t>(), cols = j.at("cols").get<int64_t>();
-    std::vector<int64_t> count = j.at("count").get<std::vector<int64_t>>();
+    const int64_t rows = integer(j.at("rows"), "\"rows\"", 0, 1 << 24), cols = integer(j.at("cols"), "\"cols\"", 0, 1 << 24);
+    std::vector<int64_t> count = count_list(j.at("count"), "\"count\"");
     std::vector<double> mean = j.at("mean").get<std::vector<double>>();
     std::vector<double> m2 = j.at("m2").get<std::vector<double>>();
     // Checked before anything is sized from them: the file may have been edited.
-    if (rows < 0 || cols < 0 || rows > (1 << 24) || cols > (1 << 24) ||
-        count.size() != static_cast<size_t>(rows * cols) || mean.size() != count.size() || m2.size() != count.size())
+    if (count.size() != static_cast<size_t>(rows * cols) || mean.size() != count.size() || m2.size() != count.size())
       throw Error("the arrays do not have rows x cols entries");
     for (size_t i = 0; i < count.size(); ++i)
-      if (count[i] < 0 || !std::isfinite(mean[i]) || !std::isfinite(m2[i]) || m2[i] < 0)
+      if (!std::isfinite(mean[i]) || !std::isfinite(m2[i]) || m2[i] < 0)
         throw Error("entry " + std::to_string(i) + " is not a count, mean and M2 of a sample");
     MomentGrid g;
     g.rows_ = static_cast<int>(rows);
@@ -311,6 +354,59 @@ ScanState new_scan_state(const Model& model, const ScanOptions& o, json settings
   return s;
 }
 
+// ---- one input line ------------------------------------------------------------------------
+
+ScanRow parse_scan_row(std::string line, bool jsonl) {
+  const auto bad = [](const char* reason) {
+    ScanRow r;
+    r.bad_reason = reason;
+    return r;
+  };
+  const auto blank = [](const std::string& t) {
+    return std::all_of(t.begin(), t.end(), [](unsigned char ch) { return std::isspace(ch); });
+  };
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (tokenizer_detail::find_invalid_utf8(line)) return bad(kInvalidUtf8);
+  if (blank(line)) return bad(kEmpty);
+  ScanRow row;
+  if (!jsonl) {
+    row.kind = ScanRow::Kind::Text;
+    row.text = std::move(line);
+    return row;
+  }
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception&) {
+    return bad(kBadJson);
+  }
+  if (!j.is_object()) return bad(kBadJson);
+  const char* patch_keys[] = {"clean", "corrupt", "answer", "wrong"};
+  int patch_fields = 0;
+  for (const char* k : patch_keys) patch_fields += j.contains(k) && j.at(k).is_string();
+  if (patch_fields == 4) {
+    row.kind = ScanRow::Kind::Patch;
+    row.clean = j.at("clean").get<std::string>();
+    row.corrupt = j.at("corrupt").get<std::string>();
+    row.answer = j.at("answer").get<std::string>();
+    row.wrong = j.at("wrong").get<std::string>();
+    return row;
+  }
+  if (patch_fields > 0 && !j.contains("text")) return bad(kPatchFields);
+  if (!j.contains("text") || !j.at("text").is_string()) return bad(kNoText);
+  row.text = j.at("text").get<std::string>();
+  if (blank(row.text)) return bad(kEmpty);
+  row.kind = ScanRow::Kind::Text;
+  return row;
+}
+
+const std::vector<std::string>& scan_bad_line_reasons() {
+  static const std::vector<std::string> reasons = {kInvalidUtf8, kEmpty,         kTooLong,      kBadJson,
+                                                   kNoText,      kPatchFields,   kPatchLengths, kAnswerTokens,
+                                                   kPatchNoEffect, kTokenizeFailed};
+  return reasons;
+}
+
 // ---- one prompt -----------------------------------------------------------------------------
 
 namespace {
@@ -415,27 +511,13 @@ class Scanner {
   // Handles input index `index` (line index + 1 = line number); returns true when it aggregated
   // a row.
   bool handle_line(int64_t index, std::string line) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (tokenizer_detail::find_invalid_utf8(line)) return bad(kInvalidUtf8, index);
-    if (std::all_of(line.begin(), line.end(), [](unsigned char ch) { return std::isspace(ch); }))
-      return bad(kEmpty, index);
-    if (!jsonl_) return text_row(index, line);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception&) {
-      return bad(kBadJson, index);
+    const ScanRow row = parse_scan_row(std::move(line), jsonl_);
+    switch (row.kind) {
+      case ScanRow::Kind::Text: return text_row(index, row.text);
+      case ScanRow::Kind::Patch: return patch_row(index, row);
+      case ScanRow::Kind::Bad: break;
     }
-    if (!j.is_object()) return bad(kBadJson, index);
-    const char* patch_keys[] = {"clean", "corrupt", "answer", "wrong"};
-    int patch_fields = 0;
-    for (const char* k : patch_keys) patch_fields += j.contains(k) && j.at(k).is_string();
-    if (patch_fields == 4) return patch_row(index, j);
-    if (patch_fields > 0 && !j.contains("text")) return bad(kPatchFields, index);
-    if (!j.contains("text") || !j.at("text").is_string()) return bad(kNoText, index);
-    const std::string text = j.at("text").get<std::string>();
-    if (std::all_of(text.begin(), text.end(), [](unsigned char ch) { return std::isspace(ch); })) return bad(kEmpty, index);
-    return text_row(index, text);
+    return bad(row.bad_reason, index);
   }
 
   bool handle_tokens(int64_t index, std::vector<int32_t> tokens) { return run_prompt(index, std::move(tokens), 0); }
@@ -512,13 +594,12 @@ class Scanner {
     return true;
   }
 
-  bool patch_row(int64_t index, const json& j) {
-    const auto field = [&](const char* k) { return j.at(k).get<std::string>(); };
+  bool patch_row(int64_t index, const ScanRow& row) {
     std::vector<int32_t> clean, corrupt;
     int32_t answer = 0, wrong = 0;
     try {
-      clean = model_.encode(field("clean"), o_.prepend_bos);
-      corrupt = model_.encode(field("corrupt"), o_.prepend_bos);
+      clean = model_.encode(row.clean, o_.prepend_bos);
+      corrupt = model_.encode(row.corrupt, o_.prepend_bos);
     } catch (const Error&) {
       return bad(kTokenizeFailed, index);
     }
@@ -526,8 +607,8 @@ class Scanner {
     if (clean.empty()) return bad(kEmpty, index);
     if (static_cast<int>(clean.size()) > model_.config().n_ctx) return bad(kTooLong, index);
     try {
-      answer = single_token(model_, field("answer"), "the answer");
-      wrong = single_token(model_, field("wrong"), "the wrong answer");
+      answer = single_token(model_, row.answer, "the answer");
+      wrong = single_token(model_, row.wrong, "the wrong answer");
     } catch (const Error&) {
       return bad(kAnswerTokens, index);
     }
@@ -694,38 +775,44 @@ ScanState scan_from_json(const json& j, const std::string& source) {
     if (!j.is_object() || j.value("format", "") != "headscope-scan")
       throw Error("it is not a scan output (no \"format\": \"headscope-scan\"); give a file written by "
                   "`headscope-cli scan -o OUT.json`.");
-    if (j.at("version").get<int>() != kScanFormatVersion)
+    if (!j.at("version").is_number_integer() || j.at("version") != kScanFormatVersion)
       throw Error("it is version " + j.at("version").dump() + " of the scan format; this headscope-cli reads version " +
                   std::to_string(kScanFormatVersion) + ". Run the scan again with this headscope-cli.");
     ScanState s;
     s.complete = j.at("complete").get<bool>();
     s.settings = j.at("settings");
-    s.shard_index = j.at("shard").at("index").get<int>();
-    s.shard_count = j.at("shard").at("count").get<int>();
-    if (j.contains("merged_shards")) s.merged_shards = j.at("merged_shards").get<std::vector<int>>();
+    s.shard_index = int_field(j.at("shard").at("index"), "its shard index");
+    s.shard_count = int_field(j.at("shard").at("count"), "its shard count");
+    if (j.contains("merged_shards")) {
+      const json& merged = j.at("merged_shards");
+      if (!merged.is_array()) throw Error("its \"merged_shards\" is " + json_brief(merged) + ", not a list");
+      for (const json& k : merged) s.merged_shards.push_back(int_field(k, "a merged shard", 0));
+    }
     const json& c = j.at("counts");
-    s.total_indices = c.at("input_indices").get<int64_t>();
-    s.next_index = c.at("next_index").get<int64_t>();
-    s.prompts = c.at("prompts").get<int64_t>();
-    s.patch_rows = c.at("patch_rows").get<int64_t>();
-    s.truncated = c.at("truncated").get<int64_t>();
+    s.total_indices = integer(c.at("input_indices"), "its count of input indices", -1, kMaxCount);
+    s.next_index = count_field(c.at("next_index"), "its next index");
+    s.prompts = count_field(c.at("prompts"), "its count of prompts");
+    s.patch_rows = count_field(c.at("patch_rows"), "its count of patch rows");
+    s.truncated = count_field(c.at("truncated"), "its count of truncated prompts");
     for (auto it = j.at("bad_lines").begin(); it != j.at("bad_lines").end(); ++it) {
+      const std::string what = "bad lines \"" + it.key() + "\"";
       BadLines b;
-      b.count = it.value().at("count").get<int64_t>();
-      b.first_lines = it.value().at("first_lines").get<std::vector<int64_t>>();
+      b.count = count_field(it.value().at("count"), what + " count");
+      const json& lines = it.value().at("first_lines");
+      if (!lines.is_array()) throw Error(what + " first_lines is " + json_brief(lines) + ", not a list");
+      for (const json& n : lines) b.first_lines.push_back(integer(n, what + " line", 1, kMaxCount));
       s.bad[it.key()] = std::move(b);
     }
-    s.n_layers = j.at("shape").at("n_layers").get<int>();
-    s.n_heads = j.at("shape").at("n_heads").get<int>();
-    s.n_ctx = j.at("shape").at("n_ctx").get<int>();
-    s.per_prompt_bytes = j.at("state").at("per_prompt_bytes").get<int64_t>();
+    s.n_layers = int_field(j.at("shape").at("n_layers"), "its n_layers");
+    s.n_heads = int_field(j.at("shape").at("n_heads"), "its n_heads");
+    s.n_ctx = int_field(j.at("shape").at("n_ctx"), "its n_ctx");
+    s.per_prompt_bytes = count_field(j.at("state").at("per_prompt_bytes"), "its per_prompt_bytes");
     const json& model = s.settings.at("model");
-    if (s.n_layers != model.at("n_layers").get<int>() || s.n_heads != model.at("n_heads").get<int>() ||
-        s.n_ctx != model.at("n_ctx").get<int>() || s.n_layers < 0 || s.n_heads < 0 || s.n_ctx < 1)
+    if (model.at("n_layers") != s.n_layers || model.at("n_heads") != s.n_heads || model.at("n_ctx") != s.n_ctx ||
+        s.n_layers < 0 || s.n_heads < 0 || s.n_ctx < 1)
       throw Error("its \"shape\" does not match the model of its settings");
     if (s.shard_count < 1 || s.shard_index < 0 || s.shard_index >= s.shard_count)
       throw Error("its shard " + std::to_string(s.shard_index) + "/" + std::to_string(s.shard_count) + " does not exist");
-    if (s.next_index < 0 || s.per_prompt_bytes < 0) throw Error("its counts are negative");
     // The shapes new_scan_state gives, so that a resumed scan indexes only cells that exist.
     for (const std::string& name : scan_aggregate_names()) {
       if (!j.at("state").at("grids").contains(name)) throw Error("the accumulator \"" + name + "\" is missing");
@@ -746,7 +833,8 @@ ScanState scan_from_json(const json& j, const std::string& source) {
 ScanState merge_scans(const std::vector<ScanState>& shards, const std::vector<std::string>& sources) {
   if (shards.empty()) throw Error("merge needs at least one shard output.");
   const int n = shards[0].shard_count;
-  std::vector<int> seen(static_cast<size_t>(n), -1);
+  // Shard k -> its position in `shards`; a map, as n comes from a file (a vector of n could be huge).
+  std::map<int, size_t> seen;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ScanState& s = shards[i];
     if (!s.merged_shards.empty()) throw Error(sources[i] + " is already a merge of shards; merge the shard outputs themselves.");
@@ -758,30 +846,35 @@ ScanState merge_scans(const std::vector<ScanState>& shards, const std::vector<st
       throw Error(sources[i] + " (shard " + std::to_string(s.shard_index) + "/" + std::to_string(n) +
                   ") is incomplete: it was stopped before the end. Finish it with `headscope-cli scan ... --shard " +
                   std::to_string(s.shard_index) + "/" + std::to_string(n) + " --resume -o " + sources[i] + "` first.");
-    int& slot = seen[static_cast<size_t>(s.shard_index)];
-    if (slot >= 0)
-      throw Error(sources[i] + " and " + sources[static_cast<size_t>(slot)] + " are both shard " +
-                  std::to_string(s.shard_index) + "/" + std::to_string(n) + "; give each shard once.");
-    slot = static_cast<int>(i);
+    if (const auto [it, added] = seen.emplace(s.shard_index, i); !added)
+      throw Error(sources[i] + " and " + sources[it->second] + " are both shard " + std::to_string(s.shard_index) +
+                  "/" + std::to_string(n) + "; give each shard once.");
   }
-  std::string missing;
-  for (int k = 0; k < n; ++k)
-    if (seen[static_cast<size_t>(k)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(k) + "/" + std::to_string(n);
-  if (!missing.empty()) throw Error("shard " + missing + " is missing; merge needs every shard of the run.");
+  if (seen.size() < static_cast<size_t>(n)) {
+    // The first few missing shards by name; at most seen.size() + kListed steps, whatever n is.
+    constexpr int kListed = 10;
+    std::string missing;
+    int listed = 0;
+    for (int k = 0; k < n && listed < kListed; ++k)
+      if (!seen.contains(k)) missing += (listed++ ? ", " : "") + std::to_string(k) + "/" + std::to_string(n);
+    const int64_t more = static_cast<int64_t>(n) - static_cast<int64_t>(seen.size()) - listed;
+    if (more > 0) missing += " and " + std::to_string(more) + " more";
+    throw Error("shard " + missing + " is missing; merge needs every shard of the run.");
+  }
 
-  ScanState out = shards[static_cast<size_t>(seen[0])];
+  ScanState out = shards[seen.at(0)];
   out.shard_index = 0;
   out.shard_count = 1;
   out.per_prompt_bytes = 0;
   for (int k = 1; k < n; ++k) {
-    const ScanState& s = shards[static_cast<size_t>(seen[static_cast<size_t>(k)])];
-    out.prompts += s.prompts;
-    out.patch_rows += s.patch_rows;
-    out.truncated += s.truncated;
+    const ScanState& s = shards[seen.at(k)];
+    out.prompts = add_counts(out.prompts, s.prompts, "prompts");
+    out.patch_rows = add_counts(out.patch_rows, s.patch_rows, "patch rows");
+    out.truncated = add_counts(out.truncated, s.truncated, "truncated prompts");
     out.next_index = std::max(out.next_index, s.next_index);
     for (const auto& [reason, b] : s.bad) {
       BadLines& into = out.bad[reason];
-      into.count += b.count;
+      into.count = add_counts(into.count, b.count, "bad lines");
       into.first_lines.insert(into.first_lines.end(), b.first_lines.begin(), b.first_lines.end());
       std::sort(into.first_lines.begin(), into.first_lines.end());
       if (into.first_lines.size() > BadLines::kMaxListed) into.first_lines.resize(BadLines::kMaxListed);

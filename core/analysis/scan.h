@@ -115,6 +115,21 @@ struct ScanControl {
   int64_t stop_after = -1;
 };
 
+// One input line as the scan reads it (docs/scan.md), before any tokenizing: a prompt, a
+// clean/corrupt row for patching, or the reason the line is not used. `line` is one line of the
+// input without its '\n' (a trailing '\r' is dropped); `jsonl` says whether the input is JSON Lines.
+struct ScanRow {
+  enum class Kind { Bad, Text, Patch };
+  Kind kind = Kind::Bad;
+  const char* bad_reason = nullptr;            // Bad: one of scan_bad_line_reasons()
+  std::string text;                            // Text: the prompt
+  std::string clean, corrupt, answer, wrong;   // Patch
+};
+ScanRow parse_scan_row(std::string line, bool jsonl);
+
+// Every reason a line can be counted as bad (the keys of ScanState::bad).
+const std::vector<std::string>& scan_bad_line_reasons();
+
 // The settings object of a scan of `options` with `model`: model identity, input path and hash
 // (FNV-1a 64 of the file's bytes), the options. Reads the whole input once to hash it. Throws
 // hs::Error for an input that cannot be read.

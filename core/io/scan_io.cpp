@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,14 +57,19 @@ void write_scan_output(const ScanState& s, const fs::path& out) {
 ScanState read_scan_output(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read " + path.string() + ": it does not exist or is not readable.");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return scan_output_from_text(text.str(), path.string());
+}
+
+ScanState scan_output_from_text(std::string_view text, const std::string& source) {
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(path.string() + " is not JSON (" + json_error_reason(e) +
-                "); give a file written by `headscope-cli scan`.");
+    throw Error(source + " is not JSON (" + json_error_reason(e) + "); give a file written by `headscope-cli scan`.");
   }
-  return scan_from_json(j, path.string());
+  return scan_from_json(j, source);
 }
 
 }  // namespace hs

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "core/analysis/scan.h"
 
@@ -20,5 +22,7 @@ void write_scan_output(const ScanState& state, const std::filesystem::path& out)
 // Reads the JSON a scan wrote (give scan_json_path(out)). Throws hs::Error when it is missing,
 // is not JSON, or is not a scan's output.
 ScanState read_scan_output(const std::filesystem::path& json_path);
+// The same from the file's text (it may come from another machine); `source` names it in messages.
+ScanState scan_output_from_text(std::string_view text, const std::string& source);
 
 }  // namespace hs

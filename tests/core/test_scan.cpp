@@ -479,13 +479,54 @@ TEST_CASE("scan outputs that were edited are refused before they are used", "[sc
     CHECK_THROWS_WITH(hs::scan_from_json(j, "edited.json"), Catch::Contains("edited.json") && Catch::Contains(why));
   };
   refused([](json& j) { j["state"]["grids"]["induction"]["rows"] = 1; }, "rows x cols");
-  refused([](json& j) { j["state"]["grids"]["induction"]["rows"] = -4; }, "rows x cols");
+  refused([](json& j) { j["state"]["grids"]["induction"]["rows"] = -4; }, "\"rows\" is -4; expected an integer from 0");
   refused([](json& j) {
     j["state"]["grids"]["induction"] = j["state"]["grids"]["loss_per_position"];
   }, "wrong shape");
   refused([](json& j) { j["shard"]["index"] = 5; }, "does not exist");
   refused([](json& j) { j["shape"]["n_layers"] = 99; }, "does not match");
-  refused([](json& j) { j["state"]["grids"]["induction"]["count"][0] = -1; }, "not a count");
+  refused([](json& j) { j["state"]["grids"]["induction"]["count"][0] = -1; }, "\"count\" entry is -1");
   refused([](json& j) { j.erase("counts"); }, "not a readable scan output");
   refused([](json& j) { j["format"] = "other"; }, "not a scan output");
+  // tools/fuzz/fuzz_scan_output: numbers that nlohmann's get<int>() cast (undefined behaviour for a
+  // float out of range) or wrapped (4294967297 read as shard count 1) are refused by value.
+  refused([](json& j) { j["version"] = 1e30; }, "it is version 1e+30");
+  refused([](json& j) { j["state"]["grids"]["induction"]["rows"] = 1e30; }, "\"rows\" is 1e+30");
+  refused([](json& j) { j["shard"]["count"] = 4294967297; }, "its shard count is 4294967297; expected an integer");
+  refused([](json& j) { j["shape"]["n_heads"] = 4.0; }, "its n_heads is 4.0");
+  refused([](json& j) { j["counts"]["prompts"] = -5; }, "its count of prompts is -5");
+  refused([](json& j) { j["counts"]["next_index"] = 9007199254740993; }, "its next index is 9007199254740993");
+  refused([](json& j) { j["bad_lines"] = {{"empty", {{"count", 1}, {"first_lines", json::array({0})}}}}; }, "line is 0");
+}
+
+TEST_CASE("merging edited scan outputs refuses what would overflow or allocate per claimed shard", "[scan][errors]") {
+  const auto m = builtin();
+  const fs::path input = scratch("merge_edited.txt");
+  write_lines(input, {"The cat sat. The cat sat."});
+  hs::ScanOptions o;
+  const hs::ScanState s = scan_file(input, o);
+  const json good = hs::scan_to_json(s, {});
+  auto shard = [&](int index, int count, const std::function<void(json&)>& edit) {
+    json j = good;
+    j["shard"] = {{"index", index}, {"count", count}};
+    edit(j);
+    return hs::scan_from_json(j, "shard" + std::to_string(index) + ".json");
+  };
+  // tools/fuzz/fuzz_scan_output: a shard count of two billion made merge allocate 8 GB before it
+  // found the missing shards; now it lists the first ten and counts the rest.
+  CHECK_THROWS_WITH(hs::merge_scans({shard(0, 2000000000, [](json&) {})}, {"shard0.json"}),
+                    "shard 1/2000000000, 2/2000000000, 3/2000000000, 4/2000000000, 5/2000000000, 6/2000000000, "
+                    "7/2000000000, 8/2000000000, 9/2000000000, 10/2000000000 and 1999999989 more is missing; merge "
+                    "needs every shard of the run.");
+  // Counts at the 2^53 a file may hold: their sum overflowed int64 in the merge (signed overflow).
+  const int64_t max_count = int64_t{1} << 53;
+  auto huge_prompts = [&](json& j) { j["counts"]["prompts"] = max_count; };
+  CHECK_THROWS_WITH(hs::merge_scans({shard(0, 2, huge_prompts), shard(1, 2, huge_prompts)}, {"a.json", "b.json"}),
+                    Catch::Contains("more than 2^53 prompts"));
+  auto huge_cell = [&](json& j) { j["state"]["grids"]["induction"]["count"][0] = max_count; };
+  CHECK_THROWS_WITH(hs::merge_scans({shard(0, 2, huge_cell), shard(1, 2, huge_cell)}, {"a.json", "b.json"}),
+                    Catch::Contains("more than 2^53 values in one cell"));
+  // Ordinary shards still merge.
+  const hs::ScanState merged = hs::merge_scans({shard(1, 2, [](json&) {}), shard(0, 2, [](json&) {})}, {"b", "a"});
+  CHECK(merged.prompts == 2 * s.prompts);
 }
