@@ -72,15 +72,76 @@ def safetensors(dtype="F32", prefix="", lm_head=False, masks=False, metadata=Non
     return struct.pack("<Q", len(text)) + text + b"".join(blobs)
 
 
+# The targets this script has written in this run: each one's folder is emptied the first time, so
+# a seed dropped from the script goes, while corpus/edits (hand-made, committed) is never touched.
+_cleared = set()
+
+
 def write(target, name, data):
     d = CORPUS / target
+    if target not in _cleared:
+        shutil.rmtree(d, ignore_errors=True)
+        _cleared.add(target)
     d.mkdir(parents=True, exist_ok=True)
     (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
+def scan_output(n_layers=1, n_heads=2, n_ctx=4, shard=(0, 1), complete=True, merged=None, prompts=3, rng=None,
+                bad=None):
+    """A scan's output JSON as core/analysis/scan.cpp's scan_to_json writes it, for a model of this shape."""
+    rng = rng or random.Random(0)
+    shapes = {name: (n_layers, n_heads) for name in
+              ("previous_token", "duplicate_token", "induction", "attention_entropy", "dla_next_token", "patching_z")}
+    shapes["loss_per_position"] = (max(n_ctx - 1, 1), 1)
+    shapes["patching_resid_pre"] = (n_layers, n_ctx)
+    aggregates, grids = {}, {}
+    for name, (rows, cols) in sorted(shapes.items()):
+        n = 0 if name.startswith("patching") else prompts
+        count = [n] * (rows * cols)
+        mean = [round(rng.uniform(-1, 1), 6) if n else 0.0 for _ in count]
+        m2 = [round(rng.uniform(0, 2), 6) if n > 1 else 0.0 for _ in count]
+        grids[name] = {"rows": rows, "cols": cols, "count": count, "mean": mean, "m2": m2}
+        def table(values):
+            out = [values[r * cols:(r + 1) * cols] for r in range(rows)]
+            return [row[0] for row in out] if cols == 1 else out
+        aggregates[name] = {"mean": table([m if n else None for m in mean]),
+                            "std": table([(v / n) ** 0.5 if n else None for v in m2]),
+                            "count": table(count)}
+    bad = bad or {}
+    out = {
+        "format": "headscope-scan", "version": 2, "complete": complete,
+        "settings": {"format": "headscope-scan", "version": 2,
+                     "model": {"name": "tiny", "model_type": "gpt2", "n_layers": n_layers, "n_heads": n_heads,
+                               "d_model": 4, "d_vocab": 8, "n_ctx": n_ctx, "parameters": 300,
+                               "fingerprint": "0123456789abcdef"},
+                     "input": {"fnv1a64": "cbf29ce484222325", "bytes": 40, "lines": 5, "format": "jsonl"},
+                     "limit": -1, "max_tokens": 0, "bos": True,
+                     "paths": {"model": "/models/tiny", "input": "/data/in.jsonl"}},
+        "shard": {"index": shard[0], "count": shard[1]},
+        "counts": {"input_indices": 5, "next_index": 5 if complete else 2, "prompts": prompts, "patch_rows": 0,
+                   "truncated": 1, "bad_lines": sum(b["count"] for b in bad.values())},
+        "bad_lines": bad,
+        "labels": [f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads)],
+        "shape": {"n_layers": n_layers, "n_heads": n_heads, "n_ctx": n_ctx},
+        "aggregates": aggregates,
+        "state": {"per_prompt_bytes": 0, "grids": grids},
+    }
+    if merged:
+        out["merged_shards"] = merged
+    return json.dumps(out, indent=1) + "\n"
+
+
+def llama2c_checkpoint(D=4, M=8, L=1, H=2, KV=2, V=8, C=4, shared=True, rng=None):
+    """A run.c checkpoint: the 7 int32 of the header, then every float32 weight in run.c's order."""
+    rng = rng or random.Random(0)
+    hs = D // H
+    floats = (V * D + 2 * L * D + 2 * L * D * D + 2 * L * KV * hs * D + 3 * L * M * D + D + C * hs +
+              (0 if shared else V * D))
+    header = struct.pack("<7i", D, M, L, H, KV, V if shared else -V, C)
+    return header + b"".join(struct.pack("<f", round(rng.gauss(0, 0.5), 3)) for _ in range(floats))
+
+
 def main():
-    if CORPUS.exists():
-        shutil.rmtree(CORPUS)
     rng = random.Random(1234)
 
     # safetensors + weight loader
@@ -154,6 +215,39 @@ def main():
     write("export", "short", bytes([0]) + struct.pack("<3H", 290, 51, 257))
     write("export", "stored", bytes([3]) + struct.pack("<13H", 290, 51, 257, 273, 270, 267, 270, 220, 262, 258, 280, 270, 0))
     write("export", "full", bytes([1]) + struct.pack("<24H", *range(0, 288, 12)))
+
+    # scan input: first byte 0 a text file, 1 JSON Lines (fuzz_scan_rows.cpp)
+    write("scan_rows", "text", b"\0The cat sat.\r\n\n   \nh\xc3\xa9llo \xe4\xb8\xad\n\xff\xfe bad\nlast, no newline")
+    rows = [{"text": "When Mary and John went to the store, John gave a drink to"},
+            {"clean": "When Mary and John went to the store, John gave a drink to",
+             "corrupt": "When Mary and John went to the store, Mary gave a drink to",
+             "answer": " Mary", "wrong": " John"},
+            {"text": "  "}, {"clean": "a"}, {"clean": "a", "text": "b"}, {"text": 3}, [1, 2],
+            {"text": "caf\u00e9 \u0000 \ud83d\ude00"}]
+    lines = [json.dumps(r) for r in rows] + ["{not json", "", "\"a string\""]
+    write("scan_rows", "jsonl", b"\1" + "\n".join(lines).encode() + b"\r\n")
+
+    # scan output JSON (fuzz_scan_output.cpp): one process, shards, a merge, another shape
+    write("scan_output", "complete", scan_output(rng=rng))
+    write("scan_output", "shard_1_of_2_partial", scan_output(shard=(1, 2), complete=False, rng=rng,
+                                                             bad={"bad_json": {"count": 2, "first_lines": [2, 4]},
+                                                                  "empty": {"count": 1, "first_lines": [5]}}))
+    write("scan_output", "merged", scan_output(merged=[0, 1], prompts=7, rng=rng))
+    write("scan_output", "two_layers_ctx_1", scan_output(n_layers=2, n_heads=1, n_ctx=1, prompts=1, rng=rng))
+
+    # model.safetensors.index.json (fuzz_shard_index.cpp)
+    names = sorted(shapes())
+    half = len(names) // 2
+    write("shard_index", "two_shards", json.dumps({
+        "metadata": {"total_size": 1200},
+        "weight_map": {n: "model-0000%d-of-00002.safetensors" % (1 if i < half else 2) for i, n in enumerate(names)}},
+        indent=2))
+    write("shard_index", "one_shard", json.dumps({"weight_map": {"wte.weight": "model.safetensors"}}))
+
+    # llama2.c checkpoints (fuzz_llama2c_checkpoint.cpp): shared and separate classifier, grouped-query heads
+    write("llama2c_checkpoint", "shared", llama2c_checkpoint(rng=rng))
+    write("llama2c_checkpoint", "unshared", llama2c_checkpoint(shared=False, rng=rng))
+    write("llama2c_checkpoint", "gqa_two_layers", llama2c_checkpoint(D=8, M=12, L=2, H=2, KV=1, V=6, C=3, rng=rng))
 
 
 if __name__ == "__main__":
