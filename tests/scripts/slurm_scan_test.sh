@@ -278,6 +278,7 @@ for _ in $(seq 1 2400); do
   sleep 0.05
 done
 [[ -n $pid ]] || fail "task ${array}_$K was never seen scanning (finished already, or never started)"
+parent=$(ps -o comm= -p "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" 2>/dev/null || true)
 for _ in $(seq 1 20); do
   scancel --signal=TERM --batch "${array}_$K" 2>>scancel.log || true
   for _ in $(seq 1 20); do
@@ -286,17 +287,22 @@ for _ in $(seq 1 20); do
   done
 done
 kill -0 "$pid" 2>/dev/null && fail "task ${array}_$K scans on after 20 scancel --signal=TERM --batch: $(cat scancel.log)"
-echo "task ${array}_$K (pid $pid, headscope-cli itself) sent SIGTERM through its batch shell"
+echo "task ${array}_$K (headscope-cli pid $pid, parent ${parent:-gone}) sent SIGTERM through its batch shell"
 wait_job "$array" 180
 echo "task ${array}_$K: $(job_field "${array}_$K" JobState), exit $(job_field "${array}_$K" ExitCode)"
 python3 - scan/shard*.json <<'PY'
 import json, sys
 for f in sys.argv[1:]:
+    if "*" in f:
+        print("  no shard output at all")
+        break
     d = json.load(open(f))
     print(f"  {f}: {'complete' if d['complete'] else 'incomplete'}, {d['counts']}")
 PY
 python3 - "scan/shard$K.json" <<'PY'
 import json, sys
+import os
+assert os.path.exists(sys.argv[1]), f"{sys.argv[1]} was not written: the SIGTERM did not reach headscope-cli"
 d = json.load(open(sys.argv[1]))
 assert d["complete"] is False, f"{sys.argv[1]} is not marked incomplete: the SIGTERM did not reach headscope-cli before its end"
 assert d["counts"]["next_index"] < d["counts"]["input_indices"], d["counts"]
