@@ -77,7 +77,7 @@ TEST_CASE("fuzz_edits: an .npy of no elements reads as an empty array (it passed
   }
 }
 
-TEST_CASE("the shard index (fuzz_shard_index) names each shard once; a NUL in a name is refused", "[fuzz]") {
+TEST_CASE("the shard index (fuzz_shard_index) names each shard once, and a NUL in a name is refused", "[fuzz]") {
   const std::string where = "m/model.safetensors.index.json";
   CHECK(hs::parse_shard_index(R"({"metadata": {}, "weight_map": {"b": "two.safetensors", "a": "one.safetensors",
                                    "c": "one.safetensors"}})", where) ==
