@@ -105,6 +105,7 @@ int scan(const Args& a) {
   o.prepend_bos = !a.flag("--no-bos");
   o.seed = static_cast<uint64_t>(a.integer("--seed"));
   o.threads = threads(a);
+  o.heads = a.flag("--heads");
   if (a.has("--shard")) {
     const std::string v = a.text("--shard");
     const size_t slash = v.find('/');
@@ -212,18 +213,20 @@ const CommandSpec& scan_command() {
       .name = "scan",
       .summary = "a data set through the model, aggregated: head scores, entropy, DLA, loss, patching",
       .synopsis = {"[--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]",
-                   "[--no-bos] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl] [--resume]",
+                   "[--no-bos] [--heads] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl] [--resume]",
                    "-o OUT.json|OUT.npz"},
       .help = R"(Usage: headscope-cli scan [--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]
-                          [--no-bos] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl] [--resume]
-                          [--threads N] -o OUT.json|OUT.npz
+                          [--no-bos] [--heads] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl]
+                          [--resume] [--threads N] -o OUT.json|OUT.npz
 
 Runs every prompt of a data set through the model, one at a time, and aggregates (docs/scan.md):
 per head the mean and standard deviation over prompts of the previous-token, duplicate-token and
 induction scores (docs/head-scores.md, "On any prompt"), of the attention entropy and of the
 direct logit attribution to the next token; the mean loss per position; and, for JSON Lines rows
 with "clean", "corrupt", "answer" and "wrong", the mean normalized patching effect per layer x
-position (resid_pre) and per layer x head (z). Memory does not grow with the number of prompts.
+position (resid_pre) and per layer x head (z). With --heads, each head is also described over the
+data set (attention by distance, top tokens, entropy distribution, examples by output norm).
+Memory does not grow with the number of prompts.
 )",
       .options =
           {model_option(),
@@ -239,6 +242,11 @@ position (resid_pre) and per layer x head (z). Memory does not grow with the num
                           "cut longer prompts to N tokens (BOS included) and count them; without it a prompt longer "
                           "than the context is a bad line"),
            {.name = "--no-bos", .kind = ValueKind::Flag, .help = "do not prepend BOS to each prompt"},
+           {.name = "--heads",
+            .kind = ValueKind::Flag,
+            .help = "also describe each head over the data set: attention by distance, top key and query tokens, "
+                    "the distribution of its attention entropy, example contexts from each decile of its output "
+                    "norm (docs/scan.md, \"Heads over a data set\")"},
            seed_option("the --repeat-random ids (default 0)"),
            {.name = "--shard",
             .metavar = "I/N",

@@ -313,6 +313,10 @@ json scan_settings(const Model& model, const ScanOptions& o) {
   s["limit"] = o.limit;
   s["max_tokens"] = o.max_tokens;
   s["bos"] = o.prepend_bos;
+  // Only with --heads, so that the settings of a scan without it read as before.
+  if (o.heads)
+    s["heads"] = {{"samples", HeadDatasetStats::kDefaultSamples},
+                  {"window", std::min(HeadDatasetStats::kDefaultWindow, c.n_ctx)}};
   s["paths"] = paths;
   return s;
 }
@@ -351,6 +355,9 @@ ScanState new_scan_state(const Model& model, const ScanOptions& o, json settings
     const auto [rows, cols] = grid_shape(name, c.n_layers, c.n_heads, c.n_ctx);
     s.grids[name] = MomentGrid(rows, cols);
   }
+  if (s.settings.contains("heads"))
+    s.heads = HeadDatasetStats(c.n_layers, c.n_heads, c.n_ctx, s.settings.at("heads").at("samples").get<int>(),
+                               s.settings.at("heads").at("window").get<int>());
   return s;
 }
 
@@ -574,6 +581,7 @@ class Scanner {
       lg.add(static_cast<int>(p), 0, loss[p]);
       loss_sum += loss[p];
     }
+    if (!s_.heads.empty()) s_.heads.add_prompt(model_, index, *cache, bos);
     ++s_.prompts;
     if (dropped > 0) ++s_.truncated;
     if (control_.per_prompt) {
@@ -767,6 +775,10 @@ json scan_to_json(const ScanState& s, const std::vector<std::string>& head_label
   }
   j["aggregates"] = aggregates;
   j["state"] = {{"per_prompt_bytes", s.per_prompt_bytes}, {"grids", state}};
+  if (!s.heads.empty()) {
+    j["heads"] = s.heads.summary(head_labels);
+    j["state"]["heads"] = s.heads.state();
+  }
   return j;
 }
 
@@ -820,6 +832,17 @@ ScanState scan_from_json(const json& j, const std::string& source) {
       if (std::make_pair(g.rows(), g.cols()) != grid_shape(name, s.n_layers, s.n_heads, s.n_ctx))
         throw Error("the accumulator \"" + name + "\" has the wrong shape for the model");
       s.grids[name] = std::move(g);
+    }
+    // With --heads the settings say so and the state must hold them; without, it must not.
+    const bool heads = s.settings.contains("heads");
+    if (heads != j.at("state").contains("heads"))
+      throw Error(heads ? "its settings ask for head statistics but its state has none"
+                        : "its state has head statistics its settings do not ask for");
+    if (heads) {
+      const json& hs = s.settings.at("heads");
+      s.heads = HeadDatasetStats::from_state(j.at("state").at("heads"), s.n_layers, s.n_heads, s.n_ctx);
+      if (!hs.is_object() || hs.value("samples", -1) != s.heads.sample_capacity() || hs.value("window", -1) != s.heads.window())
+        throw Error("its head statistics were not made with the sampling its settings name");
     }
     return s;
   } catch (const json::exception& e) {
@@ -880,6 +903,7 @@ ScanState merge_scans(const std::vector<ScanState>& shards, const std::vector<st
       if (into.first_lines.size() > BadLines::kMaxListed) into.first_lines.resize(BadLines::kMaxListed);
     }
     for (auto& [name, g] : out.grids) g.merge(s.grids.at(name));
+    if (!out.heads.empty()) out.heads.merge(s.heads);
   }
   for (int k = 0; k < n; ++k) out.merged_shards.push_back(k);
   return out;

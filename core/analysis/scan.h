@@ -19,40 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/head_dataset.h"
+#include "core/analysis/moment_grid.h"
+
 namespace hs {
 
 class Model;
-
-// Count, mean and M2 per cell of a [rows, cols] grid (row-major).
-class MomentGrid {
- public:
-  MomentGrid() = default;
-  MomentGrid(int rows, int cols);
-
-  int rows() const { return rows_; }
-  int cols() const { return cols_; }
-  // Welford's step; a non-finite x (no score) is not counted.
-  void add(int r, int c, double x);
-  // Chan et al.: the grid of the union of both samples. Throws hs::Error for another shape.
-  void merge(const MomentGrid& other);
-
-  int64_t count(int r, int c) const { return count_[index(r, c)]; }
-  double mean(int r, int c) const;      // NaN when count is 0
-  // Population variance M2 / count (numpy's ddof=0); NaN when count is 0.
-  double variance(int r, int c) const;
-  double m2(int r, int c) const { return m2_[index(r, c)]; }
-
-  // {"rows", "cols", "count": [...], "mean": [...], "m2": [...]}: every double written so that it
-  // reads back bit for bit, so a resumed or merged scan starts from exactly this state.
-  nlohmann::json state() const;
-  static MomentGrid from_state(const nlohmann::json& j, const std::string& name);
-
- private:
-  size_t index(int r, int c) const { return static_cast<size_t>(r) * static_cast<size_t>(cols_) + static_cast<size_t>(c); }
-  int rows_ = 0, cols_ = 0;
-  std::vector<int64_t> count_;
-  std::vector<double> mean_, m2_;
-};
 
 // What to read and how.
 struct ScanOptions {
@@ -64,6 +36,7 @@ struct ScanOptions {
   uint64_t seed = 0;             // the repeat-random stream (docs/head-scores.md)
   int shard_index = 0, shard_count = 1;  // this process takes the prompts with index % count == index
   int threads = 0;               // forward-pass threads; 0: the engine's choice
+  bool heads = false;            // also describe each head over the data set (head_dataset.h)
 };
 
 // Why a line was not used, counted per reason.
@@ -92,6 +65,8 @@ struct ScanState {
   // "attention_entropy", "dla_next_token" [layer, head]; "loss_per_position" [n_ctx - 1, 1];
   // "patching_resid_pre" [layer, n_ctx]; "patching_z" [layer, head].
   std::map<std::string, MomentGrid> grids;
+  // With --heads (settings "heads": true): each head described over the data set; empty otherwise.
+  HeadDatasetStats heads;
 };
 
 // The names of ScanState::grids, in output order.

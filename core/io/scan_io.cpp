@@ -33,7 +33,7 @@ void write_scan_output(const ScanState& s, const fs::path& out) {
   if (out.extension() == ".npz") {
     std::vector<std::vector<float>> data;  // each [rows * cols], row-major
     std::vector<NpzArrayView> arrays;
-    data.reserve(s.grids.size() * 3);  // the views point into it: it must not reallocate
+    data.reserve(s.grids.size() * 3 + 4);  // the views point into it: it must not reallocate
     for (const auto& [name, g] : s.grids) {
       std::vector<int64_t> shape = {g.rows()};
       if (g.cols() != 1) shape.push_back(g.cols());
@@ -48,6 +48,29 @@ void write_scan_output(const ScanState& s, const fs::path& out) {
         data.push_back(std::move(v));
         arrays.push_back({name + "." + part, shape, data.back().data()});
       }
+    }
+    if (!s.heads.empty()) {
+      // The per-head arrays of docs/scan.md "Heads over a data set" (the examples and token lists
+      // stay in the JSON).
+      const HeadDatasetStats& hd = s.heads;
+      const int L = s.n_layers, H = s.n_heads, bins = HeadDatasetStats::kEntropyBins;
+      std::vector<float> profile, entropy, distance, norm;
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) {
+          for (double x : hd.distance_profile(l, h)) profile.push_back(static_cast<float>(x));
+          const int64_t* e = hd.entropy_histogram(l, h);
+          for (int b = 0; b < bins; ++b) entropy.push_back(static_cast<float>(e[b]));
+          distance.push_back(static_cast<float>(hd.mean_distance(l, h)));
+          norm.push_back(static_cast<float>(hd.mean_output_norm(l, h)));
+        }
+      data.push_back(std::move(profile));
+      arrays.push_back({"heads.distance_profile", {L, H, s.n_ctx}, data.back().data()});
+      data.push_back(std::move(entropy));
+      arrays.push_back({"heads.entropy_histogram", {L, H, bins}, data.back().data()});
+      data.push_back(std::move(distance));
+      arrays.push_back({"heads.mean_distance", {L, H}, data.back().data()});
+      data.push_back(std::move(norm));
+      arrays.push_back({"heads.output_norm_mean", {L, H}, data.back().data()});
     }
     write_atomically(out, [&](std::ostream& o) { write_npz(o, arrays); });
   }

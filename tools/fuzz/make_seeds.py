@@ -5,6 +5,7 @@ Deterministic (fixed seed), standard library only. The safetensors seeds hold we
 the sizes of fuzz_common.h's tiny config, so they pass every check and the fuzzer mutates from
 files that reach the weight loader. Run from anywhere:  python3 tools/fuzz/make_seeds.py
 """
+import base64
 import json
 import random
 import shutil
@@ -86,8 +87,48 @@ def write(target, name, data):
     (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """splitmix64's finalizer, as core/analysis/head_dataset.cpp's mix64."""
+    x ^= x >> 30
+    x = (x * 0xbf58476d1ce4e5b9) & M64
+    x ^= x >> 27
+    x = (x * 0x94d049bb133111eb) & M64
+    return x ^ (x >> 31)
+
+
+def head_state(n_layers, n_heads, n_ctx, rng, window=2, capacity=3):
+    """The "heads" state of scan --heads (HeadDatasetStats::state) for two short prompts."""
+    heads = n_layers * n_heads
+    b64 = lambda fmt, values: base64.b64encode(struct.pack("<%d%s" % (len(values), fmt), *values)).decode()
+    unit = 1 << 32
+    tokens = [1, 3, 5]
+    samples = []
+    for index, position in ((0, 1), (1, 2), (1, 1)):
+        h = mix64(mix64((index + 0x9e3779b97f4a7c15) & M64) ^ position)
+        first = max(0, position - window + 1)
+        samples.append({"hash": h, "index": index, "position": position, "first": first,
+                        "tokens": [tokens[(index + p) % 3] for p in range(first, position + 1)]})
+    samples.sort(key=lambda e: (e["hash"], e["index"], e["position"]))
+    samples = samples[:capacity]
+    return {"sample_capacity": capacity, "window": window, "queries": 3,
+            "distance": b64("Q", [rng.randrange(unit) if d < 3 else 0 for _ in range(heads) for d in range(n_ctx)]),
+            "entropy": b64("q", [rng.randrange(3) for _ in range(heads * 40)]),
+            "output_norm": {"rows": n_layers, "cols": n_heads, "count": [3] * heads,
+                            "mean": [round(rng.uniform(0, 2), 6) for _ in range(heads)],
+                            "m2": [round(rng.uniform(0, 1), 6) for _ in range(heads)]},
+            "tokens": tokens, "token_text": ["a", "\u2423b", "c"], "key_count": [2, 1, 1], "query_count": [1, 1, 1],
+            "key_mass": b64("Q", [rng.randrange(unit) for _ in range(heads * 3)]),
+            "query_mass": b64("Q", [rng.randrange(unit) for _ in range(heads * 3)]),
+            "samples": samples,
+            "sample_norm": b64("f", [rng.uniform(0, 3) for _ in range(len(samples) * heads)]),
+            "sample_pattern": b64("f", [rng.uniform(0, 1) for _ in range(len(samples) * heads * window)])}
+
+
 def scan_output(n_layers=1, n_heads=2, n_ctx=4, shard=(0, 1), complete=True, merged=None, prompts=3, rng=None,
-                bad=None):
+                bad=None, heads=False):
     """A scan's output JSON as core/analysis/scan.cpp's scan_to_json writes it, for a model of this shape."""
     rng = rng or random.Random(0)
     shapes = {name: (n_layers, n_heads) for name in
@@ -128,6 +169,9 @@ def scan_output(n_layers=1, n_heads=2, n_ctx=4, shard=(0, 1), complete=True, mer
     }
     if merged:
         out["merged_shards"] = merged
+    if heads:
+        out["settings"]["heads"] = {"samples": 3, "window": 2}
+        out["state"]["heads"] = head_state(n_layers, n_heads, n_ctx, rng)
     return json.dumps(out, indent=1) + "\n"
 
 
@@ -234,6 +278,7 @@ def main():
                                                                   "empty": {"count": 1, "first_lines": [5]}}))
     write("scan_output", "merged", scan_output(merged=[0, 1], prompts=7, rng=rng))
     write("scan_output", "two_layers_ctx_1", scan_output(n_layers=2, n_heads=1, n_ctx=1, prompts=1, rng=rng))
+    write("scan_output", "heads", scan_output(heads=True, rng=random.Random(5)))
 
     # model.safetensors.index.json (fuzz_shard_index.cpp)
     names = sorted(shapes())
