@@ -1,6 +1,7 @@
 // headscope-cli scan: a data set through the model, aggregated per head, layer and position.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -106,6 +107,22 @@ int scan(const Args& a) {
   o.seed = static_cast<uint64_t>(a.integer("--seed"));
   o.threads = threads(a);
   o.heads = a.flag("--heads");
+  if (a.has("--aggregates")) {
+    const std::string list = a.text("--aggregates");
+    for (size_t start = 0; start <= list.size();) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      const std::string name = list.substr(start, comma - start);
+      if (std::find(hs::scan_text_aggregate_names().begin(), hs::scan_text_aggregate_names().end(), name) ==
+          hs::scan_text_aggregate_names().end()) {
+        std::string all;
+        for (const std::string& n : hs::scan_text_aggregate_names()) all += (all.empty() ? "" : ",") + n;
+        throw UsageError("--aggregates: \"" + name + "\" is not an aggregate of text rows; choose from " + all + ".");
+      }
+      o.aggregates.push_back(name);
+      start = comma + 1;
+    }
+  }
+  o.batch_tokens = a.integer("--batch-tokens");
   if (a.has("--shard")) {
     const std::string v = a.text("--shard");
     const size_t slash = v.find('/');
@@ -213,11 +230,13 @@ const CommandSpec& scan_command() {
       .name = "scan",
       .summary = "a data set through the model, aggregated: head scores, entropy, DLA, loss, patching",
       .synopsis = {"[--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]",
-                   "[--no-bos] [--heads] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl] [--resume]",
+                   "[--no-bos] [--heads] [--aggregates LIST] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl]",
+                   "[--resume] [--batch-tokens N]",
                    "-o OUT.json|OUT.npz"},
       .help = R"(Usage: headscope-cli scan [--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]
-                          [--no-bos] [--heads] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl]
-                          [--resume] [--threads N] -o OUT.json|OUT.npz
+                          [--no-bos] [--heads] [--aggregates LIST] [--seed S] [--shard I/N]
+                          [--per-prompt OUT.jsonl] [--resume] [--batch-tokens N] [--threads N]
+                          -o OUT.json|OUT.npz
 
 Runs every prompt of a data set through the model, one at a time, and aggregates (docs/scan.md):
 per head the mean and standard deviation over prompts of the previous-token, duplicate-token and
@@ -256,6 +275,14 @@ Memory does not grow with the number of prompts.
            {.name = "--resume",
             .kind = ValueKind::Flag,
             .help = "continue the incomplete scan in OUT (same model, input and options)"},
+           {.name = "--aggregates",
+            .metavar = "LIST",
+            .help = "only these aggregates of text rows, comma-separated (default: all): previous_token, "
+                    "duplicate_token, induction, attention_entropy, dla_next_token, loss_per_position; the pass "
+                    "then stops where they stop reading (head scores need no unembedding)"},
+           integer_option("--batch-tokens", "N", 1, 1 << 20, "2048",
+                          "run prompts together in passes of about N tokens (1: one prompt at a time); the "
+                          "results are the same bits"),
            integer_option("--stop-after", "K", 0, INT32_MAX, "-1",
                           "stop after K more lines, as Ctrl-C would (a time-boxed job; resume later)"),
            threads_option("threads for the forward pass (default: the engine's choice)"),

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/io/fnv1a.h"
 #include "core/model/config_json.h"
+#include "core/model/forward.h"
 #include "core/model/model.h"
 #include "core/model/thread_scope.h"
 #include "core/tokenizer/byte_level.h"
@@ -166,6 +167,12 @@ MomentGrid MomentGrid::from_state(const json& j, const std::string& name) {
 
 // ---- settings -------------------------------------------------------------------------------
 
+const std::vector<std::string>& scan_text_aggregate_names() {
+  static const std::vector<std::string> names = {"previous_token",    "duplicate_token", "induction",
+                                                 "attention_entropy", "dla_next_token",  "loss_per_position"};
+  return names;
+}
+
 const std::vector<std::string>& scan_aggregate_names() {
   static const std::vector<std::string> names = {"previous_token",  "duplicate_token", "induction",
                                                  "attention_entropy", "dla_next_token", "loss_per_position",
@@ -313,6 +320,22 @@ json scan_settings(const Model& model, const ScanOptions& o) {
   s["limit"] = o.limit;
   s["max_tokens"] = o.max_tokens;
   s["bos"] = o.prepend_bos;
+  // Only when chosen, so that the settings of a scan of every aggregate read as before.
+  if (!o.aggregates.empty()) {
+    for (const std::string& name : o.aggregates)
+      if (std::find(scan_text_aggregate_names().begin(), scan_text_aggregate_names().end(), name) ==
+          scan_text_aggregate_names().end())
+        throw Error("there is no aggregate \"" + name + "\" to choose; the text rows' aggregates are " +
+                    [] {
+                      std::string all;
+                      for (const std::string& n : scan_text_aggregate_names()) all += (all.empty() ? "" : ", ") + n;
+                      return all;
+                    }() + ".");
+    std::vector<std::string> chosen;  // in output order, each once
+    for (const std::string& n : scan_text_aggregate_names())
+      if (std::find(o.aggregates.begin(), o.aggregates.end(), n) != o.aggregates.end()) chosen.push_back(n);
+    s["aggregates"] = chosen;
+  }
   // Only with --heads, so that the settings of a scan without it read as before.
   if (o.heads)
     s["heads"] = {{"samples", HeadDatasetStats::kDefaultSamples},
@@ -527,7 +550,34 @@ class Scanner {
     return bad(row.bad_reason, index);
   }
 
-  bool handle_tokens(int64_t index, std::vector<int32_t> tokens) { return run_prompt(index, std::move(tokens), 0); }
+  bool handle_tokens(int64_t index, std::vector<int32_t> tokens) { return queue_prompt(index, std::move(tokens), 0); }
+
+  // Runs the prompts queued so far (in one batched pass, or one by one with batch_tokens 1) and
+  // adds them to the state in input order. Called before anything else touches the state in an
+  // order that matters (a patch row's per-prompt line) and before the scan returns.
+  void flush() {
+    if (pending_.empty()) return;
+    std::vector<std::shared_ptr<ActivationCache>> caches;
+    if (batch_tokens() <= 1) {
+      RunOptions ro;
+      ro.threads = o_.threads;
+      for (const Pending& p : pending_) caches.push_back(model_.run(p.tokens, ro));
+    } else {
+      std::vector<std::vector<int32_t>> prompts;
+      for (Pending& p : pending_) prompts.push_back(p.tokens);
+      BatchRunOptions bo;
+      bo.threads = o_.threads;
+      // Only what the aggregates asked for read: the patterns of every layer; z for DLA and the
+      // head statistics; the logits for the loss and DLA.
+      bo.keep_z = wants("dla_next_token") || !s_.heads.empty();
+      bo.logits = wants("dla_next_token") || wants("loss_per_position");
+      caches = forward_batch(model_.weights(), prompts, bo);
+    }
+    for (size_t i = 0; i < pending_.size(); ++i)
+      aggregate(pending_[i].index, *caches[i], pending_[i].dropped);
+    pending_.clear();
+    pending_tokens_ = 0;
+  }
 
   bool jsonl_ = false;
 
@@ -555,26 +605,41 @@ class Scanner {
     } else if (static_cast<int>(tokens.size()) > n_ctx) {
       return bad(kTooLong, index);
     }
-    return run_prompt(index, std::move(tokens), dropped);
+    return queue_prompt(index, std::move(tokens), dropped);
   }
 
-  bool run_prompt(int64_t index, std::vector<int32_t> tokens, int dropped) {
-    RunOptions ro;
-    ro.threads = o_.threads;
-    const auto cache = model_.run(tokens, ro);
+  int64_t batch_tokens() const { return o_.batch_tokens > 0 ? o_.batch_tokens : ScanOptions::kDefaultBatchTokens; }
+
+  bool wants(const std::string& name) const {
+    return o_.aggregates.empty() || std::find(o_.aggregates.begin(), o_.aggregates.end(), name) != o_.aggregates.end();
+  }
+
+  // A prompt joins the next batched pass; the batch runs once it holds batch_tokens() rows.
+  bool queue_prompt(int64_t index, std::vector<int32_t> tokens, int dropped) {
+    pending_tokens_ += static_cast<int64_t>(tokens.size());
+    pending_.push_back({index, std::move(tokens), dropped});
+    if (pending_tokens_ >= batch_tokens()) flush();
+    return true;
+  }
+
+  // One prompt's run added to the aggregates asked for.
+  void aggregate(int64_t index, const ActivationCache& run, int dropped) {
+    const ActivationCache* cache = &run;
+    const std::vector<int32_t>& tokens = run.tokens();
     // The analyses' products are small: on one thread, never Eigen's own threads, which spin
     // against each other on a busy machine (docs/DESIGN.md, "Things found the hard way").
     ThreadScope one_thread(1);
     const bool bos = o_.prepend_bos || o_.repeat_random > 0;
-    const PromptHeadScores scores = score_heads_on_prompt(*cache, bos);
-    const RowMatrixXf entropy = attention_entropy(*cache);
-    const RowMatrixXf dla = dla_next_token(*cache);
-    const std::vector<double> loss = next_token_loss(*cache);
-    add_grid(s_.grids["previous_token"], scores.previous_token.scores);
-    add_grid(s_.grids["duplicate_token"], scores.duplicate_token.scores);
-    add_grid(s_.grids["induction"], scores.induction.scores);
-    add_grid(s_.grids["attention_entropy"], entropy);
-    add_grid(s_.grids["dla_next_token"], dla);
+    const bool scores_wanted = wants("previous_token") || wants("duplicate_token") || wants("induction");
+    const PromptHeadScores scores = scores_wanted ? score_heads_on_prompt(*cache, bos) : PromptHeadScores{};
+    const RowMatrixXf entropy = wants("attention_entropy") ? attention_entropy(*cache) : RowMatrixXf();
+    const RowMatrixXf dla = wants("dla_next_token") ? dla_next_token(*cache) : RowMatrixXf();
+    const std::vector<double> loss = wants("loss_per_position") ? next_token_loss(*cache) : std::vector<double>();
+    if (wants("previous_token")) add_grid(s_.grids["previous_token"], scores.previous_token.scores);
+    if (wants("duplicate_token")) add_grid(s_.grids["duplicate_token"], scores.duplicate_token.scores);
+    if (wants("induction")) add_grid(s_.grids["induction"], scores.induction.scores);
+    if (wants("attention_entropy")) add_grid(s_.grids["attention_entropy"], entropy);
+    if (wants("dla_next_token")) add_grid(s_.grids["dla_next_token"], dla);
     MomentGrid& lg = s_.grids["loss_per_position"];
     double loss_sum = 0.0;
     for (size_t p = 0; p < loss.size(); ++p) {
@@ -589,20 +654,22 @@ class Scanner {
                   {"kind", "text"},
                   {"n_tokens", tokens.size()},
                   {"tokens", tokens},
-                  {"truncated_tokens", dropped},
-                  {"mean_loss", loss.empty() ? json(nullptr) : json(loss_sum / static_cast<double>(loss.size()))},
-                  {"previous_token", grid_json(scores.previous_token.scores)},
-                  {"duplicate_token", grid_json(scores.duplicate_token.scores)},
-                  {"induction", grid_json(scores.induction.scores)},
-                  {"attention_entropy", grid_json(entropy)},
-                  {"dla_next_token", grid_json(dla)}};
+                  {"truncated_tokens", dropped}};
+      // The fields of the aggregates asked for (all by default), in this order.
+      if (wants("loss_per_position"))
+        row["mean_loss"] = loss.empty() ? json(nullptr) : json(loss_sum / static_cast<double>(loss.size()));
+      if (wants("previous_token")) row["previous_token"] = grid_json(scores.previous_token.scores);
+      if (wants("duplicate_token")) row["duplicate_token"] = grid_json(scores.duplicate_token.scores);
+      if (wants("induction")) row["induction"] = grid_json(scores.induction.scores);
+      if (wants("attention_entropy")) row["attention_entropy"] = grid_json(entropy);
+      if (wants("dla_next_token")) row["dla_next_token"] = grid_json(dla);
       if (o_.repeat_random <= 0) row["line"] = index + 1;
       emit(row);
     }
-    return true;
   }
 
   bool patch_row(int64_t index, const ScanRow& row) {
+    flush();  // the text rows before it come first, in the state and the per-prompt lines
     std::vector<int32_t> clean, corrupt;
     int32_t answer = 0, wrong = 0;
     try {
@@ -667,6 +734,13 @@ class Scanner {
   const ScanOptions& o_;
   ScanState& s_;
   const ScanControl& control_;
+  struct Pending {
+    int64_t index;
+    std::vector<int32_t> tokens;
+    int dropped;
+  };
+  std::vector<Pending> pending_;  // text rows taken but not yet run (their indices are counted as handled)
+  int64_t pending_tokens_ = 0;
 };
 
 }  // namespace
@@ -694,10 +768,11 @@ void run_scan(const Model& model, const ScanOptions& o, ScanState& s, const Scan
   if (o.repeat_random > 0) {
     for (int64_t index = s.next_index; index < total; ++index) {
       if (index % s.shard_count != s.shard_index) continue;
-      if (should_stop()) return;
+      if (should_stop()) return scanner.flush();
       scanner.handle_tokens(index, repeat_random_prompt(model, o.seed, o.repeat_random, index));
       after(index);
     }
+    scanner.flush();
     s.next_index = std::max(s.next_index, total);
     s.complete = true;
     return;
@@ -709,15 +784,16 @@ void run_scan(const Model& model, const ScanOptions& o, ScanState& s, const Scan
   for (int64_t index = 0; std::getline(in, line); ++index) {
     if (total >= 0 && index >= total) break;
     if (index < s.next_index || index % s.shard_count != s.shard_index) continue;
-    if (should_stop()) return;
+    if (should_stop()) return scanner.flush();
     try {
       scanner.handle_line(index, std::move(line));
     } catch (const Cancelled&) {
-      return;  // a patch row's sweep was stopped: nothing of it was added
+      return;  // a patch row's sweep was stopped: nothing of it was added (the rows before it were)
     }
     after(index);
   }
   if (in.bad()) throw Error("reading the input " + o.input.string() + " failed part way; check the disk and try again.");
+  scanner.flush();
   s.next_index = std::max(s.next_index, total);
   s.complete = true;
 }

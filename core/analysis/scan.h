@@ -37,6 +37,14 @@ struct ScanOptions {
   int shard_index = 0, shard_count = 1;  // this process takes the prompts with index % count == index
   int threads = 0;               // forward-pass threads; 0: the engine's choice
   bool heads = false;            // also describe each head over the data set (head_dataset.h)
+  // The text rows' aggregates to compute (scan_text_aggregate_names); empty: all. The others stay
+  // empty (count 0), and the pass stops where the chosen ones stop reading: head scores and
+  // entropy need no unembedding, nor anything after the last layer's pattern.
+  std::vector<std::string> aggregates;
+  // Rows (tokens) of text prompts run together in one batched pass (forward_batch); 1: one
+  // prompt at a time with a full cache, as the window runs it. The results are the same bits.
+  int64_t batch_tokens = 0;      // 0: kDefaultBatchTokens
+  static constexpr int64_t kDefaultBatchTokens = 2048;
 };
 
 // Why a line was not used, counted per reason.
@@ -71,6 +79,9 @@ struct ScanState {
 
 // The names of ScanState::grids, in output order.
 const std::vector<std::string>& scan_aggregate_names();
+// Those of text rows, which ScanOptions::aggregates chooses from (the patching ones are computed
+// for every patch row).
+const std::vector<std::string>& scan_text_aggregate_names();
 
 struct ScanProgress {
   int64_t done = 0;     // indices of this shard handled (used or bad)

@@ -64,13 +64,60 @@ struct AttentionOptions {
 };
 void edit_pattern(const LayerHooks& hooks, int h, RowMatrixXf& pattern, Eigen::Index P);
 
+// Head h of one layer for the new queries P .. S-1 (q_new [S - P, n_heads*d_head]): its scores,
+// pattern and z. `for_each_key_block(f)` and `for_each_value_block(f)` call f(k0, rows) for the
+// key and value rows 0 .. S-1 a position block at a time (rows [n, kv width], the kv head's slice
+// at kv * d_head), so a run's cache and a batch's stacked rows give the same products, bit for
+// bit. Row i of the pattern goes to pattern_out(i) (i + 1 floats), and the scores to scores_hqk
+// ([head, query_pos, key_pos]) when it is not null. `pattern` is [N, S] scratch.
+template <class KeyBlocks, class ValueBlocks, class PatternOut>
+void head_attention(int h, const RowMatrixXf& q_new, RowMatrixXf& z_new, RowMatrixXf& pattern, Eigen::Index P,
+                    Eigen::Index S, const ModelConfig& c, const AttentionOptions& o, float* scores_hqk,
+                    const KeyBlocks& for_each_key_block, const ValueBlocks& for_each_value_block,
+                    const PatternOut& pattern_out, const LayerHooks* pattern_edits, bool compute_z = true) {
+  const Eigen::Index N = S - P;
+  const int d_head = c.d_head, kv = c.kv_head(h);
+  const size_t SS = static_cast<size_t>(S * S);
+  const auto q_h = q_new.middleCols(h * d_head, d_head);
+  pattern.resize(N, S);  // [new query_pos, key_pos]; no reallocation when the size is unchanged
+  for_each_key_block([&](Eigen::Index k0, const ConstStridedMatrixRef& keys) {
+    pattern.middleCols(k0, keys.rows()).noalias() = q_h * keys.middleCols(kv * d_head, d_head).transpose();
+  });
+  for (Eigen::Index r = 0; r < N; ++r) {
+    const Eigen::Index i = P + r;
+    // Keys first .. i: the causal mask, and a sliding window's on its layers (q - W < k <= q).
+    const Eigen::Index first = first_key(o.window, static_cast<int>(i));
+    auto row = pattern.row(r).segment(first, i + 1 - first).array();
+    row *= o.scale;
+    // Soft-capping comes before the mask (Gemma2's eager_attention_forward).
+    if (o.softcap > 0.0f) softcap_forward(row.data(), row.size(), o.softcap);
+    if (scores_hqk) std::copy_n(row.data(), row.size(), scores_hqk + h * SS + static_cast<size_t>(i * S + first));
+    const float m = row.maxCoeff();
+    row = (row - m).exp();
+    row /= row.sum();
+    pattern.row(r).head(first).setZero();
+    pattern.row(r).tail(S - i - 1).setZero();
+    std::copy_n(pattern.row(r).data(), i + 1, pattern_out(i));
+  }
+  if (pattern_edits) {
+    // The edited pattern is what multiplies v, and what the cache keeps.
+    edit_pattern(*pattern_edits, h, pattern, P);
+    for (Eigen::Index r = 0; r < N; ++r) std::copy_n(pattern.row(r).data(), P + r + 1, pattern_out(P + r));
+  }
+  if (!compute_z) return;
+  auto z_h = z_new.middleCols(h * d_head, d_head);
+  z_h.setZero();
+  for_each_value_block([&](Eigen::Index k0, const ConstStridedMatrixRef& values) {
+    z_h.noalias() += pattern.middleCols(k0, values.rows()) * values.middleCols(kv * d_head, d_head);
+  });
+}
+
 void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixXf& z_new, Eigen::Index P,
                        const ModelConfig& c, const AttentionOptions& o, bool store_scores,
                        std::vector<RowMatrixXf>& scratch, const LayerHooks* pattern_edits) {
   const Eigen::Index S = a.k.rows(), N = S - P;
   const int n_heads = c.n_heads, d_head = c.d_head;
-  const size_t SS = static_cast<size_t>(S * S);
-  if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_heads) * SS, kNegInf);
+  if (store_scores) a.scores_hqk.assign(static_cast<size_t>(n_heads) * static_cast<size_t>(S * S), kNegInf);
   z_new.resize(N, q_new.cols());
   // Edits of the pattern run on one thread: a callable edit need not be thread-safe.
   //
@@ -83,39 +130,11 @@ void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixX
   const bool parallel = static_cast<int64_t>(n_heads) * N * S * d_head >= (int64_t{1} << 19) && !pattern_edits;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int h = 0; h < n_heads; ++h) {
-    const int kv = c.kv_head(h);
-    const auto q_h = q_new.middleCols(h * d_head, d_head);
-    RowMatrixXf& pattern = scratch[static_cast<size_t>(omp_get_thread_num())];
-    pattern.resize(N, S);  // [new query_pos, key_pos]; no reallocation when the size is unchanged
-    a.k.for_each_block(0, S, [&](Eigen::Index k0, const ConstStridedMatrixRef& keys) {
-      pattern.middleCols(k0, keys.rows()).noalias() = q_h * keys.middleCols(kv * d_head, d_head).transpose();
-    });
-    for (Eigen::Index r = 0; r < N; ++r) {
-      const Eigen::Index i = P + r;
-      // Keys first .. i: the causal mask, and a sliding window's on its layers (q - W < k <= q).
-      const Eigen::Index first = first_key(o.window, static_cast<int>(i));
-      auto row = pattern.row(r).segment(first, i + 1 - first).array();
-      row *= o.scale;
-      // Soft-capping comes before the mask (Gemma2's eager_attention_forward).
-      if (o.softcap > 0.0f) softcap_forward(row.data(), row.size(), o.softcap);
-      if (store_scores) std::copy_n(row.data(), row.size(), a.scores_hqk.data() + h * SS + static_cast<size_t>(i * S + first));
-      const float m = row.maxCoeff();
-      row = (row - m).exp();
-      row /= row.sum();
-      pattern.row(r).head(first).setZero();
-      pattern.row(r).tail(S - i - 1).setZero();
-      std::copy_n(pattern.row(r).data(), i + 1, a.pattern.mutable_row(h, i));
-    }
-    if (pattern_edits) {
-      // The edited pattern is what multiplies v, and what the cache keeps.
-      edit_pattern(*pattern_edits, h, pattern, P);
-      for (Eigen::Index r = 0; r < N; ++r) std::copy_n(pattern.row(r).data(), P + r + 1, a.pattern.mutable_row(h, P + r));
-    }
-    auto z_h = z_new.middleCols(h * d_head, d_head);
-    z_h.setZero();
-    a.v.for_each_block(0, S, [&](Eigen::Index k0, const ConstStridedMatrixRef& values) {
-      z_h.noalias() += pattern.middleCols(k0, values.rows()) * values.middleCols(kv * d_head, d_head);
-    });
+    head_attention(
+        h, q_new, z_new, scratch[static_cast<size_t>(omp_get_thread_num())], P, S, c, o,
+        store_scores ? a.scores_hqk.data() : nullptr, [&](const auto& f) { a.k.for_each_block(0, S, f); },
+        [&](const auto& f) { a.v.for_each_block(0, S, f); }, [&](Eigen::Index i) { return a.pattern.mutable_row(h, i); },
+        pattern_edits);
   }
 }
 
@@ -488,6 +507,161 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
   cache->logits.for_each_block(P, S, [&](Eigen::Index, const ConstStridedMatrixRef& rows) { finite = finite && rows.allFinite(); });
   cache->logits_finite = finite;
   return cache;
+}
+
+namespace {
+
+// Rows 0 .. S-1 of a prompt's slice of the stacked rows, a position block at a time, as
+// PositionRows::for_each_block gives a run's cache: so the products see the same shapes.
+template <class F>
+void for_each_stacked_block(const float* first_row, Eigen::Index S, Eigen::Index cols, Eigen::Index stride, const F& f) {
+  for (Eigen::Index i = 0; i < S;) {
+    const Eigen::Index end = std::min(S, (i / kPositionBlock + 1) * kPositionBlock);
+    f(i, ConstStridedMatrixRef(first_row + i * stride, end - i, cols, Eigen::OuterStride<>(stride)));
+    i = end;
+  }
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<const Weights> weights,
+                                                            std::span<const std::vector<int32_t>> prompts,
+                                                            const BatchRunOptions& options) {
+  const ModelConfig& c = weights->config();
+  require_implemented(c);
+  const int B = static_cast<int>(prompts.size());
+  std::vector<Eigen::Index> offset(static_cast<size_t>(B) + 1, 0);  // prompt b's rows: offset[b] .. offset[b+1]-1
+  for (int b = 0; b < B; ++b) {
+    check_tokens(c, prompts[static_cast<size_t>(b)]);
+    offset[static_cast<size_t>(b) + 1] = offset[static_cast<size_t>(b)] + static_cast<Eigen::Index>(prompts[static_cast<size_t>(b)].size());
+  }
+  std::vector<std::shared_ptr<ActivationCache>> caches;
+  for (const auto& p : prompts) caches.push_back(std::make_shared<ActivationCache>(weights, p));
+  if (B == 0) return caches;
+  const Eigen::Index R = offset.back(), D = c.d_model, H = c.n_heads;
+  const ThreadScope threads(options.threads > 0 ? options.threads : auto_threads(c, static_cast<int>(R)));
+  const int layers = options.logits || options.layers < 0 ? c.n_layers : std::min(options.layers, c.n_layers);
+  const Eigen::Index q_width = H * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
+  const auto rows_of = [&](int b) { return offset[static_cast<size_t>(b) + 1] - offset[static_cast<size_t>(b)]; };
+
+  // [rows, d_model]: every prompt's embeddings (and learned positions, from 0 for each prompt).
+  RowMatrixXf resid(R, D);
+  for (int b = 0; b < B; ++b) {
+    const auto& tokens = prompts[static_cast<size_t>(b)];
+    for (Eigen::Index i = 0; i < rows_of(b); ++i)
+      weights->embedding_row(tokens[static_cast<size_t>(i)], resid.row(offset[static_cast<size_t>(b)] + i).data());
+    if (caches[0]->has_pos_embed())
+      resid.middleRows(offset[static_cast<size_t>(b)], rows_of(b)) += ConstMatrixRef(weights->W_pos(), rows_of(b), D);
+  }
+  const NormKind norm = c.architecture.norm;
+  const bool rotary = c.architecture.positions == PositionKind::Rotary;
+  const bool gated = c.architecture.mlp == MlpKind::Gated;
+  const bool parallel = c.architecture.parallel_blocks;
+  // Rotation tables for positions 0 .. the longest prompt: each prompt's rows take their head.
+  Eigen::Index longest = 0;
+  for (int b = 0; b < B; ++b) longest = std::max(longest, rows_of(b));
+  RowMatrixXf rotary_cos, rotary_sin, local_cos, local_sin;
+  if (rotary) rotary_tables(rotary_cos, rotary_sin, rotary_inv_freq(c.architecture.rotary), 0, longest);
+  if (rotary && c.architecture.local_rotary)
+    rotary_tables(local_cos, local_sin, rotary_inv_freq(c.architecture.rotary_local), 0, longest);
+
+  std::vector<RowMatrixXf> scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
+  std::vector<RowMatrixXf> q_new(static_cast<size_t>(B)), z_new(static_cast<size_t>(B));
+  RowMatrixXf normalized, qkv, z(R, q_width), block_out, mlp_gate, mlp_post, cos, sin;
+  for (int l = 0; l < layers; ++l) {
+    const LayerWeights& W = weights->layer(l);
+    const PackedLayer& WP = weights->packed(l);
+    // The last block a scan of patterns alone needs stops at its pattern.
+    const bool last = l + 1 == layers && !options.logits;
+    norm_forward(normalized, nullptr, resid, W.norm1_w, W.norm1_b, c.norm_eps, norm);
+    linear_forward(qkv, normalized, WP.W_qkv, W.b_qkv);  // [rows, Q | K | V]
+    if (c.architecture.qk_norm) {
+      head_rmsnorm_forward(qkv.leftCols(q_width), H, c.d_head, W.q_norm_w, c.norm_eps, nullptr);
+      head_rmsnorm_forward(qkv.middleCols(q_width, kv_width), c.n_key_value_heads, c.d_head, W.k_norm_w, c.norm_eps,
+                           nullptr);
+    }
+    if (rotary) {
+      const bool local = c.architecture.local_rotary && attention_window(c, l) > 0;
+      for (int b = 0; b < B; ++b) {
+        const Eigen::Index T = rows_of(b), r0 = offset[static_cast<size_t>(b)];
+        cos = (local ? local_cos : rotary_cos).topRows(T);
+        sin = (local ? local_sin : rotary_sin).topRows(T);
+        rotary_forward(qkv.block(r0, 0, T, q_width), H, c.d_head, c.architecture.rotary.dim, cos, sin);
+        rotary_forward(qkv.block(r0, q_width, T, kv_width), c.n_key_value_heads, c.d_head, c.architecture.rotary.dim,
+                       cos, sin);
+      }
+    }
+    const bool want_z = !last || options.keep_z;
+    for (int b = 0; b < B; ++b) {
+      const Eigen::Index T = rows_of(b);
+      q_new[static_cast<size_t>(b)] = qkv.block(offset[static_cast<size_t>(b)], 0, T, q_width);
+      z_new[static_cast<size_t>(b)].resize(T, q_width);
+      caches[static_cast<size_t>(b)]->layer(l).pattern.extend(nullptr, 0, T, static_cast<int>(H));
+    }
+    // Attention per (prompt, head): B x H independent pieces, shared between the threads.
+    const AttentionOptions attention{caches[0]->attention_scale(l), c.architecture.attn_softcap, attention_window(c, l)};
+    const int pieces = B * static_cast<int>(H);
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int piece = 0; piece < pieces; ++piece) {
+      const int b = piece / static_cast<int>(H), h = piece % static_cast<int>(H);
+      const Eigen::Index T = rows_of(b);
+      const float* rows = qkv.data() + offset[static_cast<size_t>(b)] * qkv.cols();
+      LayerActivations& a = caches[static_cast<size_t>(b)]->layer(l);
+      head_attention(
+          h, q_new[static_cast<size_t>(b)], z_new[static_cast<size_t>(b)], scratch[static_cast<size_t>(omp_get_thread_num())],
+          0, T, c, attention, nullptr,
+          [&](const auto& f) { for_each_stacked_block(rows + q_width, T, kv_width, qkv.cols(), f); },
+          [&](const auto& f) { for_each_stacked_block(rows + q_width + kv_width, T, kv_width, qkv.cols(), f); },
+          [&](Eigen::Index i) { return a.pattern.mutable_row(h, i); }, nullptr, want_z);
+    }
+    if (!want_z) break;
+    for (int b = 0; b < B; ++b) {
+      z.middleRows(offset[static_cast<size_t>(b)], rows_of(b)) = z_new[static_cast<size_t>(b)];
+      if (options.keep_z) {
+        LayerActivations& a = caches[static_cast<size_t>(b)]->layer(l);
+        a.z.extend(nullptr, 0, rows_of(b), q_width);
+        a.z.set_rows(0, z_new[static_cast<size_t>(b)]);
+      }
+    }
+    if (last) break;
+
+    linear_forward(block_out, z, WP.W_O, W.b_O);
+    if (W.post_attn_norm_w) post_norm(block_out, W.post_attn_norm_w, c);
+    if (parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
+    resid += block_out;  // resid_mid
+    if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
+    linear_forward(block_out, normalized, WP.W_in, W.b_in);
+    if (gated) {
+      linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
+      gated_activation_forward(mlp_post, mlp_gate, block_out, c.activation);
+    } else {
+      activation_forward(mlp_post, block_out, c.activation);
+    }
+    linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
+    if (W.post_mlp_norm_w) post_norm(block_out, W.post_mlp_norm_w, c);
+    resid += block_out;  // resid_post
+  }
+  for (RowMatrixXf* m : {&normalized, &qkv, &z, &block_out, &mlp_gate, &mlp_post}) m->resize(0, 0);
+  scratch.clear();
+  if (!options.logits) return caches;
+
+  RowMatrixXf ln;
+  VectorXf scale;
+  norm_forward(ln, &scale, resid, weights->final_norm_w(), weights->final_norm_b(), c.norm_eps, norm);
+  for (int b = 0; b < B; ++b) {
+    ActivationCache& cache = *caches[static_cast<size_t>(b)];
+    const Eigen::Index T = rows_of(b), r0 = offset[static_cast<size_t>(b)];
+    cache.ln_final_scale = scale.segment(r0, T);
+    cache.logits.extend(nullptr, 0, T, c.d_vocab);
+    const RowMatrixXf ln_b = ln.middleRows(r0, T);
+    unembed_forward(cache.logits.row_segments(0, T), ln_b, weights->packed_unembed());
+    if (const float cap = c.architecture.final_softcap; cap > 0.0f)
+      for (const auto& [rows, n] : cache.logits.row_segments(0, T)) softcap_forward(rows, n * c.d_vocab, cap);
+    bool finite = true;
+    cache.logits.for_each_block(0, T, [&](Eigen::Index, const ConstStridedMatrixRef& rows) { finite = finite && rows.allFinite(); });
+    cache.logits_finite = finite;
+  }
+  return caches;
 }
 
 }  // namespace hs

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/model/cache.h"
 #include "core/model/intervention.h"
@@ -55,5 +56,27 @@ int auto_threads(const ModelConfig& config, int n_tokens);
 std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens,
                                          const RunOptions& options = {},
                                          std::shared_ptr<const ActivationCache> previous = nullptr);
+
+// What a batched pass (forward_batch) keeps of each prompt.
+struct BatchRunOptions {
+  // The patterns of blocks 0 .. layers - 1 (-1: every block). The pass stops after the last of
+  // them needs: its queries and keys, and its z when keep_z; nothing after it unless logits.
+  int layers = -1;
+  bool keep_z = false;   // z [pos, n_heads*d_head] of those blocks
+  bool logits = false;   // every block, the final norm's scales and the logits
+  int threads = 0;       // 0: chosen from the work, as forward()
+};
+
+// Several prompts through the model in one pass: each block's matrix products take the rows of
+// every prompt stacked (one product of sum(T_b) rows instead of B small ones), attention runs per
+// prompt and head. Returns one cache per prompt with its tokens and what `options` keeps: the
+// patterns of the blocks asked for, z, ln_final's scales and the logits; every other key of those
+// caches is empty and must not be read (they are for the data-set scan, which reads only these).
+// Each value is the same bits as forward() gives for that prompt alone: the products' outputs do
+// not depend on the rows beside them (packed_gemm.h) and attention runs the same code per prompt.
+// Throws hs::Error as forward() does for a bad prompt; no interventions.
+std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<const Weights> weights,
+                                                            std::span<const std::vector<int32_t>> prompts,
+                                                            const BatchRunOptions& options);
 
 }  // namespace hs
