@@ -571,7 +571,7 @@ class Scanner {
       // head statistics; the logits for the loss and DLA.
       bo.keep_z = wants("dla_next_token") || !s_.heads.empty();
       bo.logits = wants("dla_next_token") || wants("loss_per_position");
-      caches = forward_batch(model_.weights(), prompts, bo);
+      caches = forward_batch(model_.weights(), prompts, bo, &batch_scratch_);
     }
     for (size_t i = 0; i < pending_.size(); ++i)
       aggregate(pending_[i].index, *caches[i], pending_[i].dropped);
@@ -740,6 +740,7 @@ class Scanner {
     int dropped;
   };
   std::vector<Pending> pending_;  // text rows taken but not yet run (their indices are counted as handled)
+  BatchScratch batch_scratch_;    // the batched pass's temporaries, kept from one pass to the next
   int64_t pending_tokens_ = 0;
 };
 

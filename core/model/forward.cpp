@@ -526,7 +526,7 @@ void for_each_stacked_block(const float* first_row, Eigen::Index S, Eigen::Index
 
 std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<const Weights> weights,
                                                             std::span<const std::vector<int32_t>> prompts,
-                                                            const BatchRunOptions& options) {
+                                                            const BatchRunOptions& options, BatchScratch* kept) {
   const ModelConfig& c = weights->config();
   require_implemented(c);
   const int B = static_cast<int>(prompts.size());
@@ -544,8 +544,11 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
   const Eigen::Index q_width = H * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
   const auto rows_of = [&](int b) { return offset[static_cast<size_t>(b) + 1] - offset[static_cast<size_t>(b)]; };
 
+  BatchScratch own;
+  BatchScratch& work = kept ? *kept : own;
   // [rows, d_model]: every prompt's embeddings (and learned positions, from 0 for each prompt).
-  RowMatrixXf resid(R, D);
+  RowMatrixXf& resid = work.resid;
+  resid.resize(R, D);
   for (int b = 0; b < B; ++b) {
     const auto& tokens = prompts[static_cast<size_t>(b)];
     for (Eigen::Index i = 0; i < rows_of(b); ++i)
@@ -565,9 +568,16 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
   if (rotary && c.architecture.local_rotary)
     rotary_tables(local_cos, local_sin, rotary_inv_freq(c.architecture.rotary_local), 0, longest);
 
-  std::vector<RowMatrixXf> scratch(static_cast<size_t>(std::max(1, omp_get_max_threads())));
-  std::vector<RowMatrixXf> q_new(static_cast<size_t>(B)), z_new(static_cast<size_t>(B));
-  RowMatrixXf normalized, qkv, z(R, q_width), block_out, mlp_gate, mlp_post, cos, sin;
+  std::vector<RowMatrixXf>& scratch = work.attention;
+  scratch.resize(static_cast<size_t>(std::max(1, omp_get_max_threads())));
+  std::vector<RowMatrixXf>& q_new = work.q_new;
+  std::vector<RowMatrixXf>& z_new = work.z_new;
+  if (q_new.size() < static_cast<size_t>(B)) q_new.resize(static_cast<size_t>(B));
+  if (z_new.size() < static_cast<size_t>(B)) z_new.resize(static_cast<size_t>(B));
+  RowMatrixXf &normalized = work.normalized, &qkv = work.qkv, &z = work.z, &attn_out = work.attn_out,
+              &mlp_pre = work.mlp_pre, &mlp_gate = work.mlp_gate, &mlp_post = work.mlp_post, &mlp_out = work.mlp_out;
+  z.resize(R, q_width);
+  RowMatrixXf cos, sin;
   for (int l = 0; l < layers; ++l) {
     const LayerWeights& W = weights->layer(l);
     const PackedLayer& WP = weights->packed(l);
@@ -625,24 +635,24 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
     }
     if (last) break;
 
-    linear_forward(block_out, z, WP.W_O, W.b_O);
-    if (W.post_attn_norm_w) post_norm(block_out, W.post_attn_norm_w, c);
+    linear_forward(attn_out, z, WP.W_O, W.b_O);
+    if (W.post_attn_norm_w) post_norm(attn_out, W.post_attn_norm_w, c);
     if (parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
-    resid += block_out;  // resid_mid
+    resid += attn_out;  // resid_mid
     if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
-    linear_forward(block_out, normalized, WP.W_in, W.b_in);
+    linear_forward(mlp_pre, normalized, WP.W_in, W.b_in);
     if (gated) {
       linear_forward(mlp_gate, normalized, WP.W_gate, W.b_gate);
-      gated_activation_forward(mlp_post, mlp_gate, block_out, c.activation);
+      gated_activation_forward(mlp_post, mlp_gate, mlp_pre, c.activation);
     } else {
-      activation_forward(mlp_post, block_out, c.activation);
+      activation_forward(mlp_post, mlp_pre, c.activation);
     }
-    linear_forward(block_out, mlp_post, WP.W_out, W.b_out);
-    if (W.post_mlp_norm_w) post_norm(block_out, W.post_mlp_norm_w, c);
-    resid += block_out;  // resid_post
+    linear_forward(mlp_out, mlp_post, WP.W_out, W.b_out);
+    if (W.post_mlp_norm_w) post_norm(mlp_out, W.post_mlp_norm_w, c);
+    resid += mlp_out;  // resid_post
   }
-  for (RowMatrixXf* m : {&normalized, &qkv, &z, &block_out, &mlp_gate, &mlp_post}) m->resize(0, 0);
-  scratch.clear();
+  if (!kept)
+    for (RowMatrixXf* m : {&normalized, &qkv, &z, &attn_out, &mlp_pre, &mlp_gate, &mlp_post, &mlp_out}) m->resize(0, 0);
   if (!options.logits) return caches;
 
   RowMatrixXf ln;
