@@ -99,6 +99,44 @@ TEST_CASE("packed_gemm gives a row the same bits whatever rows and threads come 
   omp_set_num_threads(omp_get_num_procs());
 }
 
+TEST_CASE("a tall product (a batch of prompts) gives each row the bits it gets alone", "[packed_gemm]") {
+  // Over 128 rows the rows are taken a block at a time, and with one K block they are packed
+  // k-major for tile_packed: neither may change a row's bits, in float32 or from 16-bit panels.
+  std::mt19937 gen(8);
+  for (const auto& [M, K, N] : {std::array<int64_t, 3>{700, 500, 100}, {300, 1600, 70}, {129, 768, 49}}) {
+    const auto x = random_vector(static_cast<size_t>(M * K), gen);
+    const auto W = random_vector(static_cast<size_t>(K * N), gen);
+    const auto b = random_vector(static_cast<size_t>(N), gen);
+    std::vector<uint16_t> W16(W.size());
+    for (size_t i = 0; i < W.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &W[i], sizeof bits);
+      W16[i] = static_cast<uint16_t>(bits >> 16);  // BF16 by truncation: any 16-bit values do
+    }
+    for (const hs::PackedMatrix& P :
+         {hs::PackedMatrix::from_rows(W.data(), K, N, N), hs::PackedMatrix::from_rows(hs::PanelType::BF16, W16.data(), K, N, N)}) {
+      std::vector<float> all(static_cast<size_t>(M * N)), one(static_cast<size_t>(N));
+      omp_set_num_threads(2);
+      hs::packed_gemm(M, x.data(), K, P, 0, K, b.data(), all.data(), N);
+      omp_set_num_threads(1);
+      double worst = 0.0;
+      for (int64_t i = 0; i < M; ++i) {
+        hs::packed_gemm(1, x.data() + i * K, K, P, 0, K, b.data(), one.data(), N);
+        INFO("M " << M << " K " << K << " row " << i);
+        REQUIRE(std::memcmp(one.data(), all.data() + i * N, static_cast<size_t>(N) * sizeof(float)) == 0);
+        if (P.type() == hs::PanelType::F32 && i % 37 == 0)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = b[static_cast<size_t>(j)];
+            for (int64_t k = 0; k < K; ++k) s += static_cast<double>(x[static_cast<size_t>(i * K + k)]) * W[static_cast<size_t>(k * N + j)];
+            worst = std::max(worst, std::abs(s - all[static_cast<size_t>(i * N + j)]));
+          }
+      }
+      CHECK(worst <= 1e-5 * static_cast<double>(K));
+    }
+  }
+  omp_set_num_threads(omp_get_num_procs());
+}
+
 TEST_CASE("a matrix packed from its transpose's rows multiplies like the matrix", "[packed_gemm]") {
   // The unembedding is kept [d_vocab, d_model] (the embedding, when tied); it is packed as
   // W_U = rows^T [d_model, d_vocab]. Packing from rows and from transposed rows must agree bit for bit.
