@@ -9,16 +9,23 @@ tokens for --tokens 64): prompt i is the i-th sequence of docs/head-scores.md's 
 drawn here in Python and checked against the ids HeadScope ran (the --per-prompt rows of its first
 tenth).
 
-- HeadScope: `headscope-cli scan --repeat-random N --limit P`, timed from the command to its exit
-  (model loading included; also reported without it, less the time of a scan of 0 prompts). It computes every aggregate of docs/scan.md, of which the head scores
-  are a part, so its time is an upper bound for the head scores alone.
+- HeadScope: `headscope-cli scan --repeat-random N --limit P --aggregates previous_token,
+  duplicate_token,induction`, timed from the command to its exit (model loading included; also
+  reported without it, less the time of a scan of 0 prompts). It computes the three head scores
+  and nothing else: its batched pass stops after the last layer's pattern, as PyTorch's does.
 - PyTorch: the same three head scores per prompt with TransformerLens's conventions (a forward pass
   that keeps hook_pattern, the detectors as masks over [query_pos, key_pos] on the prompt's tokens,
   averaged over the queries that have one), then the mean and standard deviation over prompts. It
   is the fastest honest version we know: tools/reference/hsref.py's GPT-2 weights in float32,
   converted once (not timed), prompts in batches of --batch under torch.inference_mode(), only
-  the patterns kept, the final norm and the unembedding skipped (the head scores do not read
-  them).
+  the patterns kept, the last layer stopped after its pattern, the final norm and the unembedding
+  skipped (the head scores do not read them). The BLAS and threads it ran with are printed
+  (threadpoolctl), as the suite does.
+- The compute floor: the multiply-adds the head scores need (every layer's products but the last
+  layer's, whose queries and keys alone count, and attention's scores and mixing over the causal
+  half), at the peak multiply-add rate measured in the same run (`hs_bench_row --mode peak`,
+  from the benchmark build, --hs-row). Targets of issue 27: HeadScope at least 1.7x faster than
+  PyTorch, and at most 1.3x the floor.
 
 Both must agree (means to 1e-4 absolute: float32 against float32 on different kernels). Prints
 both times and their ratio, and HeadScope's peak RSS after --prompts // 10 prompts and after all
@@ -114,6 +121,8 @@ def torch_head_scores(model, weights, prompts, batch):
             pattern = torch.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)  # hook_pattern
             on_keys = torch.einsum("bhqk,bdqk->bdhq", pattern, masks)   # [batch, 3, head, query_pos]
             scores[:, :, l, :] = (on_keys * counts[:, :, None, :]).sum(-1) / n_queries[:, :, None]
+            if l + 1 == c.n_layer:
+                break  # the scores read nothing after the last pattern
             z = (pattern @ v).transpose(1, 2).reshape(B * T, D)         # [batch*pos, head*d_head]
             resid = resid + torch.addmm(weights[p + "attn.c_proj.bias"], z, weights[p + "attn.c_proj.weight"]).reshape(B, T, D)
             x = F.layer_norm(resid, (D,), weights[p + "ln_2.weight"], weights[p + "ln_2.bias"], c.layer_norm_eps)
@@ -157,6 +166,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cli", default=os.path.join(REPO, "build", "app", "headscope-cli"))
     ap.add_argument("--work", default=None, help="folder for the outputs (default: a temporary one)")
+    ap.add_argument("--hs-row", default=os.path.join(REPO, "build-bench", "tools", "bench", "hs_bench_row"),
+                    help="hs_bench_row of the benchmark build, for the multiply-add peak (tools/bench/run.sh builds it)")
     a = ap.parse_args()
     if a.prompts < 10:
         sys.exit("scan_bench: --prompts must be at least 10 (RSS is compared after a tenth of them).")
@@ -171,7 +182,7 @@ def main():
 
     # HeadScope: a tenth of the prompts, then all of them (RSS must not grow), then timed.
     base = [a.cli, "scan", "--model", a.model, "--repeat-random", str(n), "--seed", str(a.seed),
-            "--threads", str(a.threads)]
+            "--threads", str(a.threads), "--aggregates", ",".join(DETECTORS)]
     startup_seconds, _ = run_cli(base + ["--limit", "0", "-o", os.path.join(work, "none.json")])
     rows = os.path.join(work, "rows.jsonl")  # the ids HeadScope ran, to check ours against
     _, rss_tenth = run_cli(base + ["--limit", str(a.prompts // 10), "--per-prompt", rows,
@@ -187,7 +198,26 @@ def main():
     if ran != prompts[:len(ran)]:
         sys.exit("scan_bench: the prompts drawn here differ from those HeadScope ran (splitmix64 stream).")
 
+    if not os.path.exists(a.hs_row):
+        sys.exit(f"scan_bench: {a.hs_row} is missing; build it (cmake -B build-bench -DHEADSCOPE_BENCH=ON, "
+                 "target hs_bench_row) or give --hs-row.")
+    peak = json.loads(subprocess.run([a.hs_row, "--model", a.model, "--mode", "peak", "--tokens", str(2 * n + 1),
+                                      "--threads", str(a.threads)], check=True, capture_output=True, text=True).stdout)
+    T = 2 * n + 1
+    L, H, D, dh = info["n_layer"], info["n_head"], info["d_model"], info["d_head"]
+    d_mlp = info["d_mlp"]
+    qkv, o, mlp = 3 * D * D, D * D, 2 * D * d_mlp   # GPT-2's products, multiply-adds per token
+    causal = T * (T + 1) / 2
+    flop_per_prompt = 2 * ((L - 1) * (T * (qkv + o + mlp) + 2 * H * dh * causal) + T * qkv + H * dh * causal)
+    floor_seconds = a.prompts * flop_per_prompt / (peak["gflops_threads"] * 1e9)
+
     torch.set_num_threads(a.threads)
+    try:
+        import threadpoolctl
+        blas = [{k: i.get(k) for k in ("internal_api", "num_threads", "threading_layer", "architecture", "version")}
+                for i in threadpoolctl.threadpool_info()]
+    except ImportError:
+        blas = "threadpoolctl not installed"
     model = hsref.load_gpt2(a.model)
     weights = hsref.torch_weights(model, torch.float32)
     with torch.inference_mode():
@@ -210,6 +240,14 @@ def main():
         "headscope_startup_seconds": round(startup_seconds, 3),
         "torch_over_headscope_after_startup": round(torch_seconds / max(hs_seconds - startup_seconds, 1e-9), 2),
         "max_abs_difference_of_means": worst, "agree": agree,
+        "peak_gflops": peak["gflops_threads"], "gflop_per_prompt": round(flop_per_prompt / 1e9, 3),
+        "floor_seconds": round(floor_seconds, 3),
+        "headscope_over_floor": round(hs_seconds / floor_seconds, 2),
+        "headscope_after_startup_over_floor": round((hs_seconds - startup_seconds) / floor_seconds, 2),
+        "torch_over_floor": round(torch_seconds / floor_seconds, 2),
+        "targets": {"at_least_1.7x_torch": torch_seconds / hs_seconds >= 1.7,
+                    "at_most_1.3x_floor": hs_seconds / floor_seconds <= 1.3},
+        "torch": {"version": torch.__version__, "threads": torch.get_num_threads(), "blas": blas},
         "headscope_peak_rss_mb": {f"after_{a.prompts // 10}": round(rss_tenth, 1), f"after_{a.prompts}": round(rss_all, 1)},
         "work": work,
     }, indent=1))
