@@ -558,7 +558,7 @@ class Scanner {
   void flush() {
     if (pending_.empty()) return;
     std::vector<std::shared_ptr<ActivationCache>> caches;
-    if (batch_tokens() <= 1) {
+    if (o_.batch_tokens == 1) {
       RunOptions ro;
       ro.threads = o_.threads;
       for (const Pending& p : pending_) caches.push_back(model_.run(p.tokens, ro));
@@ -608,7 +608,15 @@ class Scanner {
     return queue_prompt(index, std::move(tokens), dropped);
   }
 
-  int64_t batch_tokens() const { return o_.batch_tokens > 0 ? o_.batch_tokens : ScanOptions::kDefaultBatchTokens; }
+  // Rows per batched pass: --batch-tokens, but no more than kMaxBatchLogitBytes of logits when the
+  // aggregates keep them (every prompt's [pos, d_vocab] waits in its cache until the batch is
+  // aggregated: 2048 rows of Gemma's 256k vocabulary would be 2 GB).
+  int64_t batch_tokens() const {
+    const int64_t asked = o_.batch_tokens > 0 ? o_.batch_tokens : ScanOptions::kDefaultBatchTokens;
+    if (!wants("dla_next_token") && !wants("loss_per_position")) return asked;
+    constexpr int64_t kMaxBatchLogitBytes = int64_t{256} << 20;
+    return std::max<int64_t>(1, std::min(asked, kMaxBatchLogitBytes / (4 * int64_t{model_.config().d_vocab})));
+  }
 
   bool wants(const std::string& name) const {
     return o_.aggregates.empty() || std::find(o_.aggregates.begin(), o_.aggregates.end(), name) != o_.aggregates.end();

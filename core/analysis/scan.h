@@ -43,6 +43,7 @@ struct ScanOptions {
   std::vector<std::string> aggregates;
   // Rows (tokens) of text prompts run together in one batched pass (forward_batch); 1: one
   // prompt at a time with a full cache, as the window runs it. The results are the same bits.
+  // With the loss or DLA asked for, a pass also holds at most 256 MiB of logits.
   int64_t batch_tokens = 0;      // 0: kDefaultBatchTokens
   static constexpr int64_t kDefaultBatchTokens = 2048;
 };
