@@ -114,10 +114,13 @@ void ScatterView::rebuild() {
     series_.push_back(graph);
   }
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  double x_lo = lo, x_hi = hi, y_lo = lo, y_hi = hi;
   for (const Point& p : points_) {
     series_[static_cast<size_t>(std::clamp(p.group, 0, groups_ - 1))]->addData(p.x, p.y);
     lo = std::min({lo, p.x, p.y});
     hi = std::max({hi, p.x, p.y});
+    x_lo = std::min(x_lo, p.x), x_hi = std::max(x_hi, p.x);
+    y_lo = std::min(y_lo, p.y), y_hi = std::max(y_hi, p.y);
   }
   highlight_ = plot_->addGraph();
   highlight_->setLineStyle(QCPGraph::lsNone);
@@ -130,7 +133,16 @@ void ScatterView::rebuild() {
   plot_->yAxis->setRange(lo - pad, hi + pad);
   diagonal_->start->setCoords(lo - pad, lo - pad);
   diagonal_->end->setCoords(hi + pad, hi + pad);
-  diagonal_->setVisible(!points_.empty());
+  diagonal_->setVisible(!points_.empty() && diagonal_wanted_);
+  if (!diagonal_wanted_ && !points_.empty()) {
+    // Two quantities of their own units: each axis fits its values.
+    auto padded = [](double a, double b) {
+      const double p = std::max(1e-6, (b - a) * 0.06);
+      return QCPRange(a - p, b + p);
+    };
+    plot_->xAxis->setRange(padded(x_lo, x_hi));
+    plot_->yAxis->setRange(padded(y_lo, y_hi));
+  }
   scale_->setVisible(!points_.empty());
   setHighlighted(highlighted_);
 }
@@ -150,6 +162,12 @@ bool ScatterView::diagonalShown() const {
   const QPointF a = diagonal_->start->coords(), b = diagonal_->end->coords();
   return a.x() == a.y() && b.x() == b.y() && a.x() <= plot_->xAxis->range().lower &&
          b.x() >= plot_->xAxis->range().upper;
+}
+
+void ScatterView::setDiagonalShown(bool shown) {
+  if (shown == diagonal_wanted_) return;
+  diagonal_wanted_ = shown;
+  rebuild();
 }
 
 void ScatterView::setAxisTitles(const QString& x, const QString& y) {

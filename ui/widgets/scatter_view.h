@@ -1,6 +1,7 @@
 // Points (x, y), each coloured by a small integer group (a layer) on a sequential colour scale,
-// with the diagonal y = x drawn: an estimate against the value it estimates. Click a point to
-// select it; hover for its tooltip. Wraps QCustomPlot (hidden behind this class).
+// with the diagonal y = x drawn: an estimate against the value it estimates. Without the diagonal
+// (two different quantities, setDiagonalShown(false)) each axis gets its own range. Click a point
+// to select it; hover for its tooltip. Wraps QCustomPlot (hidden behind this class).
 #pragma once
 
 #include <QString>
@@ -42,6 +43,9 @@ class ScatterView : public QWidget, public FigureSource {
   std::pair<double, double> plottedPoint(int index) const;
   // Whether the diagonal y = x is drawn across the whole range shown.
   bool diagonalShown() const;
+  // On (the default): the diagonal, and one range for both axes so that it is the diagonal. Off:
+  // no diagonal, and each axis fits its own values (x and y are different quantities).
+  void setDiagonalShown(bool shown);
   void setAxisTitles(const QString& x, const QString& y);
   void setHighlighted(int index);  // -1: none
   int highlighted() const { return highlighted_; }
@@ -75,6 +79,7 @@ class ScatterView : public QWidget, public FigureSource {
   int groups_ = 1;
   int highlighted_ = -1;
   int hovered_ = -1;
+  bool diagonal_wanted_ = true;
   std::function<QString(int)> tooltip_;
   FigureText figure_text_;
   QString file_stem_ = QStringLiteral("scatter");
