@@ -22,6 +22,8 @@
 
 class QMenu;
 
+namespace hs { struct ScanState; }
+
 namespace hs::ui {
 
 class Selection;
@@ -48,6 +50,14 @@ struct ViewOption {
 // ("--layer must be an integer (got 'x')").
 std::optional<QVariant> parseViewOption(const ViewOption& option, const QString& text, QString* error);
 
+// A data-set scan's results (File > Scan Data Set as it finishes, or a file of headscope-cli scan
+// opened with File > Open Scan Results), for the views that show one. Made with the model of
+// state->settings["model"]["fingerprint"]: a view shows it only on runs of that model.
+struct DataSetScan {
+  std::shared_ptr<const hs::ScanState> state;
+  QString source;  // where it came from, for titles: the file opened, or what was scanned
+};
+
 // One figure of Export All: `analysis` (when set) is computed first and handed to the view with
 // setResult; then `prepare` runs on the GUI thread and says what to paint, at which size.
 struct ExportFigure {
@@ -69,6 +79,8 @@ class AnalysisView : public QWidget, public FigureSource {
   virtual void setRun(std::shared_ptr<const RunResult> run) = 0;
   // The view's own analysis of the current run (views whose descriptor computes one).
   virtual void setResult(std::shared_ptr<const ViewResult> result);
+  // The window's last data-set scan (null: none yet). Views that do not show one ignore it.
+  virtual void setScan(std::shared_ptr<const DataSetScan>) {}
   // The analysis shown now, or null; the window asks again only when the key or the run differs.
   virtual std::shared_ptr<const ViewResult> result() const { return nullptr; }
   // The figures this view adds to Export All for `run`, in order, for the view's selection.
@@ -108,6 +120,9 @@ class AnalysisView : public QWidget, public FigureSource {
   // Right-click on a head somewhere in the view: the window adds what can be done to a head
   // (ablate it) to `menu`.
   void headContextMenu(int layer, int head, QMenu* menu);
+  // The view shows a head metric computed with the run (a Model metric it has just asked for,
+  // wantModelMetric) that the current run lacks: run the prompt again.
+  void runWanted();
 
  protected:
   // Right-click outside its plots: save the whole view (each plot offers its own figure).
