@@ -66,6 +66,7 @@ void ExportAllJob::start() {
     state->view->show();
     if (const auto inputs = options_.view_inputs.find(descriptor.id); inputs != options_.view_inputs.end())
       state->view->setViewInputs(inputs->second);
+    state->view->setScan(options_.scan);
     state->view->setRun(run_);
     std::vector<ExportFigure> figures = state->view->exportFigures(*run_);
     if (figures.empty())

@@ -36,6 +36,8 @@ class ExportAllJob : public QObject {
     // A view's inputs beyond the selection, by view id (AnalysisView::viewInputs of the window's
     // views), given to the job's own instance before it lists its figures.
     ViewInputsById view_inputs;
+    // The window's last data-set scan (AnalysisView::setScan), for the views that show one.
+    std::shared_ptr<const DataSetScan> scan;
   };
 
   ExportAllJob(std::shared_ptr<const RunResult> run, Options options, QObject* parent = nullptr);

@@ -105,6 +105,24 @@ class MainWindow : public QMainWindow {
   // File > Scan Data Set: asks what to scan, runs it on a worker with progress and cancel in the
   // status bar, and shows the per-head means in the head grid ("… (data set)" metrics).
   void scanDataSet();
+  // File > Open Scan Results: asks for the output of `headscope-cli scan` (OUT.json, or OUT.npz
+  // with OUT.npz.json beside it) and opens it.
+  void openScanResults();
+  // Reads a scan output on a worker; then, as a finished File > Scan Data Set does, its per-head
+  // means go to the heads panel and the scan to the views. A file that cannot be read leaves the
+  // window as it was and says why in a message box. Results made with another model than the
+  // loaded one are kept marked as that model's: shown only on runs of it.
+  void openScanResultsFile(const QString& path);
+  // The last scan with per-head descriptions handed to the views (null: none yet).
+  std::shared_ptr<const DataSetScan> dataSetScan() const { return scan_; }
+
+ Q_SIGNALS:
+  // A scan's results reached the window (from a finished scan or a file): for tests and scripts.
+  void scanResultsShown();
+  // Opening scan results failed; `message` is what the message box said.
+  void scanResultsFailed(const QString& message);
+
+ public:
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -146,6 +164,9 @@ class MainWindow : public QMainWindow {
   void updateRecentMenu();
   // scan
   void startScan(const hs::ScanOptions& options);
+  // A finished or opened scan: its means to the heads panel, and (when it describes heads) the
+  // scan to every view. `source` names it in titles.
+  void showScanResults(std::shared_ptr<const hs::ScanState> state, const QString& source);
 
   AnalysisController* controller_ = nullptr;
   Selection* selection_ = nullptr;
@@ -188,6 +209,8 @@ class MainWindow : public QMainWindow {
   QPointer<QMessageBox> load_error_box_;
   std::unique_ptr<ExportAllJob> export_job_;
   std::unique_ptr<ScanJob> scan_job_;
+  std::shared_ptr<const DataSetScan> scan_;
+  bool opening_scan_ = false;  // a scan file is being read
   QToolButton* scan_cancel_ = nullptr;
   bool restore_settings_ = true;
   int heads_width_ = 0;  // 0: not chosen yet (the first run chooses it by the model's heads)

@@ -72,6 +72,7 @@ ExportAllJob::Options MainWindow::exportAllOptions(const QString& dir) const {
   options.head = selection_->head();
   options.target = selection_->target();
   options.versus = selection_->versus();
+  options.scan = scan_;
   for (size_t i = 0; i < views_.size(); ++i)
     if (const ViewInputs inputs = views_[i]->viewInputs(); !inputs.isEmpty())
       options.view_inputs[viewRegistry()[i].id] = inputs;

@@ -45,6 +45,8 @@ void MainWindow::buildMenus() {
   file->addSeparator();
   file->addAction(QStringLiteral("&Scan Data Set…"), this, &MainWindow::scanDataSet)
       ->setObjectName(QStringLiteral("actionScanDataSet"));
+  file->addAction(QStringLiteral("Open Scan &Results…"), this, &MainWindow::openScanResults)
+      ->setObjectName(QStringLiteral("actionOpenScanResults"));
   file->addSeparator();
   QAction* quit = file->addAction(QStringLiteral("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));

@@ -90,6 +90,10 @@ void MainWindow::connectEverything() {
             [this, id](const AnalysisKey& key) { controller_->request(id, key); });
     connect(views_[i], &AnalysisView::cancelRequested, this, [this, id] { controller_->cancel(id); });
     connect(views_[i], &AnalysisView::analysisKeyChanged, this, [this] { requestAnalyses(); });
+    connect(views_[i], &AnalysisView::runWanted, this, [this] {
+      debounce_.stop();
+      controller_->requestRun(prompt_->toPlainText());
+    });
     connect(views_[i], &AnalysisView::headContextMenu, this, [this](int layer, int head, QMenu* menu) {
       if (layer >= 0 && layer < selection_->layerCount() && head >= 0 && head < selection_->headCount())
         addHeadActions(layer * selection_->headCount() + head, menu);

@@ -1,8 +1,15 @@
 // File > Scan Data Set: the dialog, the scan on a worker with progress and Cancel in the status
-// bar, and its per-head means handed to the heads panel.
+// bar, and its per-head means handed to the heads panel; File > Open Scan Results: the same from
+// a file of headscope-cli scan. A scan that describes heads also goes to every view (Heads over
+// Data shows it).
 #include "ui/window/main_window.h"
 
 #include <QDialog>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QSettings>
+#include <QtConcurrent/QtConcurrentRun>
 #include <QLabel>
 #include <QMessageBox>
 #include <QProgressBar>
@@ -11,13 +18,31 @@
 
 #include <utility>
 
+#include "core/error.h"
+#include "core/io/scan_io.h"
 #include "core/model/model.h"
+#include "ui/base/deliver.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/views/head_metrics_bar.h"
 #include "ui/window/scan_dialog.h"
 #include "ui/window/scan_job.h"
 
 namespace hs::ui {
+
+namespace {
+
+// What a scan read, for titles: its input file's name, or the repeated random tokens.
+QString scanSource(const hs::ScanState& state) {
+  const nlohmann::json input = state.settings.value("input", nlohmann::json::object());
+  if (input.contains("repeat_random"))
+    return QStringLiteral("repeated random tokens (|R| = %1)").arg(input.value("repeat_random", 0));
+  const nlohmann::json paths = state.settings.value("paths", nlohmann::json::object());
+  if (paths.contains("input") && paths["input"].is_string())
+    return QFileInfo(QString::fromStdString(paths["input"].get<std::string>())).fileName();
+  return QStringLiteral("the data set");
+}
+
+}  // namespace
 
 void MainWindow::scanDataSet() {
   if (!controller_->model()) {
@@ -65,17 +90,101 @@ void MainWindow::startScan(const hs::ScanOptions& options) {
               statusBar()->showMessage(QStringLiteral("Scan cancelled; the head grid keeps what it showed."), 8000);
               return;
             }
-            for (HeadMetricValues& v : ScanJob::headMetricValues(*state)) head_metrics_->setExternalValues(std::move(v));
-            head_metrics_->setMetricId(QStringLiteral("induction_dataset"));
+            showScanResults(state, scanSource(*state));
             int64_t bad = 0;
             for (const auto& [reason, b] : state->bad) bad += b.count;
             statusBar()->showMessage(QStringLiteral("Scanned %1 prompts (%2 bad lines skipped): the head grid shows "
-                                                    "the data set's mean induction score; Scores: chooses another.")
+                                                    "the data set's mean induction score; Scores: chooses another.%3")
                                          .arg(state->prompts)
-                                         .arg(bad),
+                                         .arg(bad)
+                                         .arg(state->heads.empty() ? QString()
+                                                                   : QStringLiteral(" Heads over Data describes each head.")),
                                      15000);
           });
   scan_job_->start();
+}
+
+}  // namespace hs::ui
+
+namespace hs::ui {
+
+void MainWindow::openScanResults() {
+  QSettings settings;
+  const QString start = settings.value(QStringLiteral("scan/lastResults"), QDir::homePath()).toString();
+  const QString path = QFileDialog::getOpenFileName(this, QStringLiteral("Open Scan Results"), start,
+                                                    QStringLiteral("Scan results (*.json *.npz);;All files (*)"));
+  if (path.isEmpty()) return;
+  settings.setValue(QStringLiteral("scan/lastResults"), path);
+  openScanResultsFile(path);
+}
+
+void MainWindow::openScanResultsFile(const QString& path) {
+  if (opening_scan_) {
+    statusBar()->showMessage(QStringLiteral("Scan results are already being opened."), 4000);
+    return;
+  }
+  opening_scan_ = true;
+  status_busy_->setText(QStringLiteral("Reading %1…").arg(QFileInfo(path).fileName()));
+  struct Read {
+    std::shared_ptr<const hs::ScanState> state;
+    QString message;
+  };
+  // A scan with heads keeps every sampled pattern row: megabytes of JSON, read on a worker.
+  auto reading = QtConcurrent::run([path]() -> Read {
+    Read r;
+    try {
+      const std::filesystem::path json = hs::scan_json_path(path.toStdString());
+      auto state = std::make_shared<hs::ScanState>(hs::read_scan_output(json));
+      const nlohmann::json model = state->settings.value("model", nlohmann::json::object());
+      if (!model.contains("fingerprint") || !model["fingerprint"].is_string())
+        throw hs::Error(json.string() + " does not say which model made it (settings.model.fingerprint): it was "
+                        "written by an older headscope-cli. Scan the data set again.");
+      r.state = std::move(state);
+    } catch (const std::exception& e) {
+      r.message = QString::fromStdString(e.what());
+    }
+    return r;
+  });
+  deliverLater(reading, this, [this, path](const Read& r) {
+    opening_scan_ = false;
+    status_busy_->clear();
+    if (!r.state) {
+      const QString message = QStringLiteral("Could not open the scan results %1:\n\n%2")
+                                  .arg(QDir::toNativeSeparators(path), r.message);
+      Q_EMIT scanResultsFailed(message);
+      QMessageBox::warning(this, QStringLiteral("Open Scan Results"), message);
+      return;
+    }
+    showScanResults(r.state, QFileInfo(path).fileName());
+    const QString scanned_with = QString::fromStdString(r.state->settings["model"].value("name", std::string()));
+    QString note;
+    const auto model = controller_->model();
+    if (model && r.state->settings["model"]["fingerprint"].get<std::string>() != model->fingerprint())
+      note = QStringLiteral(" They were made with the model %1, not the loaded %2: they are shown only while %1 is "
+                            "loaded.")
+                 .arg(scanned_with, QString::fromStdString(model->name()));
+    else if (!r.state->complete)
+      note = QStringLiteral(" The scan is partial (%1 of %2 lines).").arg(r.state->next_index).arg(r.state->total_indices);
+    statusBar()->showMessage(QStringLiteral("Opened the scan results %1 (%2 prompts).%3")
+                                 .arg(QFileInfo(path).fileName())
+                                 .arg(r.state->prompts)
+                                 .arg(note),
+                             15000);
+  });
+}
+
+void MainWindow::showScanResults(std::shared_ptr<const hs::ScanState> state, const QString& source) {
+  for (HeadMetricValues& v : ScanJob::headMetricValues(*state)) head_metrics_->setExternalValues(std::move(v));
+  head_metrics_->setMetricId(QStringLiteral("induction_dataset"));
+  // The views keep the last scan that describes heads: one without leaves them as they were.
+  if (!state->heads.empty()) {
+    auto scan = std::make_shared<DataSetScan>();
+    scan->state = std::move(state);
+    scan->source = source;
+    scan_ = std::move(scan);
+    for (AnalysisView* v : views_) v->setScan(scan_);
+  }
+  Q_EMIT scanResultsShown();
 }
 
 }  // namespace hs::ui

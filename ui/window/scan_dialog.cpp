@@ -1,5 +1,6 @@
 #include "ui/window/scan_dialog.h"
 
+#include <QCheckBox>
 #include <QDialogButtonBox>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -20,7 +21,8 @@ ScanDialog::ScanDialog(int n_ctx, QWidget* parent) : QDialog(parent) {
   setObjectName(QStringLiteral("scanDialog"));
   auto* layout = new QVBoxLayout(this);
   auto* intro = new QLabel(QStringLiteral("Runs every prompt through the model, one at a time, and shows each head's "
-                                          "mean score over the data set in the head grid (Scores: … (data set))."),
+                                          "mean score over the data set in the head grid (Scores: … (data set)); "
+                                          "with “Describe each head”, the Heads over Data view describes every head."),
                            this);
   intro->setWordWrap(true);
   layout->addWidget(intro);
@@ -62,6 +64,15 @@ ScanDialog::ScanDialog(int n_ctx, QWidget* parent) : QDialog(parent) {
   form->addRow(QStringLiteral("Cut prompts to:"), max_tokens_);
   layout->addLayout(form);
 
+  heads_ = new QCheckBox(QStringLiteral("Describe each head (attention by distance, top tokens, entropy, examples)"), this);
+  heads_->setObjectName(QStringLiteral("scanHeads"));
+  heads_->setToolTip(QStringLiteral("Also keeps, for every head, where its attention goes by distance, which tokens it "
+                                    "reads from and looks from, how spread its patterns are, and example contexts "
+                                    "from each decile of its output norm: the Heads over Data view shows them. "
+                                    "Makes the scan somewhat slower."));
+  heads_->setChecked(QSettings().value(QStringLiteral("scan/heads"), true).toBool());
+  layout->addWidget(heads_);
+
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
   buttons->button(QDialogButtonBox::Ok)->setText(QStringLiteral("Scan"));
   connect(buttons, &QDialogButtonBox::accepted, this, &ScanDialog::accept);
@@ -98,6 +109,7 @@ void ScanDialog::setRepeatRandom(int length) {
 }
 void ScanDialog::setLimit(int limit) { limit_->setValue(limit); }
 void ScanDialog::setMaxTokens(int tokens) { max_tokens_->setValue(tokens); }
+void ScanDialog::setDescribeHeads(bool on) { heads_->setChecked(on); }
 
 void ScanDialog::accept() {
   if (from_file_->isChecked() && path_->text().trimmed().isEmpty()) {
@@ -106,11 +118,13 @@ void ScanDialog::accept() {
     return;
   }
   if (from_file_->isChecked()) QSettings().setValue(QStringLiteral("scan/lastFile"), path_->text().trimmed());
+  QSettings().setValue(QStringLiteral("scan/heads"), heads_->isChecked());
   QDialog::accept();
 }
 
 hs::ScanOptions ScanDialog::options() const {
   hs::ScanOptions o;
+  o.heads = heads_->isChecked();
   if (from_file_->isChecked()) {
     o.input = path_->text().trimmed().toStdString();
     o.limit = limit_->value() > 0 ? limit_->value() : -1;

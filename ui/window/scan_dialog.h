@@ -7,6 +7,7 @@
 
 #include "core/analysis/scan.h"
 
+class QCheckBox;
 class QLineEdit;
 class QRadioButton;
 class QSpinBox;
@@ -27,6 +28,9 @@ class ScanDialog : public QDialog {
   void setRepeatRandom(int length);
   void setLimit(int limit);        // 0: every line
   void setMaxTokens(int tokens);   // 0: prompts longer than the context are bad lines
+  // Also describe each head over the data set (ScanOptions::heads; the Heads over Data view).
+  // On by default: it costs a little time per prompt, and without it that view has nothing.
+  void setDescribeHeads(bool on);
 
   void accept() override;
 
@@ -40,6 +44,7 @@ class ScanDialog : public QDialog {
   QSpinBox* repeat_;
   QSpinBox* limit_;
   QSpinBox* max_tokens_;
+  QCheckBox* heads_;
 };
 
 }  // namespace hs::ui

@@ -71,6 +71,9 @@ std::vector<HeadMetricValues> ScanJob::headMetricValues(const hs::ScanState& sta
       }
     v.note = most > 0 ? QStringLiteral("mean over %1 prompt%2 of the data set").arg(most).arg(most == 1 ? "" : "s")
                       : QStringLiteral("no score: no prompt of the data set had a query position for it");
+    // An interrupted scan's file (resumable with headscope-cli scan --resume) can be opened too.
+    if (!state.complete)
+      v.note += QStringLiteral(" (a partial scan: %1 of %2 lines)").arg(state.next_index).arg(state.total_indices);
     out.push_back(std::move(v));
   }
   return out;
