@@ -86,11 +86,13 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   // Attention: overview + every head; Contributions: 2; Concat vs Sum: one per layer; Logit Lens: 1;
   // QK / OV: the selected head; Patching: nothing, since no corrupted prompt was given (the
   // message says so; ablate_patch_test.cpp exports its maps); the selected head's edge
-  // attributions (attention) and the Attribution view's 4 figures.
+  // attributions (attention) and the Attribution view's 4 figures; Heads over Data: nothing, since
+  // no data-set scan was given (head_dataset_view_test.cpp exports one).
   CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4);
   CHECK_FALSE(files.contains(QStringLiteral("patching.png")));
   CHECK(out.message.contains(QStringLiteral("nothing to export from Patching: no corrupted prompt")));
-  REQUIRE(job.skipped().size() == 1);
+  CHECK(out.message.contains(QStringLiteral("Heads over Data: no data-set scan")));
+  REQUIRE(job.skipped().size() == 2);
   CHECK(files.contains(QStringLiteral("attention_L1H3.png")));
   CHECK(files.contains(QStringLiteral("concat_vs_sum_L0.png")));
   CHECK(files.contains(QStringLiteral("heads_overview.png")));
