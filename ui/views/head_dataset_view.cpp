@@ -240,7 +240,7 @@ HeadDatasetView::HeadDatasetView(Selection* selection, QWidget* parent) : Analys
   entropy_box->addWidget(entropy_, 1);
   charts->addLayout(distance_box, 3);
   charts->addLayout(entropy_box, 2);
-  right_layout->addLayout(charts, 2);
+  right_layout->addLayout(charts, 3);
   examples_caption_ = caption(right);
   right_layout->addWidget(examples_caption_);
   examples_ = new ShadedTokenRows;
@@ -250,7 +250,7 @@ HeadDatasetView::HeadDatasetView(Selection* selection, QWidget* parent) : Analys
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  right_layout->addWidget(scroll, 3);
+  right_layout->addWidget(scroll, 7);
   columns->addWidget(left);
   columns->addWidget(right);
   columns->setStretchFactor(0, 4);
@@ -566,9 +566,8 @@ void HeadDatasetView::refreshHead() {
     }
   }
   examples_caption_->setText(
-      QStringLiteral("<b>Examples</b> from each decile of the output norm ‖z W_O‖, lowest (D1) to highest (D10): each "
-                     "row a context ending at the query (outlined), every token shaded by %1's attention from the "
-                     "query (white 0 to dark 1, as the Attention view)")
+      QStringLiteral("<b>Examples</b> by decile of the output norm ‖z W_O‖, lowest (D1) to highest (D10): contexts "
+                     "ending at the query (outlined), each token shaded by %1's attention from it (white 0 to dark 1)")
           .arg(label));
   examples_->setMessage(QStringLiteral("No examples: the scan sampled no positions."));
   examples_->setRows(std::move(rows));

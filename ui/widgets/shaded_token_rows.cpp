@@ -14,8 +14,8 @@ namespace hs::ui {
 namespace {
 
 constexpr int kTokenChars = 12;   // a token's text is elided past this
-constexpr double kPadX = 3.0;     // inside a chip, each side
-constexpr double kSpacing = 2.0;  // between chips
+constexpr double kPadX = 2.5;     // inside a chip, each side
+constexpr double kSpacing = 1.5;  // between chips
 constexpr int kGap = 6;           // above a row that starts a group
 constexpr int kLabelGap = 10;     // between the label column and the tokens
 
@@ -46,10 +46,11 @@ int ShadedTokenRows::rowHeight() const { return fontMetrics().height() + 5; }
 QSize ShadedTokenRows::sizeHint() const {
   int h = 4;
   for (const Row& r : rows_) h += rowHeight() + (r.gap_above ? kGap : 0);
-  return {600, std::max(h, 3 * rowHeight())};
+  // Narrow: in a scroll area that fits its width, a wider hint would push the query past the edge.
+  return {260, std::max(h, 3 * rowHeight())};
 }
 
-QSize ShadedTokenRows::minimumSizeHint() const { return {240, sizeHint().height()}; }
+QSize ShadedTokenRows::minimumSizeHint() const { return {200, sizeHint().height()}; }
 
 std::vector<ShadedTokenRows::Cell> ShadedTokenRows::layout() const {
   std::vector<Cell> cells;
