@@ -263,3 +263,20 @@ TEST_CASE("File > Scan Data Set with Describe each head fills Heads over Data", 
   CHECK(view->scatter()->pointCount() == w.run()->n_layer() * w.run()->n_head());
   CHECK(view->titleLabel()->text().contains(QStringLiteral("repeated random tokens")));
 }
+
+TEST_CASE("The OV copying axis is the heads panel's copying score, asked for when chosen", "[head_data][scan]") {
+  const auto path = writeScan(headsScan(), "heads_scan_copying.json");
+  test::Window w(QStringLiteral("The cat sat. The cat"));
+  HeadDatasetView* view = showView(w);
+  openScan(w, path);
+  REQUIRE(view->showsScan());
+  view->setAxes(QStringLiteral("copying"), QStringLiteral("induction"));
+  // The Model metric comes with the run the view asked for.
+  REQUIRE(waitFor([&] { return w.run()->headMetric(QStringLiteral("copying")) != nullptr; }, 30000));
+  const HeadMetricValues* copying = w.run()->headMetric(QStringLiteral("copying"));
+  REQUIRE(waitFor([&] { return view->scatter()->pointCount() == w.run()->n_layer() * w.run()->n_head(); }));
+  for (int i = 0; i < view->scatter()->pointCount(); ++i) {
+    const auto [l, h] = view->pointHead(i);
+    CHECK(view->scatter()->point(i).x == copying->values(l, h));
+  }
+}
