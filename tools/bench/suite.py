@@ -321,6 +321,8 @@ def run_row(args, hs_row, mode, tokens, threads, ids_arg, plan_=None, sides_run=
             g = got[k]
             if not take(g, j):
                 continue
+            if k == "pt":
+                g["blas"], g["malloc"] = j.get("blas"), j.get("malloc")
             g["cache_mb"] = j.get("cache_mb", g["cache_mb"])
             if j.get("load_ms") is not None:
                 g["load"].append(j["load_ms"])
@@ -329,6 +331,8 @@ def run_row(args, hs_row, mode, tokens, threads, ids_arg, plan_=None, sides_run=
     for k, g in got.items():
         summarize(row, k, g)
     row["hs_cache_mb"] = got["hs"]["cache_mb"]
+    # Which BLAS kernel and malloc setting PyTorch ran with, as torch_bench.py reported them.
+    row["pt_blas"], row["pt_malloc"] = got["pt"].get("blas"), got["pt"].get("malloc")
     row["pt_load_ms"] = got["pt"]["load"]
     ok = row["hs_ms"] and row["pt_ms"]
     row["ratio"] = row["hs_ms"] / row["pt_ms"] if ok else None
@@ -1090,6 +1094,13 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append(f"- PyTorch {m['torch']} (Debian's python3-torch), NumPy {m['numpy']}, {m['python']}; "
              f"BLAS loaded by torch: {m['torch_blas']}")
     ct = m["openblas_coretype_in_env"]
+    pt_row = next((r for r in rows if r.get("pt_blas")), None)
+    if pt_row:
+        kernels = ", ".join(f"{b.get('internal_api')} {b.get('version') or ''} {b.get('architecture') or ''} "
+                            f"({b.get('threading_layer') or '-'}, {b.get('num_threads')} threads)".replace("  ", " ")
+                            for b in pt_row["pt_blas"]) if isinstance(pt_row["pt_blas"], list) else pt_row["pt_blas"]
+        L.append(f"- PyTorch's rows ran on (threadpoolctl, in the timed process): {kernels}; malloc: "
+                 f"{pt_row['pt_malloc']} (torch_bench.py sets glibc's as HeadScope sets its own)")
     L.append(f"- Other processes' CPU use during the run: {others:.2f} cores on average (the machine's busy time "
              f"minus the suite's own).")
     L.append(f"- Load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in load_start)} at the start, "

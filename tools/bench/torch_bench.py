@@ -32,14 +32,30 @@ run in the format of `hsref.py run` (float32, masked scores -inf), to check this
 
 Measured here: Debian's torch is fastest with libopenblas0-openmp and with OPENBLAS_CORETYPE
 unset, so the script re-executes itself without that variable; threads are always set explicitly.
+
+It also re-executes itself with glibc's malloc set as HeadScope sets its own (core/model/forward.cpp:
+a fixed 4 MiB mmap threshold and a 64 MiB trim threshold, through GLIBC_TUNABLES). With glibc's
+default, which moves the mmap threshold as blocks are freed, the cache mode's large tensors were
+mapped and faulted in afresh on every pass or not depending on the process's allocation history:
+106 ms against 68 ms for the same 20-token pass on the same machine, and the suite and a run
+alone disagreed by about 2x between hosts (issue 27). HEADSCOPE_TORCH_MALLOC=default keeps glibc's
+default. The JSON says which malloc setting and which BLAS and kernel ran (threadpoolctl).
 """
 
 import os
 import sys
 
-if "OPENBLAS_CORETYPE" in os.environ:  # must be gone before OpenBLAS loads
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=4194304:glibc.malloc.trim_threshold=67108864"
+_env = dict(os.environ)
+_reexec = False
+if "OPENBLAS_CORETYPE" in _env:  # must be gone before OpenBLAS loads
+    del _env["OPENBLAS_CORETYPE"]
+    _reexec = True
+if _env.get("HEADSCOPE_TORCH_MALLOC") != "default" and _env.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
+    _env["GLIBC_TUNABLES"] = MALLOC_TUNABLES  # read by the dynamic loader: only a new process sees it
+    _reexec = True
+if _reexec:
+    os.execve(sys.executable, [sys.executable] + sys.argv, _env)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -492,6 +508,16 @@ class Passes:
             i += 1
 
 
+def blas_info():
+    """The BLAS and OpenMP libraries torch runs on, with the kernel OpenBLAS chose (threadpoolctl)."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return "threadpoolctl not installed (apt install python3-threadpoolctl)"
+    return [{k: i.get(k) for k in ("internal_api", "version", "architecture", "threading_layer", "num_threads")}
+            for i in threadpoolctl.threadpool_info()]
+
+
 def bench_tokens(n: int, d_vocab: int):
     return np.random.default_rng(12345).integers(0, d_vocab, n).tolist()
 
@@ -687,6 +713,7 @@ def main() -> int:
         "mode": args.mode, "tokens": len(tokens), "threads": args.threads, "stopped_early": passes.stopped_early,
         "load_ms": round(load_ms, 1), "torch": torch.__version__,
         "layout": layout, "layout_probe_ms": layout_ms,
+        "malloc": os.environ.get("GLIBC_TUNABLES") or "glibc default", "blas": blas_info(),
     }))
     return 0
 
