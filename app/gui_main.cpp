@@ -63,6 +63,7 @@ std::string usage() {
   view_usage << QStringLiteral("[--export OUTDIR [--scale 1|2]]");
   std::string text =
       "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS] [--keep first|last]\n"
+      "                 [--scan-results FILE]\n"
       "                 " +
       view_usage.join(QLatin1Char(' ')).toStdString() +
       "\n"
@@ -82,7 +83,9 @@ std::string usage() {
       "  --ablate HEADS   run with these heads ablated, as headscope-cli run --ablate: LAYER.HEAD\n"
       "                   items separated by commas, each :zero (default) or :mean, e.g. 3.2,1.0:mean\n"
       "  --keep first|last  a text longer than the model's context runs its first n_ctx tokens, or\n"
-      "                   BOS and its last ones (default: the window's last choice; first for --export)\n" +
+      "                   BOS and its last ones (default: the window's last choice; first for --export)\n"
+      "  --scan-results FILE  open this output of headscope-cli scan (or File > Scan Data Set) in the\n"
+      "                   window, as File > Open Scan Results does (not with --export)\n" +
       view_options +
       "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
       "                   opening a window; needs --text\n"
@@ -149,7 +152,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption head(QStringLiteral("head"), "selected head", "L.H");
   const QCommandLineOption ablate(QStringLiteral("ablate"), "ablated heads", "HEADS");
   const QCommandLineOption keep(QStringLiteral("keep"), "what an over-long text keeps", "first|last");
-  parser.addOptions({model, text, out, scale, view, head, ablate, keep});
+  const QCommandLineOption scan_results(QStringLiteral("scan-results"), "a scan output to open", "FILE");
+  parser.addOptions({model, text, out, scale, view, head, ablate, keep, scan_results});
   // Each view's own options (ui/views/registry.cpp), whose values go to that view.
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
     for (const hs::ui::ViewOption& o : v.options)
@@ -219,6 +223,10 @@ int main(int argc, char** argv) {
       view_inputs[v.id][o.name] = *value;
     }
 
+  if (headless && parser.isSet(scan_results)) {
+    std::fprintf(stderr, "headscope: --scan-results opens a scan in the window; --export does not take one\n");
+    return 2;
+  }
   if (headless) {
     hs::ui::HeadlessExportOptions options;
     options.layer = layer;
@@ -251,6 +259,7 @@ int main(int argc, char** argv) {
   options.ablations = ablations;
   options.view_inputs = view_inputs;
   options.keep_last = keep_last;
+  options.scan_results = parser.value(scan_results);
   // The window runs the model on its own thread; the GUI thread must never start an OpenMP team
   // (an Eigen product in a view would), which would slow every run (hs::release_thread_team).
   omp_set_num_threads(1);

@@ -126,6 +126,8 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   prompt_->moveCursor(QTextCursor::End);
   debounce_.stop();  // the text above is run once the model is in
   const QString start_dir = options.model_dir.isEmpty() ? builtin_dir_ : options.model_dir;
+  // Read beside the model's load; it is shown once a run of the model that made it is in.
+  if (!options.scan_results.isEmpty()) openScanResultsFile(options.scan_results);
   if (!start_dir.isEmpty()) {
     loadModel(start_dir);
   } else {

@@ -56,6 +56,8 @@ struct MainWindowOptions {
   // Text longer than the context: keep its last tokens (true) or its first (false); unset: the
   // choice saved in QSettings ("prompt/keep_last"), else the first.
   std::optional<bool> keep_last = std::nullopt;
+  // A scan output to open at start (File > Open Scan Results); empty: none.
+  QString scan_results = {};
 };
 
 class MainWindow : public QMainWindow {
