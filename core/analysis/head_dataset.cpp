@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/io/base64.h"
+#include "core/io/splitmix64.h"
 #include "core/model/cache.h"
 #include "core/model/config_json.h"
 #include "core/model/model.h"
@@ -20,19 +21,10 @@ namespace {
 
 using nlohmann::json;
 
-// splitmix64's finalizer: a 64-bit mix with no fixed points worth worrying about.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 // The sampling key of (input index, position): the same on every machine and in every shard.
 uint64_t sample_hash(int64_t index, int position) {
-  return mix64(mix64(static_cast<uint64_t>(index) + 0x9e3779b97f4a7c15ULL) ^ static_cast<uint64_t>(position));
+  return splitmix64_mix(splitmix64_mix(static_cast<uint64_t>(index) + 0x9e3779b97f4a7c15ULL) ^
+                        static_cast<uint64_t>(position));
 }
 
 bool sample_before(const HeadSample& a, const HeadSample& b) {

@@ -1,5 +1,7 @@
 #include "core/analysis/head_scores.h"
 
+#include "core/io/splitmix64.h"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -67,10 +69,7 @@ std::vector<int32_t> repeat_random_prompt(const Model& model, uint64_t seed, int
   seq[0] = bos;
   for (int i = 0; i < n; ++i) {
     state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    const uint64_t z = splitmix64_mix(state);
     int32_t t = static_cast<int32_t>(z % (vocab - 1));
     if (t >= bos) ++t;
     seq[static_cast<size_t>(1 + i)] = seq[static_cast<size_t>(1 + n + i)] = t;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/io/splitmix64.h"
+
 namespace hs::tokenizer_detail {
 
 struct Merge {
@@ -45,14 +47,7 @@ class MergeTable {
   static uint64_t pack(int32_t left, int32_t right) {
     return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
   }
-  static uint64_t hash(uint64_t key) {  // splitmix64's finalizer
-    key ^= key >> 30;
-    key *= 0xbf58476d1ce4e5b9ULL;
-    key ^= key >> 27;
-    key *= 0x94d049bb133111ebULL;
-    key ^= key >> 31;
-    return key;
-  }
+  static uint64_t hash(uint64_t key) { return splitmix64_mix(key); }
   void grow();
 
   std::vector<Slot> slots_;

@@ -91,7 +91,7 @@ M64 = (1 << 64) - 1
 
 
 def mix64(x):
-    """splitmix64's finalizer, as core/analysis/head_dataset.cpp's mix64."""
+    """splitmix64's finalizer, as core/io/splitmix64.h's splitmix64_mix."""
     x ^= x >> 30
     x = (x * 0xbf58476d1ce4e5b9) & M64
     x ^= x >> 27
