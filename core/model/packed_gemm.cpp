@@ -146,7 +146,10 @@ struct TileArgs {
   int64_t ldo;
 };
 
-template <int R, int V, class Panels>
+// With PackedRows (a tall product, see gemm_segments) x holds the tile's rows packed k-major,
+// x[k * kTallRows + r]: the broadcasts then read one line of one stream instead of one line of
+// each of R rows. The multiply-adds and their order are the same either way, and so are the bits.
+template <int R, int V, class Panels, bool PackedRows = false>
 void tile(const TileArgs& a) {
   Vec acc[R][V];
   for (int r = 0; r < R; ++r)
@@ -160,38 +163,7 @@ void tile(const TileArgs& a) {
     for (int v = 0; v < V; ++v) w[v] = Panels::load(p + v * a.pstride + k * kLanes);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const float s = x[r * a.ldx + k];
-#pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) acc[r][v] += s * w[v];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) {
-      const int cols = v + 1 == V ? a.last_cols : kLanes;
-      Vec y = acc[r][v];
-      if (a.bias) y += load_n(a.bias + v * kLanes, cols);
-      store_n(a.out + r * a.ldo + v * kLanes, y, cols);
-    }
-}
-
-// The tile of a tall product, whose rows were packed k-major (x[k * kTallRows + r], see
-// gemm_segments): the broadcasts read one line of a contiguous stream instead of one line of each
-// of R rows. The same multiply-adds in the same order as tile(), so the same bits.
-template <int R, int V>
-void tile_packed(const TileArgs& a) {
-  Vec acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v)
-      acc[r][v] = a.resume ? load_n(a.out + r * a.ldo + v * kLanes, v + 1 == V ? a.last_cols : kLanes) : Vec{};
-  const float* x = a.x;
-  const float* p = static_cast<const float*>(a.p);
-  for (int64_t k = 0; k < a.n; ++k) {
-    Vec w[V];
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) w[v] = load(p + v * a.pstride + k * kLanes);
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const float s = x[k * kTallRows + r];
+      const float s = PackedRows ? x[k * kTallRows + r] : x[r * a.ldx + k];
 #pragma GCC unroll 8
       for (int v = 0; v < V; ++v) acc[r][v] += s * w[v];
     }
@@ -208,7 +180,7 @@ void tile_packed(const TileArgs& a) {
 using TileFn = void (*)(const TileArgs&);
 template <int V, int... R>
 constexpr std::array<TileFn, sizeof...(R)> packed_tiles_of(std::integer_sequence<int, R...>) {
-  return {&tile_packed<R + 1, V>...};
+  return {&tile<R + 1, V, F32Panels, true>...};
 }
 TileFn packed_tile_for(int rows, int panels) {
   static const auto t1 = packed_tiles_of<1>(std::make_integer_sequence<int, kTallRows>{});
@@ -558,7 +530,7 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
   const bool parallel = groups > 1 && M * N * (k1 - k0) >= (int64_t{1} << 20);
   // A tall product of one K block (d_model deep: every product but the MLP's output) packs its
   // rows k-major, a row block at a time (each thread its own copy, a small fraction of the
-  // multiply-adds that read it), for tile_packed: 1-3% faster at 2048 rows. Deeper products keep
+  // multiply-adds that read it), for tile<..., PackedRows = true>: 1-3% faster at 2048 rows. Deeper products keep
   // each output tile's K blocks together instead (packing them a K block at a time across the
   // panel groups was 10% slower at 2048 x 3072 x 768).
   const bool pack_rows = tile_type == PanelType::F32 && max_rows == kTallRows && n_tiles > tiles_per_block &&
