@@ -60,7 +60,7 @@ field() { dpkg-deb -f "$deb" "$1"; }
 [[ -n $(field Maintainer) ]] || fail "no Maintainer"
 [[ $(field Description) == *transformer* ]] || fail "Description: $(field Description)"
 depends=$(field Depends)
-needed=(libc6 libstdc++6 libgomp1 libpcre2-8-0)
+needed=(libc6 libstdc++6 libgomp1 libpcre2-8-0 libyaml-cpp0.7)
 ((with_gui)) && needed+=(libqt6core6 libqt6gui6 libqt6widgets6 libqt6svg6 libqcustomplot2.1-qt6)
 # One package name a line, versions dropped (Debian 13 renamed some libraries with a t64 suffix).
 depends_names=$(sed 's/ ([^)]*)//g; s/, */\n/g' <<<"$depends")

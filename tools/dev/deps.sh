@@ -7,7 +7,7 @@
 # docs/scan.md's Slurm array job on a single-node cluster it starts itself).
 set -euo pipefail
 HEADSCOPE_PACKAGES=(cmake g++ make pkg-config dpkg-dev
-  qt6-base-dev qt6-svg-dev libgl-dev libqcustomplot-dev libeigen3-dev catch2 nlohmann-json3-dev libpcre2-dev
+  qt6-base-dev qt6-svg-dev libgl-dev libqcustomplot-dev libeigen3-dev catch2 nlohmann-json3-dev libpcre2-dev libyaml-cpp-dev
   xvfb xauth)
 if [[ ${1:-} == --with-test-tools ]]; then
   HEADSCOPE_PACKAGES+=(clang-14 libclang-rt-14-dev libomp-14-dev parallel
