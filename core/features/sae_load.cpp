@@ -35,6 +35,12 @@ std::string read_config_text(const fs::path& p) {
   return text;
 }
 
+std::string number_text(float v) {
+  std::ostringstream ss;
+  ss << v;
+  return ss.str();
+}
+
 std::string shape_text(const std::vector<int64_t>& s) { return shape_string(s); }
 
 // The tensors of one weights file, converted to float32, taken one by one as the SAE is built.
@@ -203,7 +209,7 @@ Sae saelens_sae(const SaeLensConfig& c, TensorBag& w, const std::string& name, c
     const Tensor t = w.take("scaling_factor", {dsae}, "[d_sae]", needs);
     for (size_t i = 0; i < t.data.size(); ++i)
       if (t.data[i] != 1.0f)
-        throw Error(w.file() + ": scaling_factor[" + std::to_string(i) + "] is " + std::to_string(t.data[i]) +
+        throw Error(w.file() + ": scaling_factor[" + std::to_string(i) + "] is " + number_text(t.data[i]) +
                     ", not 1: a pre-6.0 finetuning scaling factor, which SAELens 6 does not apply. Fold it into the "
                     "decoder (W_dec[i] *= scaling_factor[i]) or load the SAE with SAELens 6 and save it again.");
   }

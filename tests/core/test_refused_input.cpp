@@ -16,6 +16,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/features/sae.h"
 #include "core/model/config.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
@@ -172,6 +173,7 @@ const std::set<std::string> kTested = {
     "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R77", "R78", "R80", "R81", "R82", "R83", "R84", "R85", "R86", "R87",
     "R90", "R91", "R92", "R93", "R94", "R95", "R96", "R97",
     "R110", "R111", "R112", "R113",
+    "R120", "R121", "R122", "R123", "R124", "R125", "R126", "R127", "R128", "R129",
 };
 
 const char* kText = "The cat sat on the mat.";
@@ -932,5 +934,96 @@ TEST_CASE("refused input: architectures (R80-R85)", "[refused][llama]") {
     index["weight_map"]["model.norm.weight"] = "../x.safetensors";
     write_file(m / "model.safetensors.index.json", index.dump());
     check_refused(cli("info --model " + quote(m.string())), expected("R83", {{"<model>", m.string()}}), s);
+  }
+}
+
+// SAE and transcoder folders are read by core (core/features/sae.h) for every command that takes
+// --sae; headscope-cli prints the hs::Error's message after "headscope-cli: error: ". The cases
+// compare that line, built from the message, with the catalogue.
+namespace {
+
+std::string sae_refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const hs::Error& e) {
+    return std::string("headscope-cli: error: ") + e.what() + "\n";
+  }
+  FAIL("no hs::Error was thrown");
+  return "";
+}
+
+fs::path sae_copy(const Scratch& s, const std::string& fixture) {
+  const fs::path d = s.dir / "sae";
+  fs::copy(hs::test::source_dir() / "tests/fixtures/sae" / fixture, d, fs::copy_options::recursive);
+  return d;
+}
+
+void edit_sae_weight(const fs::path& file, const std::string& tensor, size_t index, float value) {
+  std::vector<Entry> entries = read_entries(file);
+  Entry* e = find_entry(entries, tensor);
+  std::memcpy(e->bytes.data() + 4 * index, &value, 4);
+  write_file(file, build_safetensors(entries));
+}
+
+}  // namespace
+
+TEST_CASE("refused input: SAE and transcoder folders (R120-R129)", "[refused]") {
+  Scratch s;
+  const auto load = [](const fs::path& d) { return [d] { hs::load_sae_folder(d); }; };
+  SECTION("R120 a folder without an SAE") {
+    const fs::path d = s.dir / "sae";
+    fs::create_directories(d);
+    CHECK(sae_refusal(load(d)) == expected("R120", {{"<sae>", d.string()}}));
+  }
+  SECTION("R121 an unknown architecture") {
+    const fs::path d = sae_copy(s, "standard");
+    nlohmann::json j = nlohmann::json::parse(hs::test::read_text(d / "cfg.json"));
+    j["architecture"] = "matryoshka_batchtopk";
+    write_file(d / "cfg.json", j.dump(2));
+    CHECK(sae_refusal(load(d)) == expected("R121", {{"<sae>", d.string()}}));
+  }
+  SECTION("R122 a tensor of the wrong shape") {
+    const fs::path d = sae_copy(s, "standard");
+    nlohmann::json j = nlohmann::json::parse(hs::test::read_text(d / "cfg.json"));
+    j["d_sae"] = 50;
+    write_file(d / "cfg.json", j.dump(2));
+    CHECK(sae_refusal(load(d)) == expected("R122", {{"<sae>", d.string()}}));
+  }
+  SECTION("R123 an SAE trained on another model") {
+    const hs::Sae sae = hs::load_sae_folder(hs::test::source_dir() / "tests/fixtures/sae/standard").saes.at(0);
+    const hs::ModelConfig tiny = hs::load_config(hs::test::source_dir() / "resources/models/headscope-tiny/config.json");
+    CHECK(sae_refusal([&] { hs::check_sae_fits(sae, tiny); }) == expected("R123", {}));
+  }
+  SECTION("R124 the weights are missing") {
+    const fs::path d = sae_copy(s, "standard");
+    fs::remove(d / "sae_weights.safetensors");
+    CHECK(sae_refusal(load(d)) == expected("R124", {{"<sae>", d.string()}}));
+  }
+  SECTION("R125 a legacy scaling_factor that is not 1") {
+    const fs::path d = sae_copy(s, "legacy");
+    edit_sae_weight(d / "sae_weights.safetensors", "scaling_factor", 3, 2.0f);
+    CHECK(sae_refusal(load(d)) == expected("R125", {{"<sae>", d.string()}}));
+  }
+  SECTION("R126 an unknown normalize_activations") {
+    const fs::path d = sae_copy(s, "standard");
+    nlohmann::json j = nlohmann::json::parse(hs::test::read_text(d / "cfg.json"));
+    j["normalize_activations"] = "batch_norm";
+    write_file(d / "cfg.json", j.dump(2));
+    CHECK(sae_refusal(load(d)) == expected("R126", {{"<sae>", d.string()}}));
+  }
+  SECTION("R127 a config.yaml that is not YAML") {
+    const fs::path d = sae_copy(s, "ct_layer_files");
+    write_file(d / "config.yaml", "model_kind: transcoder_set\nfeature_input_hook: [ln2.hook_normalized\n");
+    CHECK(sae_refusal(load(d)) == expected("R127", {{"<sae>", d.string()}}));
+  }
+  SECTION("R128 a NaN in a weight") {
+    const fs::path d = sae_copy(s, "jumprelu");
+    edit_sae_weight(d / "sae_weights.safetensors", "threshold", 7, std::nanf(""));
+    CHECK(sae_refusal(load(d)) == expected("R128", {{"<sae>", d.string()}}));
+  }
+  SECTION("R129 a transcoder set with a layer missing") {
+    const fs::path d = sae_copy(s, "ct_layer_files");
+    fs::rename(d / "layer_1.safetensors", d / "layer_2.safetensors");
+    CHECK(sae_refusal(load(d)) == expected("R129", {{"<sae>", d.string()}}));
   }
 }
