@@ -294,6 +294,12 @@ def main():
     write("llama2c_checkpoint", "unshared", llama2c_checkpoint(shared=False, rng=rng))
     write("llama2c_checkpoint", "gqa_two_layers", llama2c_checkpoint(D=8, M=12, L=2, H=2, KV=1, V=6, C=3, rng=rng))
 
+    # SAE configs (fuzz_sae_config.cpp): every fixture's cfg.json and config.yaml
+    # (tests/fixtures/sae, written by tools/reference/make_sae_fixtures.py)
+    for cfg in sorted((ROOT / "tests/fixtures/sae").glob("*/c*")):
+        if cfg.name in ("cfg.json", "config.yaml"):
+            write("sae_config", f"{cfg.parent.name}_{cfg.name.replace('.', '_')}", cfg.read_bytes())
+
 
 if __name__ == "__main__":
     main()
