@@ -263,7 +263,7 @@ void check_sae_fits(const Sae& s, const ModelConfig& c) {
     if (!k)
       throw Error("the SAE " + s.name + " " + side + " " + hook + ", which is not a hook of this model (" +
                   std::to_string(c.n_layers) + " layers; `headscope-cli hooks --model DIR` lists them).");
-    if (!hook_exists(c, k->hook))
+    if (!hook_readable(c, k->hook))
       throw Error("the SAE " + s.name + " " + side + " " + hook + ", which this model does not have (its architecture has no " +
                   std::string(hook_info(k->hook).name) + ").");
     const HookInfo& info = hook_info(k->hook);

@@ -129,6 +129,10 @@ bool hook_exists(const ModelConfig& c, HookPoint hook) {
   return false;
 }
 
+bool hook_readable(const ModelConfig& c, HookPoint hook) {
+  return hook_exists(c, hook) || hook == H::Ln1Normalized || hook == H::Ln2Normalized;
+}
+
 std::string hook_key(HookPoint hook, int l) {
   const HookInfo& h = hook_info(hook);
   return h.per_layer ? "blocks." + std::to_string(l) + "." + std::string(h.name) : std::string(h.name);

@@ -102,6 +102,11 @@ inline constexpr int kHookCount = static_cast<int>(HookPoint::Logits) + 1;
 
 // Whether the model has this key.
 bool hook_exists(const ModelConfig& c, HookPoint hook);
+// Whether a run's rows of this hook can be read (ActivationCache::rows): a key of the model, or a
+// block norm's output ln1/ln2.hook_normalized on a LayerNorm model, which the cache derives on
+// request though it is not yet one of its keys there (TransformerLens has it on every norm; what
+// SAELens's transcoders read).
+bool hook_readable(const ModelConfig& c, HookPoint hook);
 // The key of `hook` at layer l ("blocks.3.attn.hook_z"; model-wide hooks ignore l).
 std::string hook_key(HookPoint hook, int l);
 // A key of the contract as a hook and its layer (-1 for model-wide hooks); nullopt when the key
