@@ -53,6 +53,8 @@ Args::Args(const CommandSpec& command, int argc, char** argv) : command_(&comman
       throw UsageError("unknown option \"" + word + "\" for `" + command.name + "`, which takes " +
                        option_names(command) + "; " + see);
     }
+    if (values_.count(o->name) && !o->repeatable)
+      throw UsageError(word + " was given twice; give it once; " + see);
     if (o->kind == ValueKind::Flag) {
       values_[o->name] = true;
       continue;
@@ -69,7 +71,10 @@ Args::Args(const CommandSpec& command, int argc, char** argv) : command_(&comman
         values_[o->name] = x;
         break;
       }
-      default: values_[o->name] = v; break;
+      default:
+        values_[o->name] = v;
+        if (o->repeatable) repeated_[o->name].push_back(v);
+        break;
     }
   }
 }
@@ -109,6 +114,12 @@ std::optional<std::string> Args::optional_text(const std::string& name) const {
 }
 
 int64_t Args::integer(const std::string& name) const { return std::get<int64_t>(value_or_default(name)); }
+
+std::vector<std::string> Args::texts(const std::string& name) const {
+  (void)spec(name);
+  const auto it = repeated_.find(name);
+  return it == repeated_.end() ? std::vector<std::string>() : it->second;
+}
 
 double Args::number(const std::string& name) const { return std::get<double>(value_or_default(name)); }
 

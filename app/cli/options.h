@@ -39,6 +39,7 @@ struct OptionSpec {
   std::string missing;           // the message when a required option is absent
   std::string alias;             // another spelling ("--output" for "-o"), or ""
   int64_t min = 0, max = 0;      // Integer: the accepted range; Number: min only
+  bool repeatable = false;       // Text: may be given several times (Args::texts); others once
 };
 
 // Parsed values of one command line. Values are checked against their kind when parsed (an
@@ -58,6 +59,8 @@ class Args {
   std::string text(const std::string& name) const;
   std::optional<std::string> optional_text(const std::string& name) const;
   int64_t integer(const std::string& name) const;
+  // Every value of a repeatable option, in the order given (empty when absent).
+  std::vector<std::string> texts(const std::string& name) const;
   double number(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
@@ -69,6 +72,7 @@ class Args {
   const CommandSpec* command_;
   bool help_ = false;
   std::map<std::string, Value> values_;  // by the option's name (not its alias)
+  std::map<std::string, std::vector<std::string>> repeated_;  // repeatable options' values
   std::vector<std::string> positional_;
 };
 
