@@ -63,7 +63,7 @@ std::string usage() {
   view_usage << QStringLiteral("[--export OUTDIR [--scale 1|2]]");
   std::string text =
       "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS] [--keep first|last]\n"
-      "                 [--scan-results FILE]\n"
+      "                 [--scan-results FILE] [--sae DIR]...\n"
       "                 " +
       view_usage.join(QLatin1Char(' ')).toStdString() +
       "\n"
@@ -85,7 +85,10 @@ std::string usage() {
       "  --keep first|last  a text longer than the model's context runs its first n_ctx tokens, or\n"
       "                   BOS and its last ones (default: the window's last choice; first for --export)\n"
       "  --scan-results FILE  open this output of headscope-cli scan (or File > Scan Data Set) in the\n"
-      "                   window, as File > Open Scan Results does (not with --export)\n" +
+      "                   window, as File > Open Scan Results does (not with --export)\n"
+      "  --sae DIR        load a sparse autoencoder or transcoder folder (SAELens cfg.json +\n"
+      "                   sae_weights.safetensors, or a circuit-tracer config.yaml) for the features\n"
+      "                   view, as File > Open Sparse Autoencoder does; repeat it for several\n" +
       view_options +
       "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
       "                   opening a window; needs --text\n"
@@ -153,7 +156,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption ablate(QStringLiteral("ablate"), "ablated heads", "HEADS");
   const QCommandLineOption keep(QStringLiteral("keep"), "what an over-long text keeps", "first|last");
   const QCommandLineOption scan_results(QStringLiteral("scan-results"), "a scan output to open", "FILE");
-  parser.addOptions({model, text, out, scale, view, head, ablate, keep, scan_results});
+  const QCommandLineOption sae(QStringLiteral("sae"), "a sparse autoencoder folder (repeatable)", "DIR");
+  parser.addOptions({model, text, out, scale, view, head, ablate, keep, scan_results, sae});
   // Each view's own options (ui/views/registry.cpp), whose values go to that view.
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
     for (const hs::ui::ViewOption& o : v.options)
@@ -233,6 +237,7 @@ int main(int argc, char** argv) {
     options.head = head_index;
     options.ablations = ablations;
     options.view_inputs = view_inputs;
+    options.sae_dirs = parser.values(sae);
     options.keep_last = keep_last.value_or(false);
     options.model_dir = parser.value(model);
     options.text = parser.value(text);
@@ -260,6 +265,7 @@ int main(int argc, char** argv) {
   options.view_inputs = view_inputs;
   options.keep_last = keep_last;
   options.scan_results = parser.value(scan_results);
+  options.sae_dirs = parser.values(sae);
   // The window runs the model on its own thread; the GUI thread must never start an OpenMP team
   // (an Eigen product in a view would), which would slow every run (hs::release_thread_team).
   omp_set_num_threads(1);

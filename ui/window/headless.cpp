@@ -5,9 +5,11 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/features/sae.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
+#include "ui/controller/loaded_saes.h"
 #include "ui/window/export_all.h"
 
 namespace hs::ui {
@@ -31,6 +33,15 @@ int runHeadlessExport(const HeadlessExportOptions& options) {
                           .arg(head)
                           .arg(model->config().n_layers)
                           .arg(model->config().n_heads));
+    // The SAEs first: a folder that cannot be read, or does not fit the model, stops the export
+    // with its message rather than leaving the features view out.
+    for (const QString& sae_dir : options.sae_dirs) {
+      hs::SaeSet set = hs::load_sae_folder(sae_dir.toStdString());
+      for (hs::Sae& sae : set.saes) {
+        hs::check_sae_fits(sae, model->config());
+        LoadedSaes::instance().add(sae_dir, std::make_shared<const hs::Sae>(std::move(sae)));
+      }
+    }
     run = AnalysisController::computeRun(model, options.text, nullptr, options.ablations, nullptr, nullptr,
                                          options.keep_last ? hs::OverlongPolicy::KeepLastWithWarning
                                                            : hs::OverlongPolicy::TruncateWithWarning);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <QString>
+#include <QStringList>
 
 #include "core/model/intervention.h"
 #include "ui/views/analysis_view.h"
@@ -17,6 +18,7 @@ struct HeadlessExportOptions {
   hs::Interventions ablations;  // run with these heads ablated (`--ablate`, as headscope-cli run's)
   ViewInputsById view_inputs;   // what the command line gives each view (its descriptor's options)
   bool keep_last = false;       // text longer than the context: keep BOS and its last tokens (`--keep last`)
+  QStringList sae_dirs;         // sparse autoencoder folders for the features view (`--sae DIR`)
 };
 
 // Needs a QApplication (the offscreen platform will do). Prints progress-free: one line on

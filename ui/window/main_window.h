@@ -37,6 +37,7 @@ class Ablations;
 class AnalysisController;
 class AnalysisView;
 class ExportAllJob;
+class SaeLoader;
 class ScanJob;
 class HeadMetricsBar;
 class ImageGridView;
@@ -58,6 +59,8 @@ struct MainWindowOptions {
   std::optional<bool> keep_last = std::nullopt;
   // A scan output to open at start (File > Open Scan Results); empty: none.
   QString scan_results = {};
+  // Sparse autoencoder folders to load once the model is in (File > Open Sparse Autoencoder).
+  QStringList sae_dirs = {};
 };
 
 class MainWindow : public QMainWindow {
@@ -117,12 +120,21 @@ class MainWindow : public QMainWindow {
   void openScanResultsFile(const QString& path);
   // The last scan with per-head descriptions handed to the views (null: none yet).
   std::shared_ptr<const DataSetScan> dataSetScan() const { return scan_; }
+  // File > Open Sparse Autoencoder: asks for a folder and loads it (loadSaeFolder).
+  void openSaeFolder();
+  // Reads an SAE or transcoder folder on a worker and, when each of its SAEs fits the current
+  // model, adds them to LoadedSaes (the Features view lists them); otherwise says why in a
+  // message box and leaves the list as it was. Before a model is in, it waits for it.
+  void loadSaeFolder(const QString& dir);
 
  Q_SIGNALS:
   // A scan's results reached the window (from a finished scan or a file): for tests and scripts.
   void scanResultsShown();
   // Opening scan results failed; `message` is what the message box said.
   void scanResultsFailed(const QString& message);
+  // An SAE folder was loaded, or refused (`message` is what the message box said).
+  void saeLoaded(const QString& dir);
+  void saeLoadFailed(const QString& dir, const QString& message);
 
  public:
 
@@ -134,7 +146,8 @@ class MainWindow : public QMainWindow {
  private:
   // The parts of the window, one file each: main_window.cpp (construction, layout, settings,
   // drops), main_window_menus.cpp, main_window_ablation.cpp, main_window_status.cpp,
-  // main_window_runs.cpp, main_window_models.cpp, main_window_export.cpp, main_window_scan.cpp.
+  // main_window_runs.cpp, main_window_models.cpp, main_window_export.cpp, main_window_scan.cpp,
+  // main_window_saes.cpp.
   void buildCentral();
   // Gives the heads panel its width back (headsWidth) where the views' minimum allows.
   void applyHeadsWidth();
@@ -164,6 +177,12 @@ class MainWindow : public QMainWindow {
   void onModelLoadFailed(const QString& dir, const QString& message);
   void refreshModelCombo();
   void updateRecentMenu();
+  // sparse autoencoders (main_window_saes.cpp)
+  void buildSaeMenu(QMenu* file);
+  void updateSaeMenu();
+  // A new model: the loaded SAEs that do not fit it are unloaded (a status message says which),
+  // then the folders waiting for a model are loaded.
+  void onModelChangedForSaes();
   // scan
   void startScan(const hs::ScanOptions& options);
   // A finished or opened scan: its means to the heads panel, and (when it describes heads) the
@@ -213,6 +232,10 @@ class MainWindow : public QMainWindow {
   std::unique_ptr<ScanJob> scan_job_;
   std::shared_ptr<const DataSetScan> scan_;
   bool opening_scan_ = false;  // a scan file is being read
+  SaeLoader* sae_loader_ = nullptr;
+  QMenu* sae_menu_ = nullptr;
+  QStringList pending_sae_dirs_;  // waiting for a model
+  QPointer<QMessageBox> sae_error_box_;
   QToolButton* scan_cancel_ = nullptr;
   bool restore_settings_ = true;
   int heads_width_ = 0;  // 0: not chosen yet (the first run chooses it by the model's heads)

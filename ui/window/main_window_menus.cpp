@@ -48,6 +48,8 @@ void MainWindow::buildMenus() {
   file->addAction(QStringLiteral("Open Scan &Results…"), this, &MainWindow::openScanResults)
       ->setObjectName(QStringLiteral("actionOpenScanResults"));
   file->addSeparator();
+  buildSaeMenu(file);
+  file->addSeparator();
   QAction* quit = file->addAction(QStringLiteral("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Q));
   quit->setObjectName(QStringLiteral("actionQuit"));

@@ -82,6 +82,7 @@ void MainWindow::onModelChanged(std::shared_ptr<const hs::Model> model) {
   // The controller re-runs its last text on a new model; make sure it knows the current one.
   debounce_.stop();
   controller_->requestRun(prompt_->toPlainText());
+  onModelChangedForSaes();
   updateStatus();
 }
 

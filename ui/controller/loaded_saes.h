@@ -1,0 +1,57 @@
+// The sparse autoencoders and transcoders the window has loaded (File > Open Sparse Autoencoder,
+// `headscope --sae DIR`), one entry per SAE (a transcoder set's folder gives one per layer).
+//
+// One list for the process: the Features view's analysis runs on a worker and finds its SAE here
+// by id, and Export All's own instances of the view read the same list. Ids are never reused, so
+// a result computed for an SAE that was unloaded, or unloaded and loaded again, names an id that
+// is gone and is never shown as another SAE's.
+#pragma once
+
+#include <QObject>
+#include <QString>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hs { struct Sae; }
+
+namespace hs::ui {
+
+struct LoadedSae {
+  QString id;      // "sae1": unique for the process
+  QString folder;  // where it was loaded from
+  QString label;   // for pickers and titles: the SAE's name, and its layer in a set
+  std::shared_ptr<const hs::Sae> sae;
+};
+
+class LoadedSaes : public QObject {
+  Q_OBJECT
+
+ public:
+  static LoadedSaes& instance();
+
+  // Any thread.
+  std::vector<LoadedSae> list() const;
+  std::shared_ptr<const hs::Sae> find(const QString& id) const;
+  std::optional<LoadedSae> entry(const QString& id) const;
+  bool empty() const;
+
+  // GUI thread: each emits changed().
+  QString add(const QString& folder, std::shared_ptr<const hs::Sae> sae);
+  void remove(const QString& id);
+  void clear();
+
+ Q_SIGNALS:
+  void changed();
+
+ private:
+  LoadedSaes() = default;
+  mutable std::mutex mutex_;
+  std::vector<LoadedSae> saes_;
+  int next_id_ = 1;
+};
+
+}  // namespace hs::ui

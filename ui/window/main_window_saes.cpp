@@ -1,0 +1,122 @@
+// Sparse autoencoders and transcoders in the window: File > Open Sparse Autoencoder (one folder
+// at a time, as many as wanted, each read on a worker), File > Unload Sparse Autoencoder, the
+// folders of `headscope --sae DIR`, and unloading those that no longer fit when the model changes.
+#include "ui/window/main_window.h"
+
+#include <QAction>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenu>
+#include <QMessageBox>
+#include <QSettings>
+#include <QStatusBar>
+
+#include "core/features/sae.h"
+#include "core/model/model.h"
+#include "ui/controller/analysis_controller.h"
+#include "ui/controller/loaded_saes.h"
+#include "ui/widgets/labels.h"
+#include "ui/window/sae_loader.h"
+
+namespace hs::ui {
+
+void MainWindow::buildSaeMenu(QMenu* file) {
+  sae_loader_ = new SaeLoader(this);
+  connect(sae_loader_, &SaeLoader::loaded, this,
+          [this](const QString& dir, std::vector<std::shared_ptr<const hs::Sae>> saes,
+                 std::shared_ptr<const hs::Model> model) {
+            if (model != controller_->model()) {
+              // Checked against a model that has been replaced meanwhile: check again.
+              loadSaeFolder(dir);
+              return;
+            }
+            QStringList names;
+            for (std::shared_ptr<const hs::Sae>& sae : saes) {
+              const QString id = LoadedSaes::instance().add(dir, sae);
+              names << LoadedSaes::instance().entry(id).value_or(LoadedSae{}).label;
+            }
+            statusBar()->showMessage(QStringLiteral("Loaded %1").arg(names.join(QStringLiteral("; "))), 8000);
+            Q_EMIT saeLoaded(dir);
+          });
+  connect(sae_loader_, &SaeLoader::failed, this, [this](const QString& dir, const QString& message) {
+    if (sae_error_box_) sae_error_box_->close();
+    auto* box = new QMessageBox(QMessageBox::Warning, QStringLiteral("Could not load the sparse autoencoder"),
+                                QStringLiteral("HeadScope could not load the sparse autoencoder folder\n%1")
+                                    .arg(QDir::toNativeSeparators(dir)),
+                                QMessageBox::Ok, this);
+    box->setObjectName(QStringLiteral("saeLoadError"));
+    box->setInformativeText(breakableText(message) +
+                            QStringLiteral("\n\nA SAELens folder (cfg.json and sae_weights.safetensors), a "
+                                           "circuit-tracer transcoder set (config.yaml) or a Gemma Scope params.npz "
+                                           "made for this model's hooks will load."));
+    box->setDetailedText(message);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->setWindowModality(Qt::WindowModal);
+    sae_error_box_ = box;
+    box->open();
+    Q_EMIT saeLoadFailed(dir, message);
+  });
+
+  file->addAction(QStringLiteral("Open Sparse &Autoencoder…"), this, &MainWindow::openSaeFolder)
+      ->setObjectName(QStringLiteral("actionOpenSae"));
+  sae_menu_ = file->addMenu(QStringLiteral("&Unload Sparse Autoencoder"));
+  sae_menu_->setObjectName(QStringLiteral("menuUnloadSae"));
+  connect(&LoadedSaes::instance(), &LoadedSaes::changed, this, &MainWindow::updateSaeMenu);
+  updateSaeMenu();
+}
+
+void MainWindow::updateSaeMenu() {
+  sae_menu_->clear();
+  const std::vector<LoadedSae> saes = LoadedSaes::instance().list();
+  for (const LoadedSae& s : saes)
+    sae_menu_->addAction(s.label, this, [id = s.id] { LoadedSaes::instance().remove(id); })
+        ->setToolTip(QDir::toNativeSeparators(s.folder));
+  if (saes.size() > 1) {
+    sae_menu_->addSeparator();
+    sae_menu_->addAction(QStringLiteral("Unload All"), this, [] { LoadedSaes::instance().clear(); });
+  }
+  sae_menu_->setEnabled(!saes.empty());
+}
+
+void MainWindow::openSaeFolder() {
+  QSettings settings;
+  const QString start = settings.value(QStringLiteral("saes/lastFolder"), QDir::homePath()).toString();
+  const QString dir = QFileDialog::getExistingDirectory(
+      this, QStringLiteral("Open Sparse Autoencoder: a SAELens folder (cfg.json, sae_weights.safetensors) or a "
+                           "transcoder set (config.yaml)"),
+      start);
+  if (dir.isEmpty()) return;
+  settings.setValue(QStringLiteral("saes/lastFolder"), QFileInfo(dir).absolutePath());
+  loadSaeFolder(dir);
+}
+
+void MainWindow::loadSaeFolder(const QString& dir) {
+  if (!controller_->model()) {
+    pending_sae_dirs_ << dir;  // checked against the model once it is in
+    return;
+  }
+  statusBar()->showMessage(QStringLiteral("Loading the sparse autoencoder %1…").arg(QFileInfo(dir).fileName()));
+  sae_loader_->load(dir, controller_->model());
+}
+
+void MainWindow::onModelChangedForSaes() {
+  const std::shared_ptr<const hs::Model>& model = controller_->model();
+  if (!model) return;
+  QStringList unloaded;
+  for (const LoadedSae& s : LoadedSaes::instance().list()) {
+    try {
+      hs::check_sae_fits(*s.sae, model->config());
+    } catch (const std::exception& e) {
+      LoadedSaes::instance().remove(s.id);
+      unloaded << QStringLiteral("%1 (%2)").arg(s.label, QString::fromUtf8(e.what()));
+    }
+  }
+  if (!unloaded.isEmpty())
+    statusBar()->showMessage(QStringLiteral("Unloaded what does not fit %1: %2")
+                                 .arg(QString::fromStdString(model->name()), unloaded.join(QStringLiteral("; "))),
+                             15000);
+  for (const QString& dir : std::exchange(pending_sae_dirs_, {})) loadSaeFolder(dir);
+}
+
+}  // namespace hs::ui
