@@ -87,12 +87,14 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   // QK / OV: the selected head; Patching: nothing, since no corrupted prompt was given (the
   // message says so; ablate_patch_test.cpp exports its maps); the selected head's edge
   // attributions (attention) and the Attribution view's 4 figures; Heads over Data: nothing, since
-  // no data-set scan was given (head_dataset_view_test.cpp exports one).
-  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4);
+  // no data-set scan was given (head_dataset_view_test.cpp exports one); Neurons: the view and its
+  // token strip; Features: nothing, since no sparse autoencoder is loaded.
+  CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4 + 2);
   CHECK_FALSE(files.contains(QStringLiteral("patching.png")));
   CHECK(out.message.contains(QStringLiteral("nothing to export from Patching: no corrupted prompt")));
   CHECK(out.message.contains(QStringLiteral("Heads over Data: no data-set scan")));
-  REQUIRE(job.skipped().size() == 2);
+  CHECK(out.message.contains(QStringLiteral("Features: no sparse autoencoder loaded")));
+  REQUIRE(job.skipped().size() == 3);
   CHECK(files.contains(QStringLiteral("attention_L1H3.png")));
   CHECK(files.contains(QStringLiteral("concat_vs_sum_L0.png")));
   CHECK(files.contains(QStringLiteral("heads_overview.png")));
@@ -113,7 +115,7 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   const QSize pattern_size = AttentionView::kPatternFigureSize;
   CHECK(pattern.size() == QSize(pattern_size.width(), pattern_size.height() + figureTitleHeight()));
   CHECK(!pattern.hasAlphaChannel());
-  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4);
+  CHECK(progress.count() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4 + 2);
   CHECK(QDir(options.out_dir).entryList(QDir::Files | QDir::Hidden).size() == files.size());
 }
 
@@ -187,8 +189,8 @@ TEST_CASE("headscope --export writes every view without a window and failures ex
   INFO(p.readAllStandardError().toStdString());
   CHECK(p.exitCode() == 0);
   // Every view's figures but the patching view's, which has no inputs here (the attention view's
-  // include the selected head's edge attributions; the Attribution view writes 4).
-  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1 + 1 + 4);
+  // include the selected head's edge attributions; the Attribution view writes 4, Neurons 2).
+  CHECK(QDir(out).entryList({QStringLiteral("*.png")}, QDir::Files).size() == 2 * 4 + 1 + 2 + 2 + 1 + 1 + 1 + 4 + 2);
 
   p.start(exe, {QStringLiteral("--model"), test::fixtureModelDir(), QStringLiteral("--text"), QStringLiteral("x"),
                 QStringLiteral("--export"), QStringLiteral("/proc/no-such-place")});

@@ -8,6 +8,7 @@
 #include "ui/views/head_dataset_view.h"
 #include "ui/views/logit_lens_view.h"
 #include "ui/views/patching_view.h"
+#include "ui/views/units_view.h"
 
 namespace hs::ui {
 
@@ -21,6 +22,8 @@ const std::vector<ViewDescriptor>& viewRegistry() {
       PatchingView::descriptor(),
       AttributionView::descriptor(),
       HeadDatasetView::descriptor(),
+      UnitsView::neuronsDescriptor(),
+      UnitsView::featuresDescriptor(),
   };
   return views;
 }
