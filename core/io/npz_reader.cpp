@@ -38,8 +38,13 @@ class Reader {
 };
 
 // Parses the .npy header dictionary numpy writes: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// The dtypes read: float32 as is; float64 and int32 (the scalars and token ids that commands
+// write beside their float32 arrays) converted to float.
+enum class NpyDtype { F4, F8, I4 };
+size_t dtype_size(NpyDtype d) { return d == NpyDtype::F8 ? 8 : 4; }
+
 std::vector<int64_t> parse_npy(const Reader& r, const std::string& member, const uint8_t* p, uint64_t n,
-                               uint64_t& data_offset) {
+                               uint64_t& data_offset, NpyDtype& dtype) {
   auto fail = [&](const std::string& why) { r.fail(member + ": " + why); };
   if (n < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0) fail("not a .npy array (no \\x93NUMPY magic).");
   const int major = p[6];
@@ -64,7 +69,11 @@ std::vector<int64_t> parse_npy(const Reader& r, const std::string& member, const
     return i;
   };
   const size_t d = value_after("'descr':");
-  if (h.compare(d, 5, "'<f4'") != 0) fail("dtype is not little-endian float32 ('<f4').");
+  if (h.compare(d, 5, "'<f4'") == 0) dtype = NpyDtype::F4;
+  else if (h.compare(d, 5, "'<f8'") == 0) dtype = NpyDtype::F8;
+  else if (h.compare(d, 5, "'<i4'") == 0) dtype = NpyDtype::I4;
+  else fail("dtype is not little-endian float32, float64 or int32 ('<f4', '<f8', '<i4').");
+  const uint64_t elem = dtype_size(dtype);
   const size_t f = value_after("'fortran_order':");
   if (h.compare(f, 5, "False") != 0) fail("array is in Fortran order; expected C order.");
   size_t s = value_after("'shape':");
@@ -90,14 +99,39 @@ std::vector<int64_t> parse_npy(const Reader& r, const std::string& member, const
   }
   uint64_t count = 1;
   for (int64_t dim : shape) {
-    if (dim != 0 && count > (std::numeric_limits<uint64_t>::max() / 4) / static_cast<uint64_t>(dim))
+    if (dim != 0 && count > (std::numeric_limits<uint64_t>::max() / 8) / static_cast<uint64_t>(dim))
       fail("the .npy shape has more elements than can exist.");
     count *= static_cast<uint64_t>(dim);
   }
-  if (count * 4 != n - data_offset)
+  if (count * elem != n - data_offset)
     fail("holds " + std::to_string(n - data_offset) + " data bytes but shape " + shape_string(shape) + " needs " +
-         std::to_string(count * 4) + ".");
+         std::to_string(count * elem) + ".");
   return shape;
+}
+
+// The elements of `n` data bytes as floats.
+std::vector<float> to_floats(const uint8_t* p, uint64_t n, NpyDtype dtype) {
+  std::vector<float> out(n / dtype_size(dtype));
+  // An array of no elements has no data (and memcpy may not be given the null pointer of an empty vector).
+  if (out.empty()) return out;
+  switch (dtype) {
+    case NpyDtype::F4: std::memcpy(out.data(), p, n); break;
+    case NpyDtype::F8:
+      for (size_t i = 0; i < out.size(); ++i) {
+        double v;
+        std::memcpy(&v, p + 8 * i, 8);
+        out[i] = static_cast<float>(v);
+      }
+      break;
+    case NpyDtype::I4:
+      for (size_t i = 0; i < out.size(); ++i) {
+        int32_t v;
+        std::memcpy(&v, p + 4 * i, 4);
+        out[i] = static_cast<float>(v);
+      }
+      break;
+  }
+  return out;
 }
 
 }  // namespace
@@ -166,9 +200,9 @@ std::vector<NpzArray> read_npz(std::span<const uint8_t> bytes, const std::string
     uint64_t data_offset = 0;
     NpzArray a;
     a.name = name.substr(0, name.size() - 4);
-    a.tensor.shape = parse_npy(r, name, r.at(data), usize, data_offset);
-    a.tensor.data.resize((usize - data_offset) / 4);
-    if (!a.tensor.data.empty()) std::memcpy(a.tensor.data.data(), r.at(data + data_offset), usize - data_offset);
+    NpyDtype dtype = NpyDtype::F4;
+    a.tensor.shape = parse_npy(r, name, r.at(data), usize, data_offset, dtype);
+    a.tensor.data = to_floats(r.at(data + data_offset), usize - data_offset, dtype);
     out.push_back(std::move(a));
   }
   return out;
@@ -178,10 +212,9 @@ Tensor read_npy(std::span<const uint8_t> bytes, const std::string& source) {
   const Reader r(bytes, source);
   uint64_t data_offset = 0;
   Tensor t;
-  t.shape = parse_npy(r, "the array", bytes.data(), bytes.size(), data_offset);
-  t.data.resize((bytes.size() - data_offset) / 4);
-  // An array of no elements has no data (and memcpy may not be given the null pointer of an empty vector).
-  if (!t.data.empty()) std::memcpy(t.data.data(), bytes.data() + data_offset, bytes.size() - data_offset);
+  NpyDtype dtype = NpyDtype::F4;
+  t.shape = parse_npy(r, "the array", bytes.data(), bytes.size(), data_offset, dtype);
+  t.data = to_floats(bytes.data() + data_offset, bytes.size() - data_offset, dtype);
   return t;
 }
 

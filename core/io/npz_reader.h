@@ -1,5 +1,6 @@
 // Reading back the NPZ archives write_cache_npz makes: a zip of stored (uncompressed) .npy
-// arrays of little-endian float32 in C order. Strict: every offset and size is checked against
+// arrays of little-endian float32 in C order (float64 and int32 arrays, which commands write for
+// scalars and token ids, are read converted to float). Strict: every offset and size is checked against
 // the archive, every CRC-32 is verified, and anything else (compression, another dtype, Fortran
 // order) is refused with hs::Error. Used by the tests and the export fuzzer to prove that what
 // was written is exactly what numpy will read.

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/features/features.h"
+#include "core/io/npz_reader.h"
 #include "core/model/backward.h"
 #include "core/model/forward.h"
 #include "core/model/metric.h"
@@ -245,4 +246,96 @@ TEST_CASE("latent edits parse and bad ones are refused with the item named") {
   const auto sae = std::make_shared<const hs::Sae>(make_sae("blocks.2.hook_resid_pre", "blocks.2.hook_resid_pre", 32, 1));
   CHECK_THROWS_WITH(hs::splice_sae(sae, *builtin()->weights(), {.error_term = true, .edits = {{32, LatentEdit::Kind::Zero, 0, -1}}}),
                     Catch::Contains("latents 0 to 31"));
+}
+
+namespace {
+
+std::string float_bytes(const float* p, Eigen::Index n) {
+  return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(n) * sizeof(float));
+}
+
+// The SAE as SAELens v6 saves it: cfg.json (metadata.hook_name) and sae_weights.safetensors.
+std::filesystem::path write_saelens_folder(const hs::Sae& s, const std::string& name) {
+  const std::filesystem::path dir = hs::test::scratch_dir() / name;
+  std::filesystem::create_directories(dir);
+  nlohmann::json cfg = {{"architecture", "standard"}, {"d_in", s.d_in}, {"d_sae", s.d_sae}, {"dtype", "float32"},
+                        {"device", "cpu"}, {"apply_b_dec_to_input", false}, {"normalize_activations", "none"},
+                        {"reshape_activations", "none"},
+                        {"metadata", {{"sae_lens_version", "6.5.0"}, {"hook_name", s.hook_in}}}};
+  std::ofstream(dir / "cfg.json") << cfg.dump();
+  std::ofstream(dir / "sae_weights.safetensors", std::ios::binary)
+      << hs::test::build_safetensors({{"W_enc", "F32", {s.d_in, s.d_sae}, float_bytes(s.W_enc.data(), s.W_enc.size())},
+                                      {"W_dec", "F32", {s.d_sae, s.d_out}, float_bytes(s.W_dec.data(), s.W_dec.size())},
+                                      {"b_enc", "F32", {s.d_sae}, float_bytes(s.b_enc.data(), s.b_enc.size())},
+                                      {"b_dec", "F32", {s.d_out}, float_bytes(s.b_dec.data(), s.b_dec.size())}});
+  return dir;
+}
+
+std::map<std::string, hs::Tensor> read_npz_map(const std::filesystem::path& p) {
+  std::map<std::string, hs::Tensor> out;
+  for (hs::NpzArray& a : hs::read_npz_file(p)) out[a.name] = std::move(a.tensor);
+  return out;
+}
+
+std::vector<float> flat(const RowMatrixXf& m) { return {m.data(), m.data() + m.size()}; }
+
+}  // namespace
+
+TEST_CASE("cli features writes the latents, the output and the input of an SAE folder, and run --sae splices it") {
+  const auto tokens = prompt_tokens();
+  std::string ids;
+  for (int32_t t : tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  const hs::Sae made = make_sae("blocks.1.hook_resid_pre", "blocks.1.hook_resid_pre", 64, 21);
+  const std::filesystem::path dir = write_saelens_folder(made, "cli_sae");
+  const hs::SaeSet set = hs::load_sae_folder(dir);
+  REQUIRE(set.saes.size() == 1);
+  const hs::Sae& sae = set.saes[0];
+  const auto plain = run(tokens);
+  const hs::SaeRun expected = hs::run_sae(*plain, sae);
+  REQUIRE((expected.feature_acts.array() > 0).count() > 0);
+
+  const std::filesystem::path out = hs::test::scratch_dir() / "cli_features.npz";
+  const auto r = hs::test::run_cli("features --sae " + hs::test::quote(dir.string()) + " --tokens " + ids + " -o " +
+                                   hs::test::quote(out.string()));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto npz = read_npz_map(out);
+  const auto n = static_cast<int64_t>(tokens.size());
+  CHECK(npz["sae_in"].shape == std::vector<int64_t>{n, sae.d_in});
+  CHECK(npz["feature_acts"].shape == std::vector<int64_t>{n, sae.d_sae});
+  CHECK(npz["sae_out"].shape == std::vector<int64_t>{n, sae.d_out});
+  CHECK(npz["sae_in"].data == flat(hs::hook_rows(*plain, "blocks.1.hook_resid_pre")));
+  CHECK(npz["feature_acts"].data == flat(expected.feature_acts));
+  CHECK(npz["sae_out"].data == flat(expected.sae_out));
+  CHECK(npz["tokens"].data == std::vector<float>(tokens.begin(), tokens.end()));
+  const hs::SaeQuality q = hs::sae_quality(builtin()->weights(), tokens, sae);
+  CHECK(npz["explained_variance"].data == std::vector<float>{static_cast<float>(q.explained_variance)});
+  CHECK(npz["loss_spliced"].data == std::vector<float>{static_cast<float>(q.loss_spliced)});
+
+  // run --sae with no edit: the plain run's file; with an edit: the library's spliced run.
+  const std::filesystem::path a = hs::test::scratch_dir() / "cli_plain.npz", b = hs::test::scratch_dir() / "cli_spliced.npz",
+                              c = hs::test::scratch_dir() / "cli_edited.npz";
+  const std::string sae_arg = " --sae " + hs::test::quote(dir.string()) + " --tokens " + ids;
+  REQUIRE(hs::test::run_cli("run --tokens " + ids + " -o " + hs::test::quote(a.string())).code == 0);
+  REQUIRE(hs::test::run_cli("run" + sae_arg + " -o " + hs::test::quote(b.string())).code == 0);
+  CHECK(hs::test::read_text(a) == hs::test::read_text(b));
+  const auto [latent, pos] = an_active_latent(expected.feature_acts, 4);
+  const auto edited = hs::test::run_cli("run" + sae_arg + " --sae-edit " + std::to_string(latent) + ":zero@" +
+                                        std::to_string(pos) + " -o " + hs::test::quote(c.string()));
+  INFO(edited.err);
+  REQUIRE(edited.code == 0);
+  const auto spliced = run(tokens, hs::splice_sae(std::make_shared<const hs::Sae>(sae), *builtin()->weights(),
+                                                  {.error_term = true, .edits = {{latent, LatentEdit::Kind::Zero, 0.0f, pos}}}));
+  npz = read_npz_map(c);
+  CHECK(npz["blocks.1.hook_resid_pre"].data == flat(hs::hook_rows(*spliced, "blocks.1.hook_resid_pre")));
+  CHECK(npz["logits"].data == spliced->get("logits").data);
+  CHECK(npz["blocks.1.hook_resid_pre"].data != flat(hs::hook_rows(*plain, "blocks.1.hook_resid_pre")));
+
+  // Refusals: an SAE of another model, an edit without an SAE, a latent out of range.
+  CHECK(hs::test::run_cli("features --model " + hs::test::quote(hs::test::fixture_model("llama_gqa").string()) +
+                          " --sae " + hs::test::quote(dir.string()) + " --tokens 1,2 -o " + hs::test::quote(out.string() + "x.npz"))
+            .err.find("trained on another model") != std::string::npos);
+  CHECK(hs::test::run_cli("run --sae-edit 3:zero --tokens 1,2 -o x.npz").code == 2);
+  CHECK(hs::test::run_cli("run" + sae_arg + " --sae-edit 64:zero -o x.npz").err.find("latents 0 to 63") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(out.string() + "x.npz"));
 }

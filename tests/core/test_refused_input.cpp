@@ -937,19 +937,13 @@ TEST_CASE("refused input: architectures (R80-R85)", "[refused][llama]") {
   }
 }
 
-// SAE and transcoder folders are read by core (core/features/sae.h) for every command that takes
-// --sae; headscope-cli prints the hs::Error's message after "headscope-cli: error: ". The cases
-// compare that line, built from the message, with the catalogue.
+// SAE and transcoder folders, through `headscope-cli features` (every command that takes --sae
+// reads them with core/features/sae.h). The fixtures fit tests/fixtures/models/llama_gqa.
 namespace {
 
-std::string sae_refusal(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const hs::Error& e) {
-    return std::string("headscope-cli: error: ") + e.what() + "\n";
-  }
-  FAIL("no hs::Error was thrown");
-  return "";
+Cli features_with(const Scratch& s, const fs::path& sae, const fs::path& model) {
+  return cli("features --model " + quote(model.string()) + " --sae " + quote(sae.string()) + " --tokens 1,2 -o " +
+             quote((s.dir / "features.npz").string()));
 }
 
 fs::path sae_copy(const Scratch& s, const std::string& fixture) {
@@ -969,61 +963,61 @@ void edit_sae_weight(const fs::path& file, const std::string& tensor, size_t ind
 
 TEST_CASE("refused input: SAE and transcoder folders (R120-R129)", "[refused]") {
   Scratch s;
-  const auto load = [](const fs::path& d) { return [d] { hs::load_sae_folder(d); }; };
+  const fs::path llama = hs::test::fixture_model("llama_gqa");
   SECTION("R120 a folder without an SAE") {
     const fs::path d = s.dir / "sae";
     fs::create_directories(d);
-    CHECK(sae_refusal(load(d)) == expected("R120", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R120", {{"<sae>", d.string()}}), s);
   }
   SECTION("R121 an unknown architecture") {
     const fs::path d = sae_copy(s, "standard");
     nlohmann::json j = nlohmann::json::parse(hs::test::read_text(d / "cfg.json"));
     j["architecture"] = "matryoshka_batchtopk";
     write_file(d / "cfg.json", j.dump(2));
-    CHECK(sae_refusal(load(d)) == expected("R121", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R121", {{"<sae>", d.string()}}), s);
   }
   SECTION("R122 a tensor of the wrong shape") {
     const fs::path d = sae_copy(s, "standard");
     nlohmann::json j = nlohmann::json::parse(hs::test::read_text(d / "cfg.json"));
     j["d_sae"] = 50;
     write_file(d / "cfg.json", j.dump(2));
-    CHECK(sae_refusal(load(d)) == expected("R122", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R122", {{"<sae>", d.string()}}), s);
   }
   SECTION("R123 an SAE trained on another model") {
-    const hs::Sae sae = hs::load_sae_folder(hs::test::source_dir() / "tests/fixtures/sae/standard").saes.at(0);
-    const hs::ModelConfig tiny = hs::load_config(hs::test::source_dir() / "resources/models/headscope-tiny/config.json");
-    CHECK(sae_refusal([&] { hs::check_sae_fits(sae, tiny); }) == expected("R123", {}));
+    check_refused(features_with(s, hs::test::source_dir() / "tests/fixtures/sae/standard",
+                                hs::test::source_dir() / "resources/models/headscope-tiny"),
+                  expected("R123", {}), s);
   }
   SECTION("R124 the weights are missing") {
     const fs::path d = sae_copy(s, "standard");
     fs::remove(d / "sae_weights.safetensors");
-    CHECK(sae_refusal(load(d)) == expected("R124", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R124", {{"<sae>", d.string()}}), s);
   }
   SECTION("R125 a legacy scaling_factor that is not 1") {
     const fs::path d = sae_copy(s, "legacy");
     edit_sae_weight(d / "sae_weights.safetensors", "scaling_factor", 3, 2.0f);
-    CHECK(sae_refusal(load(d)) == expected("R125", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R125", {{"<sae>", d.string()}}), s);
   }
   SECTION("R126 an unknown normalize_activations") {
     const fs::path d = sae_copy(s, "standard");
     nlohmann::json j = nlohmann::json::parse(hs::test::read_text(d / "cfg.json"));
     j["normalize_activations"] = "batch_norm";
     write_file(d / "cfg.json", j.dump(2));
-    CHECK(sae_refusal(load(d)) == expected("R126", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R126", {{"<sae>", d.string()}}), s);
   }
   SECTION("R127 a config.yaml that is not YAML") {
     const fs::path d = sae_copy(s, "ct_layer_files");
     write_file(d / "config.yaml", "model_kind: transcoder_set\nfeature_input_hook: [ln2.hook_normalized\n");
-    CHECK(sae_refusal(load(d)) == expected("R127", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R127", {{"<sae>", d.string()}}), s);
   }
   SECTION("R128 a NaN in a weight") {
     const fs::path d = sae_copy(s, "jumprelu");
     edit_sae_weight(d / "sae_weights.safetensors", "threshold", 7, std::nanf(""));
-    CHECK(sae_refusal(load(d)) == expected("R128", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R128", {{"<sae>", d.string()}}), s);
   }
   SECTION("R129 a transcoder set with a layer missing") {
     const fs::path d = sae_copy(s, "ct_layer_files");
     fs::rename(d / "layer_1.safetensors", d / "layer_2.safetensors");
-    CHECK(sae_refusal(load(d)) == expected("R129", {{"<sae>", d.string()}}));
+    check_refused(features_with(s, d, llama), expected("R129", {{"<sae>", d.string()}}), s);
   }
 }
