@@ -176,6 +176,8 @@ def write_card(work, res, path, saes=SAES):
             "{:,}".format(i["steps"]), a["seed"], fmt_minutes(i["train_seconds"]),
             "" if i["stop_reason"] == "tokens" else " (time limit)", extra.lstrip("; ") or "-"))
     all_ok = all(targets)
+    negs = [UNITS[u][0] for u in ORDER if res["units"][u]["spliced_loss"] < L["clean"]]
+    neg = " (here: %s)" % ", ".join("`%s`" % n for n in negs) if negs else ""
     src = ", ".join("%s (`%s`)" % (s["source"], s["package"]) for s in sources)
     total_train = sum(info[u]["train_seconds"] for u in ORDER)
     card = f"""# SAE and transcoders for headscope-tiny
@@ -256,6 +258,11 @@ is computed in float64). All four MLP outputs zeroed: {L["zero_mlps"]:.4f}.
 | unit | architecture | hook(s) | L0 | EV | EV w/o BOS | dead | spliced loss | delta | target |
 | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |
 """ + "\n".join(rows) + f"""
+
+A negative delta means the spliced run predicts the held-out text slightly better than the model
+itself{neg}; not investigated further (the model's own loss right
+after BOS is high, see `MODEL_CARD.md`). Dead latents are a target for the SAE only; the
+transcoders' dead fractions are reported as measured.
 
 **All four transcoders replacing the four MLPs at once** (each reading `ln2.hook_normalized` of
 the run so modified, no error terms): loss **{L["all_tc"]:.4f}** (clean {L["clean"]:.4f},
