@@ -2,9 +2,12 @@
 // sentence typed into its prompt editor one key at a time.
 //
 //   hs_bench_keys [--model DIR] [--text SENTENCE] [--interval-ms 100] [--settle-ms 50] [--view ID]
+//                 [--sae DIR]...
 //
 // --view ID: that view's tab is on screen while typing (default: the first); with an analysis of
 // its own, phase 1 also waits for it and reports shown_view_ms (request -> its result).
+// --sae DIR: load that SAE folder into the window first (File > Open Sparse Autoencoder), so the
+// Features view (--view features) shows its latents.
 //
 // Phase 1 ("step"): one key, then wait until the views' data for that text is ready, then the
 // next key. Per key it records
@@ -660,6 +663,7 @@ int longPrompt(MainWindow& window, const QString& document, const std::string& m
 int main(int argc, char** argv) {
   if (!std::getenv("QT_QPA_PLATFORM")) setenv("QT_QPA_PLATFORM", "offscreen", 1);
   std::string model_dir, sentence = kSentence, load_dir, view_id;
+  std::vector<std::string> sae_dirs;
   int interval_ms = 100, settle_ms = 50, long_tokens = 0, long_keys = 24, middle_keys = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -673,6 +677,7 @@ int main(int argc, char** argv) {
     if (k == "--model") model_dir = value();
     else if (k == "--text") sentence = value();
     else if (k == "--view") view_id = value();
+    else if (k == "--sae") sae_dirs.push_back(value());
     else if (k == "--interval-ms") interval_ms = std::atoi(value().c_str());
     else if (k == "--settle-ms") settle_ms = std::atoi(value().c_str());
     else if (k == "--load") load_dir = value();
@@ -766,6 +771,19 @@ int main(int argc, char** argv) {
   if (!waitUntil([&] { return controller->currentRun() != nullptr; }, 60000)) {
     std::cerr << "hs_bench_keys: the window produced no run within 60 s\n";
     return 1;
+  }
+
+  for (const std::string& dir : sae_dirs) {
+    bool done = false, failed = false;
+    const auto ok = QObject::connect(&window, &MainWindow::saeLoaded, [&](const QString&) { done = true; });
+    const auto bad = QObject::connect(&window, &MainWindow::saeLoadFailed, [&](const QString&, const QString& message) {
+      std::cerr << "hs_bench_keys: " << message.toStdString() << "\n";
+      done = failed = true;
+    });
+    window.loadSaeFolder(QString::fromStdString(dir));
+    if (!waitUntil([&] { return done; }, 120000) || failed) return 1;
+    QObject::disconnect(ok);
+    QObject::disconnect(bad);
   }
 
   if (!load_dir.empty()) return loadStall(window, load_dir);
