@@ -19,7 +19,7 @@ int features(const Args& a) {
   hs::check_sae_fits(*sae, m->config());
   const hs::TextRun r = run_input(a, m);
   const hs::SaeRun run = hs::run_sae(*r.cache, *sae);
-  const hs::SaeQuality q = hs::sae_quality(m->weights(), r.tokens, *sae, threads(a));
+  const hs::SaeQuality q = hs::sae_quality(*r.cache, *sae, run, threads(a));
   const std::vector<int32_t>& tokens = r.tokens;
   const auto rows = static_cast<int64_t>(tokens.size());
   const double scalars[] = {q.mse, q.explained_variance, q.l0, q.loss_clean, q.loss_spliced};

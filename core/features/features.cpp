@@ -37,8 +37,6 @@ HookKey parse_rows_hook(const ModelConfig& c, std::string_view hook) {
   return *k;
 }
 
-int64_t row_width(const ModelConfig& c, HookPoint h) { return hook_row_width(c, h, 1); }
-
 // Keeps, per thread, the rows the last callable at a transcoder's input saw (one forward pass runs
 // its hooks on one thread; two runs on two threads each see their own).
 class InputCapture {
@@ -139,14 +137,6 @@ int parse_int(std::string_view s, std::string_view item, std::string_view what) 
 RowMatrixXf hook_rows(const ActivationCache& cache, std::string_view hook) {
   const HookKey k = parse_rows_hook(cache.config(), hook);
   return cache.rows(k.hook, k.layer);  // ln1/ln2.hook_normalized: the block's norm on every norm kind
-}
-
-int64_t hook_rows_width(const ModelConfig& config, std::string_view hook) {
-  try {
-    return row_width(config, parse_rows_hook(config, hook).hook);
-  } catch (const Error&) {
-    return 0;
-  }
 }
 
 std::shared_ptr<const Sae> sae_at_layer(const SaeSet& set, int layer) {
@@ -281,14 +271,9 @@ Interventions splice_sae(std::shared_ptr<const Sae> sae, const Weights& weights,
   return result;
 }
 
-SaeQuality sae_quality(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens, const Sae& sae,
-                       int threads) {
-  check_sae_fits(sae, weights->config());
-  RunOptions o;
-  o.threads = threads;
-  const auto clean = forward(weights, tokens, o);
-  const SaeRun r = run_sae(*clean, sae);
-  const RowMatrixXf target = hook_rows(*clean, sae.hook_out);
+SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const SaeRun& r, int threads) {
+  check_sae_fits(sae, clean.config());
+  const RowMatrixXf target = hook_rows(clean, sae.hook_out);
   SaeQuality q;
   q.positions = static_cast<int>(target.rows());
   double sq = 0, var = 0, active = 0;
@@ -301,13 +286,24 @@ SaeQuality sae_quality(std::shared_ptr<const Weights> weights, std::span<const i
   q.mse = sq / static_cast<double>(target.size());
   q.explained_variance = var > 0 ? 1.0 - sq / var : 0.0;
   q.l0 = active / static_cast<double>(target.rows());
-  if (tokens.size() >= 2) {
-    q.loss_clean = metric_value(loss_metric(), *clean);
-    RunOptions spliced = o;
-    spliced.interventions = splice_sae(std::make_shared<const Sae>(sae), *weights, {.error_term = false, .edits = {}});
-    q.loss_spliced = metric_value(loss_metric(), *forward(weights, tokens, spliced));
+  if (clean.n_pos() >= 2) {
+    q.loss_clean = metric_value(loss_metric(), clean);
+    RunOptions spliced;
+    spliced.threads = threads;
+    spliced.interventions =
+        splice_sae(std::make_shared<const Sae>(sae), *clean.weights(), {.error_term = false, .edits = {}});
+    q.loss_spliced = metric_value(loss_metric(), *forward(clean.weights(), clean.tokens(), spliced));
   }
   return q;
+}
+
+SaeQuality sae_quality(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens, const Sae& sae,
+                       int threads) {
+  check_sae_fits(sae, weights->config());
+  RunOptions o;
+  o.threads = threads;
+  const auto clean = forward(weights, tokens, o);
+  return sae_quality(*clean, sae, run_sae(*clean, sae), threads);
 }
 
 RowMatrixXf latent_attribution(const Sae& sae, const SaeRun& run, const RowMatrixXf& grad_out) {

@@ -41,8 +41,6 @@ class Weights;
 // every norm kind (LayerNorm too: the block's norm of its input, weight and bias applied).
 // Throws hs::Error naming a hook the model does not have or that has no per-position rows.
 RowMatrixXf hook_rows(const ActivationCache& cache, std::string_view hook);
-// Whether hook_rows can read this hook on this model, and its width (0 when it cannot).
-int64_t hook_rows_width(const ModelConfig& config, std::string_view hook);
 
 // One SAE of a folder: the only one, or the one reading block `layer` (a transcoder set's layer);
 // layer -1 asks for the only one. Throws hs::Error listing the layers when that is not one.
@@ -87,6 +85,9 @@ struct SaeQuality {
 };
 SaeQuality sae_quality(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens, const Sae& sae,
                        int threads = 0);
+// The same from a clean run already made and the SAE's latents on it (run_sae(clean, sae)): one
+// forward pass (the spliced run) instead of two.
+SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const SaeRun& run, int threads = 0);
 
 // Per latent and position, activation x the derivative of a metric through the latent:
 // feature_acts(p, i) * (grad_out(p) . d sae_out(p) / d feature_acts(p, i)), where grad_out is the
