@@ -156,10 +156,7 @@ AttributionView::AttributionView(Selection* selection, QWidget* parent) : Analys
   versus_->combo()->setObjectName(QStringLiteral("attrVersusCombo"));
   versus_->combo()->setToolTip(QStringLiteral("A second token: explain logit(target) − logit(this token), the logit "
                                               "difference, instead of the target's logit alone."));
-  for (TargetPicker* picker : {target_, versus_})
-    picker->setResolver([this](const QString& typed, QString* error) -> std::optional<int32_t> {
-      return run_ ? typedSingleToken(*run_, typed, error) : std::nullopt;
-    });
+  resolveTypedTokens({target_, versus_}, [this] { return run_.get(); });
   gxi_button_ = new QRadioButton(QStringLiteral("Gradient × input"), this);
   gxi_button_->setObjectName(QStringLiteral("attrGradXInput"));
   gxi_button_->setToolTip(QStringLiteral("(x − x′) · ∂M/∂x at each token embedding: one backward pass."));
@@ -434,11 +431,7 @@ QString AttributionView::statusText() const { return status_->text(); }
 
 void AttributionView::refreshTargets() {
   if (!result_) return;
-  const RunResult& run = *result_->run;
-  const QString predicted = result_->top.empty() ? QStringLiteral("–") : predictionText(run, result_->top.front());
-  setTargetChoices(*target_, run, QStringLiteral("predicted: %1").arg(predicted), result_->top,
-                   result_->target.target_is_prediction ? std::nullopt : std::optional<int32_t>(result_->target.target));
-  setTargetChoices(*versus_, run, QStringLiteral("— (the logit alone)"), result_->top, result_->target.versus);
+  setTargetPairChoices(*target_, *versus_, *result_->run, result_->top, result_->target);
 }
 
 void AttributionView::updateStatus() {

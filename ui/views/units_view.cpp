@@ -330,10 +330,7 @@ UnitsView::UnitsView(UnitKind kind, Selection* selection, QWidget* parent) : Ana
                                               "Contributions and Attribution views)."));
   versus_ = new TargetPicker(QStringLiteral("minus the logit of:"), this);
   versus_->combo()->setObjectName(QStringLiteral("unitsVersusCombo"));
-  for (TargetPicker* picker : {target_, versus_})
-    picker->setResolver([this](const QString& typed, QString* error) -> std::optional<int32_t> {
-      return run_ ? typedSingleToken(*run_, typed, error) : std::nullopt;
-    });
+  resolveTypedTokens({target_, versus_}, [this] { return run_.get(); });
   target_row->addWidget(target_);
   target_row->addWidget(versus_);
   target_row->addStretch(1);
@@ -616,12 +613,7 @@ QString UnitsView::sourceTitle() const {
 
 void UnitsView::refreshTargets() {
   if (!result_ || !result_->base) return;
-  const RunResult& run = *result_->run;
-  const UnitsBase& b = *result_->base;
-  const QString predicted = b.top.empty() ? QStringLiteral("–") : predictionText(run, b.top.front());
-  setTargetChoices(*target_, run, QStringLiteral("predicted: %1").arg(predicted), b.top,
-                   b.target.target_is_prediction ? std::nullopt : std::optional<int32_t>(b.target.target));
-  setTargetChoices(*versus_, run, QStringLiteral("— (the logit alone)"), b.top, b.target.versus);
+  setTargetPairChoices(*target_, *versus_, *result_->run, result_->base->top, result_->base->target);
 }
 
 void UnitsView::updateStatus() {

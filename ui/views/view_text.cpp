@@ -67,4 +67,20 @@ void setTargetChoices(TargetPicker& picker, const RunResult& run, const QString&
   picker.setChoices(none, items, current);
 }
 
+void setTargetPairChoices(TargetPicker& target, TargetPicker& versus, const RunResult& run,
+                          const std::vector<hs::Prediction>& top, const hs::TargetMetric& metric) {
+  const QString predicted = top.empty() ? QStringLiteral("–") : predictionText(run, top.front());
+  setTargetChoices(target, run, QStringLiteral("predicted: %1").arg(predicted), top,
+                   metric.target_is_prediction ? std::nullopt : std::optional<int32_t>(metric.target));
+  setTargetChoices(versus, run, QStringLiteral("— (the logit alone)"), top, metric.versus);
+}
+
+void resolveTypedTokens(std::initializer_list<TargetPicker*> pickers, std::function<const RunResult*()> run) {
+  for (TargetPicker* picker : pickers)
+    picker->setResolver([run](const QString& typed, QString* error) -> std::optional<int32_t> {
+      const RunResult* r = run();
+      return r ? typedSingleToken(*r, typed, error) : std::nullopt;
+    });
+}
+
 }  // namespace hs::ui

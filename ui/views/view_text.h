@@ -3,9 +3,12 @@
 
 #include <QString>
 
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
+#include "core/analysis/attribution_data.h"
 #include "ui/controller/results.h"
 
 namespace hs::ui {
@@ -33,5 +36,12 @@ std::optional<int32_t> typedSingleToken(const RunResult& run, const QString& typ
 // `none` without one).
 void setTargetChoices(TargetPicker& picker, const RunResult& run, const QString& none,
                       const std::vector<hs::Prediction>& choices, std::optional<int32_t> target);
+// The pickers of the views that explain a logit or a logit difference (Attribution, Neurons,
+// Features): the target's items ("predicted: ..." meaning no target, then `top`) and the second
+// token's ("— (the logit alone)", then `top`), each showing `metric`'s choice.
+void setTargetPairChoices(TargetPicker& target, TargetPicker& versus, const RunResult& run,
+                          const std::vector<hs::Prediction>& top, const hs::TargetMetric& metric);
+// Each picker resolves typed text to a single token of the run `run()` gives (nullptr: none yet).
+void resolveTypedTokens(std::initializer_list<TargetPicker*> pickers, std::function<const RunResult*()> run);
 
 }  // namespace hs::ui
