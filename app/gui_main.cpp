@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "core/features/features.h"
 #include "core/model/architecture.h"
 #include "core/model/intervention.h"
 #include "ui/base/stall_monitor.h"
@@ -63,7 +64,7 @@ std::string usage() {
   view_usage << QStringLiteral("[--export OUTDIR [--scale 1|2]]");
   std::string text =
       "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS] [--keep first|last]\n"
-      "                 [--scan-results FILE] [--sae DIR]...\n"
+      "                 [--scan-results FILE] [--sae DIR]... [--sae-edit EDITS]\n"
       "                 " +
       view_usage.join(QLatin1Char(' ')).toStdString() +
       "\n"
@@ -88,7 +89,11 @@ std::string usage() {
       "                   window, as File > Open Scan Results does (not with --export)\n"
       "  --sae DIR        load a sparse autoencoder or transcoder folder (SAELens cfg.json +\n"
       "                   sae_weights.safetensors, or a circuit-tracer config.yaml) for the features\n"
-      "                   view, as File > Open Sparse Autoencoder does; repeat it for several\n" +
+      "                   view, as File > Open Sparse Autoencoder does; repeat it for several\n"
+      "  --sae-edit EDITS  edit latents of those SAEs in every run, as the Features view's Apply does\n"
+      "                   (each edited SAE spliced in with its error term): headscope-cli run's\n"
+      "                   [N/]LATENT:zero|xS|+S[@POS],... (N: the N-th SAE loaded, from 0), e.g.\n"
+      "                   12:zero,40:x2.5,7:+3@4\n" +
       view_options +
       "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
       "                   opening a window; needs --text\n"
@@ -157,7 +162,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption keep(QStringLiteral("keep"), "what an over-long text keeps", "first|last");
   const QCommandLineOption scan_results(QStringLiteral("scan-results"), "a scan output to open", "FILE");
   const QCommandLineOption sae(QStringLiteral("sae"), "a sparse autoencoder folder (repeatable)", "DIR");
-  parser.addOptions({model, text, out, scale, view, head, ablate, keep, scan_results, sae});
+  const QCommandLineOption sae_edit(QStringLiteral("sae-edit"), "latent edits of the loaded SAEs", "EDITS");
+  parser.addOptions({model, text, out, scale, view, head, ablate, keep, scan_results, sae, sae_edit});
   // Each view's own options (ui/views/registry.cpp), whose values go to that view.
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
     for (const hs::ui::ViewOption& o : v.options)
@@ -227,6 +233,19 @@ int main(int argc, char** argv) {
       view_inputs[v.id][o.name] = *value;
     }
 
+  if (parser.isSet(sae_edit) && !parser.isSet(sae)) {
+    std::fprintf(stderr, "headscope: --sae-edit edits the latents of an SAE loaded with --sae DIR\n");
+    return 2;
+  }
+  if (parser.isSet(sae_edit)) {  // the syntax now; the latents against their SAEs once loaded
+    try {
+      for (const QString& item : parser.value(sae_edit).split(QLatin1Char(',')))
+        hs::parse_latent_edits(item.mid(item.indexOf(QLatin1Char('/')) + 1).toStdString());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "headscope: --sae-edit: %s\n", e.what());
+      return 2;
+    }
+  }
   if (headless && parser.isSet(scan_results)) {
     std::fprintf(stderr, "headscope: --scan-results opens a scan in the window; --export does not take one\n");
     return 2;
@@ -238,6 +257,7 @@ int main(int argc, char** argv) {
     options.ablations = ablations;
     options.view_inputs = view_inputs;
     options.sae_dirs = parser.values(sae);
+    options.sae_edits = parser.value(sae_edit);
     options.keep_last = keep_last.value_or(false);
     options.model_dir = parser.value(model);
     options.text = parser.value(text);
@@ -266,6 +286,7 @@ int main(int argc, char** argv) {
   options.keep_last = keep_last;
   options.scan_results = parser.value(scan_results);
   options.sae_dirs = parser.values(sae);
+  options.sae_edits = parser.value(sae_edit);
   // The window runs the model on its own thread; the GUI thread must never start an OpenMP team
   // (an Eigen product in a view would), which would slow every run (hs::release_thread_team).
   omp_set_num_threads(1);

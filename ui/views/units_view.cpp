@@ -31,6 +31,7 @@
 #include "ui/base/deliver.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/selection.h"
+#include "ui/views/sae_edit_panel.h"
 #include "ui/views/view_text.h"
 #include "ui/widgets/activation_strip.h"
 #include "ui/widgets/labels.h"
@@ -359,6 +360,10 @@ UnitsView::UnitsView(UnitKind kind, Selection* selection, QWidget* parent) : Ana
   table_->setMinimumWidth(300);
   left_layout->addWidget(table_caption_);
   left_layout->addWidget(table_, 1);
+  if (kind_ == UnitKind::Latent) {  // edits of the shown latent, and the SAE's quality (issue 25 item 3)
+    edit_panel_ = new SaeEditPanel(selection, left);
+    left_layout->addWidget(edit_panel_);
+  }
 
   auto* right = new QWidget(splitter);
   auto* right_layout = new QVBoxLayout(right);
@@ -578,6 +583,7 @@ void UnitsView::setResult(std::shared_ptr<const ViewResult> result) {
   if (r->base && r->base->kind == UnitKind::Latent && !LoadedSaes::instance().find(r->base->sae_id)) return;
   result_ = std::move(r);
   run_ = result_->run;
+  if (edit_panel_) edit_panel_->setResult(result_);
   failure_.clear();
   refresher_->request();
 }

@@ -39,6 +39,7 @@ namespace hs::ui {
 
 class ActivationStrip;
 class RefreshWhenShown;
+class SaeEditPanel;
 class TargetPicker;
 
 enum class UnitKind { Neuron, Latent };
@@ -125,6 +126,7 @@ class UnitsView : public AnalysisView {
   QTableWidget* bottomTokens() const { return bottom_tokens_; }
   QComboBox* sourceCombo() const { return source_; }
   QLabel* dashboardLabel() const { return dashboard_; }
+  SaeEditPanel* editPanel() const { return edit_panel_; }  // Features only: latent edits, quality
   QString statusText() const;
   QString messageText() const;
 
@@ -166,6 +168,7 @@ class UnitsView : public AnalysisView {
   QGroupBox* dashboard_box_ = nullptr;
   QLabel* dashboard_ = nullptr;
   RefreshWhenShown* refresher_ = nullptr;
+  SaeEditPanel* edit_panel_ = nullptr;
   std::vector<QFuture<void>> in_flight_;
 };
 

@@ -187,8 +187,13 @@ void AblationPanel::refreshComparison() {
     return QStringLiteral("%1: KL = %2 nats").arg(kl_->bar(i).label, formatNumber(kl_->bar(i).value));
   });
   QStringList heads;
-  for (const hs::Intervention& i : run.ablations())
+  for (const hs::Intervention& i : run.ablations()) {
+    if (i.hook != hs::HookPoint::Z || i.head < 0) {  // an SAE splice with latent edits (SaeEdits)
+      if (!heads.contains(QStringLiteral("SAE latent edits"))) heads << QStringLiteral("SAE latent edits");
+      continue;
+    }
     heads << headLabel(i.layer, i.head) + (i.kind == hs::InterventionKind::Zero ? QStringLiteral(" zero") : QStringLiteral(" mean"));
+  }
   kl_->setFigureText({QStringLiteral("KL(plain ‖ ablated) per position: %1").arg(heads.join(QStringLiteral(", "))),
                       runSubtitle(run)},
                      QStringLiteral("ablation_kl"));

@@ -10,6 +10,7 @@
 #include "core/session/session.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/loaded_saes.h"
+#include "ui/controller/sae_edits.h"
 #include "ui/window/export_all.h"
 
 namespace hs::ui {
@@ -42,7 +43,15 @@ int runHeadlessExport(const HeadlessExportOptions& options) {
         LoadedSaes::instance().add(sae_dir, std::make_shared<const hs::Sae>(std::move(sae)));
       }
     }
-    run = AnalysisController::computeRun(model, options.text, nullptr, options.ablations, nullptr, nullptr,
+    // Latent edits: the edited SAEs spliced in (error term kept) after the head ablations, as the window does.
+    hs::Interventions interventions = options.ablations;
+    if (!options.sae_edits.isEmpty()) {
+      SaeEdits::instance().addFromSpec(options.sae_edits);
+      QStringList refused;
+      for (hs::Intervention& i : SaeEdits::instance().splices(*model->weights(), &refused)) interventions.push_back(std::move(i));
+      if (!refused.isEmpty()) return complain(refused.join(QStringLiteral("; ")));
+    }
+    run = AnalysisController::computeRun(model, options.text, nullptr, interventions, nullptr, nullptr,
                                          options.keep_last ? hs::OverlongPolicy::KeepLastWithWarning
                                                            : hs::OverlongPolicy::TruncateWithWarning);
   } catch (const std::exception& e) {

@@ -19,6 +19,7 @@ struct HeadlessExportOptions {
   ViewInputsById view_inputs;   // what the command line gives each view (its descriptor's options)
   bool keep_last = false;       // text longer than the context: keep BOS and its last tokens (`--keep last`)
   QStringList sae_dirs;         // sparse autoencoder folders for the features view (`--sae DIR`)
+  QString sae_edits;            // their latent edits (`--sae-edit`, headscope-cli run's syntax)
 };
 
 // Needs a QApplication (the offscreen platform will do). Prints progress-free: one line on

@@ -121,6 +121,8 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
       views_[i]->setViewInputs(inputs->second);
   if (options.layer != 0 || options.head != 0) first_head_ = std::make_pair(options.layer, options.head);
   first_ablations_ = options.ablations;
+  pending_sae_edits_ = options.sae_edits;
+  sae_loads_before_edits_ = static_cast<int>(options.sae_dirs.size());
   for (const QString& dir : options.sae_dirs) loadSaeFolder(dir);  // once the model is in
 
   prompt_->setPlainText(options.text.isEmpty() ? QString::fromUtf8(kExamplePrompt) : options.text);

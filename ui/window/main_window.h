@@ -61,6 +61,8 @@ struct MainWindowOptions {
   QString scan_results = {};
   // Sparse autoencoder folders to load once the model is in (File > Open Sparse Autoencoder).
   QStringList sae_dirs = {};
+  // Latent edits applied once those SAEs are in (`--sae-edit`, headscope-cli run's syntax).
+  QString sae_edits = {};
 };
 
 class MainWindow : public QMainWindow {
@@ -183,6 +185,10 @@ class MainWindow : public QMainWindow {
   // A new model: the loaded SAEs that do not fit it are unloaded (a status message says which),
   // then the folders waiting for a model are loaded.
   void onModelChangedForSaes();
+  // The command line's --sae-edit, once its SAEs have loaded (or failed to).
+  void applyCommandLineSaeEdits();
+  // The head ablations plus every edited SAE spliced in: what each run applies.
+  hs::Interventions runInterventions();
   // scan
   void startScan(const hs::ScanOptions& options);
   // A finished or opened scan: its means to the heads panel, and (when it describes heads) the
@@ -235,6 +241,8 @@ class MainWindow : public QMainWindow {
   SaeLoader* sae_loader_ = nullptr;
   QMenu* sae_menu_ = nullptr;
   QStringList pending_sae_dirs_;  // waiting for a model
+  QString pending_sae_edits_;     // --sae-edit, until its SAEs are in
+  int sae_loads_before_edits_ = 0;  // --sae folders still loading before --sae-edit applies
   QPointer<QMessageBox> sae_error_box_;
   QToolButton* scan_cancel_ = nullptr;
   bool restore_settings_ = true;

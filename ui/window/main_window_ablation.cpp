@@ -70,7 +70,7 @@ void MainWindow::addHeadActions(int index, QMenu* menu) {
 }
 
 void MainWindow::onAblationsChanged() {
-  controller_->setAblations(ablations_->list());
+  controller_->setAblations(runInterventions());  // with the Features view's latent edits
   // Ctrl+clicked picks are heads gathered for one ablation: any change of the list (made from
   // them or not, undone, removed from the dock) spends them, so no dashed outline outlives the
   // list it was gathered against; the "0"/"μ" marks come from the run's own ablations.

@@ -14,8 +14,10 @@
 
 #include "core/features/sae.h"
 #include "core/model/model.h"
+#include "ui/controller/ablations.h"
 #include "ui/controller/analysis_controller.h"
 #include "ui/controller/loaded_saes.h"
+#include "ui/controller/sae_edits.h"
 #include "ui/widgets/labels.h"
 #include "ui/window/sae_loader.h"
 
@@ -37,6 +39,7 @@ void MainWindow::buildSaeMenu(QMenu* file) {
               names << LoadedSaes::instance().entry(id).value_or(LoadedSae{}).label;
             }
             statusBar()->showMessage(QStringLiteral("Loaded %1").arg(names.join(QStringLiteral("; "))), 8000);
+            applyCommandLineSaeEdits();
             Q_EMIT saeLoaded(dir);
           });
   connect(sae_loader_, &SaeLoader::failed, this, [this](const QString& dir, const QString& message) {
@@ -55,6 +58,7 @@ void MainWindow::buildSaeMenu(QMenu* file) {
     box->setWindowModality(Qt::WindowModal);
     sae_error_box_ = box;
     box->open();
+    applyCommandLineSaeEdits();
     Q_EMIT saeLoadFailed(dir, message);
   });
 
@@ -63,6 +67,13 @@ void MainWindow::buildSaeMenu(QMenu* file) {
   sae_menu_ = file->addMenu(QStringLiteral("&Unload Sparse Autoencoder"));
   sae_menu_->setObjectName(QStringLiteral("menuUnloadSae"));
   connect(&LoadedSaes::instance(), &LoadedSaes::changed, this, &MainWindow::updateSaeMenu);
+  // Latent edits (the Features view): each change re-runs the prompt with the edited SAEs spliced in.
+  connect(&SaeEdits::instance(), &SaeEdits::changed, this, &MainWindow::onAblationsChanged);
+  // An unloaded SAE's edits go with it, said in the status bar: nothing stale is applied.
+  connect(&LoadedSaes::instance(), &LoadedSaes::changed, this, [this] {
+    const QString dropped = SaeEdits::instance().dropUnloaded();
+    if (!dropped.isEmpty()) statusBar()->showMessage(dropped, 15000);
+  });
   updateSaeMenu();
 }
 
@@ -116,7 +127,30 @@ void MainWindow::onModelChangedForSaes() {
     statusBar()->showMessage(QStringLiteral("Unloaded what does not fit %1: %2")
                                  .arg(QString::fromStdString(model->name()), unloaded.join(QStringLiteral("; "))),
                              15000);
+  // Latent edits were made on the previous model's run (and its SAEs may be gone).
+  const QString dropped = SaeEdits::instance().reset();
+  if (!dropped.isEmpty()) statusBar()->showMessage(dropped, 15000);
   for (const QString& dir : std::exchange(pending_sae_dirs_, {})) loadSaeFolder(dir);
+}
+
+void MainWindow::applyCommandLineSaeEdits() {
+  if (pending_sae_edits_.isEmpty() || --sae_loads_before_edits_ > 0) return;
+  try {
+    SaeEdits::instance().addFromSpec(std::exchange(pending_sae_edits_, {}));
+  } catch (const std::exception& e) {
+    showBanner(QStringLiteral("<b>--sae-edit was not applied:</b> %1").arg(QString::fromUtf8(e.what()).toHtmlEscaped()),
+               true);
+  }
+}
+
+hs::Interventions MainWindow::runInterventions() {
+  hs::Interventions list = ablations_->list();
+  if (!controller_->model() || SaeEdits::instance().isEmpty()) return list;
+  QStringList refused;
+  for (hs::Intervention& i : SaeEdits::instance().splices(*controller_->model()->weights(), &refused))
+    list.push_back(std::move(i));
+  if (!refused.isEmpty()) statusBar()->showMessage(refused.join(QStringLiteral("; ")), 15000);
+  return list;
 }
 
 }  // namespace hs::ui

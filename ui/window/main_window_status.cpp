@@ -103,9 +103,14 @@ void MainWindow::updateStatus() {
                                .arg(kDebounceMs));
   status_next_->setText(run_->next.empty() ? QString()
                                            : QStringLiteral("· next token %1").arg(predictionText(*run_, run_->next.front())));
-  const size_t ablated = run_->ablations().size();
-  status_ablations_->setText(ablated == 0 ? QString()
-                                          : QStringLiteral("· %1 head%2 ablated").arg(ablated).arg(ablated == 1 ? "" : "s"));
+  // Head ablations are on hook_z; the rest are SAE splices with latent edits (SaeEdits).
+  const auto ablated = std::count_if(run_->ablations().begin(), run_->ablations().end(),
+                                     [](const hs::Intervention& i) { return i.hook == hs::HookPoint::Z && i.head >= 0; });
+  const bool sae_edited = static_cast<size_t>(ablated) != run_->ablations().size();
+  QStringList edited;
+  if (ablated > 0) edited << QStringLiteral("· %1 head%2 ablated").arg(ablated).arg(ablated == 1 ? "" : "s");
+  if (sae_edited) edited << QStringLiteral("· SAE latents edited");
+  status_ablations_->setText(edited.join(QLatin1Char(' ')));
 }
 
 void MainWindow::showBanner(const QString& html, bool error) {
