@@ -107,6 +107,7 @@ int scan(const Args& a) {
   o.seed = static_cast<uint64_t>(a.integer("--seed"));
   o.threads = threads(a);
   o.heads = a.flag("--heads");
+  if (a.has("--units")) o.units = a.text("--units");
   if (a.has("--aggregates")) {
     const std::string list = a.text("--aggregates");
     for (size_t start = 0; start <= list.size();) {
@@ -205,6 +206,11 @@ int scan(const Args& a) {
     if (!per_prompt) throw hs::Error("writing " + *per_prompt_path + " failed (is the disk full?).");
   }
   hs::write_scan_output(state, out);
+  if (!state.units.empty() && state.complete) {
+    const std::filesystem::path folder = hs::unit_dashboards_folder(out);
+    hs::write_unit_dashboards(*m, hs::resolve_unit_source(*m, o.units), state.units, state.settings, folder);
+    std::cerr << "headscope-cli scan: dashboards of " << state.units.n_units() << " units in " << folder.string() << "\n";
+  }
   const std::string bad = bad_line_summary(state);
   std::cerr << "headscope-cli scan: " << state.prompts << " prompts" << (state.patch_rows ? ", " + std::to_string(state.patch_rows) + " patch rows" : "")
             << (state.truncated ? ", " + std::to_string(state.truncated) + " truncated" : "")
@@ -230,11 +236,11 @@ const CommandSpec& scan_command() {
       .name = "scan",
       .summary = "a data set through the model, aggregated: head scores, entropy, DLA, loss, patching",
       .synopsis = {"[--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]",
-                   "[--no-bos] [--heads] [--aggregates LIST] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl]",
+                   "[--no-bos] [--heads] [--units mlp|mlp:L|sae:DIR] [--aggregates LIST] [--seed S] [--shard I/N] [--per-prompt OUT.jsonl]",
                    "[--resume] [--batch-tokens N]",
                    "-o OUT.json|OUT.npz"},
       .help = R"(Usage: headscope-cli scan [--model DIR] (--input FILE | --repeat-random N) [--limit N] [--max-tokens N]
-                          [--no-bos] [--heads] [--aggregates LIST] [--seed S] [--shard I/N]
+                          [--no-bos] [--heads] [--units mlp|mlp:L|sae:DIR] [--aggregates LIST] [--seed S] [--shard I/N]
                           [--per-prompt OUT.jsonl] [--resume] [--batch-tokens N] [--threads N]
                           -o OUT.json|OUT.npz
 
@@ -266,6 +272,11 @@ Memory does not grow with the number of prompts.
             .help = "also describe each head over the data set: attention by distance, top key and query tokens, "
                     "the distribution of its attention entropy, example contexts from each decile of its output "
                     "norm (docs/scan.md, \"Heads over a data set\")"},
+           {.name = "--units",
+            .metavar = "SOURCE",
+            .help = "also describe every unit over the data set and write its dashboard to OUT.units/ (docs/scan.md, "
+                    "\"Unit dashboards\"): mlp (every layer's neurons), mlp:L (layer L's) or sae:DIR (an SAE's or "
+                    "transcoder set's latents)"},
            seed_option("the --repeat-random ids (default 0)"),
            {.name = "--shard",
             .metavar = "I/N",

@@ -340,6 +340,13 @@ json scan_settings(const Model& model, const ScanOptions& o) {
   if (o.heads)
     s["heads"] = {{"samples", HeadDatasetStats::kDefaultSamples},
                   {"window", std::min(HeadDatasetStats::kDefaultWindow, c.n_ctx)}};
+  if (!o.units.empty()) {
+    json u = resolve_unit_source(model, o.units).identity();
+    u["samples"] = UnitDatasetStats::kDefaultSamples;
+    u["window"] = UnitDatasetStats::kDefaultWindow;
+    s["units"] = std::move(u);
+    paths["units"] = o.units;
+  }
   s["paths"] = paths;
   return s;
 }
@@ -381,6 +388,10 @@ ScanState new_scan_state(const Model& model, const ScanOptions& o, json settings
   if (s.settings.contains("heads"))
     s.heads = HeadDatasetStats(c.n_layers, c.n_heads, c.n_ctx, s.settings.at("heads").at("samples").get<int>(),
                                s.settings.at("heads").at("window").get<int>());
+  if (s.settings.contains("units"))
+    s.units = UnitDatasetStats(s.settings.at("units").at("units").get<int64_t>(),
+                               s.settings.at("units").at("samples").get<int>(),
+                               s.settings.at("units").at("window").get<int>());
   return s;
 }
 
@@ -536,7 +547,9 @@ void add_grid(MomentGrid& g, const RowMatrixXf& m) {
 class Scanner {
  public:
   Scanner(const Model& model, const ScanOptions& o, ScanState& s, const ScanControl& control)
-      : model_(model), o_(o), s_(s), control_(control) {}
+      : model_(model), o_(o), s_(s), control_(control) {
+    if (!s_.units.empty()) units_ = resolve_unit_source(model_, o_.units);
+  }
 
   // Handles input index `index` (line index + 1 = line number); returns true when it aggregated
   // a row.
@@ -558,7 +571,7 @@ class Scanner {
   void flush() {
     if (pending_.empty()) return;
     std::vector<std::shared_ptr<ActivationCache>> caches;
-    if (o_.batch_tokens == 1) {
+    if (o_.batch_tokens == 1 || !s_.units.empty()) {
       RunOptions ro;
       ro.threads = o_.threads;
       for (const Pending& p : pending_) caches.push_back(model_.run(p.tokens, ro));
@@ -655,6 +668,12 @@ class Scanner {
       loss_sum += loss[p];
     }
     if (!s_.heads.empty()) s_.heads.add_prompt(model_, index, *cache, bos);
+    if (!s_.units.empty()) {
+      ThreadScope threads(o_.threads > 0 ? o_.threads : omp_get_num_procs());  // the SAE's encoder is the large product here
+      for (const UnitSource::Group& g : units_.groups)
+        s_.units.add(index, tokens, g.first_unit, units_.activations(*cache, g));
+      s_.units.count_positions(static_cast<int64_t>(tokens.size()));
+    }
     ++s_.prompts;
     if (dropped > 0) ++s_.truncated;
     if (control_.per_prompt) {
@@ -742,6 +761,7 @@ class Scanner {
   const ScanOptions& o_;
   ScanState& s_;
   const ScanControl& control_;
+  UnitSource units_;  // with --units: the units described
   struct Pending {
     int64_t index;
     std::vector<int32_t> tokens;
@@ -864,6 +884,7 @@ json scan_to_json(const ScanState& s, const std::vector<std::string>& head_label
     j["heads"] = s.heads.summary(head_labels);
     j["state"]["heads"] = s.heads.state();
   }
+  if (!s.units.empty()) j["state"]["units"] = s.units.state();
   return j;
 }
 
@@ -929,6 +950,16 @@ ScanState scan_from_json(const json& j, const std::string& source) {
       if (!hs.is_object() || hs.value("samples", -1) != s.heads.sample_capacity() || hs.value("window", -1) != s.heads.window())
         throw Error("its head statistics were not made with the sampling its settings name");
     }
+    const bool units = s.settings.contains("units");
+    if (units != j.at("state").contains("units"))
+      throw Error(units ? "its settings ask for unit statistics but its state has none"
+                        : "its state has unit statistics its settings do not ask for");
+    if (units) {
+      const json& us = s.settings.at("units");
+      s.units = UnitDatasetStats::from_state(j.at("state").at("units"), us.at("units").get<int64_t>());
+      if (us.value("samples", -1) != s.units.sample_capacity() || us.value("window", -1) != s.units.window())
+        throw Error("its unit statistics were not made with the sampling its settings name");
+    }
     return s;
   } catch (const json::exception& e) {
     throw Error(source + ": not a readable scan output: " + json_error_reason(e) +
@@ -989,6 +1020,7 @@ ScanState merge_scans(const std::vector<ScanState>& shards, const std::vector<st
     }
     for (auto& [name, g] : out.grids) g.merge(s.grids.at(name));
     if (!out.heads.empty()) out.heads.merge(s.heads);
+    if (!out.units.empty()) out.units.merge(s.units);
   }
   for (int k = 0; k < n; ++k) out.merged_shards.push_back(k);
   return out;

@@ -21,6 +21,7 @@
 
 #include "core/analysis/head_dataset.h"
 #include "core/analysis/moment_grid.h"
+#include "core/analysis/unit_dataset.h"
 
 namespace hs {
 
@@ -37,6 +38,9 @@ struct ScanOptions {
   int shard_index = 0, shard_count = 1;  // this process takes the prompts with index % count == index
   int threads = 0;               // forward-pass threads; 0: the engine's choice
   bool heads = false;            // also describe each head over the data set (head_dataset.h)
+  // Also describe every unit of this source over the data set (unit_dataset.h): "mlp", "mlp:L",
+  // "sae:DIR"; empty: none. Text prompts then run one at a time with a full cache.
+  std::string units;
   // The text rows' aggregates to compute (scan_text_aggregate_names); empty: all. The others stay
   // empty (count 0), and the pass stops where the chosen ones stop reading: head scores and
   // entropy need no unembedding, nor anything after the last layer's pattern.
@@ -76,6 +80,8 @@ struct ScanState {
   std::map<std::string, MomentGrid> grids;
   // With --heads (settings "heads": true): each head described over the data set; empty otherwise.
   HeadDatasetStats heads;
+  // With --units (settings "units"): every unit described over the data set; empty otherwise.
+  UnitDatasetStats units;
 };
 
 // The names of ScanState::grids, in output order.

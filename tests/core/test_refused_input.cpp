@@ -170,7 +170,7 @@ const std::set<std::string> kTested = {
     "R15", "R16", "R17", "R18", "R19", "R20", "R21", "R22", "R23", "R24", "R25", "R26", "R27", "R28",
     "R29", "R30", "R31", "R32", "R33", "R34", "R35", "R36", "R37", "R38", "R39", "R40", "R41", "R42",
     "R43", "R44", "R45", "R46", "R47", "R48", "R49", "R50", "R51", "R52", "R53", "R54", "R55", "R56",
-    "R57", "R60", "R61", "R62", "R63", "R64", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R77", "R78", "R80", "R81", "R82", "R83", "R84", "R85", "R86", "R87",
+    "R57", "R60", "R61", "R62", "R63", "R64", "R65", "R66", "R70", "R71", "R72", "R73", "R74", "R75", "R76", "R77", "R78", "R80", "R81", "R82", "R83", "R84", "R85", "R86", "R87",
     "R90", "R91", "R92", "R93", "R94", "R95", "R96", "R97",
     "R110", "R111", "R112", "R113",
     "R120", "R121", "R122", "R123", "R124", "R125", "R126", "R127", "R128", "R129",
@@ -839,6 +839,22 @@ TEST_CASE("refused input: data-set scans (R60-R64)", "[refused]") {
                   expected("R64", sub), s);
     CHECK(!fs::exists(out));
   }
+}
+
+TEST_CASE("refused input: unit dashboards of a data set (R65-R66)", "[refused]") {
+  Scratch s;
+  const fs::path input = s.dir / "prompts.txt", out = s.dir / "scan.json";
+  write_file(input, "The cat sat.\nA dog.\n");
+  const std::string scan = "scan --threads 1 --input " + quote(input.string()) + " -o " + quote(out.string());
+  SECTION("R65 an unknown unit source") {
+    check_refused(cli(scan + " --units neurons"), expected("R65", {}), s);
+  }
+  SECTION("R66 an SAE that does not fit the model") {
+    const fs::path sae = hs::test::source_dir() / "tests/fixtures/sae/standard";
+    check_refused(cli(scan + " --units " + quote("sae:" + sae.string())), expected("R66", {{"<sae>", sae.string()}}), s);
+  }
+  CHECK(!fs::exists(out));
+  CHECK(!fs::exists(s.dir / "scan.units"));
 }
 
 TEST_CASE("refused input: special files where a file belongs (R56-R57)", "[refused]") {
