@@ -300,6 +300,9 @@ UnitSource resolve_unit_source(const Model& model, const std::string& spec) {
 #include <fstream>
 
 #include "core/io/export.h"
+#include "core/model/ops.h"
+#include "core/model/thread_scope.h"
+#include "core/model/weights.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace hs {
@@ -332,7 +335,47 @@ std::filesystem::path unit_dashboards_folder(const std::filesystem::path& out) {
   return p.replace_extension(".units");
 }
 
+namespace {
+
+RowVectorXf unit_direction(const Model& model, const UnitSource::Group& g, int local) {
+  return g.sae ? latent_output_direction(*model.weights(), *g.sae, local)
+               : neuron_output_direction(*model.weights(), g.layer, local);
+}
+
+// The logit effects of units first .. first + n - 1: their directions stacked and unembedded in one
+// product (one read of W_U for the chunk, not one per unit: W_U is 150 MB on GPT-2 small).
+std::vector<LogitEffects> chunk_logit_effects(const Model& model, const UnitSource& source, int64_t first, int64_t n) {
+  const ModelConfig& c = model.config();
+  RowMatrixXf dirs(n, c.d_model);  // [unit, d_model]
+  for (int64_t i = 0; i < n; ++i) {
+    const UnitSource::Group& g = group_of(source, first + i);
+    dirs.row(i) = unit_direction(model, g, static_cast<int>(first + i - g.first_unit));
+  }
+  RowMatrixXf logits(n, c.d_vocab);  // [unit, d_vocab]
+  unembed_forward(logits, dirs, model.weights()->packed_unembed());
+  std::vector<LogitEffects> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const RowVectorXf e = logits.row(i);
+    for (int t : top_units(e, kLogits, false)) out[static_cast<size_t>(i)].top.push_back({t, e(t)});
+    const RowVectorXf neg = -e;
+    for (int t : top_units(neg, kLogits, false)) out[static_cast<size_t>(i)].bottom.push_back({t, e(t)});
+  }
+  return out;
+}
+
+nlohmann::json dashboard_json(const Model& model, const UnitSource& source, const UnitDatasetStats& st, int64_t u,
+                              const LogitEffects& fx);
+
+}  // namespace
+
 nlohmann::json unit_dashboard_json(const Model& model, const UnitSource& source, const UnitDatasetStats& st, int64_t u) {
+  return dashboard_json(model, source, st, u, chunk_logit_effects(model, source, u, 1).at(0));
+}
+
+namespace {
+
+nlohmann::json dashboard_json(const Model& model, const UnitSource& source, const UnitDatasetStats& st, int64_t u,
+                              const LogitEffects& fx) {
   const UnitSource::Group& g = group_of(source, u);
   const int local = static_cast<int>(u - g.first_unit);
   nlohmann::json j;
@@ -357,10 +400,7 @@ nlohmann::json unit_dashboard_json(const Model& model, const UnitSource& source,
   }
   if (hi >= 0) edges.push_back(UnitDatasetStats::bin_low(hi + 1));
   j["histogram"] = {{"bin_edges", std::move(edges)}, {"bar_heights", std::move(counts)}};
-  // Logit effects: the unit's output direction through W_U (units.h).
-  const RowVectorXf dir = g.sae ? latent_output_direction(*model.weights(), *g.sae, local)
-                                : neuron_output_direction(*model.weights(), g.layer, local);
-  const LogitEffects fx = logit_effects(*model.weights(), dir, kLogits);
+  // Logit effects: the unit's output direction through W_U (units.h), no final norm.
   const auto list = [&](const std::vector<TokenEffect>& v) {
     nlohmann::json a = nlohmann::json::array();
     for (const TokenEffect& t : v)
@@ -399,6 +439,8 @@ nlohmann::json unit_dashboard_json(const Model& model, const UnitSource& source,
   return j;
 }
 
+}  // namespace
+
 void write_unit_dashboards(const Model& model, const UnitSource& source, const UnitDatasetStats& st,
                            const nlohmann::json& settings, const std::filesystem::path& folder) {
   namespace fs = std::filesystem;
@@ -408,8 +450,11 @@ void write_unit_dashboards(const Model& model, const UnitSource& source, const U
   fs::create_directories(tmp, ec);
   if (ec) throw Error("cannot create " + tmp.string() + ": " + ec.message());
   nlohmann::json units = nlohmann::json::array();
+  constexpr int64_t kChunk = 512;  // units unembedded together: [512, d_vocab] floats, 100 MB on GPT-2
+  std::vector<LogitEffects> fx;
   for (int64_t u = 0; u < st.n_units(); ++u) {
-    const nlohmann::json d = unit_dashboard_json(model, source, st, u);
+    if (u % kChunk == 0) fx = chunk_logit_effects(model, source, u, std::min(kChunk, st.n_units() - u));
+    const nlohmann::json d = dashboard_json(model, source, st, u, fx[static_cast<size_t>(u % kChunk)]);
     units.push_back({{"unit", u}, {"layer", d.at("layer")}, {"index", d.at("index")},
                      {"act_max", d.at("act_max")}, {"frac_nonzero", d.at("frac_nonzero")}});
     std::ofstream f(tmp / ("u" + std::to_string(u) + ".json"), std::ios::binary);
