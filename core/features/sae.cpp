@@ -103,11 +103,20 @@ RowMatrixXf sae_encode(const Sae& s, const RowMatrixXf& x) {
   const NormRows nr = norm_rows(s, x);
   const RowMatrixXf in = encoder_input(s, x, nr);
   RowMatrixXf acts(x.rows(), s.d_sae);  // [pos, d_sae]
-  {
-    // One GEMM for every position and latent. Eigen does not thread it (DESIGN.md: its threaded
-    // GEMM spins), so the product runs on the calling thread.
+  // One GEMM for every position and latent, its columns (latents) split into blocks shared among
+  // the calling thread's OpenMP team; each block is one single-threaded Eigen product (Eigen's own
+  // threaded GEMM spins, DESIGN.md). A latent's value is a sum over d_in whatever the split; only
+  // Eigen's blocking of that sum can differ, within float32 rounding. Small products (a typed
+  // key's new row) stay on the calling thread.
+  const Eigen::Index n_rows = x.rows();
+  const int team = static_cast<double>(n_rows) * s.d_in * s.d_sae >= 8.0e6 ? omp_get_max_threads() : 1;
+  const Eigen::Index block = 512;  // latents per task: a multiple of every SIMD width
+  const Eigen::Index n_blocks = (s.d_sae + block - 1) / block;
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
+  for (Eigen::Index b = 0; b < n_blocks; ++b) {
     ThreadScope one(1);
-    acts.noalias() = in * s.W_enc;
+    const Eigen::Index c0 = b * block, w = std::min<Eigen::Index>(block, s.d_sae - c0);
+    acts.middleCols(c0, w).noalias() = in * s.W_enc.middleCols(c0, w);
   }
   if (s.activation == SaeActivation::Gated) {
     // GatedSAE.encode: gate (in @ W_enc + b_gate > 0), magnitude relu(in @ (W_enc * exp(r_mag)) +
@@ -123,8 +132,13 @@ RowMatrixXf sae_encode(const Sae& s, const RowMatrixXf& x) {
   acts.rowwise() += s.b_enc;
   // TopKSAE.encode: hidden_pre * |W_dec[i]| before the top k under rescale_acts_by_decoder_norm.
   if (s.activation == SaeActivation::TopK && s.rescale_acts_by_decoder_norm) acts.array().rowwise() *= s.W_dec_norm.array();
-  std::vector<int> order;
-  for (Eigen::Index p = 0; p < acts.rows(); ++p) activate_row(s, acts.row(p).data(), order);
+  const int row_team = s.activation == SaeActivation::TopK && n_rows >= 8 ? team : 1;
+#pragma omp parallel num_threads(row_team) if (row_team > 1)
+  {
+    std::vector<int> order;
+#pragma omp for schedule(static)
+    for (Eigen::Index p = 0; p < n_rows; ++p) activate_row(s, acts.row(p).data(), order);
+  }
   return acts;
 }
 

@@ -16,6 +16,7 @@
 #include "core/features/sae_config.h"
 #include "core/io/npz_reader.h"
 #include "core/model/config.h"
+#include "core/model/thread_scope.h"
 #include "core/tensor/safetensors.h"
 #include "test_support.h"
 
@@ -363,4 +364,40 @@ TEST_CASE("SAE TopK keeps exactly k latents per position, ties to the lower inde
     CHECK((a.row(p).tail(3).array() == 0.0f).all());
   }
   CHECK(hs::sae_encode_naive(s, x) == a);
+}
+
+TEST_CASE("SAE encoder: a product large enough to share among threads gives the same bits on one or two, "
+          "and matches the naive encoder",
+          "[sae]") {
+  // 48 positions x 64 x 4000 latents: over the size at which sae_encode splits the latents among
+  // the calling thread's OpenMP team (and not a multiple of its 512-latent blocks).
+  for (const hs::SaeActivation activation : {hs::SaeActivation::Relu, hs::SaeActivation::TopK}) {
+    hs::Sae s;
+    s.name = "wide";
+    s.d_in = 64;
+    s.d_sae = 4000;
+    s.d_out = 64;
+    s.activation = activation;
+    s.k = 37;
+    s.W_enc = hs::RowMatrixXf::Random(s.d_in, s.d_sae);
+    s.b_enc = hs::RowVectorXf::Random(s.d_sae) * 0.5f;
+    s.b_dec = hs::RowVectorXf::Random(s.d_out) * 0.1f;
+    s.W_dec = hs::RowMatrixXf::Random(s.d_sae, s.d_out);
+    s.W_dec_norm = s.W_dec.rowwise().norm().transpose();
+    const hs::RowMatrixXf x = hs::RowMatrixXf::Random(48, s.d_in);
+    hs::RowMatrixXf one, two;
+    {
+      hs::ThreadScope t(1);
+      one = hs::sae_encode(s, x);
+    }
+    {
+      hs::ThreadScope t(2);
+      two = hs::sae_encode(s, x);
+    }
+    CHECK(one == two);
+    const hs::RowMatrixXf naive = hs::sae_encode_naive(s, x);
+    CHECK((naive - two).cwiseAbs().maxCoeff() <= 1e-4f * naive.cwiseAbs().maxCoeff());
+    if (activation == hs::SaeActivation::TopK)
+      for (Eigen::Index p = 0; p < x.rows(); ++p) CHECK((two.row(p).array() != 0.0f).count() <= s.k);
+  }
 }

@@ -197,8 +197,10 @@ TEST_CASE("Neurons view: the top neurons at a position and their attributions ar
   options.keep = {hs::HookPoint::MlpPost};
   const hs::GradientCache grad = hs::backward(cache, target.metric, options);
   const hs::RowVectorXf attr = post.row(pos).cwiseProduct(grad.rows(hs::HookPoint::MlpPost, kLayer).row(pos));
-  CHECK((b.attribution - attr).cwiseAbs().maxCoeff() <= 1e-6f * attr.cwiseAbs().maxCoeff());
-  CHECK(b.by_attribution == sortedUnits(attr, UnitsView::kTopUnits, true));
+  // Neurons: the attributions come with the activations.
+  REQUIRE(b.attribution());
+  CHECK((b.attribution()->attribution - attr).cwiseAbs().maxCoeff() <= 1e-6f * attr.cwiseAbs().maxCoeff());
+  CHECK(b.attribution()->by_attribution == sortedUnits(attr, UnitsView::kTopUnits, true));
   CHECK(attr.cwiseAbs().maxCoeff() > 0);
 
   view.setResult(result);
@@ -206,13 +208,13 @@ TEST_CASE("Neurons view: the top neurons at a position and their attributions ar
   CHECK(tableUnits(table) == b.by_activation);
   CHECK(table->item(0, 1)->text() == formatNumber(post(pos, b.by_activation.front())));
   view.setSortByAttribution(true);
-  CHECK(tableUnits(table) == b.by_attribution);
+  CHECK(tableUnits(table) == b.attribution()->by_attribution);
   // The CSV is the table as listed.
   const QStringList csv = view.tableCsv().split(QLatin1Char('\n'), Qt::SkipEmptyParts);
   REQUIRE(csv.size() == UnitsView::kTopUnits + 1);
   CHECK(csv[0] == QStringLiteral("neuron,activation,attribution"));
-  CHECK(csv[1].section(QLatin1Char(','), 0, 0).toInt() == b.by_attribution.front());
-  CHECK(std::abs(csv[1].section(QLatin1Char(','), 2, 2).toDouble() - attr(b.by_attribution.front())) < 1e-6);
+  CHECK(csv[1].section(QLatin1Char(','), 0, 0).toInt() == b.attribution()->by_attribution.front());
+  CHECK(std::abs(csv[1].section(QLatin1Char(','), 2, 2).toDouble() - attr(b.attribution()->by_attribution.front())) < 1e-6);
   // Without a choice the top neuron by activation is shown, with no dashboard yet.
   CHECK(result->unit == b.by_activation.front());
   CHECK_FALSE(result->unit_chosen);
@@ -303,9 +305,14 @@ TEST_CASE("Features view: a small SAE's top latents are run_sae's and its logit 
   options.keep = {hs::HookPoint::ResidPre};
   const hs::GradientCache grad = hs::backward(cache, target.metric, options);
   const hs::RowMatrixXf attr = hs::latent_attribution(*sae, direct, grad.rows(hs::HookPoint::ResidPre, 2));
-  CHECK((result->base->attribution - attr.row(pos)).cwiseAbs().maxCoeff() <= 1e-5f * attr.row(pos).cwiseAbs().maxCoeff());
+  // The activations come first: the attributions are the view's second stage.
+  CHECK(!result->base->attribution());
   view.setResult(result);
   CHECK(tableUnits(view.unitTable()) == result->base->by_activation);
+  QTRY_VERIFY(!view.attributionPending());
+  REQUIRE(result->base->attribution());
+  CHECK((result->base->attribution()->attribution - attr.row(pos)).cwiseAbs().maxCoeff() <=
+        1e-5f * attr.row(pos).cwiseAbs().maxCoeff());
   const int latent = result->unit;
   REQUIRE(latent == result->base->by_activation.front());
   checkEffects(result->effects, directEffects(*cache.weights(), hs::sae_decoder_row(*sae, latent)));
@@ -321,6 +328,123 @@ TEST_CASE("Features view: a small SAE's top latents are run_sae's and its logit 
   gone_key.params = {id, QStringLiteral("-1")};
   const auto gone = computeFor(UnitKind::Latent, run, gone_key);
   CHECK(!gone->base);
+}
+
+TEST_CASE("Features view: the activations are shown before the attributions, which are the shown run's and position's",
+          "[units]") {
+  ClearSaes clear;
+  QTemporaryDir tmp;
+  const QString dir = tmp.filePath(QStringLiteral("sae"));
+  const auto model = builtinModel();
+  writeSaeFolder(dir, model->config().d_model, 64, "blocks.2.hook_resid_pre", 27);
+  hs::SaeSet set = hs::load_sae_folder(dir.toStdString());
+  const auto sae = std::make_shared<const hs::Sae>(std::move(set.saes.front()));
+  const QString id = LoadedSaes::instance().add(dir, sae);
+  const auto run = builtinRun();
+  const hs::ActivationCache& cache = *run->run.cache;
+  Selection selection;
+  selection.setBounds(run->n_layer(), run->n_head(), run->n_pos());
+  UnitsView view(UnitKind::Latent, &selection);
+  view.resize(1300, 820);
+  view.show();
+  view.setRun(run);
+  auto key_at = [&](int pos) {
+    AnalysisKey key;
+    key.pos = pos;
+    key.params = {id, QStringLiteral("-1")};
+    return key;
+  };
+  auto reference = [&](int pos) {
+    const hs::SaeRun direct = hs::run_sae(cache, *sae);
+    const hs::TargetMetric target = hs::target_metric(cache, pos, std::nullopt, std::nullopt);
+    hs::GradOptions options;
+    options.keep = {hs::HookPoint::ResidPre};
+    const hs::GradientCache grad = hs::backward(cache, target.metric, options);
+    return hs::RowVectorXf(hs::latent_attribution(*sae, direct, grad.rows(hs::HookPoint::ResidPre, 2)).row(pos));
+  };
+  const int p1 = run->n_pos() - 1, p2 = 3;
+  // The analysis returns the activations alone; shown, the table lists them at once with the
+  // attribution column pending, and the |attribution| list is empty until they come.
+  const auto first = computeFor(UnitKind::Latent, run, key_at(p1));
+  REQUIRE(first->base);
+  CHECK(!first->base->attribution());
+  const auto second = computeFor(UnitKind::Latent, run, key_at(p2));
+  REQUIRE(second->base);
+  CHECK(second->base != first->base);
+  CHECK(!second->base->attribution());
+  selection.setPosition(p1);
+  view.setResult(first);
+  CHECK(view.attributionPending());
+  CHECK(tableUnits(view.unitTable()) == first->base->by_activation);
+  CHECK(view.unitTable()->item(0, 2)->text() == QStringLiteral("computing…"));
+  CHECK(view.statusText().contains(QStringLiteral("computing")));
+  view.setSortByAttribution(true);
+  CHECK(view.unitTable()->rowCount() == 0);
+  CHECK(view.tableCsv().count(QLatin1Char('\n')) == 1);  // the header only
+  // Another position is shown before the first job lands: the table ends with that position's
+  // attributions, never the first's.
+  selection.setPosition(p2);
+  view.setResult(second);
+  QTRY_VERIFY(!view.attributionPending());
+  REQUIRE(second->base->attribution());
+  const hs::RowVectorXf want = reference(p2);
+  CHECK((second->base->attribution()->attribution - want).cwiseAbs().maxCoeff() <= 1e-5f * want.cwiseAbs().maxCoeff());
+  CHECK(tableUnits(view.unitTable()) == second->base->attribution()->by_attribution);
+  const int top = second->base->attribution()->by_attribution.front();
+  CHECK(view.unitTable()->item(0, 2)->text() == formatSigned(second->base->attribution()->attribution(top)));
+  // The first job, finished or not, filled only its own base; computed again it is p1's.
+  const auto a1 = UnitsView::computeAttribution(*first->base);
+  const hs::RowVectorXf want1 = reference(p1);
+  CHECK((a1->attribution - want1).cwiseAbs().maxCoeff() <= 1e-5f * want1.cwiseAbs().maxCoeff());
+  CHECK(view.statusText().contains(QStringLiteral("Computed in")));
+}
+
+TEST_CASE("Features view: a keystroke encodes only the rows that changed, and every row's latents are its own",
+          "[units]") {
+  ClearSaes clear;
+  QTemporaryDir tmp;
+  const QString dir = tmp.filePath(QStringLiteral("sae"));
+  const auto model = builtinModel();
+  writeSaeFolder(dir, model->config().d_model, 64, "blocks.2.hook_resid_pre", 26);
+  hs::SaeSet set = hs::load_sae_folder(dir.toStdString());
+  const auto sae = std::make_shared<const hs::Sae>(std::move(set.saes.front()));
+  const QString id = LoadedSaes::instance().add(dir, sae);
+  auto key_for = [&](const RunResult& run) {
+    AnalysisKey key;
+    key.pos = run.n_pos() - 1;
+    key.params = {id, QStringLiteral("-1")};
+    return key;
+  };
+  // A prompt, the same typed on (its prefix reused by the forward pass), then another prompt.
+  const auto first = builtinRun(kPrompt);
+  auto typed = AnalysisController::computeRun(model, kPrompt + QStringLiteral(" mat"), first->run.cache);
+  typed->job = 2;
+  REQUIRE(typed->run.cache->reused_prefix > 0);
+  const auto other = builtinRun(QStringLiteral("A dog ran in the park."));
+  const auto a = computeFor(UnitKind::Latent, first, key_for(*first));
+  REQUIRE(a->base);
+  CHECK(a->base->acts == hs::run_sae(*first->run.cache, *sae).feature_acts);
+  for (const std::shared_ptr<const RunResult>& run : {std::shared_ptr<const RunResult>(typed), other}) {
+    const auto r = computeFor(UnitKind::Latent, run, key_for(*run));
+    REQUIRE(r->base);
+    const hs::RowMatrixXf x = hs::hook_rows(*run->run.cache, sae->hook_in);  // [pos, d_in]
+    const hs::RowMatrixXf full = hs::sae_encode(*sae, x);
+    REQUIRE(r->base->acts.rows() == x.rows());
+    // Each row is an encoding of this run's row (float32 products in another batch may round
+    // differently: 1e-5 of the row's largest latent), and bit for bit the naive encoder's choice
+    // of which latents are active.
+    const hs::RowMatrixXf naive = hs::sae_encode_naive(*sae, x);
+    for (Eigen::Index p = 0; p < x.rows(); ++p) {
+      const float scale = std::max(1.0f, naive.row(p).cwiseAbs().maxCoeff());
+      CHECK((r->base->acts.row(p) - full.row(p)).cwiseAbs().maxCoeff() <= 1e-5f * scale);
+      CHECK((r->base->acts.row(p) - naive.row(p)).cwiseAbs().maxCoeff() <= 1e-4f * scale);
+    }
+    CHECK(r->base->by_activation.size() == size_t(UnitsView::kTopUnits));
+  }
+  // The typed run's rows before the key are the first run's latents, bit for bit.
+  const auto t = computeFor(UnitKind::Latent, typed, key_for(*typed));
+  const int kept = typed->run.cache->reused_prefix;
+  CHECK(t->base->acts.topRows(kept) == a->base->acts.topRows(kept));
 }
 
 TEST_CASE("The window refuses an SAE that does not fit its model with a message, and features follow typing",

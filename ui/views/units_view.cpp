@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include "core/error.h"
@@ -28,6 +29,7 @@
 #include "core/model/backward.h"
 #include "core/model/hooks.h"
 #include "core/model/model.h"
+#include "core/model/thread_scope.h"
 #include "ui/base/deliver.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/selection.h"
@@ -103,6 +105,47 @@ void addMemo(const std::shared_ptr<const hs::ActivationCache>& cache, const QStr
   if (memo.size() > kMemoEntries) memo.erase(memo.begin());
 }
 
+// The latents of the rows last encoded, per SAE (the newest few). A keystroke changes the
+// prompt from the key's position on; the hook's rows before it are the same bits as on the
+// previous run (the forward pass reuses that prefix), so a row whose input is bit for bit the one
+// encoded before keeps its latents, and only the rows after it are encoded: at the end of a
+// 128-token prompt one or two rows instead of 128 (a 128 x 768 x 16,384 product, 76-160 ms on one
+// thread, docs/benchmarks.md 4 December). The rows are compared, not assumed: whatever made them
+// equal, equal inputs have the same latents.
+struct EncodedRows {
+  std::weak_ptr<const hs::Sae> sae;
+  hs::RowMatrixXf x;     // [pos, d_in] the input rows encoded
+  hs::RowMatrixXf acts;  // [pos, d_sae] their latents
+};
+std::mutex encoded_mutex;
+std::vector<EncodedRows> encoded;
+constexpr size_t kEncodedEntries = 2;
+
+hs::RowMatrixXf encodeReusingRows(const std::shared_ptr<const hs::Sae>& sae, const hs::RowMatrixXf& x) {
+  const Eigen::Index n = x.rows(), d_in = x.cols();
+  hs::RowMatrixXf acts(n, sae->d_sae);  // [pos, d_sae]
+  Eigen::Index same = 0;
+  {
+    std::lock_guard lock(encoded_mutex);
+    for (const EncodedRows& e : encoded) {
+      if (e.sae.lock() != sae || e.x.cols() != d_in) continue;
+      const Eigen::Index m = std::min(n, e.x.rows());
+      while (same < m && std::memcmp(x.row(same).data(), e.x.row(same).data(), sizeof(float) * d_in) == 0) ++same;
+      if (same > 0) acts.topRows(same) = e.acts.topRows(same);
+      break;
+    }
+  }
+  if (same < n) {
+    const hs::RowMatrixXf rest = x.bottomRows(n - same);  // [pos - same, d_in]
+    acts.bottomRows(n - same) = hs::sae_encode(*sae, rest);
+  }
+  std::lock_guard lock(encoded_mutex);
+  std::erase_if(encoded, [&](const EncodedRows& e) { return e.sae.expired() || e.sae.lock() == sae; });
+  encoded.push_back({sae, x, acts});
+  if (encoded.size() > kEncodedEntries) encoded.erase(encoded.begin());
+  return acts;
+}
+
 // The source of a key: "L2" (neurons of layer 2) or the SAE's id; and the unit asked for (-1: none).
 QString keySource(UnitKind kind, const AnalysisKey& key) {
   return kind == UnitKind::Neuron ? QStringLiteral("L%1").arg(key.layer) : key.params.value(0);
@@ -170,6 +213,42 @@ ViewDescriptor UnitsView::featuresDescriptor() {
   return d;
 }
 
+std::shared_ptr<const UnitsAttribution> UnitsView::computeAttribution(const UnitsBase& b) {
+  if (auto done = b.attribution()) return done;
+  auto a = std::make_shared<UnitsAttribution>();
+  if (b.kind == UnitKind::Latent && b.sae && b.plain) {
+    const hs::ActivationCache& cache = *b.plain;
+    const hs::Sae& sae = *b.sae;
+    const int pos = b.target.pos;
+    const auto out = hs::parse_hook_key(cache.config(), sae.hook_out);
+    if (out && out->hook != hs::HookPoint::Logits) {
+      hs::GradOptions options;
+      options.keep = {out->hook};
+      const hs::GradientCache grad = hs::backward(cache, b.target.metric, options);
+      if (grad.has(out->hook, out->layer)) {
+        // Attribution is position-local (the decoder is linear in one position's latents), so
+        // only the selected position's row is differentiated: 1/pos of the product over d_sae.
+        hs::SaeRun at;
+        at.sae_in = hs::hook_rows(cache, sae.hook_in).row(pos);
+        at.feature_acts = b.acts.row(pos);
+        const hs::RowMatrixXf grad_out = grad.rows(out->hook, out->layer).row(pos);  // [1, d_out]
+        a->attribution = hs::latent_attribution(sae, at, grad_out).row(0);
+      } else {
+        a->note = QStringLiteral("The metric does not depend on %1 (it is after the metric's position "
+                                 "or on another branch), so no latent is attributed anything.")
+                      .arg(QString::fromStdString(sae.hook_out));
+      }
+    } else {
+      a->note = QStringLiteral("No gradient is taken at %1, the hook this SAE writes.")
+                    .arg(QString::fromStdString(sae.hook_out));
+    }
+  }
+  if (a->attribution.size() != b.acts.cols()) a->attribution = hs::RowVectorXf::Zero(b.acts.cols());
+  a->by_attribution = hs::top_units(a->attribution, kTopUnits, true);
+  b.setAttribution(std::move(a));
+  return b.attribution();
+}
+
 std::shared_ptr<UnitsResult> UnitsView::compute(UnitKind kind, const RunResult& run, const AnalysisKey& key) {
   auto r = std::make_shared<UnitsResult>();
   r->ablations_left_out = !run.ablations().empty();
@@ -218,40 +297,20 @@ std::shared_ptr<UnitsResult> UnitsView::compute(UnitKind kind, const RunResult& 
       hs::GradOptions options;
       options.keep = {hs::kNeuronHook};
       const hs::GradientCache grad = hs::backward(cache, b->target.metric, options);
-      b->attribution = hs::neuron_attribution(cache, grad, key.layer).row(pos);
+      auto a = std::make_shared<UnitsAttribution>();
+      a->attribution = hs::neuron_attribution(cache, grad, key.layer).row(pos);
+      a->by_attribution = hs::top_units(a->attribution, kTopUnits, true);
+      b->setAttribution(std::move(a));
       b->post_norm = cache.has_post_norm(2);
     } else {
-      const hs::Sae& sae = *b->sae;
-      hs::SaeRun sae_run = hs::run_sae(cache, sae);
-      b->post_norm = latentPassesPostNorm(cache, sae);
-      const auto out = hs::parse_hook_key(cache.config(), sae.hook_out);
-      if (out && out->hook != hs::HookPoint::Logits) {
-        hs::GradOptions options;
-        options.keep = {out->hook};
-        const hs::GradientCache grad = hs::backward(cache, b->target.metric, options);
-        if (grad.has(out->hook, out->layer)) {
-          // Attribution is position-local (the decoder is linear in one position's latents), so
-          // only the selected position's row is differentiated: 1/pos of the product over d_sae.
-          hs::SaeRun at;
-          at.sae_in = sae_run.sae_in.row(pos);
-          at.feature_acts = sae_run.feature_acts.row(pos);
-          at.sae_out = sae_run.sae_out.row(pos);
-          const hs::RowMatrixXf grad_out = grad.rows(out->hook, out->layer).row(pos);  // [1, d_out]
-          b->attribution = hs::latent_attribution(sae, at, grad_out).row(0);
-        } else {
-          b->attribution_note = QStringLiteral("The metric does not depend on %1 (it is after the metric's position "
-                                               "or on another branch), so no latent is attributed anything.")
-                                    .arg(QString::fromStdString(sae.hook_out));
-        }
-      } else {
-        b->attribution_note = QStringLiteral("No gradient is taken at %1, the hook this SAE writes.")
-                                  .arg(QString::fromStdString(sae.hook_out));
-      }
-      b->acts = std::move(sae_run.feature_acts);  // [pos, d_sae]
+      // The latents only (encoded for every position: TopK needs each row's full product); the
+      // attributions, a backward pass, are the second stage (computeAttribution), so that the
+      // activations are shown without waiting for it.
+      const hs::RowMatrixXf sae_in = hs::hook_rows(cache, b->sae->hook_in);  // [pos, d_in]
+      b->acts = encodeReusingRows(b->sae, sae_in);                        // [pos, d_sae]
+      b->post_norm = latentPassesPostNorm(cache, *b->sae);
     }
-    if (b->attribution.size() != b->acts.cols()) b->attribution = hs::RowVectorXf::Zero(b->acts.cols());
     b->by_activation = hs::top_units(b->acts.row(pos), kTopUnits, false);
-    b->by_attribution = hs::top_units(b->attribution, kTopUnits, true);
     addMemo(plain, source, key, b);
     base = std::move(b);
   }
@@ -585,7 +644,44 @@ void UnitsView::setResult(std::shared_ptr<const ViewResult> result) {
   run_ = result_->run;
   if (edit_panel_) edit_panel_->setResult(result_);
   failure_.clear();
+  startAttribution();
   refresher_->request();
+}
+
+bool UnitsView::attributionPending() const { return result_ && result_->base && !result_->base->attribution(); }
+
+void UnitsView::startAttribution() {
+  if (!attributionPending() || attribution_job_ == result_->base) return;
+  // One job at a time: a newer result waits for the one in flight, then starts its own (a
+  // superseded base's attributions are still kept in it, for its memo).
+  if (attribution_job_) return;
+  attribution_job_ = result_->base;
+  QFuture<bool> done = QtConcurrent::run([base = attribution_job_] {
+    bool ok = true;
+    try {
+      computeAttribution(*base);
+    } catch (const std::exception&) {
+      ok = false;  // reported below: the base stays without attributions
+    }
+    hs::release_thread_team();  // only the window's run thread keeps an OpenMP team
+    return ok;
+  });
+  std::erase_if(in_flight_, [](const QFuture<void>& f) { return f.isFinished(); });
+  in_flight_.push_back(QFuture<void>(done));
+  deliverLater(done, this, [this, base = attribution_job_](bool) {
+    attribution_job_.reset();
+    if (result_ && result_->base == base) {
+      if (!base->attribution()) {
+        failure_ = QStringLiteral("The attributions could not be computed.");
+        updateStatus();
+        return;
+      }
+      refreshTable();
+      updateStatus();
+    } else {
+      startAttribution();  // the shown result changed meanwhile
+    }
+  });
 }
 
 void UnitsView::showFailure(const QString& message) {
@@ -637,7 +733,10 @@ void UnitsView::updateStatus() {
     parts << QStringLiteral("<b>Updating…</b> shown: %1.")
                  .arg(other_run ? QStringLiteral("the previous prompt's units") : QStringLiteral("the previous selection's"));
   } else {
-    parts << QStringLiteral("Computed in %1 (one backward pass for the attributions).").arg(formatDuration(result_->compute_ms));
+    parts << (attributionPending()
+                  ? QStringLiteral("Activations computed in %1; attributions computing… (a backward pass).")
+                        .arg(formatDuration(result_->compute_ms))
+                  : QStringLiteral("Computed in %1 (one backward pass for the attributions).").arg(formatDuration(result_->compute_ms)));
   }
   if (result_ && result_->ablations_left_out)
     parts << QStringLiteral("Units are read on the run without the ablations (the plain prompt), which gradients explain.");
@@ -693,7 +792,12 @@ void UnitsView::refreshTable() {
   const UnitsBase& b = *result_->base;
   const RunResult& run = *result_->run;
   const bool by_attr = sortByAttribution();
-  const std::vector<int>& units = by_attr ? b.by_attribution : b.by_activation;
+  // Latents: the attributions arrive after the activations (the second stage); until then their
+  // column and the |attribution| list say so. They belong to this base (its run, position, target
+  // and SAE), never to another's.
+  const std::shared_ptr<const UnitsAttribution> attr = b.attribution();
+  static const std::vector<int> kNone;
+  const std::vector<int>& units = by_attr ? (attr ? attr->by_attribution : kNone) : b.by_activation;
   const int pos = b.target.pos;
   const QString metric = b.target.versus ? QStringLiteral("logit(%1) − logit(%2)").arg(tokenText(run, b.target.target),
                                                                                        tokenText(run, *b.target.versus))
@@ -705,7 +809,9 @@ void UnitsView::refreshTable() {
           .arg(kind_ == UnitKind::Neuron ? QStringLiteral("neurons") : QStringLiteral("latents"),
                by_attr ? QStringLiteral("|attribution|") : QStringLiteral("activation"),
                tokenAt(run.labels.value(pos), pos), metric,
-               b.attribution_note.isEmpty() ? QString() : QLatin1Char(' ') + b.attribution_note));
+               !attr ? QStringLiteral(" Attributions: computing… (a backward pass)")
+               : attr->note.isEmpty() ? QString()
+                                      : QLatin1Char(' ') + attr->note));
   table_->setRowCount(static_cast<int>(units.size()));
   int selected_row = -1;
   for (size_t i = 0; i < units.size(); ++i) {
@@ -716,7 +822,13 @@ void UnitsView::refreshTable() {
     name->setToolTip(unitName(u));
     table_->setItem(row, 0, name);
     table_->setItem(row, 1, numberItem(b.acts(pos, u), false));
-    table_->setItem(row, 2, numberItem(b.attribution(u), true));
+    if (attr) {
+      table_->setItem(row, 2, numberItem(attr->attribution(u), true));
+    } else {
+      auto* pending = new QTableWidgetItem(QStringLiteral("computing…"));
+      pending->setForeground(palette().color(QPalette::PlaceholderText));
+      table_->setItem(row, 2, pending);
+    }
     if (u == result_->unit) selected_row = row;
   }
   QSignalBlocker block(table_);
@@ -802,12 +914,14 @@ QString UnitsView::tableCsv() const {
                     .arg(kind_ == UnitKind::Neuron ? QStringLiteral("neuron") : QStringLiteral("latent"));
   if (!result_ || !result_->base) return csv;
   const UnitsBase& b = *result_->base;
-  const std::vector<int>& units = sortByAttribution() ? b.by_attribution : b.by_activation;
+  const std::shared_ptr<const UnitsAttribution> attr = b.attribution();  // null: still computing
+  static const std::vector<int> kNone;
+  const std::vector<int>& units = sortByAttribution() ? (attr ? attr->by_attribution : kNone) : b.by_activation;
   for (int u : units)
     csv += QStringLiteral("%1,%2,%3\n")
                .arg(u)
                .arg(static_cast<double>(b.acts(b.target.pos, u)), 0, 'g', 9)
-               .arg(static_cast<double>(b.attribution(u)), 0, 'g', 9);
+               .arg(attr ? QString::number(static_cast<double>(attr->attribution(u)), 'g', 9) : QString());
   return csv;
 }
 
@@ -830,6 +944,12 @@ std::vector<ExportFigure> UnitsView::exportFigures(const RunResult& run) {
   const AnalysisKey key = analysisKey(keyFromSelection(*selection_, d.analysis.reads));
   std::vector<ExportFigure> figures;
   figures.push_back({key, [this]() -> ExportFigure::Target {
+                       // A figure shows the attributions: the second stage, here at once.
+                       if (attributionPending()) {
+                         computeAttribution(*result_->base);
+                         hs::release_thread_team();
+                         refresh();
+                       }
                        if (refresher_->pending()) refresh();
                        return {this, size()};
                      }});

@@ -18,6 +18,7 @@
 #include <QFuture>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -44,6 +45,13 @@ class TargetPicker;
 
 enum class UnitKind { Neuron, Latent };
 
+// The attributions at a base's position: activation x dM/dactivation for every unit.
+struct UnitsAttribution {
+  hs::RowVectorXf attribution;      // [n_units] at target.pos
+  QString note;                     // why there is no attribution (attribution then all 0)
+  std::vector<int> by_attribution;  // the top units at target.pos by |attribution|
+};
+
 // What does not depend on the chosen unit: every unit's activations on the run and their
 // attributions at the position.
 struct UnitsBase {
@@ -55,12 +63,25 @@ struct UnitsBase {
   hs::TargetMetric target;
   std::vector<hs::Prediction> top;  // the predictions after target.pos, for the target pickers
   hs::RowMatrixXf acts;             // [pos, n_units]
-  hs::RowVectorXf attribution;      // [n_units] at target.pos: activation x dM/dactivation
-  QString attribution_note;         // why there is no attribution (attribution then all 0)
   std::vector<int> by_activation;   // the top units at target.pos, largest activation first
-  std::vector<int> by_attribution;  // the same by |attribution|
   bool post_norm = false;           // the units' output passes a norm before it joins the stream
   int n_units() const { return static_cast<int>(acts.cols()); }
+
+  // The attributions (a backward pass): computed with the activations for neurons; for latents a
+  // second stage (UnitsView::computeAttribution, the view's own job once the activations are
+  // shown), null until then. Set once; the base is shared, so under a lock.
+  std::shared_ptr<const UnitsAttribution> attribution() const {
+    std::lock_guard lock(attribution_mutex_);
+    return attribution_;
+  }
+  void setAttribution(std::shared_ptr<const UnitsAttribution> a) const {
+    std::lock_guard lock(attribution_mutex_);
+    if (!attribution_) attribution_ = std::move(a);
+  }
+
+ private:
+  mutable std::mutex attribution_mutex_;
+  mutable std::shared_ptr<const UnitsAttribution> attribution_;
 };
 
 struct UnitsResult : ViewResult {
@@ -87,7 +108,12 @@ class UnitsView : public AnalysisView {
   static ViewDescriptor neuronsDescriptor();
   static ViewDescriptor featuresDescriptor();
   // The view's compute, for tests: the analysis of `run` for `key` (params: the source, the unit).
+  // Latents: the activations only; the attributions are the second stage, below.
   static std::shared_ptr<UnitsResult> compute(UnitKind kind, const RunResult& run, const AnalysisKey& key);
+  // The second stage: the attributions at `base`'s position (one backward pass), stored in `base`
+  // (kept if already there) and returned. The view runs it as its own job when a result without
+  // them is shown; export calls it directly.
+  static std::shared_ptr<const UnitsAttribution> computeAttribution(const UnitsBase& base);
 
   UnitsView(UnitKind kind, Selection* selection, QWidget* parent = nullptr);
   ~UnitsView() override;
@@ -118,6 +144,8 @@ class UnitsView : public AnalysisView {
   // The table as CSV: unit, activation, attribution, one row per listed unit.
   QString tableCsv() const;
   bool isCurrent() const;
+  // Whether the shown result's attributions are still being computed (the table says "computing…").
+  bool attributionPending() const;
 
   // For tests and screenshots.
   QTableWidget* unitTable() const { return table_; }
@@ -138,6 +166,7 @@ class UnitsView : public AnalysisView {
   void refreshTargets();
   void updateStatus();
   void saveTableCsv();
+  void startAttribution();  // the shown result's second stage, when it lacks it
   QString unitName(int unit) const;    // "L2 neuron 117", "latent 1234"
   QString sourceTitle() const;         // "L2 MLP neurons", "SAE name · hook"
 
@@ -170,6 +199,7 @@ class UnitsView : public AnalysisView {
   RefreshWhenShown* refresher_ = nullptr;
   SaeEditPanel* edit_panel_ = nullptr;
   std::vector<QFuture<void>> in_flight_;
+  std::shared_ptr<const UnitsBase> attribution_job_;  // the base whose attributions are in flight
 };
 
 }  // namespace hs::ui
