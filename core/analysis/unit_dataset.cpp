@@ -189,6 +189,13 @@ UnitDatasetStats UnitDatasetStats::from_state(const json& j, int64_t n_units) {
                   " units; the settings say " + std::to_string(n_units));
     const int samples = j.at("samples").get<int>(), window = j.at("window").get<int>();
     if (samples < 0 || samples > 100000 || window < kAfter + 1 || window > 4096) throw Error("its samples or window are out of range");
+    // The arrays' lengths checked against the count before anything of that size is allocated:
+    // the count comes from the file, the arrays' text is already in memory.
+    if (n_units < 0 || n_units > (int64_t{1} << 32) || !j.at("active").is_string() ||
+        base64_decoded_size(j.at("active").get_ref<const std::string&>()) != n_units * 8 ||
+        !j.at("histogram").is_string() ||
+        base64_decoded_size(j.at("histogram").get_ref<const std::string&>()) / kBins != n_units * 8)
+      throw Error("its arrays do not hold " + std::to_string(n_units) + " units");
     UnitDatasetStats s(n_units, samples, window);
     s.positions_ = j.at("positions").get<int64_t>();
     s.active_ = decode_array<int64_t>(j.at("active"), static_cast<size_t>(n_units), "active");

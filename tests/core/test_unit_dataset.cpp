@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -238,4 +239,30 @@ TEST_CASE("cli scan --units refuses an unknown source, a layer the model lacks a
   r = hs::test::run_cli(common + hs::test::quote("sae:" + scratch("no_such_sae").string()));
   CHECK(r.code != 0);
   CHECK_FALSE(fs::exists(scratch("units_bad.units")));
+}
+
+TEST_CASE("scan outputs whose unit statistics were edited are refused with the reason", "[scan][units][errors]") {
+  const fs::path input = scratch("units_edit.txt");
+  write_lines(input, kProse);
+  const json good = hs::scan_to_json(scan(input, "mlp:0"), {});
+  const auto refused = [&](const std::function<void(json&)>& edit, const std::string& reason) {
+    json j = good;
+    edit(j);
+    try {
+      (void)hs::scan_from_json(j, "edited.json");
+      FAIL("accepted");
+    } catch (const hs::Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(reason) != std::string::npos);
+    }
+  };
+  refused([](json& j) { j["settings"]["units"]["units"] = int64_t{1} << 40; }, "units");
+  refused([](json& j) { j["state"]["units"]["active"] = "AAAA"; }, "do not hold");
+  refused([](json& j) { j["state"]["units"].erase("top"); }, "malformed");
+  refused([](json& j) { j["state"].erase("units"); }, "its settings ask for unit statistics");
+  refused([](json& j) {
+    json& top = j["state"]["units"]["top"];
+    for (json& t : top)
+      if (t.size() >= 2) { std::swap(t[0], t[1]); return; }
+  }, "out of order");
 }
