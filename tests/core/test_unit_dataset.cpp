@@ -15,6 +15,7 @@
 #include "core/analysis/units.h"
 #include "core/error.h"
 #include "core/io/splitmix64.h"
+#include "core/io/unit_dashboards.h"
 #include "core/model/cache.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
@@ -223,6 +224,19 @@ TEST_CASE("cli scan --units: dashboards in Neuronpedia's layout, shards merged e
   CHECK(d["top_logits"].size() == 10);
   CHECK(d["examples_top"][0]["maxValue"] == d["act_max"]);
   CHECK(d["histogram"]["bin_edges"].size() == d["histogram"]["bar_heights"].size() + 1);
+
+  // The app's reader (core/io/unit_dashboards.h) reads the folder back.
+  const hs::UnitDashboardIndex x = hs::read_unit_dashboard_index(a);
+  CHECK(x.units == 2048);
+  CHECK(x.fingerprint() == builtin()->fingerprint());
+  const hs::UnitDashboard rd = hs::read_unit_dashboard(x, fired);
+  CHECK(rd.act_max == d["act_max"].get<float>());
+  CHECK(rd.examples_top.size() == d["examples_top"].size());
+  CHECK(rd.bar_heights.size() == d["histogram"]["bar_heights"].size());
+  CHECK(rd.hook == "blocks.2.hook_resid_pre");
+  CHECK_THROWS_AS(hs::read_unit_dashboard(x, 2048), hs::Error);
+  CHECK_THROWS_AS(hs::parse_unit_dashboard("{\"unit\": 1}", "u1.json"), hs::Error);
+  CHECK_THROWS_AS(hs::read_unit_dashboard_index(scratch("no_such_folder")), hs::Error);
 }
 
 TEST_CASE("cli scan --units refuses an unknown source, a layer the model lacks and an SAE that does not fit", "[scan][units][cli][errors]") {

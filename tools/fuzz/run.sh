@@ -7,7 +7,7 @@
 #   HEADSCOPE_FUZZ_BUILD   build folder (default: build-fuzz at the repository root)
 #   HEADSCOPE_FUZZ_TARGETS space-separated subset of: safetensors config tokenizer_files tokenize export
 #                          tokenizer_json llama2c_tokenizer edits scan_rows scan_output shard_index
-#                          llama2c_checkpoint sae_config
+#                          llama2c_checkpoint sae_config unit_dashboard
 #   HEADSCOPE_FUZZ_JOBS    build parallelism, and how many targets run at once (default 2)
 #
 # Each target starts from its committed seeds (tools/fuzz/corpus/<target>) plus what earlier runs
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 SECONDS_PER_TARGET=${1:-60}
 BUILD=${HEADSCOPE_FUZZ_BUILD:-$ROOT/build-fuzz}
-TARGETS=(${HEADSCOPE_FUZZ_TARGETS:-safetensors config tokenizer_files tokenize export tokenizer_json llama2c_tokenizer edits scan_rows scan_output shard_index llama2c_checkpoint sae_config})
+TARGETS=(${HEADSCOPE_FUZZ_TARGETS:-safetensors config tokenizer_files tokenize export tokenizer_json llama2c_tokenizer edits scan_rows scan_output shard_index llama2c_checkpoint sae_config unit_dashboard})
 JOBS=${HEADSCOPE_FUZZ_JOBS:-2}
 
 if ! command -v clang++-14 >/dev/null; then
