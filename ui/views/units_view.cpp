@@ -15,8 +15,13 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTableWidget>
+#include <QThreadPool>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -224,6 +229,9 @@ std::shared_ptr<const UnitsAttribution> UnitsView::computeAttribution(const Unit
     if (out && out->hook != hs::HookPoint::Logits) {
       hs::GradOptions options;
       options.keep = {out->hook};
+      // The caller's team (the view's job: one thread, ThreadScope), not backward()'s own choice by
+      // size, which is both cores for GPT-2 small at any length (auto_threads).
+      options.threads = std::max(1, omp_get_max_threads());
       const hs::GradientCache grad = hs::backward(cache, b.target.metric, options);
       if (grad.has(out->hook, out->layer)) {
         // Attribution is position-local (the decoder is linear in one position's latents), so
@@ -656,9 +664,19 @@ void UnitsView::startAttribution() {
   // superseded base's attributions are still kept in it, for its memo).
   if (attribution_job_) return;
   attribution_job_ = result_->base;
-  QFuture<bool> done = QtConcurrent::run([base = attribution_job_] {
+  // Out of the next keystroke's way: the run that follows wants both cores (on 2 cores this job at
+  // full priority slowed the next forward pass about 2x, docs/benchmarks.md 5 December), so it runs
+  // on one thread of the view's own pool, at the lowest priority (Linux: the thread's nice value,
+  // which an unprivileged process cannot lower back: hence a pool of its own).
+  if (!attribution_pool_) {
+    attribution_pool_ = std::make_unique<QThreadPool>();
+    attribution_pool_->setMaxThreadCount(1);
+  }
+  QFuture<bool> done = QtConcurrent::run(attribution_pool_.get(), [base = attribution_job_] {
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
     bool ok = true;
     try {
+      hs::ThreadScope one(1);
       computeAttribution(*base);
     } catch (const std::exception&) {
       ok = false;  // reported below: the base stays without attributions

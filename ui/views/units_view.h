@@ -33,6 +33,7 @@ class QLabel;
 class QRadioButton;
 class QSpinBox;
 class QTableWidget;
+class QThreadPool;
 
 namespace hs { struct Sae; }
 
@@ -200,6 +201,7 @@ class UnitsView : public AnalysisView {
   SaeEditPanel* edit_panel_ = nullptr;
   std::vector<QFuture<void>> in_flight_;
   std::shared_ptr<const UnitsBase> attribution_job_;  // the base whose attributions are in flight
+  std::unique_ptr<QThreadPool> attribution_pool_;    // one low-priority thread for them
 };
 
 }  // namespace hs::ui
