@@ -61,8 +61,12 @@ UnitExample example_from_state(const json& j, int window, const std::string& wha
   e.first = j.at(3).get<int32_t>();
   e.hash = j.at(4).get<uint64_t>();
   const int64_t n = base64_decoded_size(j.at(5).get_ref<const std::string&>()) / 4;
-  if (n < 1 || n > window || e.first > e.position || e.position >= e.first + n)
+  // Checked in 64 bits (the numbers come from the file), and the activation positive and finite:
+  // the lists' order compares activations, which a NaN would make no order at all.
+  if (n < 1 || n > window || e.first < 0 || e.first > e.position ||
+      static_cast<int64_t>(e.position) >= static_cast<int64_t>(e.first) + n)
     throw Error(what + "'s window does not hold its position");
+  if (!(e.act > 0.0f) || !std::isfinite(e.act)) throw Error(what + "'s activation is not a positive number");
   e.tokens = decode_array<int32_t>(j.at(5), static_cast<size_t>(n), what + " tokens");
   e.acts = decode_array<float>(j.at(6), static_cast<size_t>(n), what + " acts");
   return e;
