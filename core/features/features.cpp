@@ -271,17 +271,20 @@ Interventions splice_sae(std::shared_ptr<const Sae> sae, const Weights& weights,
   return result;
 }
 
-SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const SaeRun& r, int threads) {
+SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const RowMatrixXf& feature_acts,
+                       const RowMatrixXf& sae_out, int threads) {
   check_sae_fits(sae, clean.config());
   const RowMatrixXf target = hook_rows(clean, sae.hook_out);
+  if (feature_acts.rows() != target.rows() || sae_out.rows() != target.rows() || sae_out.cols() != target.cols())
+    throw Error("the SAE's latents and output do not have the run's positions and the output hook's width.");
   SaeQuality q;
   q.positions = static_cast<int>(target.rows());
   double sq = 0, var = 0, active = 0;
   const Eigen::RowVectorXd mean = target.cast<double>().colwise().mean();
   for (Eigen::Index p = 0; p < target.rows(); ++p) {
-    sq += (target.row(p).cast<double>() - r.sae_out.row(p).cast<double>()).squaredNorm();
+    sq += (target.row(p).cast<double>() - sae_out.row(p).cast<double>()).squaredNorm();
     var += (target.row(p).cast<double>() - mean).squaredNorm();
-    active += static_cast<double>((r.feature_acts.row(p).array() != 0.0f).count());
+    active += static_cast<double>((feature_acts.row(p).array() != 0.0f).count());
   }
   q.mse = sq / static_cast<double>(target.size());
   q.explained_variance = var > 0 ? 1.0 - sq / var : 0.0;
@@ -290,11 +293,16 @@ SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const SaeRu
     q.loss_clean = metric_value(loss_metric(), clean);
     RunOptions spliced;
     spliced.threads = threads;
+    spliced.logits_only = true;  // the loss reads the logits only: no per-layer cache to allocate
     spliced.interventions =
         splice_sae(std::make_shared<const Sae>(sae), *clean.weights(), {.error_term = false, .edits = {}});
     q.loss_spliced = metric_value(loss_metric(), *forward(clean.weights(), clean.tokens(), spliced));
   }
   return q;
+}
+
+SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const SaeRun& r, int threads) {
+  return sae_quality(clean, sae, r.feature_acts, r.sae_out, threads);
 }
 
 SaeQuality sae_quality(std::shared_ptr<const Weights> weights, std::span<const int32_t> tokens, const Sae& sae,

@@ -88,6 +88,10 @@ SaeQuality sae_quality(std::shared_ptr<const Weights> weights, std::span<const i
 // The same from a clean run already made and the SAE's latents on it (run_sae(clean, sae)): one
 // forward pass (the spliced run) instead of two.
 SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const SaeRun& run, int threads = 0);
+// The same from the latents [pos, d_sae] and the decoder's output [pos, d_out] alone (a view that
+// holds the latents already need not copy them into a SaeRun).
+SaeQuality sae_quality(const ActivationCache& clean, const Sae& sae, const RowMatrixXf& feature_acts,
+                       const RowMatrixXf& sae_out, int threads = 0);
 
 // Per latent and position, activation x the derivative of a metric through the latent:
 // feature_acts(p, i) * (grad_out(p) . d sae_out(p) / d feature_acts(p, i)), where grad_out is the
