@@ -189,7 +189,7 @@ TEST_CASE("Neurons view: the top neurons at a position and their attributions ar
   const UnitsBase& b = *result->base;
 
   const hs::RowMatrixXf post = cache.mlp_post(kLayer);  // [pos, d_mlp]
-  CHECK(b.acts == post);
+  CHECK(b.acts.dense() == post);
   CHECK(b.by_activation == sortedUnits(post.row(pos), UnitsView::kTopUnits, false));
   // Attribution: post * dM/dpost at the position, M the predicted token's logit there.
   const hs::TargetMetric target = hs::target_metric(cache, pos, std::nullopt, std::nullopt);
@@ -296,7 +296,7 @@ TEST_CASE("Features view: a small SAE's top latents are run_sae's and its logit 
   const auto result = computeFor(UnitKind::Latent, run, view.analysisKey(keyFromSelection(selection, reads)));
   REQUIRE(result->base);
   const hs::SaeRun direct = hs::run_sae(cache, *sae);
-  CHECK(result->base->acts == direct.feature_acts);
+  CHECK(result->base->acts.dense() == direct.feature_acts);
   CHECK(result->base->by_activation == sortedUnits(direct.feature_acts.row(pos), UnitsView::kTopUnits, false));
   CHECK(direct.feature_acts.row(pos).maxCoeff() > 0);
   // Attribution: activation x gradient at the SAE's output hook through the decoder.
@@ -423,7 +423,7 @@ TEST_CASE("Features view: a keystroke encodes only the rows that changed, and ev
   const auto other = builtinRun(QStringLiteral("A dog ran in the park."));
   const auto a = computeFor(UnitKind::Latent, first, key_for(*first));
   REQUIRE(a->base);
-  CHECK(a->base->acts == hs::run_sae(*first->run.cache, *sae).feature_acts);
+  CHECK(a->base->acts.dense() == hs::run_sae(*first->run.cache, *sae).feature_acts);
   for (const std::shared_ptr<const RunResult>& run : {std::shared_ptr<const RunResult>(typed), other}) {
     const auto r = computeFor(UnitKind::Latent, run, key_for(*run));
     REQUIRE(r->base);
@@ -444,7 +444,9 @@ TEST_CASE("Features view: a keystroke encodes only the rows that changed, and ev
   // The typed run's rows before the key are the first run's latents, bit for bit.
   const auto t = computeFor(UnitKind::Latent, typed, key_for(*typed));
   const int kept = typed->run.cache->reused_prefix;
-  CHECK(t->base->acts.topRows(kept) == a->base->acts.topRows(kept));
+  CHECK(t->base->acts.dense().topRows(kept) == a->base->acts.dense().topRows(kept));
+  // and shared, not copied: the unchanged rows are the same objects
+  for (Eigen::Index p = 0; p < kept; ++p) CHECK(t->base->acts.sharesRow(a->base->acts, p));
 }
 
 TEST_CASE("The window refuses an SAE that does not fit its model with a message, and features follow typing",

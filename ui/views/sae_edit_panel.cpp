@@ -9,10 +9,11 @@
 #include <QListWidget>
 #include <QPushButton>
 #include <QVBoxLayout>
-#include <QtConcurrent>
 
+#include "core/features/features.h"
 #include "core/features/sae.h"
 #include "core/model/cache.h"
+#include "ui/base/background.h"
 #include "ui/base/deliver.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/sae_edits.h"
@@ -85,7 +86,8 @@ SaeEditPanel::SaeEditPanel(Selection* selection, QWidget* parent) : QWidget(pare
 }
 
 SaeEditPanel::~SaeEditPanel() {
-  for (QFuture<void>& f : in_flight_) f.waitForFinished();
+  quality_latest_->store(~quint64{0});  // queued jobs skip their work
+  waitForJobs(in_flight_);  // never waitForFinished: it would run a queued job here (background.h)
 }
 
 void SaeEditPanel::setResult(std::shared_ptr<const UnitsResult> result) {
@@ -149,9 +151,18 @@ void SaeEditPanel::requestQuality() {
   quality_sae_ = sae;
   quality_label_->setText(QStringLiteral("Reconstruction on this prompt: computing…"));
   const quint64 job = ++quality_job_;
-  auto future = QtConcurrent::run([plain, sae]() -> std::shared_ptr<const hs::SaeQuality> {
+  quality_latest_->store(job);
+  // Second-stage work, on the background pool's low-priority thread (background.h): on the global
+  // pool at full priority it held a thread and a core the next keystroke's analyses wanted. The
+  // view's latents of these rows are reused (they are sae_encode's bits, units_view.cpp), so only
+  // the decoder and the spliced forward pass (logits only) are computed here.
+  auto future = runInBackground([plain, sae, acts = result_->base, job,
+                                  latest = quality_latest_]() -> std::shared_ptr<const hs::SaeQuality> {
+    if (latest->load() != job) return nullptr;  // superseded while queued: nobody will see it
     try {
-      return std::make_shared<const hs::SaeQuality>(hs::sae_quality(*plain, *sae, hs::run_sae(*plain, *sae), 1));
+      const hs::RowMatrixXf latents = acts->acts.dense();  // [pos, d_sae]
+      const hs::RowMatrixXf sae_out = hs::sae_decode(*sae, latents, hs::hook_rows(*plain, sae->hook_in));
+      return std::make_shared<const hs::SaeQuality>(hs::sae_quality(*plain, *sae, latents, sae_out, 1));
     } catch (const std::exception&) {
       return nullptr;
     }

@@ -10,6 +10,7 @@
 #include <QFuture>
 #include <QWidget>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -74,6 +75,8 @@ class SaeEditPanel : public QWidget {
   std::shared_ptr<const hs::ActivationCache> quality_run_;
   std::shared_ptr<const hs::Sae> quality_sae_;
   quint64 quality_job_ = 0;
+  // The newest job, shared with the worker: a queued job of an earlier prompt skips its work.
+  std::shared_ptr<std::atomic<quint64>> quality_latest_ = std::make_shared<std::atomic<quint64>>(0);
   std::vector<QFuture<void>> in_flight_;
 };
 

@@ -15,13 +15,9 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTableWidget>
-#include <QThreadPool>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,6 +31,7 @@
 #include "core/model/hooks.h"
 #include "core/model/model.h"
 #include "core/model/thread_scope.h"
+#include "ui/base/background.h"
 #include "ui/base/deliver.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/selection.h"
@@ -119,36 +116,45 @@ void addMemo(const std::shared_ptr<const hs::ActivationCache>& cache, const QStr
 // equal, equal inputs have the same latents.
 struct EncodedRows {
   std::weak_ptr<const hs::Sae> sae;
-  hs::RowMatrixXf x;     // [pos, d_in] the input rows encoded
-  hs::RowMatrixXf acts;  // [pos, d_sae] their latents
+  hs::RowMatrixXf x;                     // [pos, d_in] the input rows encoded
+  std::weak_ptr<const UnitsBase> latents;  // whose acts [pos, d_sae] are their latents (shared, not copied)
 };
 std::mutex encoded_mutex;
 std::vector<EncodedRows> encoded;
 constexpr size_t kEncodedEntries = 2;
 
-hs::RowMatrixXf encodeReusingRows(const std::shared_ptr<const hs::Sae>& sae, const hs::RowMatrixXf& x) {
+// The latents of x's rows [pos, d_sae]: the rows equal to those last encoded for this SAE are
+// that base's (shared), the others encoded.
+UnitActs encodeReusingRows(const std::shared_ptr<const hs::Sae>& sae, const hs::RowMatrixXf& x) {
   const Eigen::Index n = x.rows(), d_in = x.cols();
-  hs::RowMatrixXf acts(n, sae->d_sae);  // [pos, d_sae]
   Eigen::Index same = 0;
+  std::shared_ptr<const UnitsBase> before;
   {
     std::lock_guard lock(encoded_mutex);
     for (const EncodedRows& e : encoded) {
       if (e.sae.lock() != sae || e.x.cols() != d_in) continue;
+      before = e.latents.lock();
+      if (!before || before->acts.rows() != e.x.rows()) {
+        before.reset();  // dropped from the memo: encode it all
+        break;
+      }
       const Eigen::Index m = std::min(n, e.x.rows());
       while (same < m && std::memcmp(x.row(same).data(), e.x.row(same).data(), sizeof(float) * d_in) == 0) ++same;
-      if (same > 0) acts.topRows(same) = e.acts.topRows(same);
       break;
     }
   }
-  if (same < n) {
-    const hs::RowMatrixXf rest = x.bottomRows(n - same);  // [pos - same, d_in]
-    acts.bottomRows(n - same) = hs::sae_encode(*sae, rest);
-  }
+  const hs::RowMatrixXf rest = x.bottomRows(n - same);  // [pos - same, d_in]
+  return UnitActs(before ? before->acts : UnitActs(), same, same < n ? hs::sae_encode(*sae, rest) : hs::RowMatrixXf(0, sae->d_sae));
+}
+
+// The next keystroke reuses `base`'s latents of the rows x (base->acts, held by the base as long
+// as the memo or a view holds it).
+void rememberEncoded(const std::shared_ptr<const hs::Sae>& sae, const hs::RowMatrixXf& x,
+                     const std::shared_ptr<const UnitsBase>& base) {
   std::lock_guard lock(encoded_mutex);
   std::erase_if(encoded, [&](const EncodedRows& e) { return e.sae.expired() || e.sae.lock() == sae; });
-  encoded.push_back({sae, x, acts});
+  encoded.push_back({sae, x, base});
   if (encoded.size() > kEncodedEntries) encoded.erase(encoded.begin());
-  return acts;
 }
 
 // The source of a key: "L2" (neurons of layer 2) or the SAE's id; and the unit asked for (-1: none).
@@ -216,6 +222,20 @@ ViewDescriptor UnitsView::featuresDescriptor() {
   };
   d.create = [](Selection* selection, QWidget* parent) { return new UnitsView(UnitKind::Latent, selection, parent); };
   return d;
+}
+
+UnitActs::UnitActs(const hs::RowMatrixXf& all) : UnitActs(UnitActs(), 0, all) {}
+
+UnitActs::UnitActs(const UnitActs& before, Eigen::Index n, const hs::RowMatrixXf& rest)
+    : rows_(before.rows_.begin(), before.rows_.begin() + n), cols_(rest.cols()) {
+  rows_.reserve(static_cast<size_t>(n + rest.rows()));
+  for (Eigen::Index p = 0; p < rest.rows(); ++p) rows_.push_back(std::make_shared<const hs::RowVectorXf>(rest.row(p)));
+}
+
+hs::RowMatrixXf UnitActs::dense() const {
+  hs::RowMatrixXf m(rows(), cols_);  // [pos, n_units]
+  for (Eigen::Index p = 0; p < rows(); ++p) m.row(p) = row(p);
+  return m;
 }
 
 std::shared_ptr<const UnitsAttribution> UnitsView::computeAttribution(const UnitsBase& b) {
@@ -299,9 +319,10 @@ std::shared_ptr<UnitsResult> UnitsView::compute(UnitKind kind, const RunResult& 
     b->target = hs::target_metric(cache, key.pos, key.target, key.versus);
     b->top = hs::top_predictions(cache, b->target.pos, kTargetChoices);
     const int pos = b->target.pos;
+    hs::RowMatrixXf sae_in;  // latents: the SAE's input rows [pos, d_in]
     if (kind == UnitKind::Neuron) {
       b->layer = key.layer;
-      b->acts = hs::neuron_activations(cache, key.layer);  // [pos, d_mlp]
+      b->acts = UnitActs(hs::neuron_activations(cache, key.layer));  // [pos, d_mlp]
       hs::GradOptions options;
       options.keep = {hs::kNeuronHook};
       const hs::GradientCache grad = hs::backward(cache, b->target.metric, options);
@@ -314,11 +335,12 @@ std::shared_ptr<UnitsResult> UnitsView::compute(UnitKind kind, const RunResult& 
       // The latents only (encoded for every position: TopK needs each row's full product); the
       // attributions, a backward pass, are the second stage (computeAttribution), so that the
       // activations are shown without waiting for it.
-      const hs::RowMatrixXf sae_in = hs::hook_rows(cache, b->sae->hook_in);  // [pos, d_in]
-      b->acts = encodeReusingRows(b->sae, sae_in);                        // [pos, d_sae]
+      sae_in = hs::hook_rows(cache, b->sae->hook_in);  // [pos, d_in]
+      b->acts = encodeReusingRows(b->sae, sae_in);   // [pos, d_sae]
       b->post_norm = latentPassesPostNorm(cache, *b->sae);
     }
     b->by_activation = hs::top_units(b->acts.row(pos), kTopUnits, false);
+    if (kind == UnitKind::Latent) rememberEncoded(b->sae, sae_in, b);
     addMemo(plain, source, key, b);
     base = std::move(b);
   }
@@ -524,7 +546,7 @@ UnitsView::UnitsView(UnitKind kind, Selection* selection, QWidget* parent) : Ana
 }
 
 UnitsView::~UnitsView() {
-  for (QFuture<void>& f : in_flight_) f.waitForFinished();
+  waitForJobs(in_flight_);  // never waitForFinished: it would run a queued job here (background.h)
 }
 
 int UnitsView::shownUnit() const { return result_ ? result_->unit : -1; }
@@ -664,25 +686,14 @@ void UnitsView::startAttribution() {
   // superseded base's attributions are still kept in it, for its memo).
   if (attribution_job_) return;
   attribution_job_ = result_->base;
-  // Out of the next keystroke's way: the run that follows wants both cores (on 2 cores this job at
-  // full priority slowed the next forward pass about 2x, docs/benchmarks.md 5 December), so it runs
-  // on one thread of the view's own pool, at the lowest priority (Linux: the thread's nice value,
-  // which an unprivileged process cannot lower back: hence a pool of its own).
-  if (!attribution_pool_) {
-    attribution_pool_ = std::make_unique<QThreadPool>();
-    attribution_pool_->setMaxThreadCount(1);
-  }
-  QFuture<bool> done = QtConcurrent::run(attribution_pool_.get(), [base = attribution_job_] {
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
-    bool ok = true;
+  // Out of the next keystroke's way: the background pool's one low-priority thread (background.h).
+  QFuture<bool> done = runInBackground([base = attribution_job_] {
     try {
-      hs::ThreadScope one(1);
       computeAttribution(*base);
+      return true;
     } catch (const std::exception&) {
-      ok = false;  // reported below: the base stays without attributions
+      return false;  // reported below: the base stays without attributions
     }
-    hs::release_thread_team();  // only the window's run thread keeps an OpenMP team
-    return ok;
   });
   std::erase_if(in_flight_, [](const QFuture<void>& f) { return f.isFinished(); });
   in_flight_.push_back(QFuture<void>(done));

@@ -33,7 +33,6 @@ class QLabel;
 class QRadioButton;
 class QSpinBox;
 class QTableWidget;
-class QThreadPool;
 
 namespace hs { struct Sae; }
 
@@ -53,6 +52,32 @@ struct UnitsAttribution {
   std::vector<int> by_attribution;  // the top units at target.pos by |attribution|
 };
 
+// Every unit's activation at every position [pos, n_units], one shared row per position: a
+// keystroke's latents share the unchanged rows of the previous keystroke's instead of copying them
+// (a dense [128, 16,384] copy was 8 MB of fresh pages per keystroke, 16-30 ms of page faults on the
+// benchmark VM, more than the new row's encoding; docs/benchmarks.md 5 December).
+class UnitActs {
+ public:
+  UnitActs() = default;
+  explicit UnitActs(const hs::RowMatrixXf& all);  // [pos, n_units]
+  // The first `n` rows of `before` (shared) followed by the rows of `rest` [k, n_units].
+  UnitActs(const UnitActs& before, Eigen::Index n, const hs::RowMatrixXf& rest);
+
+  Eigen::Index rows() const { return static_cast<Eigen::Index>(rows_.size()); }
+  Eigen::Index cols() const { return cols_; }
+  const hs::RowVectorXf& row(Eigen::Index p) const { return *rows_[static_cast<size_t>(p)]; }
+  float operator()(Eigen::Index p, Eigen::Index u) const { return row(p)(u); }
+  hs::RowMatrixXf dense() const;  // [pos, n_units]
+  // Whether position p's row is the same object in both (shared, not copied).
+  bool sharesRow(const UnitActs& other, Eigen::Index p) const {
+    return p < rows() && p < other.rows() && rows_[static_cast<size_t>(p)] == other.rows_[static_cast<size_t>(p)];
+  }
+
+ private:
+  std::vector<std::shared_ptr<const hs::RowVectorXf>> rows_;
+  Eigen::Index cols_ = 0;
+};
+
 // What does not depend on the chosen unit: every unit's activations on the run and their
 // attributions at the position.
 struct UnitsBase {
@@ -63,7 +88,7 @@ struct UnitsBase {
   std::shared_ptr<const hs::ActivationCache> plain;  // the run explained (without ablations)
   hs::TargetMetric target;
   std::vector<hs::Prediction> top;  // the predictions after target.pos, for the target pickers
-  hs::RowMatrixXf acts;             // [pos, n_units]
+  UnitActs acts;                    // [pos, n_units]
   std::vector<int> by_activation;   // the top units at target.pos, largest activation first
   bool post_norm = false;           // the units' output passes a norm before it joins the stream
   int n_units() const { return static_cast<int>(acts.cols()); }
@@ -201,7 +226,6 @@ class UnitsView : public AnalysisView {
   SaeEditPanel* edit_panel_ = nullptr;
   std::vector<QFuture<void>> in_flight_;
   std::shared_ptr<const UnitsBase> attribution_job_;  // the base whose attributions are in flight
-  std::unique_ptr<QThreadPool> attribution_pool_;    // one low-priority thread for them
 };
 
 }  // namespace hs::ui
