@@ -64,7 +64,7 @@ std::string usage() {
   view_usage << QStringLiteral("[--export OUTDIR [--scale 1|2]]");
   std::string text =
       "Usage: headscope [--model DIR] [--text TEXT] [--view NAME] [--head L.H] [--ablate HEADS] [--keep first|last]\n"
-      "                 [--scan-results FILE] [--sae DIR]... [--sae-edit EDITS]\n"
+      "                 [--scan-results FILE] [--sae DIR]... [--sae-edit EDITS] [--dashboards DIR]...\n"
       "                 " +
       view_usage.join(QLatin1Char(' ')).toStdString() +
       "\n"
@@ -93,7 +93,10 @@ std::string usage() {
       "  --sae-edit EDITS  edit latents of those SAEs in every run, as the Features view's Apply does\n"
       "                   (each edited SAE spliced in with its error term): headscope-cli run's\n"
       "                   [N/]LATENT:zero|xS|+S[@POS],... (N: the N-th SAE loaded, from 0), e.g.\n"
-      "                   12:zero,40:x2.5,7:+3@4\n" +
+      "                   12:zero,40:x2.5,7:+3@4\n"
+      "  --dashboards DIR  open the unit dashboards headscope-cli scan --units wrote (its OUT.units\n"
+      "                   folder), as File > Open Unit Dashboards does; the Neurons and Features\n"
+      "                   views show the chosen unit's; repeat it for several (not with --export)\n" +
       view_options +
       "  --export OUTDIR  write a PNG of every figure of every view into OUTDIR and exit, without\n"
       "                   opening a window; needs --text\n"
@@ -163,7 +166,8 @@ int main(int argc, char** argv) {
   const QCommandLineOption scan_results(QStringLiteral("scan-results"), "a scan output to open", "FILE");
   const QCommandLineOption sae(QStringLiteral("sae"), "a sparse autoencoder folder (repeatable)", "DIR");
   const QCommandLineOption sae_edit(QStringLiteral("sae-edit"), "latent edits of the loaded SAEs", "EDITS");
-  parser.addOptions({model, text, out, scale, view, head, ablate, keep, scan_results, sae, sae_edit});
+  const QCommandLineOption dashboards(QStringLiteral("dashboards"), "a unit dashboard folder (repeatable)", "DIR");
+  parser.addOptions({model, text, out, scale, view, head, ablate, keep, scan_results, sae, sae_edit, dashboards});
   // Each view's own options (ui/views/registry.cpp), whose values go to that view.
   for (const hs::ui::ViewDescriptor& v : hs::ui::viewRegistry())
     for (const hs::ui::ViewOption& o : v.options)
@@ -250,6 +254,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "headscope: --scan-results opens a scan in the window; --export does not take one\n");
     return 2;
   }
+  if (headless && parser.isSet(dashboards)) {
+    std::fprintf(stderr, "headscope: --dashboards opens unit dashboards in the window; --export does not take them\n");
+    return 2;
+  }
   if (headless) {
     hs::ui::HeadlessExportOptions options;
     options.layer = layer;
@@ -287,6 +295,7 @@ int main(int argc, char** argv) {
   options.scan_results = parser.value(scan_results);
   options.sae_dirs = parser.values(sae);
   options.sae_edits = parser.value(sae_edit);
+  options.dashboard_dirs = parser.values(dashboards);
   // The window runs the model on its own thread; the GUI thread must never start an OpenMP team
   // (an Eigen product in a view would), which would slow every run (hs::release_thread_team).
   omp_set_num_threads(1);

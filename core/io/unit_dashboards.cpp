@@ -141,11 +141,54 @@ UnitDashboardIndex parse_unit_dashboard_index(std::string_view text, const std::
     x.positions = integer(j, "positions", source, 0, INT64_MAX);
     const json& kind = field(x.source, "kind", source + " source");
     if (kind != "mlp" && kind != "sae") throw Error(source + ": the source's kind is neither \"mlp\" nor \"sae\"");
-    if (!field(x.source, "groups", source + " source").is_array()) throw Error(source + ": the source has no groups");
+    const json& groups = field(x.source, "groups", source + " source");
+    if (!groups.is_array()) throw Error(source + ": the source has no groups");
+    int64_t first = 0;
+    for (const json& g : groups) {
+      if (!g.is_object()) throw Error(source + ": a source group is not an object");
+      UnitDashboardGroup e;
+      e.layer = static_cast<int>(integer(g, "layer", source + " source group", -1, 1 << 16));
+      e.width = integer(g, "width", source + " source group", 1, int64_t{1} << 32);
+      auto text = [&](const char* name) {
+        const auto it = g.find(name);
+        if (it == g.end()) return std::string();
+        if (!it->is_string()) throw Error(source + ": a source group's \"" + name + "\" is not a string");
+        return it->get<std::string>();
+      };
+      if (kind == "mlp") {
+        e.hook_in = e.hook_out = text("hook");
+      } else {
+        e.hook_in = text("hook_in");
+        e.hook_out = text("hook_out");
+        e.architecture = text("architecture");
+      }
+      e.first = first;
+      first += e.width;
+      if (first > x.units) break;
+      x.groups.push_back(std::move(e));
+    }
+    if (first != x.units)
+      throw Error(source + ": the source's groups hold " + std::to_string(first) + " units, not its " +
+                  std::to_string(x.units));
     return x;
   } catch (const json::exception& e) {
     throw Error(source + ": " + e.what());
   }
+}
+
+int64_t dashboard_unit(const UnitDashboardIndex& index, const std::string& model_fingerprint,
+                       const DashboardUnitsQuery& q, int64_t i) {
+  if (model_fingerprint.empty() || index.fingerprint() != model_fingerprint) return -1;
+  if (index.source.value("kind", std::string()) != q.kind) return -1;
+  if (q.kind == "sae" && index.source.value("sae", std::string()) != q.sae_name) return -1;
+  for (const UnitDashboardGroup& g : index.groups) {
+    if (g.layer != q.layer || g.width != q.width) continue;
+    if (q.kind == "mlp" && g.hook_in != "blocks." + std::to_string(q.layer) + ".mlp.hook_post") continue;
+    if (q.kind == "sae" && (g.hook_in != q.hook_in || g.hook_out != q.hook_out || g.architecture != q.architecture))
+      continue;
+    return i >= 0 && i < g.width ? g.first + i : -1;
+  }
+  return -1;
 }
 
 UnitDashboardIndex read_unit_dashboard_index(const std::filesystem::path& folder) {

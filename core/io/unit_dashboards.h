@@ -46,13 +46,34 @@ struct UnitDashboard {
   std::vector<UnitDashboardQuantile> examples_quantiles;
 };
 
+struct UnitDashboardGroup {
+  int layer = 0;
+  int64_t first = 0, width = 0;  // its units are first .. first + width - 1
+  std::string hook_in, hook_out;  // a neuron group's: both its mlp.hook_post
+  std::string architecture;       // an SAE's
+};
 struct UnitDashboardIndex {
   std::filesystem::path folder;
+  std::vector<UnitDashboardGroup> groups;  // checked: their widths add up to `units`
   nlohmann::json model;   // the scan's model settings (name, fingerprint, shape)
   nlohmann::json source;  // kind "mlp" | "sae", sae, units, groups [{layer, width, hook | hook_in, hook_out}]
   int64_t units = 0, positions = 0;
   std::string fingerprint() const { return model.value("fingerprint", std::string()); }
 };
+
+// Which units of the window a folder describes: a Neurons view's layer, or one SAE (its folder's
+// name, hooks, width, architecture and layer, as `scan --units sae:DIR` writes them).
+struct DashboardUnitsQuery {
+  std::string kind;  // "mlp" | "sae"
+  int layer = -1;    // neurons: the layer; an SAE: its layer (-1 when it has none)
+  int64_t width = 0;
+  std::string hook_in, hook_out, architecture, sae_name;  // an SAE's
+};
+// The folder's unit number for unit `i` of the query's units, or -1 when the folder is of another
+// model (its fingerprint is not `model_fingerprint`), another kind of unit, another layer or SAE,
+// or `i` is out of range.
+int64_t dashboard_unit(const UnitDashboardIndex& index, const std::string& model_fingerprint,
+                       const DashboardUnitsQuery& query, int64_t i);
 
 // Parses one unit's JSON; `source` names it in messages. Throws hs::Error.
 UnitDashboard parse_unit_dashboard(std::string_view text, const std::string& source);

@@ -14,6 +14,7 @@
 #include "core/analysis/unit_dataset.h"
 #include "core/analysis/units.h"
 #include "core/error.h"
+#include "core/features/sae.h"
 #include "core/io/splitmix64.h"
 #include "core/io/unit_dashboards.h"
 #include "core/model/cache.h"
@@ -237,6 +238,40 @@ TEST_CASE("cli scan --units: dashboards in Neuronpedia's layout, shards merged e
   CHECK_THROWS_AS(hs::read_unit_dashboard(x, 2048), hs::Error);
   CHECK_THROWS_AS(hs::parse_unit_dashboard("{\"unit\": 1}", "u1.json"), hs::Error);
   CHECK_THROWS_AS(hs::read_unit_dashboard_index(scratch("no_such_folder")), hs::Error);
+
+  // Which of the window's units the folder describes (hs::dashboard_unit): this SAE's, on this
+  // model; never another model's, SAE's, hook's or kind's.
+  REQUIRE(x.groups.size() == 1);
+  CHECK(x.groups[0].first == 0);
+  CHECK(x.groups[0].width == 2048);
+  const hs::SaeSet set = hs::load_sae_folder(sae_dir());
+  REQUIRE(set.saes.size() == 1);
+  const hs::Sae& sae = set.saes[0];
+  hs::DashboardUnitsQuery q;
+  q.kind = "sae";
+  q.layer = sae.layer;
+  q.width = sae.d_sae;
+  q.hook_in = sae.hook_in;
+  q.hook_out = sae.hook_out;
+  q.architecture = sae.architecture;
+  q.sae_name = fs::absolute(sae_dir()).lexically_normal().filename().string();
+  const std::string fp = builtin()->fingerprint();
+  CHECK(hs::dashboard_unit(x, fp, q, fired) == fired);
+  CHECK(hs::dashboard_unit(x, fp, q, 2048) == -1);
+  CHECK(hs::dashboard_unit(x, "another model", q, fired) == -1);
+  hs::DashboardUnitsQuery other = q;
+  other.sae_name = "another_sae";
+  CHECK(hs::dashboard_unit(x, fp, other, fired) == -1);
+  other = q;
+  other.hook_in = other.hook_out = "blocks.1.hook_resid_pre";
+  CHECK(hs::dashboard_unit(x, fp, other, fired) == -1);
+  other = q;
+  other.kind = "mlp";
+  CHECK(hs::dashboard_unit(x, fp, other, fired) == -1);
+  // An index whose groups do not add up to its units is refused.
+  json broken = index;
+  broken["source"]["units"] = 2049;
+  CHECK_THROWS_AS(hs::parse_unit_dashboard_index(broken.dump(), "index.json"), hs::Error);
 }
 
 TEST_CASE("cli scan --units refuses an unknown source, a layer the model lacks and an SAE that does not fit", "[scan][units][cli][errors]") {

@@ -15,6 +15,8 @@
 #include <QTest>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -22,18 +24,25 @@
 #include <nlohmann/json.hpp>
 
 #include "core/analysis/attribution_data.h"
+#include "core/analysis/scan.h"
+#include "core/analysis/unit_dataset.h"
 #include "core/analysis/units.h"
 #include "core/features/features.h"
 #include "core/features/sae.h"
+#include "core/io/unit_dashboards.h"
 #include "core/model/backward.h"
 #include "core/model/model.h"
 #include "core/session/session.h"
+#include "ui/controller/loaded_dashboards.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/selection.h"
 #include "ui/views/units_view.h"
 #include "ui/widgets/activation_strip.h"
+#include "ui/widgets/bar_chart_view.h"
 #include "ui/widgets/labels.h"
 #include "ui/widgets/prompt_edit.h"
+#include "ui/widgets/shaded_token_rows.h"
+#include "ui/widgets/unit_dashboard.h"
 #include "ui/window/main_window.h"
 #include "ui_test_support.h"
 
@@ -218,7 +227,7 @@ TEST_CASE("Neurons view: the top neurons at a position and their attributions ar
   // Without a choice the top neuron by activation is shown, with no dashboard yet.
   CHECK(result->unit == b.by_activation.front());
   CHECK_FALSE(result->unit_chosen);
-  CHECK(view.dashboardLabel()->text() == QStringLiteral("Scan a data set to see this unit's top examples."));
+  CHECK(view.dashboardLabel()->text().startsWith(QStringLiteral("Scan a data set to see this unit's top examples")));
 }
 
 TEST_CASE("Neurons view: a chosen neuron's strip holds its activations and its logit effects are W_out's row through W_U",
@@ -509,4 +518,79 @@ TEST_CASE("The window refuses an SAE that does not fit its model with a message,
   REQUIRE(result->base);
   CHECK(result->base->acts.rows() == run->n_pos());
   CHECK(result->base->target.pos == run->n_pos() - 1);
+}
+
+TEST_CASE("Neurons view: the chosen neuron's dashboard from an opened scan folder, never one of another layer or model",
+          "[units][dashboards]") {
+  struct ClearDashboards {
+    ClearDashboards() { LoadedDashboards::instance().clear(); }
+    ~ClearDashboards() { LoadedDashboards::instance().clear(); }
+  } clear;
+  QTemporaryDir tmp;
+  const std::filesystem::path dir = tmp.path().toStdString();
+  {
+    std::ofstream in(dir / "prompts.txt");
+    in << "The cat sat on the mat, and the cat slept.\nShe saw a big dog. The big dog saw her too.\n";
+  }
+  const auto model = builtinModel();
+  hs::ScanOptions o;
+  o.input = dir / "prompts.txt";
+  o.units = "mlp:" + std::to_string(kLayer);
+  o.threads = 1;
+  o.aggregates = {"induction"};
+  hs::ScanState s = hs::new_scan_state(*model, o, hs::scan_settings(*model, o));
+  hs::run_scan(*model, o, s);
+  hs::write_unit_dashboards(*model, hs::resolve_unit_source(*model, o.units), s.units, s.settings, dir / "scan.units");
+  // The same folder as another model's: its fingerprint changed.
+  std::filesystem::create_directories(dir / "other.units");
+  {
+    nlohmann::json index = nlohmann::json::parse(std::ifstream(dir / "scan.units" / "index.json"));
+    index["model"]["fingerprint"] = "0123456789abcdef";
+    std::ofstream(dir / "other.units" / "index.json") << index.dump();
+  }
+  int64_t unit = 0;
+  while (s.units.active(unit) < 3) ++unit;
+
+  const auto run = builtinRun();
+  Selection selection;
+  selection.setBounds(run->n_layer(), run->n_head(), run->n_pos());
+  selection.setLayer(kLayer);
+  selection.setPosition(run->n_pos() - 1);
+  UnitsView view(UnitKind::Neuron, &selection);
+  view.resize(1300, 820);
+  view.show();
+  view.setRun(run);
+  AnalysisKey key = view.analysisKey(keyFromSelection(selection, UnitsView::neuronsDescriptor().analysis.reads));
+  key.params = {QString::number(unit)};
+  const auto result = computeFor(UnitKind::Neuron, run, key);
+  REQUIRE(result->unit == static_cast<int>(unit));
+  view.setResult(result);
+  CHECK(view.dashboardLabel()->text().startsWith(QStringLiteral("Scan a data set")));
+
+  // Another model's folder: not shown, and the message says why.
+  LoadedDashboards::instance().add(
+      std::make_shared<const hs::UnitDashboardIndex>(hs::read_unit_dashboard_index(dir / "other.units")));
+  CHECK(view.dashboardLabel()->text().contains(QStringLiteral("another model")));
+  CHECK(view.shownDashboard().second == -1);
+
+  // This model's: the unit's dashboard, as the reader reads it.
+  const auto index = std::make_shared<const hs::UnitDashboardIndex>(hs::read_unit_dashboard_index(dir / "scan.units"));
+  LoadedDashboards::instance().add(index);
+  REQUIRE(waitFor([&] { return view.shownDashboard().second == unit; }, 10000));
+  CHECK(view.shownDashboard().first == QString::fromStdString(index->folder.string()));
+  const hs::UnitDashboard d = hs::read_unit_dashboard(*index, unit);
+  CHECK(view.dashboardWidget()->isVisibleTo(&view));
+  CHECK_FALSE(view.dashboardLabel()->isVisibleTo(&view));
+  CHECK(view.dashboardWidget()->topRows()->rowCount() == static_cast<int>(d.examples_top.size()));
+  CHECK(view.dashboardWidget()->histogram()->barCount() == static_cast<int>(d.bar_heights.size()));
+  CHECK(view.dashboardWidget()->summaryLabel()->text().contains(QStringLiteral("max activation")));
+
+  // Another layer's neurons: the folder (of layer kLayer) is not theirs.
+  selection.setLayer(kLayer - 1);
+  AnalysisKey other_key = view.analysisKey(keyFromSelection(selection, UnitsView::neuronsDescriptor().analysis.reads));
+  other_key.params = {QString::number(unit)};
+  view.setResult(computeFor(UnitKind::Neuron, run, other_key));
+  REQUIRE(waitFor([&] { return view.shownDashboard().second == -1; }, 10000));
+  CHECK(view.dashboardLabel()->isVisibleTo(&view));
+  CHECK(view.dashboardLabel()->text().contains(QStringLiteral("None of the 2 opened dashboard folders")));
 }

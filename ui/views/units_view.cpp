@@ -5,6 +5,7 @@
 #include <QDir>
 #include <QContextMenuEvent>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -13,6 +14,7 @@
 #include <QMessageBox>
 #include <QRadioButton>
 #include <QSpinBox>
+#include <QScrollArea>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -33,6 +35,7 @@
 #include "core/model/thread_scope.h"
 #include "ui/base/background.h"
 #include "ui/base/deliver.h"
+#include "ui/controller/loaded_dashboards.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/selection.h"
 #include "ui/views/sae_edit_panel.h"
@@ -41,6 +44,7 @@
 #include "ui/widgets/labels.h"
 #include "ui/widgets/refresh_when_shown.h"
 #include "ui/widgets/target_picker.h"
+#include "ui/widgets/unit_dashboard.h"
 
 namespace hs::ui {
 namespace {
@@ -87,6 +91,10 @@ struct MemoEntry {
 };
 std::mutex memo_mutex;
 std::vector<MemoEntry> memo;
+const QString kNoDashboards = QStringLiteral(
+    "Scan a data set to see this unit's top examples: headscope-cli scan --units, then File > Open Unit "
+    "Dashboards….");
+
 constexpr size_t kMemoEntries = 4;
 
 std::shared_ptr<const UnitsBase> findMemo(const std::shared_ptr<const hs::ActivationCache>& cache, const QString& source,
@@ -478,9 +486,21 @@ UnitsView::UnitsView(UnitKind kind, Selection* selection, QWidget* parent) : Ana
   dashboard_box_ = new QGroupBox(QStringLiteral("Dashboard"), right);
   auto* dash_layout = new QVBoxLayout(dashboard_box_);
   dashboard_ = textLabel(dashboard_box_, QStringLiteral("dashboardEmpty"));
-  dashboard_->setText(QStringLiteral("Scan a data set to see this unit's top examples."));
+  dashboard_->setText(kNoDashboards);
   dashboard_->setAlignment(Qt::AlignCenter);
   dash_layout->addWidget(dashboard_);
+  dashboard_widget_ = new UnitDashboardWidget;
+  auto* dash_scroll = dashboard_scroll_ = new QScrollArea(dashboard_box_);
+  dash_scroll->setObjectName(QStringLiteral("dashboardScroll"));
+  dash_scroll->setWidgetResizable(true);
+  dash_scroll->setFrameShape(QFrame::NoFrame);
+  dash_scroll->setWidget(dashboard_widget_);
+  dash_scroll->hide();
+  dash_layout->addWidget(dash_scroll, 1);
+  connect(&LoadedDashboards::instance(), &LoadedDashboards::changed, this, [this] {
+    dashboard_wanted_ = {QString(), -1};
+    refreshUnit();
+  });
   right_layout->addWidget(strip_caption_);
   right_layout->addWidget(strip_);
   right_layout->addSpacing(6);
@@ -488,6 +508,7 @@ UnitsView::UnitsView(UnitKind kind, Selection* selection, QWidget* parent) : Ana
   right_layout->addLayout(effects_row, 3);
   right_layout->addSpacing(6);
   right_layout->addWidget(dashboard_box_, 1);
+  right_layout_ = right_layout;
   dashboard_box_->setMinimumHeight(70);
   splitter->addWidget(left);
   splitter->addWidget(right);
@@ -871,6 +892,7 @@ void UnitsView::refreshUnit() {
   const RunResult& run = *result_->run;
   // The unit asked for now (the strip follows a click at once), else the result's.
   const int unit = unit_ >= 0 && unit_ < b.n_units() ? unit_ : result_->unit;
+  updateDashboard(unit);
   if (unit < 0) {
     strip_->setTokens({}, {}, -1);
     strip_->setMessage(QStringLiteral("No unit to show."));
@@ -936,6 +958,79 @@ void UnitsView::refreshUnit() {
   fill(top_tokens_, result_->effects.top);
   fill(bottom_tokens_, result_->effects.bottom);
   dashboard_box_->setTitle(QStringLiteral("Dashboard of %1").arg(name));
+}
+
+void UnitsView::updateDashboard(int unit) {
+  auto showMessage = [this](const QString& text) {
+    dashboard_->setText(text);
+    dashboard_->show();
+    dashboard_scroll_->hide();
+    right_layout_->setStretchFactor(dashboard_box_, 1);
+    dashboard_shown_ = {QString(), -1};
+  };
+  const std::vector<std::shared_ptr<const hs::UnitDashboardIndex>> folders = LoadedDashboards::instance().list();
+  if (!result_ || !result_->base || unit < 0 || folders.empty()) {
+    dashboard_wanted_ = {QString(), -1};
+    showMessage(kNoDashboards);
+    return;
+  }
+  const UnitsBase& b = *result_->base;
+  hs::DashboardUnitsQuery q;
+  q.width = b.n_units();
+  if (b.kind == UnitKind::Neuron) {
+    q.kind = "mlp";
+    q.layer = b.layer;
+  } else if (b.sae) {
+    q.kind = "sae";
+    q.layer = b.sae->layer;
+    q.hook_in = b.sae->hook_in;
+    q.hook_out = b.sae->hook_out;
+    q.architecture = b.sae->architecture;
+    // `scan --units sae:DIR` names the SAE by its folder's name (unit_dataset.cpp).
+    if (const std::optional<LoadedSae> e = LoadedSaes::instance().entry(b.sae_id))
+      q.sae_name = QFileInfo(QDir::cleanPath(QDir(e->folder).absolutePath())).fileName().toStdString();
+  }
+  const std::string fingerprint = result_->run->model().fingerprint();
+  std::shared_ptr<const hs::UnitDashboardIndex> index;
+  qint64 number = -1;
+  for (auto it = folders.rbegin(); it != folders.rend() && number < 0; ++it) {  // the newest first
+    number = hs::dashboard_unit(**it, fingerprint, q, unit);
+    if (number >= 0) index = *it;
+  }
+  if (!index) {
+    dashboard_wanted_ = {QString(), -1};
+    showMessage(QStringLiteral("None of the %1 opened dashboard folders is of these units: each is of another model, "
+                               "layer or SAE (File > Open Unit Dashboards…).")
+                    .arg(folders.size()));
+    return;
+  }
+  const std::pair<QString, qint64> wanted{QString::fromStdString(index->folder.string()), number};
+  if (wanted == dashboard_wanted_) return;  // shown already, or on its way
+  dashboard_wanted_ = wanted;
+  dashboard_->setText(QStringLiteral("Reading the dashboard…"));
+  // A file read (of any size a folder from elsewhere may hold) is not done on the GUI thread.
+  QFuture<std::pair<std::optional<hs::UnitDashboard>, QString>> read = QtConcurrent::run([index, number] {
+    try {
+      return std::pair<std::optional<hs::UnitDashboard>, QString>{hs::read_unit_dashboard(*index, number), QString()};
+    } catch (const std::exception& e) {
+      return std::pair<std::optional<hs::UnitDashboard>, QString>{std::nullopt, QString::fromUtf8(e.what())};
+    }
+  });
+  std::erase_if(in_flight_, [](const QFuture<void>& f) { return f.isFinished(); });
+  in_flight_.push_back(QFuture<void>(read));
+  deliverLater(read, this, [this, wanted, showMessage](std::pair<std::optional<hs::UnitDashboard>, QString> got) {
+    if (wanted != dashboard_wanted_) return;  // another unit was chosen meanwhile
+    if (!got.first) {
+      showMessage(QStringLiteral("The dashboard could not be read: %1").arg(got.second));
+      dashboard_wanted_ = {QString(), -1};
+      return;
+    }
+    dashboard_widget_->setDashboard(*got.first);
+    dashboard_->hide();
+    dashboard_scroll_->show();
+    right_layout_->setStretchFactor(dashboard_box_, 4);
+    dashboard_shown_ = wanted;
+  });
 }
 
 QString UnitsView::tableCsv() const {

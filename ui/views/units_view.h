@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/analysis/attribution_data.h"
@@ -31,8 +32,10 @@ class QComboBox;
 class QGroupBox;
 class QLabel;
 class QRadioButton;
+class QScrollArea;
 class QSpinBox;
 class QTableWidget;
+class QVBoxLayout;
 
 namespace hs { struct Sae; }
 
@@ -42,6 +45,7 @@ class ActivationStrip;
 class RefreshWhenShown;
 class SaeEditPanel;
 class TargetPicker;
+class UnitDashboardWidget;
 
 enum class UnitKind { Neuron, Latent };
 
@@ -180,6 +184,9 @@ class UnitsView : public AnalysisView {
   QTableWidget* bottomTokens() const { return bottom_tokens_; }
   QComboBox* sourceCombo() const { return source_; }
   QLabel* dashboardLabel() const { return dashboard_; }
+  UnitDashboardWidget* dashboardWidget() const { return dashboard_widget_; }
+  // The shown dashboard's folder and unit number in it (empty, -1: none shown).
+  std::pair<QString, qint64> shownDashboard() const { return dashboard_shown_; }
   SaeEditPanel* editPanel() const { return edit_panel_; }  // Features only: latent edits, quality
   QString statusText() const;
   QString messageText() const;
@@ -189,6 +196,8 @@ class UnitsView : public AnalysisView {
   void refreshSources();
   void refreshTable();
   void refreshUnit();
+  // The chosen unit's dashboard from the opened folders (LoadedDashboards), read on a worker.
+  void updateDashboard(int unit);
   void refreshTargets();
   void updateStatus();
   void saveTableCsv();
@@ -222,6 +231,10 @@ class UnitsView : public AnalysisView {
   QTableWidget* bottom_tokens_ = nullptr;
   QGroupBox* dashboard_box_ = nullptr;
   QLabel* dashboard_ = nullptr;
+  UnitDashboardWidget* dashboard_widget_ = nullptr;
+  QScrollArea* dashboard_scroll_ = nullptr;
+  QVBoxLayout* right_layout_ = nullptr;
+  std::pair<QString, qint64> dashboard_wanted_{QString(), -1}, dashboard_shown_{QString(), -1};
   RefreshWhenShown* refresher_ = nullptr;
   SaeEditPanel* edit_panel_ = nullptr;
   std::vector<QFuture<void>> in_flight_;

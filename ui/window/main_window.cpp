@@ -124,6 +124,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   pending_sae_edits_ = options.sae_edits;
   sae_loads_before_edits_ = static_cast<int>(options.sae_dirs.size());
   for (const QString& dir : options.sae_dirs) loadSaeFolder(dir);  // once the model is in
+  for (const QString& dir : options.dashboard_dirs) loadDashboardFolder(dir);
 
   prompt_->setPlainText(options.text.isEmpty() ? QString::fromUtf8(kExamplePrompt) : options.text);
   prompt_->moveCursor(QTextCursor::End);

@@ -63,6 +63,8 @@ struct MainWindowOptions {
   QStringList sae_dirs = {};
   // Latent edits applied once those SAEs are in (`--sae-edit`, headscope-cli run's syntax).
   QString sae_edits = {};
+  // Unit dashboard folders to open (`scan --units` output; File > Open Unit Dashboards).
+  QStringList dashboard_dirs = {};
 };
 
 class MainWindow : public QMainWindow {
@@ -124,6 +126,12 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<const DataSetScan> dataSetScan() const { return scan_; }
   // File > Open Sparse Autoencoder: asks for a folder and loads it (loadSaeFolder).
   void openSaeFolder();
+  // File > Open Unit Dashboards: asks for a folder `headscope-cli scan --units` wrote and opens it.
+  void openDashboardFolder();
+  // Reads the folder's index on a worker; when it is one, adds it to LoadedDashboards (the Neurons
+  // and Features views show the chosen unit's dashboard from it) and says what it holds in the
+  // status bar; otherwise says why in a message box and leaves the list as it was.
+  void loadDashboardFolder(const QString& dir);
   // Reads an SAE or transcoder folder on a worker and, when each of its SAEs fits the current
   // model, adds them to LoadedSaes (the Features view lists them); otherwise says why in a
   // message box and leaves the list as it was. Before a model is in, it waits for it.

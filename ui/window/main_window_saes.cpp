@@ -11,11 +11,14 @@
 #include <QMessageBox>
 #include <QSettings>
 #include <QStatusBar>
+#include <QtConcurrent/QtConcurrentRun>
 
 #include "core/features/sae.h"
 #include "core/model/model.h"
+#include "ui/base/deliver.h"
 #include "ui/controller/ablations.h"
 #include "ui/controller/analysis_controller.h"
+#include "ui/controller/loaded_dashboards.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/sae_edits.h"
 #include "ui/widgets/labels.h"
@@ -64,6 +67,8 @@ void MainWindow::buildSaeMenu(QMenu* file) {
 
   file->addAction(QStringLiteral("Open Sparse &Autoencoder…"), this, &MainWindow::openSaeFolder)
       ->setObjectName(QStringLiteral("actionOpenSae"));
+  file->addAction(QStringLiteral("Open Unit &Dashboards…"), this, &MainWindow::openDashboardFolder)
+      ->setObjectName(QStringLiteral("actionOpenDashboards"));
   sae_menu_ = file->addMenu(QStringLiteral("&Unload Sparse Autoencoder"));
   sae_menu_->setObjectName(QStringLiteral("menuUnloadSae"));
   connect(&LoadedSaes::instance(), &LoadedSaes::changed, this, &MainWindow::updateSaeMenu);
@@ -100,6 +105,59 @@ void MainWindow::openSaeFolder() {
   if (dir.isEmpty()) return;
   settings.setValue(QStringLiteral("saes/lastFolder"), QFileInfo(dir).absolutePath());
   loadSaeFolder(dir);
+}
+
+void MainWindow::openDashboardFolder() {
+  QSettings settings;
+  const QString start = settings.value(QStringLiteral("dashboards/lastFolder"), QDir::homePath()).toString();
+  const QString dir = QFileDialog::getExistingDirectory(
+      this, QStringLiteral("Open Unit Dashboards: the OUT.units folder headscope-cli scan --units wrote"), start);
+  if (dir.isEmpty()) return;
+  settings.setValue(QStringLiteral("dashboards/lastFolder"), QFileInfo(dir).absolutePath());
+  loadDashboardFolder(dir);
+}
+
+void MainWindow::loadDashboardFolder(const QString& dir) {
+  statusBar()->showMessage(QStringLiteral("Opening the unit dashboards %1…").arg(QFileInfo(dir).fileName()));
+  QFuture<std::pair<std::shared_ptr<const hs::UnitDashboardIndex>, QString>> read = QtConcurrent::run([dir] {
+    using Out = std::pair<std::shared_ptr<const hs::UnitDashboardIndex>, QString>;
+    try {
+      return Out{std::make_shared<const hs::UnitDashboardIndex>(hs::read_unit_dashboard_index(dir.toStdString())),
+                 QString()};
+    } catch (const std::exception& e) {
+      return Out{nullptr, QString::fromUtf8(e.what())};
+    }
+  });
+  deliverLater(read, this, [this, dir](std::pair<std::shared_ptr<const hs::UnitDashboardIndex>, QString> got) {
+    if (!got.first) {
+      statusBar()->clearMessage();
+      auto* box = new QMessageBox(QMessageBox::Warning, QStringLiteral("Unit dashboards not opened"),
+                                  QStringLiteral("%1 could not be opened as unit dashboards: %2\n\nGive the "
+                                                 "OUT.units folder that headscope-cli scan --units writes.")
+                                      .arg(QDir::toNativeSeparators(dir), got.second),
+                                  QMessageBox::Ok, this);
+      box->setAttribute(Qt::WA_DeleteOnClose);
+      box->setWindowModality(Qt::WindowModal);
+      box->open();
+      return;
+    }
+    const hs::UnitDashboardIndex& x = *got.first;
+    const std::shared_ptr<const hs::Model>& model = controller_->model();
+    const bool other_model = model && x.fingerprint() != model->fingerprint();
+    LoadedDashboards::instance().add(got.first);
+    statusBar()->showMessage(
+        QStringLiteral("Opened %1 unit dashboards (%2, %3 positions) from %4%5")
+            .arg(x.units)
+            .arg(x.source.value("kind", std::string()) == "sae"
+                     ? QStringLiteral("SAE %1").arg(QString::fromStdString(x.source.value("sae", std::string())))
+                     : QStringLiteral("MLP neurons"))
+            .arg(x.positions)
+            .arg(QFileInfo(dir).fileName(),
+                 other_model ? QStringLiteral(": they are of another model than %1, shown only when theirs is loaded.")
+                                   .arg(QString::fromStdString(model->name()))
+                             : QStringLiteral(".")),
+        15000);
+  });
 }
 
 void MainWindow::loadSaeFolder(const QString& dir) {
