@@ -13,8 +13,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "core/analysis/scan.h"
+#include "core/analysis/unit_dataset.h"
+#include "core/io/unit_dashboards.h"
+#include "ui/controller/loaded_dashboards.h"
 #include "ui/controller/head_metrics.h"
 #include "ui/views/head_metrics_bar.h"
 #include "ui/widgets/image_grid_view.h"
@@ -26,6 +30,11 @@ using namespace hs::ui;
 using hs::ui::test::waitFor;
 
 namespace {
+
+std::string fileText(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 std::filesystem::path scratchFile(const std::string& name) {
   return hs::test::scratch_dir() / name;
@@ -191,4 +200,48 @@ TEST_CASE("Data-set scores are shown only on runs of the model they were made wi
   REQUIRE(bar->currentValues() != nullptr);
   CHECK(bar->currentValues()->values == scanned);
   CHECK(bar->noteLabel()->text().contains(QStringLiteral("2 prompts")));
+}
+
+TEST_CASE("File > Scan Data Set with unit dashboards writes the folder headscope-cli would and opens it", "[scan][window][dashboards]") {
+  const auto input = scratchFile("prompts_units.txt");
+  {
+    std::ofstream out(input);
+    out << "The cat sat. The cat sat\nA dog ran and a dog ran\nThe cat ran. The dog sat. The cat\n";
+  }
+  LoadedDashboards::instance().clear();
+  Window w;
+  scanFromMenu(w.window, [&](ScanDialog& d) {
+    d.setInputFile(QString::fromStdString(input.string()));
+    d.setMaxTokens(20);
+    d.setUnits(QStringLiteral("mlp:0"));
+  });
+  REQUIRE(waitFor([&] { return !LoadedDashboards::instance().list().empty(); }, 60000));
+  const auto index = LoadedDashboards::instance().list().front();
+  const std::filesystem::path folder = index->folder;
+  // The same scan in the core, its dashboards written as headscope-cli scan --units does.
+  hs::ScanOptions o;
+  o.input = input;
+  o.max_tokens = 20;
+  o.units = "mlp:0";
+  const auto model = test::fixtureModel();
+  CHECK(index->units == model->config().d_mlp);
+  CHECK(index->fingerprint() == model->fingerprint());
+  hs::ScanState expected = hs::new_scan_state(*model, o, hs::scan_settings(*model, o));
+  hs::run_scan(*model, o, expected);
+  const std::filesystem::path core = scratchFile("prompts_units_core.units");
+  std::filesystem::remove_all(core);
+  hs::write_unit_dashboards(*model, hs::resolve_unit_source(*model, o.units), expected.units, expected.settings, core);
+  int64_t fired = 0;
+  while (expected.units.active(fired) == 0) ++fired;
+  for (const int64_t u : {int64_t{0}, fired}) {
+    const std::string name = "u" + std::to_string(u) + ".json";
+    INFO(name);
+    REQUIRE(std::filesystem::exists(folder / name));
+    CHECK(fileText(folder / name) == fileText(core / name));
+  }
+  // Nothing half-written beside it, and the window says where it is.
+  CHECK_FALSE(std::filesystem::exists(folder.string() + ".tmp"));
+  LoadedDashboards::instance().clear();
+  std::filesystem::remove_all(folder);
+  std::filesystem::remove_all(core);
 }

@@ -132,6 +132,8 @@ class MainWindow : public QMainWindow {
   // and Features views show the chosen unit's dashboard from it) and says what it holds in the
   // status bar; otherwise says why in a message box and leaves the list as it was.
   void loadDashboardFolder(const QString& dir);
+  // Where a scan with unit dashboards from the window writes them.
+  static QString dashboardsFolderFor(const hs::ScanOptions& options);
   // Reads an SAE or transcoder folder on a worker and, when each of its SAEs fits the current
   // model, adds them to LoadedSaes (the Features view lists them); otherwise says why in a
   // message box and leaves the list as it was. Before a model is in, it waits for it.

@@ -4,11 +4,13 @@
 // Data shows it).
 #include "ui/window/main_window.h"
 
+#include <QDateTime>
 #include <QDialog>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QSettings>
+#include <QStandardPaths>
 #include <QtConcurrent/QtConcurrentRun>
 #include <QLabel>
 #include <QMessageBox>
@@ -23,6 +25,7 @@
 #include "core/model/model.h"
 #include "ui/base/deliver.h"
 #include "ui/controller/analysis_controller.h"
+#include "ui/controller/loaded_saes.h"
 #include "ui/views/head_metrics_bar.h"
 #include "ui/window/scan_dialog.h"
 #include "ui/window/scan_job.h"
@@ -54,12 +57,38 @@ void MainWindow::scanDataSet() {
     return;
   }
   ScanDialog dialog(controller_->model()->config().n_ctx, this);
+  QStringList sae_folders;
+  for (const LoadedSae& s : LoadedSaes::instance().list())
+    if (!sae_folders.contains(s.folder)) sae_folders << s.folder;
+  dialog.setUnitSources(controller_->model()->config().n_layers, sae_folders);
   if (dialog.exec() != QDialog::Accepted) return;
   startScan(dialog.options());
 }
 
+QString MainWindow::dashboardsFolderFor(const hs::ScanOptions& options) {
+  // The app's own data folder (not beside the input, which may not be writable), one folder per
+  // scan: the input's name, the units, the time.
+  const QString base = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
+  QString units = QString::fromStdString(options.units);
+  if (units.startsWith(QStringLiteral("sae:"))) units = QStringLiteral("sae-") + QFileInfo(units.mid(4)).fileName();
+  units.replace(QLatin1Char(':'), QLatin1Char('-'));
+  const QString input = options.repeat_random > 0 ? QStringLiteral("random")
+                                                   : QFileInfo(QString::fromStdString(options.input.string())).completeBaseName();
+  return QDir(base).filePath(QStringLiteral("dashboards/%1_%2_%3.units")
+                                 .arg(input, units, QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-hhmmss"))));
+}
+
 void MainWindow::startScan(const hs::ScanOptions& options) {
   scan_job_ = std::make_unique<ScanJob>(controller_->model(), options);
+  if (!options.units.empty()) {
+    const QString folder = dashboardsFolderFor(options);
+    QDir().mkpath(QFileInfo(folder).absolutePath());
+    scan_job_->setDashboardsFolder(folder);
+  }
+  connect(scan_job_.get(), &ScanJob::writingDashboards, this, [this] {
+    scan_cancel_->setEnabled(false);
+    status_busy_->setText(QStringLiteral("Writing the unit dashboards…"));
+  });
   progress_->setValue(0);
   progress_->setFormat(QStringLiteral("%p%"));
   progress_->show();
@@ -81,7 +110,13 @@ void MainWindow::startScan(const hs::ScanOptions& options) {
             progress_->hide();
             scan_cancel_->hide();
             status_busy_->clear();
+            const QString dashboards = scan_job_->dashboardsWritten(), dashboards_error = scan_job_->dashboardsError();
             scan_job_.release()->deleteLater();
+            if (!dashboards_error.isEmpty())
+              QMessageBox::warning(this, QStringLiteral("Unit dashboards not written"),
+                                   QStringLiteral("The scan finished, but its unit dashboards could not be written: %1")
+                                       .arg(dashboards_error));
+            if (!dashboards.isEmpty()) loadDashboardFolder(dashboards);
             if (!ok) {
               QMessageBox::warning(this, QStringLiteral("Scan failed"), message);
               return;

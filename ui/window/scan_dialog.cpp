@@ -1,8 +1,10 @@
 #include "ui/window/scan_dialog.h"
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDialogButtonBox>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -73,6 +75,17 @@ ScanDialog::ScanDialog(int n_ctx, QWidget* parent) : QDialog(parent) {
   heads_->setChecked(QSettings().value(QStringLiteral("scan/heads"), true).toBool());
   layout->addWidget(heads_);
 
+  auto* units_form = new QFormLayout;
+  units_ = new QComboBox(this);
+  units_->setObjectName(QStringLiteral("scanUnits"));
+  units_->setToolTip(QStringLiteral("Also describes every unit of one source over the data set, as Neuronpedia's "
+                                    "feature dashboards do (frequency, histogram, top and quantile examples, logit "
+                                    "effects): the Neurons and Features views show the chosen unit's. Written as a "
+                                    "folder (headscope-cli scan --units, docs/scan.md) and opened when done."));
+  units_->addItem(QStringLiteral("none"), QString());
+  units_form->addRow(QStringLiteral("Unit dashboards:"), units_);
+  layout->addLayout(units_form);
+
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
   buttons->button(QDialogButtonBox::Ok)->setText(QStringLiteral("Scan"));
   connect(buttons, &QDialogButtonBox::accepted, this, &ScanDialog::accept);
@@ -111,6 +124,21 @@ void ScanDialog::setLimit(int limit) { limit_->setValue(limit); }
 void ScanDialog::setMaxTokens(int tokens) { max_tokens_->setValue(tokens); }
 void ScanDialog::setDescribeHeads(bool on) { heads_->setChecked(on); }
 
+void ScanDialog::setUnitSources(int n_layers, const QStringList& sae_folders) {
+  units_->clear();
+  units_->addItem(QStringLiteral("none"), QString());
+  units_->addItem(QStringLiteral("MLP neurons of every layer"), QStringLiteral("mlp"));
+  for (int l = 0; l < n_layers; ++l)
+    units_->addItem(QStringLiteral("MLP neurons of layer %1").arg(l), QStringLiteral("mlp:%1").arg(l));
+  for (const QString& folder : sae_folders)
+    units_->addItem(QStringLiteral("SAE %1").arg(QFileInfo(folder).fileName()), QStringLiteral("sae:") + folder);
+}
+
+void ScanDialog::setUnits(const QString& spec) {
+  const int i = units_->findData(spec);
+  if (i >= 0) units_->setCurrentIndex(i);
+}
+
 void ScanDialog::accept() {
   if (from_file_->isChecked() && path_->text().trimmed().isEmpty()) {
     QMessageBox::information(this, QStringLiteral("Scan Data Set"),
@@ -125,6 +153,7 @@ void ScanDialog::accept() {
 hs::ScanOptions ScanDialog::options() const {
   hs::ScanOptions o;
   o.heads = heads_->isChecked();
+  o.units = units_->currentData().toString().toStdString();
   if (from_file_->isChecked()) {
     o.input = path_->text().trimmed().toStdString();
     o.limit = limit_->value() > 0 ? limit_->value() : -1;

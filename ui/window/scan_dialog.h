@@ -8,6 +8,7 @@
 #include "core/analysis/scan.h"
 
 class QCheckBox;
+class QComboBox;
 class QLineEdit;
 class QRadioButton;
 class QSpinBox;
@@ -31,6 +32,11 @@ class ScanDialog : public QDialog {
   // Also describe each head over the data set (ScanOptions::heads; the Heads over Data view).
   // On by default: it costs a little time per prompt, and without it that view has nothing.
   void setDescribeHeads(bool on);
+  // The units a scan can describe with dashboards (ScanOptions::units): the MLP neurons of every
+  // layer or of one, and each loaded SAE's folder. "None" stays the default.
+  void setUnitSources(int n_layers, const QStringList& sae_folders);
+  // Chooses the item whose spec (ScanOptions::units: "", "mlp", "mlp:L", "sae:DIR") is `spec`.
+  void setUnits(const QString& spec);
 
   void accept() override;
 
@@ -45,6 +51,7 @@ class ScanDialog : public QDialog {
   QSpinBox* limit_;
   QSpinBox* max_tokens_;
   QCheckBox* heads_;
+  QComboBox* units_;
 };
 
 }  // namespace hs::ui

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "core/analysis/unit_dataset.h"
 #include "core/error.h"
 #include "core/model/model.h"
 #include "core/model/thread_scope.h"
@@ -22,7 +23,7 @@ ScanJob::~ScanJob() {
 void ScanJob::cancel() { cancel_ = true; }
 
 void ScanJob::start() {
-  future_ = QtConcurrent::run([this, model = model_, options = options_]() -> Outcome {
+  future_ = QtConcurrent::run([this, model = model_, options = options_, folder = dashboards_folder_]() -> Outcome {
     Outcome out;
     try {
       auto state = std::make_shared<hs::ScanState>(
@@ -40,6 +41,16 @@ void ScanJob::start() {
       };
       hs::run_scan(*model, options, *state, control);
       out.ok = true;
+      if (state->complete && !options.units.empty() && !folder.isEmpty()) {
+        QMetaObject::invokeMethod(this, [this] { Q_EMIT writingDashboards(); }, Qt::QueuedConnection);
+        try {
+          hs::write_unit_dashboards(*model, hs::resolve_unit_source(*model, options.units), state->units,
+                                    state->settings, folder.toStdString());
+          out.dashboards = folder;
+        } catch (const std::exception& e) {
+          out.dashboards_error = QString::fromUtf8(e.what());  // the scan's results are still shown
+        }
+      }
       out.state = std::move(state);
     } catch (const std::exception& e) {
       out.message = QString::fromStdString(e.what());
@@ -48,6 +59,8 @@ void ScanJob::start() {
     return out;
   });
   deliverLater(future_, this, [this](const Outcome& o) {
+    dashboards_written_ = o.dashboards;
+    dashboards_error_ = o.dashboards_error;
     const bool cancelled = o.ok && o.state && !o.state->complete;
     Q_EMIT finished(o.ok, cancelled, o.message, o.state);
   });

@@ -26,6 +26,13 @@ class ScanJob : public QObject {
   ScanJob(std::shared_ptr<const hs::Model> model, hs::ScanOptions options, QObject* parent = nullptr);
   ~ScanJob() override;
 
+  // With ScanOptions::units: where a complete scan writes its unit dashboards (written as
+  // FOLDER.tmp and renamed, as headscope-cli scan does), before finished(). Set before start().
+  void setDashboardsFolder(const QString& folder) { dashboards_folder_ = folder; }
+  // After finished(): the folder written (empty: none), or why it could not be.
+  const QString& dashboardsWritten() const { return dashboards_written_; }
+  const QString& dashboardsError() const { return dashboards_error_; }
+
   void start();
   // Stops after the prompt being scanned; finished() follows with cancelled = true.
   void cancel();
@@ -36,6 +43,7 @@ class ScanJob : public QObject {
 
  Q_SIGNALS:
   void progress(qint64 done, qint64 total);
+  void writingDashboards();  // the prompts are done; the unit dashboards are being written
   // ok: the scan ran to the end (or was cancelled: cancelled = true, state partial); otherwise
   // message says what went wrong (an unreadable file).
   void finished(bool ok, bool cancelled, const QString& message, std::shared_ptr<const hs::ScanState> state);
@@ -44,6 +52,7 @@ class ScanJob : public QObject {
   struct Outcome {
     bool ok = false;
     QString message;
+    QString dashboards, dashboards_error;
     std::shared_ptr<const hs::ScanState> state;
   };
   std::shared_ptr<const hs::Model> model_;
@@ -51,6 +60,7 @@ class ScanJob : public QObject {
   std::atomic<bool> cancel_{false};
   // The worker; the destructor cancels and waits for it, so it never outlives the job.
   QFuture<Outcome> future_;
+  QString dashboards_folder_, dashboards_written_, dashboards_error_;
 };
 
 }  // namespace hs::ui
