@@ -40,7 +40,7 @@ UnitDashboardWidget::UnitDashboardWidget(QWidget* parent) : QWidget(parent) {
   histogram_ = new BarChartView(this);
   histogram_->setObjectName(QStringLiteral("unitDashboardHistogram"));
   histogram_->setValueAxisTitle(QStringLiteral("positions"));
-  histogram_->setMinimumHeight(90);
+  histogram_->setMinimumHeight(140);  // room for the rotated bin labels and the bars above them
   layout->addWidget(histogram_);
   auto* scroll = new QScrollArea(this);
   scroll->setWidgetResizable(true);
@@ -70,7 +70,7 @@ void UnitDashboardWidget::setDashboard(const hs::UnitDashboard& d) {
                         .arg(QString::fromStdString(d.hook)));
   std::vector<BarChartView::Bar> bars;
   for (size_t i = 0; i < d.bar_heights.size(); ++i)
-    bars.push_back({QString::number(d.bin_edges[i], 'g', 3), static_cast<double>(d.bar_heights[i]), QColor(70, 110, 190)});
+    bars.push_back({QString::number(d.bin_edges[i], 'g', 2), static_cast<double>(d.bar_heights[i]), QColor(70, 110, 190)});
   histogram_->setBars(std::move(bars));
   histogram_->setVisible(true);
   std::vector<ShadedTokenRows::Row> top;
