@@ -21,6 +21,7 @@
 #include "core/session/session.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/controller/sae_edits.h"
+#include "ui/views/contributions_view.h"
 #include "ui/views/sae_edit_panel.h"
 #include "ui/views/units_view.h"
 #include "ui/window/main_window.h"
@@ -143,6 +144,12 @@ TEST_CASE("Latent edits from the Features view: the run is splice_sae's, removin
   const hs::TextRun steered = editedRun({{latent, hs::LatentEdit::Kind::Add, 5.0f, -1}});
   INFO("max |logit difference| " << maxDiff(run->run.cache->logits, steered.cache->logits));
   CHECK(sameBits(run->run.cache->logits, steered.cache->logits));
+  // The Contributions view's check does not call the steering vector rounding.
+  auto* contributions = window.viewAs<ContributionsView>(QStringLiteral("contributions"));
+  REQUIRE(contributions != nullptr);
+  window.tabs()->setCurrentWidget(contributions);
+  REQUIRE(waitFor([&] { return contributions->checkText().contains(QStringLiteral("the run is edited")); }, 30000));
+  window.tabs()->setCurrentWidget(view);
 
   // Removing the edits gives the plain run back.
   job = run->job;
@@ -154,6 +161,9 @@ TEST_CASE("Latent edits from the Features view: the run is splice_sae's, removin
   run = window.controller()->currentRun();
   CHECK(run->ablations().empty());
   CHECK(sameBits(run->run.cache->logits, plain->run.cache->logits));
+  window.tabs()->setCurrentWidget(contributions);
+  REQUIRE(waitFor([&] { return contributions->checkText().contains(QStringLiteral("float32 rounding")); }, 30000));
+  window.tabs()->setCurrentWidget(view);
 
   // Unloading the SAE drops its edits (and the run is plain again).
   SaeEdits::instance().add(loaded.id, {latent, hs::LatentEdit::Kind::Scale, 3.0f, 2});

@@ -311,9 +311,19 @@ void ContributionsView::refresh() {
                                .arg(pos_text)
                                .arg(parts.labels.size())
                                .arg(post_norm_text, no_positions));
-    check_->setText(QStringLiteral("Check: max |sum of parts − residual| = %1  (over d_model = %2; float32 rounding)")
+    // Rounding is all a plain run leaves; an edited run (latent edits or steering spliced at a hook
+    // of the stream) adds to the residual something that is none of these parts: said, not called
+    // rounding.
+    const double scale = std::max(1.0, static_cast<double>(parts.residual.cwiseAbs().maxCoeff()));
+    const bool beyond_rounding = parts.max_abs_error > 1e-3 * scale;
+    const QString why = beyond_rounding && !run.ablations().empty()
+                            ? QStringLiteral("the run is edited: an edit of the residual stream is none of these parts")
+                        : beyond_rounding ? QStringLiteral("more than float32 rounding")
+                                          : QStringLiteral("float32 rounding");
+    check_->setText(QStringLiteral("Check: max |sum of parts − residual| = %1  (over d_model = %2; %3)")
                         .arg(formatNumber(parts.max_abs_error))
-                        .arg(parts.residual.size()));
+                        .arg(parts.residual.size())
+                        .arg(why));
   } else {
     bars_caption_->setText(QStringLiteral("Each part's direct contribution to the logit of %1 (logit = %2)%3.%4")
                                .arg(target_text, formatNumber(dla.logit), softcap_text, no_positions));
