@@ -216,7 +216,9 @@ quotes are replaced by ASCII quotes, hard-wrapped lines are joined into one line
 
 Held-out text: the last 2.5% (by characters) of every source, cut at a paragraph boundary; it is
 used neither for the tokenizer nor for training. Training tokens: {len(train):,}; held-out
-tokens: {len(held):,}.
+tokens: {len(held):,}. The held-out text of the public-domain sources (all but the fortunes, whose BSD
+licence would need its notices) ships beside the model as `heldout.jsonl`
+(`tools/train/make_dashboard_text.py`): the app builds the units' dashboards from it.
 
 ## Training
 

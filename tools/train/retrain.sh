@@ -32,5 +32,7 @@ if [ ! -f "$WORK/run2/final.pt" ]; then
 fi
 $PY "$HERE/export.py" --ckpt "$WORK/run2/final.pt" --tok "$WORK/tokenizer" --out "$OUT"
 $PY "$HERE/make_card.py" --model "$OUT" --work "$WORK"
+# The held-out passages the app builds the units' dashboards from (heldout.jsonl).
+$PY "$HERE/make_dashboard_text.py" --work "$WORK" --out "$OUT/heldout.jsonl"
 $PY "$HERE/make_builtin_fixture.py" --model "$OUT" --out "$ROOT/tests/fixtures/builtin"
 $PY "$HERE/head_scores.py" --model "$OUT"
