@@ -324,13 +324,28 @@ constexpr int kLogits = 10;           // top and bottom logits listed
 constexpr int kQuantiles = 5;         // quantile intervals of the sample
 constexpr int kPerQuantile = 5;       // examples shown per interval
 
-nlohmann::json example_json(const Model& model, const UnitExample& e) {
+// An example carries, beside HeadScope's own fields, those of Neuronpedia's activation record
+// (hijohnnylin/neuronpedia, apps/webapp/prisma/schema.prisma, model Activation): `tokens`,
+// `values`, `maxValue`, `maxValueTokenIndex`, `minValue`, `dataIndex` (a string there) and, for
+// an example of a quantile part, the part's bounds as `binMin` / `binMax`.
+nlohmann::json example_json(const Model& model, const UnitExample& e, const float* bin = nullptr) {
   nlohmann::json text = nlohmann::json::array();
   for (int32_t t : e.tokens) text.push_back(model.tokenizer().display(t));
-  return {{"index", e.index},           {"position", e.position},
-          {"first", e.first},           {"token_ids", e.tokens},
-          {"tokens", std::move(text)},  {"values", e.acts},
-          {"maxValue", e.act},          {"maxValueTokenIndex", e.position - e.first}};
+  nlohmann::json j = {{"index", e.index},
+                      {"position", e.position},
+                      {"first", e.first},
+                      {"token_ids", e.tokens},
+                      {"tokens", std::move(text)},
+                      {"values", e.acts},
+                      {"maxValue", e.act},
+                      {"maxValueTokenIndex", e.position - e.first},
+                      {"minValue", e.acts.empty() ? 0.0f : *std::min_element(e.acts.begin(), e.acts.end())},
+                      {"dataIndex", std::to_string(e.index)}};
+  if (bin) {
+    j["binMin"] = bin[0];
+    j["binMax"] = bin[1];
+  }
+  return j;
 }
 
 const UnitSource::Group& group_of(const UnitSource& s, int64_t u) {
@@ -438,7 +453,8 @@ nlohmann::json dashboard_json(const Model& model, const UnitSource& source, cons
     std::vector<const UnitExample*> part(by_act.begin() + static_cast<ptrdiff_t>(a), by_act.begin() + static_cast<ptrdiff_t>(b));
     std::sort(part.begin(), part.end(), [](const UnitExample* x, const UnitExample* y) { return x->hash < y->hash; });
     nlohmann::json ex = nlohmann::json::array();
-    for (size_t i = 0; i < part.size() && i < kPerQuantile; ++i) ex.push_back(example_json(model, *part[i]));
+    const float bin[2] = {by_act[a]->act, by_act[b - 1]->act};
+    for (size_t i = 0; i < part.size() && i < kPerQuantile; ++i) ex.push_back(example_json(model, *part[i], bin));
     quantiles.push_back({{"quantile_low", static_cast<double>(q) / kQuantiles},
                          {"quantile_high", static_cast<double>(q + 1) / kQuantiles},
                          {"act_low", by_act[a]->act},

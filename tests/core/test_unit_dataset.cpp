@@ -5,6 +5,8 @@
 // and through the CLI (dashboard folders file for file).
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -224,6 +226,23 @@ TEST_CASE("cli scan --units: dashboards in Neuronpedia's layout, shards merged e
     CHECK(d.contains(k));
   CHECK(d["top_logits"].size() == 10);
   CHECK(d["examples_top"][0]["maxValue"] == d["act_max"]);
+  // Each example is also a Neuronpedia activation record (schema.prisma's Activation).
+  for (const json& e : d["examples_top"]) {
+    const std::vector<float> values = e["values"].get<std::vector<float>>();
+    CHECK(e["tokens"].size() == values.size());
+    CHECK(e["minValue"].get<float>() == *std::min_element(values.begin(), values.end()));
+    CHECK(e["maxValue"].get<float>() == values.at(e["maxValueTokenIndex"].get<size_t>()));
+    CHECK(e["dataIndex"] == std::to_string(e["index"].get<int64_t>()));
+    CHECK_FALSE(e.contains("binMin"));
+  }
+  REQUIRE_FALSE(d["examples_quantiles"].empty());
+  for (const json& q : d["examples_quantiles"])
+    for (const json& e : q["examples"]) {
+      CHECK(e["binMin"] == q["act_low"]);
+      CHECK(e["binMax"] == q["act_high"]);
+      CHECK(e["maxValue"].get<float>() >= q["act_low"].get<float>());
+      CHECK(e["maxValue"].get<float>() <= q["act_high"].get<float>());
+    }
   CHECK(d["histogram"]["bin_edges"].size() == d["histogram"]["bar_heights"].size() + 1);
 
   // The app's reader (core/io/unit_dashboards.h) reads the folder back.
