@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QMessageBox>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -227,7 +228,8 @@ TEST_CASE("Neurons view: the top neurons at a position and their attributions ar
   // Without a choice the top neuron by activation is shown, with no dashboard yet.
   CHECK(result->unit == b.by_activation.front());
   CHECK_FALSE(result->unit_chosen);
-  CHECK(view.dashboardLabel()->text().startsWith(QStringLiteral("Scan a data set to see this unit's top examples")));
+  // The built-in model carries held-out passages: the box offers to build every layer's neuron dashboards.
+  CHECK(view.dashboardLabel()->text().contains(QStringLiteral("<a href=\"build\">build every layer's neuron dashboards</a>")));
 }
 
 TEST_CASE("Neurons view: a chosen neuron's strip holds its activations and its logit effects are W_out's row through W_U",
@@ -565,7 +567,7 @@ TEST_CASE("Neurons view: the chosen neuron's dashboard from an opened scan folde
   const auto result = computeFor(UnitKind::Neuron, run, key);
   REQUIRE(result->unit == static_cast<int>(unit));
   view.setResult(result);
-  CHECK(view.dashboardLabel()->text().startsWith(QStringLiteral("Scan a data set")));
+  CHECK(view.dashboardLabel()->text().contains(QStringLiteral("File &gt; Scan Data Set")));
 
   // Another model's folder: not shown, and the message says why.
   LoadedDashboards::instance().add(
@@ -593,4 +595,103 @@ TEST_CASE("Neurons view: the chosen neuron's dashboard from an opened scan folde
   REQUIRE(waitFor([&] { return view.shownDashboard().second == -1; }, 10000));
   CHECK(view.dashboardLabel()->isVisibleTo(&view));
   CHECK(view.dashboardLabel()->text().contains(QStringLiteral("None of the 2 opened dashboard folders")));
+}
+
+TEST_CASE("The built-in model's own SAEs load in one click, and its units' dashboards build from its held-out passages "
+          "with progress and are found again by the next window",
+          "[units][window][dashboards]") {
+  ClearSaes clear_saes;
+  struct ClearDashboards {
+    ClearDashboards() { LoadedDashboards::instance().clear(); }
+    ~ClearDashboards() { LoadedDashboards::instance().clear(); }
+  } clear;
+  // A copy of the built-in model (the same files: the same fingerprint) with one of its SAEs and
+  // three held-out passages, so the build is quick under the sanitizers too.
+  QTemporaryDir tmp;
+  const std::filesystem::path builtin = hs::builtin_model_dir();
+  const std::filesystem::path dir = std::filesystem::path(tmp.path().toStdString()) / "tiny";
+  std::filesystem::create_directories(dir / "saes");
+  for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
+    std::filesystem::copy_file(builtin / f, dir / f);
+  std::filesystem::copy(builtin / "saes" / "resid_pre_2", dir / "saes" / "resid_pre_2");
+  REQUIRE(std::filesystem::is_regular_file(builtin / "heldout.jsonl"));  // what the built-in model ships
+  {
+    std::ifstream shipped(builtin / "heldout.jsonl");
+    std::ofstream out(dir / "heldout.jsonl");
+    std::string line;
+    for (int i = 0; i < 3 && std::getline(shipped, line); ++i) out << line << '\n';
+  }
+
+  MainWindowOptions options;
+  options.model_dir = QString::fromStdString(dir.string());
+  options.text = QStringLiteral("The cat sat on the mat");
+  options.restore_settings = false;
+  options.view = QStringLiteral("features");
+  auto window = std::make_unique<MainWindow>(options);
+  window->resize(1400, 900);
+  window->show();
+  REQUIRE(waitFor([&] { return window->controller()->currentRun() != nullptr; }, 30000));
+  auto* view = window->viewAs<UnitsView>(QStringLiteral("features"));
+  REQUIRE(view);
+  REQUIRE(waitFor([&] { return view->messageText().contains(QStringLiteral("load-shipped")); }, 10000));
+  CHECK(view->messageText().contains(QStringLiteral("comes with one of its own")));
+
+  // One click loads the model's saes/ folder (a second click while it loads does not load it twice).
+  Q_EMIT view->messageLabel()->linkActivated(QStringLiteral("load-shipped"));
+  window->loadShippedSaes(options.model_dir);
+  REQUIRE(waitFor([&] { return !LoadedSaes::instance().empty() && view->isCurrent(); }, 30000));
+  QTest::qWait(200);
+  REQUIRE(LoadedSaes::instance().list().size() == 1);
+  const QString sae_folder = QString::fromStdString((dir / "saes" / "resid_pre_2").string());
+  CHECK(QDir(LoadedSaes::instance().list().front().folder) == QDir(sae_folder));
+  const int unit = view->shownUnit();
+  REQUIRE(unit >= 0);
+
+  // No dashboards yet: the box offers to build them from heldout.jsonl.
+  REQUIRE(waitFor([&] { return view->dashboardLabel()->text().contains(QStringLiteral("href=\"build\"")); }, 10000));
+  CHECK(view->dashboardLabel()->text().contains(QStringLiteral("build these latents' dashboards")));
+  QStringList seen;  // what the box said while building
+  QObject::connect(&LoadedDashboards::instance(), &LoadedDashboards::buildChanged, view,
+                   [&] { seen << view->dashboardLabel()->text(); });
+  Q_EMIT view->dashboardLabel()->linkActivated(QStringLiteral("build"));
+  CHECK(LoadedDashboards::instance().building() == QStringLiteral("sae:") + LoadedSaes::instance().list().front().folder);
+  REQUIRE(waitFor([&] { return view->shownDashboard().second == unit; }, 120000));
+  CHECK(LoadedDashboards::instance().building().isEmpty());
+  CHECK(std::any_of(seen.begin(), seen.end(), [](const QString& t) {
+    return t.contains(QStringLiteral("Building the dashboards of these latents")) && t.contains(QStringLiteral("of 3 done"));
+  }));
+  // Written in the app's data folder, and the same files headscope-cli scan --units makes of them.
+  const auto indexes = LoadedDashboards::instance().list();
+  REQUIRE(indexes.size() == 1);
+  const std::filesystem::path folder = indexes.front()->folder;
+  CHECK(folder.filename().string().rfind("heldout_sae-resid_pre_2_", 0) == 0);
+  CHECK(QDir(QString::fromStdString(folder.parent_path().string())) ==
+        QDir(QDir(QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation)).filePath(QStringLiteral("dashboards"))));
+  const auto model = window->controller()->model();
+  hs::ScanOptions o;
+  o.input = dir / "heldout.jsonl";
+  o.units = "sae:" + (dir / "saes" / "resid_pre_2").string();
+  o.max_tokens = model->config().n_ctx;
+  hs::ScanState expected = hs::new_scan_state(*model, o, hs::scan_settings(*model, o));
+  hs::run_scan(*model, o, expected);
+  CHECK(expected.prompts == 3);
+  const std::filesystem::path core = dir / "core.units";
+  hs::write_unit_dashboards(*model, hs::resolve_unit_source(*model, o.units), expected.units, expected.settings, core);
+  const std::string name = "u" + std::to_string(unit) + ".json";
+  auto text = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  REQUIRE(std::filesystem::exists(folder / name));
+  CHECK(text(folder / name) == text(core / name));
+  // The head grid keeps its scores: a build is not a scan of the person's data set.
+  CHECK(window->dataSetScan() == nullptr);
+
+  // The next window (a later session) finds them without being told.
+  window.reset();
+  LoadedDashboards::instance().clear();
+  MainWindow again(options);
+  REQUIRE(waitFor([&] { return LoadedDashboards::instance().list().size() == 1; }, 30000));
+  CHECK(LoadedDashboards::instance().list().front()->folder == folder);
+  std::filesystem::remove_all(folder);
 }

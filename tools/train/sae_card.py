@@ -303,6 +303,21 @@ Wall time: activations {fmt_minutes(meta["seconds"])}, training {fmt_minutes(tot
 all (two units at a time on a 2-core machine shared with compiles), evaluation
 {fmt_minutes(res["seconds"])}.
 
+## Dashboards
+
+Their dashboards (Neuronpedia's layout: how often and how strongly each latent fires, a histogram,
+the top 20 contexts, examples from each quantile, the logit effects) are not shipped: over the
+held-out text a folder is about 42 MB of JSON per 2,048 latents (126 MB for the model's 4,096
+neurons). They are built on first use, in 15-25 s on a 2-core machine, from the held-out passages the
+model folder carries, `heldout.jsonl` (`tools/train/make_dashboard_text.py`: the public-domain
+sources' held-out text, 564 passages of whole paragraphs, 337,051 characters; the BSD-licensed
+fortunes are left out): the Features and Neurons views offer "build these latents' dashboards"
+when none is open, run the scan with progress in the status bar, and keep the folder in the app's
+data folder, where later sessions find it. The same from a shell:
+`headscope-cli scan --model resources/models/headscope-tiny --input
+resources/models/headscope-tiny/heldout.jsonl --max-tokens 256 --units
+sae:resources/models/headscope-tiny/saes/resid_pre_2 -o resid_pre_2.json`.
+
 ## Reproduce
 
 ```

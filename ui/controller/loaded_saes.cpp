@@ -9,6 +9,19 @@
 
 namespace hs::ui {
 
+QStringList shippedSaeFolders(const QString& model_dir) {
+  QStringList out;
+  const QDir saes(QDir(model_dir).filePath(QStringLiteral("saes")));
+  if (model_dir.isEmpty() || !saes.exists()) return out;
+  for (const QString& name : saes.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name)) {
+    const QDir d(saes.filePath(name));
+    if (d.exists(QStringLiteral("cfg.json")) || d.exists(QStringLiteral("config.yaml")) ||
+        d.exists(QStringLiteral("params.npz")))
+      out << d.absolutePath();
+  }
+  return out;
+}
+
 LoadedSaes& LoadedSaes::instance() {
   static LoadedSaes* saes = new LoadedSaes;  // lives as long as the process: workers may read it late
   return *saes;

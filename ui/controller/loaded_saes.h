@@ -9,6 +9,7 @@
 
 #include <QObject>
 #include <QString>
+#include <QStringList>
 
 #include <memory>
 #include <mutex>
@@ -27,6 +28,11 @@ struct LoadedSae {
   std::shared_ptr<const hs::Sae> sae;
 };
 
+// The SAE folders a model folder carries in its `saes/` (the built-in model's SAE and
+// transcoders): each subfolder with a SAELens cfg.json, a circuit-tracer config.yaml or a Gemma
+// Scope params.npz, sorted by name. Empty when there is no such folder.
+QStringList shippedSaeFolders(const QString& model_dir);
+
 class LoadedSaes : public QObject {
   Q_OBJECT
 
@@ -44,8 +50,13 @@ class LoadedSaes : public QObject {
   void remove(const QString& id);
   void clear();
 
+  // A view asks the window to load the SAE folders a model folder carries (its `saes/`, as the
+  // built-in model's); the window loads those not loaded yet. GUI thread.
+  void requestLoadShipped(const QString& model_dir) { Q_EMIT loadShippedRequested(model_dir); }
+
  Q_SIGNALS:
   void changed();
+  void loadShippedRequested(const QString& model_dir);
 
  private:
   LoadedSaes() = default;

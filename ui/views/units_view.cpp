@@ -92,8 +92,8 @@ struct MemoEntry {
 std::mutex memo_mutex;
 std::vector<MemoEntry> memo;
 const QString kNoDashboards = QStringLiteral(
-    "Scan a data set to see this unit's top examples: headscope-cli scan --units, then File > Open Unit "
-    "Dashboards….");
+    "Scan a data set to see this unit's top examples: File &gt; Scan Data Set with unit dashboards, or "
+    "headscope-cli scan --units, then File &gt; Open Unit Dashboards….");
 
 constexpr size_t kMemoEntries = 4;
 
@@ -439,6 +439,12 @@ UnitsView::UnitsView(UnitKind kind, Selection* selection, QWidget* parent) : Ana
   layout->addWidget(status_);
   message_ = textLabel(this, QStringLiteral("unitsMessage"));
   message_->setTextFormat(Qt::RichText);
+  message_->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::LinksAccessibleByMouse);
+  connect(message_, &QLabel::linkActivated, this, [this](const QString& link) {
+    if (link != QStringLiteral("load-shipped") || !run_) return;
+    LoadedSaes::instance().requestLoadShipped(QString::fromStdString(run_->run.model->dir().string()));
+    message_->setText(QStringLiteral("<b>Loading this model's sparse autoencoders…</b>"));
+  });
   layout->addWidget(message_);
 
   auto* splitter = new QSplitter(Qt::Horizontal, this);
@@ -488,6 +494,14 @@ UnitsView::UnitsView(UnitKind kind, Selection* selection, QWidget* parent) : Ana
   dashboard_ = textLabel(dashboard_box_, QStringLiteral("dashboardEmpty"));
   dashboard_->setText(kNoDashboards);
   dashboard_->setAlignment(Qt::AlignCenter);
+  dashboard_->setTextFormat(Qt::RichText);
+  dashboard_->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::LinksAccessibleByMouse);
+  connect(dashboard_, &QLabel::linkActivated, this, [this](const QString& link) {
+    if (link == QStringLiteral("build") && !dashboard_units_.isEmpty()) LoadedDashboards::instance().requestBuild(dashboard_units_);
+  });
+  connect(&LoadedDashboards::instance(), &LoadedDashboards::buildChanged, this, [this] {
+    if (!dashboard_units_.isEmpty()) updateDashboard(dashboard_unit_);
+  });
   dash_layout->addWidget(dashboard_);
   dashboard_widget_ = new UnitDashboardWidget;
   auto* dash_scroll = dashboard_scroll_ = new QScrollArea(dashboard_box_);
@@ -796,9 +810,19 @@ void UnitsView::updateStatus() {
 void UnitsView::refresh() {
   updateStatus();
   if (kind_ == UnitKind::Latent && LoadedSaes::instance().empty()) {
+    // A model folder that carries its own (the built-in model's saes/) offers them in one click.
+    const QStringList shipped =
+        run_ ? shippedSaeFolders(QString::fromStdString(run_->run.model->dir().string())) : QStringList();
+    const QString offer =
+        shipped.isEmpty()
+            ? QString()
+            : QStringLiteral(" This model comes with %1 of its own (<tt>saes/</tt>): <a href=\"load-shipped\">load %2</a>.")
+                  .arg(shipped.size() == 1 ? QStringLiteral("one") : QString::number(shipped.size()),
+                       shipped.size() == 1 ? QStringLiteral("it") : QStringLiteral("them"));
     message_->setText(QStringLiteral("<b>No sparse autoencoder is loaded.</b> File &gt; Open Sparse Autoencoder… loads "
                                      "one (a SAELens folder: cfg.json and sae_weights.safetensors, or a circuit-tracer "
-                                     "transcoder set), or start with <tt>headscope --sae DIR</tt>."));
+                                     "transcoder set), or start with <tt>headscope --sae DIR</tt>.") +
+                      offer);
   } else if (result_ && !result_->base) {
     message_->setText(QStringLiteral("<span style=\"color: #b3261e;\">%1</span>").arg(result_->message.toHtmlEscaped()));
   } else {
@@ -968,8 +992,9 @@ void UnitsView::updateDashboard(int unit) {
     right_layout_->setStretchFactor(dashboard_box_, 1);
     dashboard_shown_ = {QString(), -1};
   };
-  const std::vector<std::shared_ptr<const hs::UnitDashboardIndex>> folders = LoadedDashboards::instance().list();
-  if (!result_ || !result_->base || unit < 0 || folders.empty()) {
+  dashboard_units_.clear();
+  dashboard_unit_ = unit;
+  if (!result_ || !result_->base || unit < 0) {
     dashboard_wanted_ = {QString(), -1};
     showMessage(kNoDashboards);
     return;
@@ -977,9 +1002,13 @@ void UnitsView::updateDashboard(int unit) {
   const UnitsBase& b = *result_->base;
   hs::DashboardUnitsQuery q;
   q.width = b.n_units();
+  // The source as `scan --units` names it, for building its dashboards: every layer's neurons at
+  // once (one pass gives them all), or the SAE's folder.
+  QString units;
   if (b.kind == UnitKind::Neuron) {
     q.kind = "mlp";
     q.layer = b.layer;
+    units = QStringLiteral("mlp");
   } else if (b.sae) {
     q.kind = "sae";
     q.layer = b.sae->layer;
@@ -987,8 +1016,43 @@ void UnitsView::updateDashboard(int unit) {
     q.hook_out = b.sae->hook_out;
     q.architecture = b.sae->architecture;
     // `scan --units sae:DIR` names the SAE by its folder's name (unit_dataset.cpp).
-    if (const std::optional<LoadedSae> e = LoadedSaes::instance().entry(b.sae_id))
+    if (const std::optional<LoadedSae> e = LoadedSaes::instance().entry(b.sae_id)) {
       q.sae_name = QFileInfo(QDir::cleanPath(QDir(e->folder).absolutePath())).fileName().toStdString();
+      units = QStringLiteral("sae:") + e->folder;
+    }
+  }
+  // None opened for these units: the model folder's held-out passages (the built-in model's) can
+  // make them here, with progress; otherwise a scan of the person's own data set does.
+  auto noDashboard = [&](const QString& why) {
+    dashboard_wanted_ = {QString(), -1};
+    const QString passages = QDir(QString::fromStdString(result_->run->model().dir().string()))
+                                 .filePath(QString::fromLatin1(LoadedDashboards::kHeldOutPassages));
+    const LoadedDashboards& loaded = LoadedDashboards::instance();
+    if (units.isEmpty() || !QFileInfo(passages).isFile()) {
+      showMessage(why.isEmpty() ? kNoDashboards : why);
+      return;
+    }
+    dashboard_units_ = units;
+    if (loaded.building() == units) {
+      showMessage(QStringLiteral("Building the dashboards of %1 from this model's held-out passages (%2): %3 of %4 "
+                                 "done. Cancel Scan in the status bar stops it.")
+                      .arg(b.kind == UnitKind::Neuron ? QStringLiteral("every layer's neurons") : QStringLiteral("these latents"),
+                           QString::fromLatin1(LoadedDashboards::kHeldOutPassages))
+                      .arg(loaded.buildDone())
+                      .arg(loaded.buildTotal()));
+      return;
+    }
+    showMessage((why.isEmpty() ? QString() : why + QStringLiteral("<br>")) +
+                QStringLiteral("This model carries held-out text for them (<tt>%1</tt>): <a href=\"build\">build %2 "
+                               "dashboards</a> from it (a scan with progress in the status bar; kept for later "
+                               "sessions), or scan your own with File &gt; Scan Data Set.")
+                    .arg(QString::fromLatin1(LoadedDashboards::kHeldOutPassages),
+                         b.kind == UnitKind::Neuron ? QStringLiteral("every layer's neuron") : QStringLiteral("these latents'")));
+  };
+  const std::vector<std::shared_ptr<const hs::UnitDashboardIndex>> folders = LoadedDashboards::instance().list();
+  if (folders.empty()) {
+    noDashboard(QString());
+    return;
   }
   const std::string fingerprint = result_->run->model().fingerprint();
   std::shared_ptr<const hs::UnitDashboardIndex> index;
@@ -998,9 +1062,8 @@ void UnitsView::updateDashboard(int unit) {
     if (number >= 0) index = *it;
   }
   if (!index) {
-    dashboard_wanted_ = {QString(), -1};
-    showMessage(QStringLiteral("None of the %1 opened dashboard folders is of these units: each is of another model, "
-                               "layer or SAE (File > Open Unit Dashboards…).")
+    noDashboard(QStringLiteral("None of the %1 opened dashboard folders is of these units: each is of another model, "
+                               "layer or SAE (File &gt; Open Unit Dashboards…).")
                     .arg(folders.size()));
     return;
   }

@@ -184,6 +184,7 @@ class UnitsView : public AnalysisView {
   QTableWidget* bottomTokens() const { return bottom_tokens_; }
   QComboBox* sourceCombo() const { return source_; }
   QLabel* dashboardLabel() const { return dashboard_; }
+  QLabel* messageLabel() const { return message_; }
   UnitDashboardWidget* dashboardWidget() const { return dashboard_widget_; }
   // The shown dashboard's folder and unit number in it (empty, -1: none shown).
   std::pair<QString, qint64> shownDashboard() const { return dashboard_shown_; }
@@ -235,6 +236,8 @@ class UnitsView : public AnalysisView {
   QScrollArea* dashboard_scroll_ = nullptr;
   QVBoxLayout* right_layout_ = nullptr;
   std::pair<QString, qint64> dashboard_wanted_{QString(), -1}, dashboard_shown_{QString(), -1};
+  QString dashboard_units_;  // the shown units' source when the box offers to build their dashboards
+  int dashboard_unit_ = -1;  // the unit the box was last updated for
   RefreshWhenShown* refresher_ = nullptr;
   SaeEditPanel* edit_panel_ = nullptr;
   std::vector<QFuture<void>> in_flight_;

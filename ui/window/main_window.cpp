@@ -125,6 +125,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent)
   sae_loads_before_edits_ = static_cast<int>(options.sae_dirs.size());
   for (const QString& dir : options.sae_dirs) loadSaeFolder(dir);  // once the model is in
   for (const QString& dir : options.dashboard_dirs) loadDashboardFolder(dir);
+  loadOwnDashboards();
 
   prompt_->setPlainText(options.text.isEmpty() ? QString::fromUtf8(kExamplePrompt) : options.text);
   prompt_->moveCursor(QTextCursor::End);

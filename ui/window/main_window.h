@@ -6,6 +6,7 @@
 #include <QPointer>
 #include <QTimer>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -131,7 +132,17 @@ class MainWindow : public QMainWindow {
   // Reads the folder's index on a worker; when it is one, adds it to LoadedDashboards (the Neurons
   // and Features views show the chosen unit's dashboard from it) and says what it holds in the
   // status bar; otherwise says why in a message box and leaves the list as it was.
-  void loadDashboardFolder(const QString& dir);
+  // `then` (if given) runs after, either way.
+  void loadDashboardFolder(const QString& dir, std::function<void()> then = {});
+  // Builds the dashboards of `units` (a scan --units source) from the model folder's held-out
+  // passages (LoadedDashboards::kHeldOutPassages) as File > Scan Data Set would, with progress in
+  // the status bar and in the views (LoadedDashboards::building), and opens them.
+  void buildUnitDashboards(const QString& units);
+  // Opens, on a worker, every dashboard folder the app has written (its data folder's
+  // dashboards/), behind any opened otherwise: dashboards built once are there in later sessions.
+  void loadOwnDashboards();
+  // Loads the SAE folders the model folder carries (its saes/) that are not loaded or loading.
+  void loadShippedSaes(const QString& model_dir);
   // Where a scan with unit dashboards from the window writes them.
   static QString dashboardsFolderFor(const hs::ScanOptions& options);
   // Reads an SAE or transcoder folder on a worker and, when each of its SAEs fits the current
@@ -200,7 +211,9 @@ class MainWindow : public QMainWindow {
   // The head ablations plus every edited SAE spliced in: what each run applies.
   hs::Interventions runInterventions();
   // scan
-  void startScan(const hs::ScanOptions& options);
+  // dashboards_only: a dashboard build (buildUnitDashboards): its results do not replace the head
+  // grid's scores, and LoadedDashboards says how far it is.
+  void startScan(const hs::ScanOptions& options, bool dashboards_only = false);
   // A finished or opened scan: its means to the heads panel, and (when it describes heads) the
   // scan to every view. `source` names it in titles.
   void showScanResults(std::shared_ptr<const hs::ScanState> state, const QString& source);
@@ -246,6 +259,7 @@ class MainWindow : public QMainWindow {
   QPointer<QMessageBox> load_error_box_;
   std::unique_ptr<ExportAllJob> export_job_;
   std::unique_ptr<ScanJob> scan_job_;
+  QStringList shipped_loading_;  // loadShippedSaes's folders not yet loaded or refused
   std::shared_ptr<const DataSetScan> scan_;
   bool opening_scan_ = false;  // a scan file is being read
   SaeLoader* sae_loader_ = nullptr;

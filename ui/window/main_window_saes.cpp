@@ -36,6 +36,7 @@ void MainWindow::buildSaeMenu(QMenu* file) {
               loadSaeFolder(dir);
               return;
             }
+            shipped_loading_.removeAll(dir);
             QStringList names;
             for (std::shared_ptr<const hs::Sae>& sae : saes) {
               const QString id = LoadedSaes::instance().add(dir, sae);
@@ -46,6 +47,7 @@ void MainWindow::buildSaeMenu(QMenu* file) {
             Q_EMIT saeLoaded(dir);
           });
   connect(sae_loader_, &SaeLoader::failed, this, [this](const QString& dir, const QString& message) {
+    shipped_loading_.removeAll(dir);
     if (sae_error_box_) sae_error_box_->close();
     auto* box = new QMessageBox(QMessageBox::Warning, QStringLiteral("Could not load the sparse autoencoder"),
                                 QStringLiteral("HeadScope could not load the sparse autoencoder folder\n%1")
@@ -79,6 +81,8 @@ void MainWindow::buildSaeMenu(QMenu* file) {
     const QString dropped = SaeEdits::instance().dropUnloaded();
     if (!dropped.isEmpty()) statusBar()->showMessage(dropped, 15000);
   });
+  connect(&LoadedSaes::instance(), &LoadedSaes::loadShippedRequested, this, &MainWindow::loadShippedSaes);
+  connect(&LoadedDashboards::instance(), &LoadedDashboards::buildRequested, this, &MainWindow::buildUnitDashboards);
   updateSaeMenu();
 }
 
@@ -117,7 +121,7 @@ void MainWindow::openDashboardFolder() {
   loadDashboardFolder(dir);
 }
 
-void MainWindow::loadDashboardFolder(const QString& dir) {
+void MainWindow::loadDashboardFolder(const QString& dir, std::function<void()> then) {
   statusBar()->showMessage(QStringLiteral("Opening the unit dashboards %1…").arg(QFileInfo(dir).fileName()));
   QFuture<std::pair<std::shared_ptr<const hs::UnitDashboardIndex>, QString>> read = QtConcurrent::run([dir] {
     using Out = std::pair<std::shared_ptr<const hs::UnitDashboardIndex>, QString>;
@@ -128,7 +132,13 @@ void MainWindow::loadDashboardFolder(const QString& dir) {
       return Out{nullptr, QString::fromUtf8(e.what())};
     }
   });
-  deliverLater(read, this, [this, dir](std::pair<std::shared_ptr<const hs::UnitDashboardIndex>, QString> got) {
+  deliverLater(read, this, [this, dir, then](std::pair<std::shared_ptr<const hs::UnitDashboardIndex>, QString> got) {
+    struct Then {
+      std::function<void()> f;
+      ~Then() {
+        if (f) f();
+      }
+    } after{then};
     if (!got.first) {
       statusBar()->clearMessage();
       auto* box = new QMessageBox(QMessageBox::Warning, QStringLiteral("Unit dashboards not opened"),
@@ -158,6 +168,19 @@ void MainWindow::loadDashboardFolder(const QString& dir) {
                              : QStringLiteral(".")),
         15000);
   });
+}
+
+void MainWindow::loadShippedSaes(const QString& model_dir) {
+  QStringList loaded;
+  for (const LoadedSae& s : LoadedSaes::instance().list()) loaded << QDir(s.folder).absolutePath();
+  int started = 0;
+  for (const QString& dir : shippedSaeFolders(model_dir)) {
+    if (loaded.contains(dir) || shipped_loading_.contains(dir)) continue;
+    shipped_loading_ << dir;
+    loadSaeFolder(dir);
+    ++started;
+  }
+  if (started == 0) statusBar()->showMessage(QStringLiteral("This model's sparse autoencoders are loaded or loading."), 4000);
 }
 
 void MainWindow::loadSaeFolder(const QString& dir) {

@@ -25,6 +25,7 @@
 #include "core/model/model.h"
 #include "ui/base/deliver.h"
 #include "ui/controller/analysis_controller.h"
+#include "ui/controller/loaded_dashboards.h"
 #include "ui/controller/loaded_saes.h"
 #include "ui/views/head_metrics_bar.h"
 #include "ui/window/scan_dialog.h"
@@ -78,8 +79,53 @@ QString MainWindow::dashboardsFolderFor(const hs::ScanOptions& options) {
                                  .arg(input, units, QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-hhmmss"))));
 }
 
-void MainWindow::startScan(const hs::ScanOptions& options) {
+void MainWindow::buildUnitDashboards(const QString& units) {
+  const std::shared_ptr<const hs::Model>& model = controller_->model();
+  if (!model) return;
+  if (scan_job_) {
+    statusBar()->showMessage(QStringLiteral("A scan is running: the dashboards can be built when it ends (Cancel Scan "
+                                            "in the status bar stops it)."),
+                             8000);
+    return;
+  }
+  hs::ScanOptions options;
+  options.input = model->dir() / LoadedDashboards::kHeldOutPassages;
+  options.units = units.toStdString();
+  // A passage longer than the context is cut to it rather than skipped.
+  options.max_tokens = model->config().n_ctx;
+  startScan(options, true);
+}
+
+void MainWindow::loadOwnDashboards() {
+  // Every dashboard folder the app wrote (File > Scan Data Set, Build dashboards), oldest first,
+  // so that the newest of the same units is the one shown; read on a worker.
+  const QDir base(QDir(QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation))
+                      .filePath(QStringLiteral("dashboards")));
+  if (!base.exists()) return;
+  QStringList dirs;
+  for (const QFileInfo& f : base.entryInfoList({QStringLiteral("*.units")}, QDir::Dirs | QDir::NoDotAndDotDot,
+                                               QDir::Time | QDir::Reversed))
+    dirs << f.absoluteFilePath();
+  if (dirs.isEmpty()) return;
+  using Indexes = std::vector<std::shared_ptr<const hs::UnitDashboardIndex>>;
+  QFuture<Indexes> read = QtConcurrent::run([dirs] {
+    Indexes out;
+    for (const QString& dir : dirs) {
+      try {
+        out.push_back(std::make_shared<const hs::UnitDashboardIndex>(hs::read_unit_dashboard_index(dir.toStdString())));
+      } catch (const std::exception& e) {
+        // One the app wrote and something damaged since: left out, said on stderr.
+        qWarning("HeadScope: the unit dashboards %s are not opened: %s", qUtf8Printable(dir), e.what());
+      }
+    }
+    return out;
+  });
+  deliverLater(read, this, [](Indexes indexes) { LoadedDashboards::instance().addOlder(std::move(indexes)); });
+}
+
+void MainWindow::startScan(const hs::ScanOptions& options, bool dashboards_only) {
   scan_job_ = std::make_unique<ScanJob>(controller_->model(), options);
+  const QString units = QString::fromStdString(options.units);
   if (!options.units.empty()) {
     const QString folder = dashboardsFolderFor(options);
     QDir().mkpath(QFileInfo(folder).absolutePath());
@@ -94,37 +140,52 @@ void MainWindow::startScan(const hs::ScanOptions& options) {
   progress_->show();
   scan_cancel_->show();
   scan_cancel_->setEnabled(true);
-  status_busy_->setText(QStringLiteral("Scanning the data set…"));
+  const QString what = dashboards_only ? QStringLiteral("Building the unit dashboards") : QStringLiteral("Scanning the data set");
+  status_busy_->setText(what + QStringLiteral("…"));
+  if (dashboards_only) LoadedDashboards::instance().setBuild(units, 0, 0);
   connect(scan_cancel_, &QToolButton::clicked, scan_job_.get(), [this] {
     scan_cancel_->setEnabled(false);
     status_busy_->setText(QStringLiteral("Stopping the scan after this prompt…"));
     scan_job_->cancel();
   });
-  connect(scan_job_.get(), &ScanJob::progress, this, [this](qint64 done, qint64 total) {
+  connect(scan_job_.get(), &ScanJob::progress, this, [this, what, units, dashboards_only](qint64 done, qint64 total) {
     progress_->setValue(total > 0 ? static_cast<int>(done * 1000 / total) : 0);
     if (scan_cancel_->isEnabled())
-      status_busy_->setText(QStringLiteral("Scanning the data set: %1 of %2 lines").arg(done).arg(total));
+      status_busy_->setText(QStringLiteral("%1: %2 of %3 lines").arg(what).arg(done).arg(total));
+    if (dashboards_only) LoadedDashboards::instance().setBuild(units, done, total);
   });
   connect(scan_job_.get(), &ScanJob::finished, this,
-          [this](bool ok, bool cancelled, const QString& message, std::shared_ptr<const hs::ScanState> state) {
+          [this, dashboards_only](bool ok, bool cancelled, const QString& message, std::shared_ptr<const hs::ScanState> state) {
             progress_->hide();
             scan_cancel_->hide();
             status_busy_->clear();
             const QString dashboards = scan_job_->dashboardsWritten(), dashboards_error = scan_job_->dashboardsError();
             scan_job_.release()->deleteLater();
+            // A build's units stay "being built" until their folder is open, so the views never
+            // offer to build what is about to be there.
+            auto endBuild = [dashboards_only] {
+              if (dashboards_only) LoadedDashboards::instance().setBuild(QString(), 0, 0);
+            };
             if (!dashboards_error.isEmpty())
               QMessageBox::warning(this, QStringLiteral("Unit dashboards not written"),
                                    QStringLiteral("The scan finished, but its unit dashboards could not be written: %1")
                                        .arg(dashboards_error));
-            if (!dashboards.isEmpty()) loadDashboardFolder(dashboards);
+            if (!dashboards.isEmpty())
+              loadDashboardFolder(dashboards, endBuild);
+            else
+              endBuild();
             if (!ok) {
-              QMessageBox::warning(this, QStringLiteral("Scan failed"), message);
+              QMessageBox::warning(this, dashboards_only ? QStringLiteral("Dashboards not built") : QStringLiteral("Scan failed"),
+                                   message);
               return;
             }
             if (cancelled) {
-              statusBar()->showMessage(QStringLiteral("Scan cancelled; the head grid keeps what it showed."), 8000);
+              statusBar()->showMessage(dashboards_only ? QStringLiteral("Dashboard build cancelled; nothing was written.")
+                                                       : QStringLiteral("Scan cancelled; the head grid keeps what it showed."),
+                                       8000);
               return;
             }
+            if (dashboards_only) return;  // loadDashboardFolder says what was opened
             showScanResults(state, scanSource(*state));
             int64_t bad = 0;
             for (const auto& [reason, b] : state->bad) bad += b.count;
