@@ -21,6 +21,12 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
+std::string seconds_text(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  return buf;
+}
+
 std::string duration_text(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const long s = std::lround(seconds);
@@ -199,7 +205,9 @@ int scan(const Args& a) {
       per_prompt << row;
       if (!per_prompt) throw hs::Error("writing " + *per_prompt_path + " failed (is the disk full?).");
     };
+  const auto scan_start = std::chrono::steady_clock::now();
   hs::run_scan(*m, o, state, control);
+  const double scan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - scan_start).count();
   printer.finish();
   if (per_prompt_path) {
     per_prompt.flush();
@@ -208,13 +216,18 @@ int scan(const Args& a) {
   hs::write_scan_output(state, out);
   if (!state.units.empty() && state.complete) {
     const std::filesystem::path folder = hs::unit_dashboards_folder(out);
+    const auto start = std::chrono::steady_clock::now();
     hs::write_unit_dashboards(*m, hs::resolve_unit_source(*m, o.units), state.units, state.settings, folder);
-    std::cerr << "headscope-cli scan: dashboards of " << state.units.n_units() << " units in " << folder.string() << "\n";
+    std::cerr << "headscope-cli scan: dashboards of " << state.units.n_units() << " units in " << folder.string()
+              << " (written in " << seconds_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())
+              << ")\n";
   }
   const std::string bad = bad_line_summary(state);
+  // The time of this call's prompts alone (not the model's load, nor writing the output), which
+  // tools/bench/suite.py reads.
   std::cerr << "headscope-cli scan: " << state.prompts << " prompts" << (state.patch_rows ? ", " + std::to_string(state.patch_rows) + " patch rows" : "")
             << (state.truncated ? ", " + std::to_string(state.truncated) + " truncated" : "")
-            << (bad.empty() ? ", no bad lines" : "; bad lines: " + bad) << "\n";
+            << (bad.empty() ? ", no bad lines" : "; bad lines: " + bad) << "; scanned in " << seconds_text(scan_seconds) << "\n";
   if (!state.complete) {
     std::cerr << "headscope-cli scan: stopped before the end; " << state_path.string()
               << " is marked incomplete. Run the same command with --resume to continue.\n";

@@ -5,6 +5,7 @@
 #   tools/bench/run.sh --quick    # smoke run: a few minutes, rough numbers
 #   tools/bench/run.sh --sections grad,atp   # issue 23's gradients alone: their block of the page
 #   tools/bench/run.sh --sections gemma2,qwen3   # issue 24's Gemma-2-2B and Qwen3-0.6B shapes alone
+#   tools/bench/run.sh --sections units   # issue 25's Features keystroke and scan --units alone
 #
 # Installs what is missing, builds a Release build with -DHEADSCOPE_BENCH=ON in build-bench/
 # (override: HEADSCOPE_BENCH_BUILD=DIR), writes the GPT-2-small-shaped random model to
@@ -63,22 +64,30 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DHEADSCOPE_BENCH=ON -DHEADSCO
   -DHEADSCOPE_TESTS=OFF "${LAUNCHER[@]}" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target hs_bench_row
 # The GUI benchmark needs the GUI library; if it does not build, the rest still runs.
-if wants gui && [[ -d $BUILD/tools/bench/CMakeFiles/hs_bench_keys.dir ]]; then
+if { wants gui || wants units; } && [[ -d $BUILD/tools/bench/CMakeFiles/hs_bench_keys.dir ]]; then
   if ! cmake --build "$BUILD" -j"$(nproc)" --target hs_bench_keys; then
     echo "bench: hs_bench_keys did not build; the GUI rows are skipped" >&2
     rm -f "$BUILD/tools/bench/hs_bench_keys"
   fi
 fi
+# The units section's scan.
+if wants units; then cmake --build "$BUILD" -j"$(nproc)" --target headscope-cli; fi
 # The built-in model, where the programs look for it (when it is in resources/models yet).
 cmake --build "$BUILD" --target headscope_builtin_model >/dev/null 2>&1 || true
 
 # --- the model -----------------------------------------------------------------------------------
 # Every section but families, gemma2 and qwen3 runs on it.
 needs_gpt2=false
-for s in rows patch grad atp open gui profile; do wants $s && needs_gpt2=true; done
+for s in rows patch grad atp units open gui profile; do wants $s && needs_gpt2=true; done
 if $needs_gpt2 && [[ ! -f $MODEL/model.safetensors || ! -f $MODEL/config.json ]]; then
   echo "bench: writing the GPT-2-small-shaped model to $MODEL (~500 MB, once)" >&2
   /usr/bin/python3 tools/bench/make_gpt2_small.py "$MODEL"
+fi
+# The units section's 16,384-latent TopK SAE at blocks.6.hook_resid_pre beside it (~100 MB, once).
+SAE=$(dirname "$MODEL")/sae16k
+if wants units && [[ ! -f $SAE/cfg.json ]]; then
+  echo "bench: writing the 16,384-latent benchmark SAE to $SAE (once)" >&2
+  /usr/bin/python3 tools/bench/make_bench_sae.py "$SAE"
 fi
 # The Llama-family shapes beside it (~270 MB and ~1 GB, BF16, once).
 if wants families; then

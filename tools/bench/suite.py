@@ -57,7 +57,7 @@ MODES = ("cache", "logits")
 NOTES_BEGIN, NOTES_END = "<!-- notes:begin -->", "<!-- notes:end -->"
 PATCH_TOKENS = 16
 PATCH_WHAT = ("resid_pre", "z")  # 192 and 144 patched runs on GPT-2 small at 16 tokens
-SECTIONS = ("rows", "patch", "grad", "atp", "families", "gemma2", "qwen3", "open", "gui", "profile")
+SECTIONS = ("rows", "patch", "grad", "atp", "families", "gemma2", "qwen3", "units", "open", "gui", "profile")
 # Issue 23's gradient benchmarks. grad: the gradient of logit(answer) - logit(wrong) at every hook
 # from this text (BOS + 19 tokens with GPT-2's tokenizer), the answer " Mary" against " John"
 # (GPT-2's ids). atp: AtP of these four sites at PATCH_TOKENS tokens against their exact sweeps.
@@ -88,6 +88,18 @@ ISSUE24_TOKENS, ISSUE24_THREADS = 20, 2
 ISSUE24_LONG = ("gemma2", 256)  # every view's data (full cache, stored scores and results): peak RSS
 ISSUE24_SPEEDUP = {"qwen3": 2.5, "gemma2": 2.0}  # issue 24's targets against PyTorch, 20 tokens, 2 threads
 ISSUE24_OPEN_S, ISSUE24_LONG_MIB = 10.0, 12 * 1024
+# Issue 25's speed targets (section units, a block of its own on the page): on the GPT-2-small
+# shape with a 16,384-latent TopK SAE at blocks.6.hook_resid_pre (tools/bench/make_bench_sae.py;
+# run.sh writes it beside the model as sae16k), the keystroke with the Features view on screen
+# against the same with the Attention view (hs_bench_keys --long: keys at the end of a 127-token
+# document, then in its middle), and `headscope-cli scan --units sae:...` against the same scan
+# without units, on the built-in model's held-out passages (the first 64, cut at 128 tokens).
+UNITS_SECTIONS = {"units"}
+ISSUE25_BEGIN, ISSUE25_END = "<!-- issue25:begin -->", "<!-- issue25:end -->"
+UNITS_KEYS_ARGS = ("--long", "128", "--long-keys", "24", "--middle-keys", "6")
+UNITS_SCAN_PROMPTS, UNITS_SCAN_TOKENS = 64, 128
+UNITS_KEYSTROKE_GOAL, UNITS_SCAN_GOAL = 2.0, 1.5
+BLOCK_SECTIONS = GRAD_SECTIONS | ISSUE24_SECTIONS | UNITS_SECTIONS  # run alone: only their blocks are rewritten
 
 
 def plan(tokens: int, quick: bool):
@@ -823,6 +835,144 @@ def issue24_markdown(entries, partial_note=""):
     return L
 
 
+def run_units_section(args, hs_keys, cli):
+    """Issue 25's speed targets: the Features view's keystroke against the Attention view's, and
+    scan --units sae:... against the same scan without it; each pair in alternating rounds."""
+    sae = os.path.abspath(args.sae or os.path.join(os.path.dirname(args.model), "sae16k"))
+    e = {"sae": sae, "keys": {}, "scan": {}}
+    if not os.path.isfile(os.path.join(sae, "cfg.json")):
+        e["missing"] = f"{sae} is missing (tools/bench/make_bench_sae.py writes it; run.sh does)"
+        log(f"suite: {e['missing']}; skipping issue 25's section")
+        return e
+    # Three rounds: on a VM whose freed memory goes back to the host (free page reporting) a
+    # process's first keys fault their memory in again, in either view, and single keys vary 2-3x.
+    rounds = 1 if args.quick else 3
+    env = dict(os.environ)
+    env.setdefault("QT_QPA_PLATFORM", "offscreen")
+    env["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
+    per_key = {v: {"end": [], "middle": []} for v in ("attention", "features")}
+    if os.access(hs_keys, os.X_OK):
+        for r in range(rounds):
+            for view in ("attention", "features"):
+                log(f"suite: typing with the {view} view on screen (hs_bench_keys --sae, round {r + 1} of {rounds}) ...")
+                try:
+                    out = run_json([hs_keys, "--model", args.model, "--sae", sae, "--view", view, *UNITS_KEYS_ARGS],
+                                   env, timeout=900)
+                except (RuntimeError, subprocess.TimeoutExpired) as ex:
+                    e["keys_error"] = str(ex).splitlines()[0]
+                    log(f"suite: hs_bench_keys --view {view} failed: {ex}")
+                    break
+                for phase in ("end", "middle"):
+                    per_key[view][phase] += out[phase]["views_ms_per_key"]
+                log(f"suite:        end {out['end']['views_ms']['median']:.1f} ms, middle "
+                    f"{out['middle']['views_ms']['median']:.1f} ms (median)")
+    else:
+        e["keys_error"] = f"{hs_keys} is missing"
+    for phase in ("end", "middle"):
+        a, f = per_key["attention"][phase], per_key["features"][phase]
+        if a and f:
+            e["keys"][phase] = {"attention_ms": statistics.median(a), "features_ms": statistics.median(f),
+                                "attention_mean_ms": statistics.fmean(a), "features_mean_ms": statistics.fmean(f),
+                                "keys": [len(a), len(f)]}
+            e["keys"][phase]["ratio"] = e["keys"][phase]["features_ms"] / e["keys"][phase]["attention_ms"]
+    prompts = os.path.join(REPO, "resources", "models", "headscope-tiny", "heldout.jsonl")
+    times = {"plain": [], "units": [], "dashboards": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for kind in ("plain", "units"):
+                out = os.path.join(tmp, f"scan_{kind}_{r}.json")
+                cmd = [cli, "scan", "--model", args.model, "--input", prompts, "--limit", str(UNITS_SCAN_PROMPTS),
+                       "--max-tokens", str(UNITS_SCAN_TOKENS), "--threads", "2", "-o", out]
+                if kind == "units":
+                    cmd += ["--units", "sae:" + sae]
+                log(f"suite: headscope-cli scan {'--units sae:' + os.path.basename(sae) if kind == 'units' else 'without units'}"
+                    f" (round {r + 1} of {rounds}) ...")
+                p = subprocess.run(cmd, env=hs_env(2), capture_output=True, text=True, timeout=1800)
+                took = re.search(r"scanned in ([0-9.]+) s", p.stderr)
+                if p.returncode != 0 or not took:
+                    e["scan_error"] = (p.stderr.strip().splitlines() or ["no output"])[-1]
+                    log(f"suite: the scan failed: {p.stderr[-1500:]}")
+                    break
+                times[kind].append(float(took.group(1)))
+                wrote = re.search(r"written in ([0-9.]+) s", p.stderr)
+                if wrote:
+                    times["dashboards"].append(float(wrote.group(1)))
+                log(f"suite:        scanned in {took.group(1)} s" + (f", dashboards written in {wrote.group(1)} s" if wrote else ""))
+                shutil.rmtree(os.path.join(tmp, f"scan_{kind}_{r}.units"), ignore_errors=True)
+            if "scan_error" in e:
+                break
+    if times["plain"] and times["units"]:
+        e["scan"] = {"plain_s": statistics.median(times["plain"]), "units_s": statistics.median(times["units"]),
+                     "dashboards_s": statistics.median(times["dashboards"]) if times["dashboards"] else None,
+                     "runs": times}
+        e["scan"]["ratio"] = e["scan"]["units_s"] / e["scan"]["plain_s"]
+    return e
+
+
+def units_targets(e):
+    """[(target, measured, met or None, note)] of issue 25's speed targets."""
+    if e is None:
+        return []
+    why = e.get("missing") or "not measured"
+    out = []
+    for phase, where in (("end", "at the end of a 127-token document"), ("middle", "in its middle")):
+        k = e["keys"].get(phase)
+        out.append((f"issue 25: keystroke with the Features view (16,384-latent SAE, GPT-2 small) {where}: at most "
+                    f"{UNITS_KEYSTROKE_GOAL:g}x the Attention view's",
+                    f"{k['ratio']:.2f}x ({fmt_ms(k['features_ms'])} vs {fmt_ms(k['attention_ms'])} ms, median of "
+                    f"{k['keys'][1]} and {k['keys'][0]} keys)" if k else e.get("keys_error", why),
+                    k["ratio"] <= UNITS_KEYSTROKE_GOAL if k else None, ""))
+    sc = e["scan"]
+    out.append((f"issue 25: scan --units sae:... (16,384 latents) at most {UNITS_SCAN_GOAL:g}x the same scan without it",
+                f"{sc['ratio']:.2f}x ({sc['units_s']:.2f} vs {sc['plain_s']:.2f} s)" if sc else e.get("scan_error", why),
+                sc["ratio"] <= UNITS_SCAN_GOAL if sc else None,
+                f"writing the 16,384 dashboards once after the scan: {sc['dashboards_s']:.1f} s more"
+                if sc and sc.get("dashboards_s") is not None else ""))
+    return out
+
+
+def units_markdown(e, partial_note=""):
+    L = [ISSUE25_BEGIN, "## Units below the head (issue 25)", ""]
+    if partial_note:
+        L += [partial_note, ""]
+    if e is None:
+        return L + ["Not measured.", ISSUE25_END]
+    L.append("| target | measured | |")
+    L.append("| --- | --- | --- |")
+    for t, measured, ok, note in units_targets(e):
+        L.append(f"| {t} | {measured}{' — ' + note if note else ''} | {'not measured' if ok is None else verdict(ok)} |")
+    L.append("")
+    L.append("On the GPT-2-small-shaped model with a random 16,384-latent TopK SAE (k 64) at `blocks.6.hook_resid_pre` "
+             "(`tools/bench/make_bench_sae.py`). *Keystroke*: `hs_bench_keys --model … --sae … --view attention|features "
+             + " ".join(UNITS_KEYS_ARGS) + "`, the two views in alternating processes; a key's time runs from the "
+             "request (after the debounce) to the data of what is on screen (the run, the head grid and the shown "
+             "view's analysis: for the Features view the SAE's latents at every position, the top latents and the "
+             "chosen latent's logit effects; its attributions follow as a second stage on a low-priority thread). "
+             f"*Scan*: `headscope-cli scan --input resources/models/headscope-tiny/heldout.jsonl --limit "
+             f"{UNITS_SCAN_PROMPTS} --max-tokens {UNITS_SCAN_TOKENS} --threads 2` with every aggregate, with and without "
+             "`--units sae:…`, alternating; the time is the scan's own (`scanned in`, the prompts alone); writing the "
+             "dashboards follows once, whatever the number of prompts, and is shown apart.")
+    L.append("")
+    if e["keys"]:
+        L.append("| keys typed | Attention view median / mean ms | Features view median / mean ms | ratio (median) |")
+        L.append("| --- | ---: | ---: | ---: |")
+        for phase in ("end", "middle"):
+            k = e["keys"].get(phase)
+            if k:
+                L.append(f"| {phase} ({k['keys'][0]} / {k['keys'][1]} keys) | {fmt_ms(k['attention_ms'])} / "
+                         f"{fmt_ms(k['attention_mean_ms'])} | {fmt_ms(k['features_ms'])} / {fmt_ms(k['features_mean_ms'])} | "
+                         f"{k['ratio']:.2f}x |")
+        L.append("")
+    if e["scan"]:
+        sc = e["scan"]
+        L.append(f"Scan runs (s): without units {', '.join(f'{x:.2f}' for x in sc['runs']['plain'])}; with "
+                 f"`--units sae:…` {', '.join(f'{x:.2f}' for x in sc['runs']['units'])}; dashboards written in "
+                 f"{', '.join(f'{x:.1f}' for x in sc['runs']['dashboards']) or '—'}.")
+        L.append("")
+    L.append(ISSUE25_END)
+    return L
+
+
 def patch_markdown(patch_rows):
     L = ["## Activation patching sweep", ""]
     if not patch_rows:
@@ -1058,7 +1208,7 @@ def console_table(rows):
 
 
 def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed_s, old_notes,
-             patch_rows=(), families=(), grad_rows=(), atp_rows=(), issue24=()):
+             patch_rows=(), families=(), grad_rows=(), atp_rows=(), issue24=(), units=None):
     now = datetime.datetime.now().astimezone()
     cores = m["cores"] or 1
     # Other work's share of the CPU during the run: the machine's busy time minus the suite's own
@@ -1163,6 +1313,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L += grad_markdown(list(grad_rows), list(atp_rows)) + [""]
     L += family_markdown(list(families))
     L += issue24_markdown(list(issue24)) + [""]
+    L += units_markdown(units) + [""]
     L.append("## Opening the model")
     L.append("")
     if open_warm:
@@ -1317,7 +1468,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("```")
     L.append("")
     L.append("Options of `run.sh` (passed to `suite.py`): `--quick`; `--tokens 20,128` (only these rows); "
-             "`--no-gui`; `--no-profile`; `--sections rows,patch,grad,atp,families,open,gui,profile` (only these parts; write the page "
+             "`--no-gui`; `--no-profile`; `--sections rows,patch,grad,atp,families,gemma2,qwen3,units,open,gui,profile` (only these parts; write the page "
              "elsewhere with `--out` then, except for `grad,atp` alone, which rewrite only their own block of the page); `--max-process-seconds S` (a process starts no new pass after S seconds; "
              "default 300, which a quiet machine never reaches); `--json FILE` (every measurement). "
              "`HEADSCOPE_BENCH_BUILD` and `HEADSCOPE_BENCH_MODEL` choose other build and model folders. "
@@ -1357,6 +1508,8 @@ def main() -> int:
                     help="start no new round of a row after this long (0: always run every round)")
     ap.add_argument("--command", default="tools/bench/run.sh", help="the command to quote on the page")
     ap.add_argument("--json", help="also write every measurement to this JSON file")
+    ap.add_argument("--sae", default=None,
+                    help="the SAE folder of the units section (default: sae16k beside --model; run.sh writes it)")
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"what to run, comma-separated from {','.join(SECTIONS)} (default: all); with fewer, "
                          "write the page elsewhere (--out) so docs/benchmarks.md keeps a whole run")
@@ -1373,6 +1526,7 @@ def main() -> int:
     cpu_start = cpu_seconds()
     hs_row = os.path.join(args.build_dir, "tools", "bench", "hs_bench_row")
     hs_keys = os.path.join(args.build_dir, "tools", "bench", "hs_bench_keys")
+    cli = os.path.join(args.build_dir, "app", "headscope-cli")
     if not os.access(hs_row, os.X_OK):
         log(f"suite: {hs_row} is missing; build with -DHEADSCOPE_BENCH=ON (tools/bench/run.sh does)")
         return 2
@@ -1458,6 +1612,7 @@ def main() -> int:
                              + check.stderr[-2000:])
     families = run_family_rows(args, hs_row) if "families" in sections else []
     issue24 = [run_issue24_section(args, hs_row, sec) for sec in ("qwen3", "gemma2") if sec in sections]
+    units = run_units_section(args, hs_keys, cli) if "units" in sections else None
 
     open_warm = open_cold = None
     if "open" in sections:
@@ -1543,13 +1698,13 @@ def main() -> int:
     if open_warm:
         print(f"open model: warm {fmt_ms(open_warm['median_ms'])} ms; cold {fmt_ms(open_cold['median_ms']) if open_cold else '—'} ms")
     # The other sections' targets only when one of them ran (a gradients-only run measures none).
-    shown = (targets(rows, open_warm, open_cold, keys, m.get("peak")) if sections - GRAD_SECTIONS - ISSUE24_SECTIONS
+    shown = (targets(rows, open_warm, open_cold, keys, m.get("peak")) if sections - BLOCK_SECTIONS
              else []) + (patch_targets(patch_rows) if patch_rows else []) + grad_targets(grad_rows, atp_rows) + \
-        issue24_targets(issue24)
+        issue24_targets(issue24) + units_targets(units)
     for t, measured, ok, note in shown:
         print(f"[{'MET' if ok else ('--' if ok is None else 'NOT MET')}] {t}: {measured}")
 
-    if sections <= GRAD_SECTIONS | ISSUE24_SECTIONS and os.path.isfile(args.out):
+    if sections <= BLOCK_SECTIONS and os.path.isfile(args.out):
         # Sections with a block of their own, alone: only their blocks of the existing page are rewritten.
         with open(args.out, encoding="utf-8") as f:
             text = f.read()
@@ -1563,16 +1718,19 @@ def main() -> int:
             text = replace_grad_block(text, "\n".join(grad_markdown(grad_rows, atp_rows, note)))
         if sections & ISSUE24_SECTIONS:
             text = replace_grad_block(text, "\n".join(issue24_markdown(issue24, note)), ISSUE24_BEGIN, ISSUE24_END)
+        if sections & UNITS_SECTIONS:
+            text = replace_grad_block(text, "\n".join(units_markdown(units, note)), ISSUE25_BEGIN, ISSUE25_END)
     else:
         text = markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, load_end, elapsed,
-                        old_notes_of(args.out), patch_rows, families, grad_rows, atp_rows, issue24)
+                        old_notes_of(args.out), patch_rows, families, grad_rows, atp_rows, issue24, units)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": m, "rows": rows, "patch_rows": patch_rows, "grad_rows": grad_rows,
-                       "atp_rows": atp_rows, "families": families, "issue24": issue24, "open_warm": open_warm,
+                       "atp_rows": atp_rows, "families": families, "issue24": issue24, "units": units,
+                       "open_warm": open_warm,
                        "open_cold": open_cold, "keys": keys,
                        "profiles": profiles, "load": [load_start, load_end]}, f, indent=1)
     log(f"suite: wrote {os.path.relpath(args.out, REPO)} ({elapsed / 60:.1f} min)")
