@@ -776,17 +776,27 @@ def issue24_targets(entries):
     return out
 
 
-def issue24_markdown(entries, partial_note=""):
-    L = [ISSUE24_BEGIN, "## Gemma 2 and Qwen3 shapes (issue 24)", ""]
+def targets_block_head(begin, end, title, partial_note, shown):
+    """A page block's start: its marker, title, note and target table; with no targets (None), the
+    whole block saying so."""
+    L = [begin, title, ""]
     if partial_note:
         L += [partial_note, ""]
-    if not entries:
-        return L + ["Not measured.", ISSUE24_END]
+    if shown is None:
+        return L + ["Not measured.", end]
     L.append("| target | measured | |")
     L.append("| --- | --- | --- |")
-    for t, measured, ok, note in issue24_targets(entries):
+    for t, measured, ok, note in shown:
         L.append(f"| {t} | {measured}{' — ' + note if note else ''} | {'not measured' if ok is None else verdict(ok)} |")
     L.append("")
+    return L
+
+
+def issue24_markdown(entries, partial_note=""):
+    L = targets_block_head(ISSUE24_BEGIN, ISSUE24_END, "## Gemma 2 and Qwen3 shapes (issue 24)", partial_note,
+                           issue24_targets(entries) if entries else None)
+    if not entries:
+        return L
     L.append("Random weights in the shapes and configs of google/gemma-2-2b and Qwen/Qwen3-0.6B, BF16 on disk "
              "(`tools/bench/make_gemma_shapes.py`; Gemma in three shards cut where the real checkpoint's are). "
              "*HeadScope*: `hs_bench_row` (the forward pass with the full cache, as the rows above). *PyTorch*: "
@@ -932,16 +942,10 @@ def units_targets(e):
 
 
 def units_markdown(e, partial_note=""):
-    L = [ISSUE25_BEGIN, "## Units below the head (issue 25)", ""]
-    if partial_note:
-        L += [partial_note, ""]
+    L = targets_block_head(ISSUE25_BEGIN, ISSUE25_END, "## Units below the head (issue 25)", partial_note,
+                           units_targets(e) if e is not None else None)
     if e is None:
-        return L + ["Not measured.", ISSUE25_END]
-    L.append("| target | measured | |")
-    L.append("| --- | --- | --- |")
-    for t, measured, ok, note in units_targets(e):
-        L.append(f"| {t} | {measured}{' — ' + note if note else ''} | {'not measured' if ok is None else verdict(ok)} |")
-    L.append("")
+        return L
     L.append("On the GPT-2-small-shaped model with a random 16,384-latent TopK SAE (k 64) at `blocks.6.hook_resid_pre` "
              "(`tools/bench/make_bench_sae.py`). *Keystroke*: `hs_bench_keys --model … --sae … --view attention|features "
              + " ".join(UNITS_KEYS_ARGS) + "`, the two views in alternating processes; a key's time runs from the "
