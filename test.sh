@@ -31,10 +31,8 @@ ctest --test-dir build --output-on-failure --timeout "$TEST_TIMEOUT" -j"$JOBS"
 stage "ASan + UBSan build and tests"
 # -O1 keeps the sanitizer build quick to compile and its reports readable; the sanitizers, not
 # the optimizer, are what this stage tests. Leak checking is on (LSan comes with ASan).
-# Precompiled headers too (CMakeLists.txt, HEADSCOPE_PCH): they cut the stage's compile time, and
-# the GCC 12 warnings they bring in precompiled system headers are the Release stage's to show.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DHEADSCOPE_SANITIZE=ON -DHEADSCOPE_NATIVE=OFF -DHEADSCOPE_PCH=ON >/dev/null
+  -DHEADSCOPE_SANITIZE=ON -DHEADSCOPE_NATIVE=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 # No suppressions are needed: Qt, libgomp and PCRE2 run clean under both.
 ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \
