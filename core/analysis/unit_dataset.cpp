@@ -369,7 +369,7 @@ RowVectorXf unit_direction(const Model& model, const UnitSource::Group& g, int l
 }
 
 // The logit effects of units first .. first + n - 1: their directions stacked and unembedded in one
-// product (one read of W_U for the chunk, not one per unit: W_U is 150 MB on GPT-2 small).
+// product (one read of W_U for the chunk, not one per unit).
 std::vector<LogitEffects> chunk_logit_effects(const Model& model, const UnitSource& source, int64_t first, int64_t n) {
   const ModelConfig& c = model.config();
   RowMatrixXf dirs(n, c.d_model);  // [unit, d_model]
@@ -477,7 +477,7 @@ void write_unit_dashboards(const Model& model, const UnitSource& source, const U
   fs::create_directories(tmp, ec);
   if (ec) throw Error("cannot create " + tmp.string() + ": " + ec.message());
   nlohmann::json units = nlohmann::json::array();
-  constexpr int64_t kChunk = 512;  // units unembedded together: [512, d_vocab] floats, 100 MB on GPT-2
+  constexpr int64_t kChunk = 512;  // units unembedded together: [512, d_vocab] floats
   std::vector<LogitEffects> fx;
   for (int64_t u = 0; u < st.n_units(); ++u) {
     if (u % kChunk == 0) fx = chunk_logit_effects(model, source, u, std::min(kChunk, st.n_units() - u));

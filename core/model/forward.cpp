@@ -124,9 +124,9 @@ void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixX
   // Heads go to threads once the layer's attention is worth a fork (about half a million
   // multiply-adds). Below that, on one thread, each head's two products are Eigen's, and Eigen
   // forks its own team for a product of 100k multiply-adds or more when it is not already in a
-  // parallel region: with Gemma's 256-wide heads at 20 tokens that was two forks per head, 416
-  // per pass, and 10% of the pass in small Eigen products plus libgomp's waiting. The bits do not
-  // change: each head is computed the same way on whichever thread.
+  // parallel region: with Gemma's 256-wide heads at 20 tokens that was two forks per head, and
+  // the pass waited on libgomp. The bits do not change: each head is computed the same way on
+  // whichever thread.
   const bool parallel = static_cast<int64_t>(n_heads) * N * S * d_head >= (int64_t{1} << 19) && !pattern_edits;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int h = 0; h < n_heads; ++h) {

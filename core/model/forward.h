@@ -17,7 +17,7 @@ struct RunOptions {
   bool store_results = false;  // keep hook_result (otherwise derived on request)
   // Keep mlp.hook_pre (and hook_pre_linear, gated) rather than derive them on request: what the
   // backward pass reads, so a run made for a gradient saves re-running every layer's widest
-  // product (5.8% of a 20-token GPT-2-small gradient's time; docs/benchmarks.md, issue 23).
+  // product (docs/benchmarks.md, "Measurements behind the code").
   bool store_mlp_pre = false;
   bool logits_only = false;    // keep only logits (benchmarks, generation): no per-layer cache
   // Threads for this run (0: choose from the size of the work). Applies to the calling thread

@@ -530,9 +530,9 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
   const bool parallel = groups > 1 && M * N * (k1 - k0) >= (int64_t{1} << 20);
   // A tall product of one K block (d_model deep: every product but the MLP's output) packs its
   // rows k-major, a row block at a time (each thread its own copy, a small fraction of the
-  // multiply-adds that read it), for tile<..., PackedRows = true>: 1-3% faster at 2048 rows. Deeper products keep
-  // each output tile's K blocks together instead (packing them a K block at a time across the
-  // panel groups was 10% slower at 2048 x 3072 x 768).
+  // multiply-adds that read it), for tile<..., PackedRows = true>, which is faster on tall products.
+  // Deeper products keep each output tile's K blocks together instead: packing them a K block at a
+  // time across the panel groups was slower (docs/benchmarks.md, "Measurements behind the code").
   const bool pack_rows = tile_type == PanelType::F32 && max_rows == kTallRows && n_tiles > tiles_per_block &&
                          k1 - k0 <= kKBlock;
 #pragma omp parallel if (parallel)
@@ -552,7 +552,7 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
         }
       // No barrier between row blocks: with the static schedule each thread takes the same panel
       // groups in every block, so its columns depend on nothing another thread writes. (A barrier
-      // per block was 6% of a batched scan's time, spent waiting.)
+      // per block was time spent waiting.)
 #pragma omp for schedule(static) nowait
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t p0 = g * width;
@@ -632,8 +632,8 @@ constexpr int kTDepth = 2;
 // Panels a tile reads between visits to the buffer of partial sums: many when several row tiles
 // share them from L2 (the buffer's loads and stores then count for little), few when one row
 // tile streams them from memory (fewer streams for the prefetchers). 24 rather than 32 since the
-// later row tiles prefetch the next block (gemm_t_range): 1.1-1.3x the forward product's time at
-// 20 rows on one thread against 1.16-1.2x with 16 and 1.2-1.3x with 32 (bench_kernels, 4 December).
+// later row tiles prefetch the next block (gemm_t_range); bench_kernels chose it
+// (docs/benchmarks.md, "Measurements behind the code").
 constexpr int kTGroup = 24;
 constexpr int kTGroupOneTile = 8;
 constexpr int64_t kTBufferVectors = 2048;  // partial sums per thread: 128 KiB with AVX-512, in L2
@@ -784,11 +784,10 @@ void gemm_t_range(int64_t M, const float* dy, int64_t lddy, const PackedMatrix& 
         const auto* panels = static_cast<const typename Panels::T*>(W.panel(p0));
         // The block's panels come from memory in the first row tile, as many streams as panels,
         // each a few lines per sweep: more than the hardware prefetchers follow, and the tile
-        // waits on memory while the others compute from L2 (1.6x the forward product's time at
-        // 20 rows, bench_kernels). So the later row tiles fetch the next block (the next group of
-        // panels, or the first group at the next depth), a share of its panels each, and the
-        // first row tile finds it in L2. (A single row tile streams few panels at a time, which
-        // the hardware follows: prefetching its next sweep made it slower.)
+        // waits on memory while the others compute from L2. So the later row tiles fetch the next
+        // block (the next group of panels, or the first group at the next depth), a share of its
+        // panels each, and the first row tile finds it in L2. (A single row tile streams few
+        // panels at a time, which the hardware follows: prefetching its next sweep made it slower.)
         int64_t next_p0 = p0 + group, next_kd = kd;
         if (next_p0 >= full) next_p0 = 0, next_kd = kd + depth_max;
         const int64_t next_depth = next_kd < kb ? std::min(depth_max, kb - next_kd) : 0;

@@ -22,8 +22,8 @@ using Index = Eigen::Index;
 // allocated at the size of a full block of its index whatever rows it holds, so the next run's
 // block there fits it: typing at the end of a long prompt grows the last block by a row every few
 // keys, and blocks sized by their rows were never asked for again (issue 21: the pool filled up
-// with 64 MB of such sizes, 1.5 MB a key, while every key's new blocks were faulted in afresh;
-// docs/benchmarks.md). The untouched rest of a fresh mmap'd block is never made resident.
+// with such sizes while every key's new blocks were faulted in afresh; docs/benchmarks.md). The
+// untouched rest of a fresh mmap'd block is never made resident.
 // At most kPoolBytes are kept, the most recently freed: those are what the next run asks for.
 constexpr size_t kPoolFrom = size_t{1} << 20;   // bytes: smaller blocks come from the heap anyway
 constexpr size_t kPoolBytes = size_t{64} << 20;

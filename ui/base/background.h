@@ -1,6 +1,6 @@
 // The views' second-stage work (a Features view's attributions, an SAE's reconstruction quality on
 // the prompt): what is shown after the first answer and must stay out of the next keystroke's way.
-// On 2 cores such a job at full priority slowed the next forward pass about 2x (docs/benchmarks.md,
+// On 2 cores such a job at full priority slowed the next forward pass (docs/benchmarks.md,
 // 5 December), and on the global pool it held a thread the next analysis needed. So it runs on one
 // process-wide thread of its own, one job at a time, at the lowest priority (Linux: the thread's
 // nice value, which an unprivileged process cannot lower back: hence a pool of its own), with a

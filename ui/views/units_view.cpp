@@ -119,9 +119,8 @@ void addMemo(const std::shared_ptr<const hs::ActivationCache>& cache, const QStr
 // prompt from the key's position on; the hook's rows before it are the same bits as on the
 // previous run (the forward pass reuses that prefix), so a row whose input is bit for bit the one
 // encoded before keeps its latents, and only the rows after it are encoded: at the end of a
-// 128-token prompt one or two rows instead of 128 (a 128 x 768 x 16,384 product, 76-160 ms on one
-// thread, docs/benchmarks.md 4 December). The rows are compared, not assumed: whatever made them
-// equal, equal inputs have the same latents.
+// prompt one or two rows instead of all of them (docs/benchmarks.md, 4 December). The rows are
+// compared, not assumed: whatever made them equal, equal inputs have the same latents.
 struct EncodedRows {
   std::weak_ptr<const hs::Sae> sae;
   hs::RowMatrixXf x;                     // [pos, d_in] the input rows encoded

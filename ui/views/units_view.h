@@ -57,9 +57,9 @@ struct UnitsAttribution {
 };
 
 // Every unit's activation at every position [pos, n_units], one shared row per position: a
-// keystroke's latents share the unchanged rows of the previous keystroke's instead of copying them
-// (a dense [128, 16,384] copy was 8 MB of fresh pages per keystroke, 16-30 ms of page faults on the
-// benchmark VM, more than the new row's encoding; docs/benchmarks.md 5 December).
+// keystroke's latents share the unchanged rows of the previous keystroke's instead of copying them:
+// a dense copy is fresh pages per keystroke, whose faults cost more than the new row's encoding
+// (docs/benchmarks.md, 5 December).
 class UnitActs {
  public:
   UnitActs() = default;
