@@ -810,8 +810,7 @@ void UnitsView::refresh() {
   updateStatus();
   if (kind_ == UnitKind::Latent && LoadedSaes::instance().empty()) {
     // A model folder that carries its own (the built-in model's saes/) offers them in one click.
-    const QStringList shipped =
-        run_ ? shippedSaeFolders(QString::fromStdString(run_->run.model->dir().string())) : QStringList();
+    const QStringList shipped = run_ ? folderExtras(*run_->run.model).saes : QStringList();
     const QString offer =
         shipped.isEmpty()
             ? QString()
@@ -983,6 +982,16 @@ void UnitsView::refreshUnit() {
   dashboard_box_->setTitle(QStringLiteral("Dashboard of %1").arg(name));
 }
 
+const UnitsView::FolderExtras& UnitsView::folderExtras(const hs::Model& model) {
+  if (folder_extras_.dir.empty() || folder_extras_.dir != model.dir().string()) {
+    const QString dir = QString::fromStdString(model.dir().string());
+    folder_extras_.dir = model.dir().string();
+    folder_extras_.saes = shippedSaeFolders(dir);
+    folder_extras_.heldout = QFileInfo(QDir(dir).filePath(QString::fromLatin1(LoadedDashboards::kHeldOutPassages))).isFile();
+  }
+  return folder_extras_;
+}
+
 void UnitsView::updateDashboard(int unit) {
   auto showMessage = [this](const QString& text) {
     dashboard_->setText(text);
@@ -1024,10 +1033,8 @@ void UnitsView::updateDashboard(int unit) {
   // make them here, with progress; otherwise a scan of the person's own data set does.
   auto noDashboard = [&](const QString& why) {
     dashboard_wanted_ = {QString(), -1};
-    const QString passages = QDir(QString::fromStdString(result_->run->model().dir().string()))
-                                 .filePath(QString::fromLatin1(LoadedDashboards::kHeldOutPassages));
     const LoadedDashboards& loaded = LoadedDashboards::instance();
-    if (units.isEmpty() || !QFileInfo(passages).isFile()) {
+    if (units.isEmpty() || !folderExtras(result_->run->model()).heldout) {
       showMessage(why.isEmpty() ? kNoDashboards : why);
       return;
     }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,7 +38,10 @@ class QSpinBox;
 class QTableWidget;
 class QVBoxLayout;
 
-namespace hs { struct Sae; }
+namespace hs {
+class Model;
+struct Sae;
+}  // namespace hs
 
 namespace hs::ui {
 
@@ -236,6 +240,15 @@ class UnitsView : public AnalysisView {
   QScrollArea* dashboard_scroll_ = nullptr;
   QVBoxLayout* right_layout_ = nullptr;
   std::pair<QString, qint64> dashboard_wanted_{QString(), -1}, dashboard_shown_{QString(), -1};
+  // What the model's folder carries for its units (saes/ and heldout.jsonl), looked up once per
+  // model folder rather than on the GUI thread at every refresh.
+  struct FolderExtras {
+    std::string dir;       // the folder looked at (empty: none yet)
+    QStringList saes;      // shippedSaeFolders
+    bool heldout = false;  // LoadedDashboards::kHeldOutPassages is there
+  };
+  const FolderExtras& folderExtras(const hs::Model& model);
+  FolderExtras folder_extras_;
   QString dashboard_units_;  // the shown units' source when the box offers to build their dashboards
   int dashboard_unit_ = -1;  // the unit the box was last updated for
   RefreshWhenShown* refresher_ = nullptr;
