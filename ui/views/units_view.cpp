@@ -712,10 +712,14 @@ void UnitsView::setResult(std::shared_ptr<const ViewResult> result) {
   refresher_->request();
 }
 
-bool UnitsView::attributionPending() const { return result_ && result_->base && !result_->base->attribution(); }
+bool UnitsView::attributionPending() const {
+  if (!result_ || !result_->base) return false;
+  const auto attr = result_->base->attribution();
+  return !attr || attr != shown_attribution_;
+}
 
 void UnitsView::startAttribution() {
-  if (!attributionPending() || attribution_job_ == result_->base) return;
+  if (!result_ || !result_->base || result_->base->attribution() || attribution_job_ == result_->base) return;
   // One job at a time: a newer result waits for the one in flight, then starts its own (a
   // superseded base's attributions are still kept in it, for its memo).
   if (attribution_job_) return;
@@ -807,7 +811,11 @@ void UnitsView::updateStatus() {
 }
 
 void UnitsView::refresh() {
-  updateStatus();
+  refreshContent();
+  updateStatus();  // after the table: whether the attributions are shown is the table's to say
+}
+
+void UnitsView::refreshContent() {
   if (kind_ == UnitKind::Latent && LoadedSaes::instance().empty()) {
     // A model folder that carries its own (the built-in model's saes/) offers them in one click.
     const QStringList shipped = run_ ? folderExtras(*run_->run.model).saes : QStringList();
@@ -833,6 +841,7 @@ void UnitsView::refresh() {
     title_->setText(kind_ == UnitKind::Neuron ? QStringLiteral("<b>Neurons</b>") : QStringLiteral("<b>Features</b>"));
     table_caption_->clear();
     table_->setRowCount(0);
+    shown_attribution_.reset();
     strip_caption_->clear();
     strip_->setTokens({}, {}, -1);
     strip_->setMessage(QString());
@@ -868,6 +877,7 @@ void UnitsView::refreshTable() {
   // column and the |attribution| list say so. They belong to this base (its run, position, target
   // and SAE), never to another's.
   const std::shared_ptr<const UnitsAttribution> attr = b.attribution();
+  shown_attribution_ = attr;
   static const std::vector<int> kNone;
   const std::vector<int>& units = by_attr ? (attr ? attr->by_attribution : kNone) : b.by_activation;
   const int pos = b.target.pos;

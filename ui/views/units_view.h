@@ -198,6 +198,7 @@ class UnitsView : public AnalysisView {
 
  private:
   void refresh();
+  void refreshContent();
   void refreshSources();
   void refreshTable();
   void refreshUnit();
@@ -255,6 +256,9 @@ class UnitsView : public AnalysisView {
   SaeEditPanel* edit_panel_ = nullptr;
   std::vector<QFuture<void>> in_flight_;
   std::shared_ptr<const UnitsBase> attribution_job_;  // the base whose attributions are in flight
+  // The attributions the table draws: pending means not yet drawn, not merely not yet computed
+  // (a worker stores them before the GUI thread gets to draw them).
+  std::shared_ptr<const UnitsAttribution> shown_attribution_;
 };
 
 }  // namespace hs::ui
