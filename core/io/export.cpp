@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -128,8 +129,11 @@ void put(std::string& s, T v) {
   for (size_t i = 0; i < sizeof(T); ++i) s.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xffu));
 }
 
-std::string npy_header(const std::vector<int64_t>& shape, NpyType type = NpyType::F32) {
-  const char* descr = type == NpyType::F64 ? "<f8" : type == NpyType::I32 ? "<i4" : "<f4";
+std::string npy_header(const std::vector<int64_t>& shape, NpyType type = NpyType::F32, int unicode_width = 0) {
+  const std::string descr = type == NpyType::F64       ? "<f8"
+                            : type == NpyType::I32     ? "<i4"
+                            : type == NpyType::Unicode ? "<U" + std::to_string(std::max(1, unicode_width))
+                                                       : "<f4";
   std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     dict += std::to_string(shape[i]);
@@ -287,11 +291,27 @@ void write_cache_npz(const ActivationCache& cache, std::ostream& out) {
 void write_npz(std::ostream& out, const std::vector<NpzArrayView>& arrays) {
   ZipWriter zip(out);
   for (const NpzArrayView& a : arrays) {
-    const size_t element = a.type == NpyType::F64 ? 8 : 4;
-    zip.add_bytes(a.name + ".npy", npy_header(a.shape, a.type), a.data,
+    const size_t element = a.type == NpyType::F64       ? 8
+                           : a.type == NpyType::Unicode ? 4 * static_cast<size_t>(std::max(1, a.unicode_width))
+                                                        : 4;
+    zip.add_bytes(a.name + ".npy", npy_header(a.shape, a.type, a.unicode_width), a.data,
                   static_cast<size_t>(Tensor::count(a.shape)) * element);
   }
   zip.finish();
+}
+
+std::vector<char32_t> npy_unicode(const std::vector<std::string>& strings, int& width) {
+  size_t w = 1;
+  for (const std::string& s : strings) w = std::max(w, s.size());
+  width = static_cast<int>(w);
+  std::vector<char32_t> out(strings.size() * w, U'\0');
+  for (size_t i = 0; i < strings.size(); ++i)
+    for (size_t j = 0; j < strings[i].size(); ++j) {
+      const auto byte = static_cast<unsigned char>(strings[i][j]);
+      if (byte > 0x7F) throw Error("a string array of an NPZ file holds a non-ASCII string: " + strings[i]);
+      out[i * w + j] = byte;
+    }
+  return out;
 }
 
 std::string cache_to_npz(const ActivationCache& cache) {

@@ -28,8 +28,9 @@ void write_cache_json(const ActivationCache& cache, std::ostream& out);
 void write_cache_npz(const ActivationCache& cache, std::ostream& out);
 std::string cache_to_json(const ActivationCache& cache);
 
-// The element type of an NPZ array: float32 unless said ('<f4', '<f8', '<i4' in numpy's terms).
-enum class NpyType : uint8_t { F32, F64, I32 };
+// The element type of an NPZ array: float32 unless said ('<f4', '<f8', '<i4' in numpy's terms;
+// Unicode: numpy's fixed-width strings '<U{width}', UTF-32LE code points, NUL-padded).
+enum class NpyType : uint8_t { F32, F64, I32, Unicode };
 // One array of an NPZ archive: the key numpy.load gives it, its shape, and its Tensor::count(shape)
 // elements of `type`, row-major (read in place, not copied).
 struct NpzArrayView {
@@ -37,7 +38,11 @@ struct NpzArrayView {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   NpyType type = NpyType::F32;
+  int unicode_width = 0;  // Unicode: code points per element
 };
+// Strings as a Unicode array's data (4 * width bytes each, width = the longest's code points);
+// the strings are ASCII (node ids and the like): a byte above 0x7F is refused with hs::Error.
+std::vector<char32_t> npy_unicode(const std::vector<std::string>& strings, int& width);
 // An NPZ archive of these arrays, in the same format as write_cache_npz (analyses' exports).
 void write_npz(std::ostream& out, const std::vector<NpzArrayView>& arrays);
 std::string cache_to_npz(const ActivationCache& cache);
