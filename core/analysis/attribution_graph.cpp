@@ -1,0 +1,566 @@
+// Attribution graphs (attribution_graph.h): the frozen replacement model's backward passes, batched.
+#include "core/analysis/attribution_graph.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/features/features.h"
+#include "core/features/sae.h"
+#include "core/model/hooks.h"
+#include "core/model/ops.h"
+#include "core/model/thread_scope.h"
+#include "core/model/weights.h"
+
+namespace hs {
+
+AttributionGraph::Kind AttributionGraph::kind(int node) const {
+  if (node < n_features()) return Kind::Feature;
+  if (node < n_features() + n_errors()) return Kind::Error;
+  if (node < n_features() + n_errors() + n_pos) return Kind::Token;
+  return Kind::Logit;
+}
+
+int AttributionGraph::node_layer(int node) const {
+  switch (kind(node)) {
+    case Kind::Feature: return active[static_cast<size_t>(selected[static_cast<size_t>(node)])].layer;
+    case Kind::Error: return (node - n_features()) / n_pos;
+    case Kind::Token: return -1;
+    case Kind::Logit: return n_layers;
+  }
+  return -1;
+}
+
+int AttributionGraph::node_pos(int node) const {
+  switch (kind(node)) {
+    case Kind::Feature: return active[static_cast<size_t>(selected[static_cast<size_t>(node)])].pos;
+    case Kind::Error: return (node - n_features()) % n_pos;
+    case Kind::Token: return node - n_features() - n_errors();
+    case Kind::Logit: return n_pos - 1;
+  }
+  return -1;
+}
+
+std::string AttributionGraph::node_id(int node) const {
+  const std::string pos = std::to_string(node_pos(node));
+  switch (kind(node)) {
+    case Kind::Feature: {
+      const Feature& f = active[static_cast<size_t>(selected[static_cast<size_t>(node)])];
+      return std::to_string(f.layer) + "_" + std::to_string(f.latent) + "_" + pos;
+    }
+    case Kind::Error: return std::to_string(node_layer(node)) + "_-1_" + pos;
+    case Kind::Token: return "E_" + std::to_string(tokens[static_cast<size_t>(node_pos(node))]) + "_" + pos;
+    case Kind::Logit:
+      return std::to_string(n_layers + 1) + "_" + std::to_string(logit_tokens[static_cast<size_t>(node - logit_node(0))]) +
+             "_" + pos;
+  }
+  return {};
+}
+
+namespace {
+
+// A transcoder's input: the block's MLP norm output, or the residual stream before it.
+enum class InputPoint : uint8_t { Ln2Normalized, ResidMid };
+
+// Everything the backward passes read, shared by the threads.
+struct Frozen {
+  const ModelConfig* c = nullptr;
+  int S = 0, L = 0, D = 0;
+  NormKind norm = NormKind::LayerNorm;
+  bool parallel = false;
+  // 1 / the norms' scales per position, frozen at the run's values.
+  std::vector<VectorXf> inv1, inv2, inv_post1;
+  VectorXf inv_final;
+  const float* final_w = nullptr;
+  std::vector<const float*> w1, w2, w_post1;
+  std::vector<RowMatrixXf> W_O;  // [n_heads * d_head, d_model]
+  std::vector<RowMatrixXf> W_V;  // [d_model, n_kv * d_head]
+  const ActivationCache* cache = nullptr;
+
+  // Sources, per layer.
+  std::vector<InputPoint> input;
+  std::vector<const RowMatrixXf*> skip;  // [d_out, d_in] or nullptr
+  std::vector<RowMatrixXf> error;        // [S, d_model]
+  RowMatrixXf out;                       // [n_active, d_model]: activation x decoder row
+  std::vector<std::vector<int>> begin;   // [layer][pos]: the first active feature there (size S + 1)
+  RowMatrixXf embed;                     // [S, d_model]: the token nodes' vectors
+  int n_active = 0;
+  int n_cols() const { return n_active + L * S + S; }
+};
+
+// One target: the vector injected as the gradient at its input point (a transcoder's input at its
+// layer, or ln_final's output: layer L) at position pos.
+struct Target {
+  int layer = 0, pos = 0;
+  const float* vector = nullptr;
+};
+
+// d_x = J^T d_y for a norm with its scale frozen: y = xc * w / s (+ b), xc = x - mean(x) for
+// LayerNorm. Rows r of d_y are position r % S_b.
+void frozen_norm_backward(RowMatrixXf& d_x, const RowMatrixXf& d_y, const VectorXf& inv_scale, const float* w,
+                          NormKind kind, Eigen::Index S_b) {
+  const Eigen::Index D = d_y.cols();
+  d_x.resize(d_y.rows(), D);
+  const Eigen::Map<const RowVectorXf> weight(w, D);
+  for (Eigen::Index r = 0; r < d_y.rows(); ++r) {
+    auto out = d_x.row(r);
+    out = d_y.row(r).cwiseProduct(weight) * inv_scale(r % S_b);
+    if (kind == NormKind::LayerNorm) out.array() -= out.mean();
+  }
+}
+
+class BatchPass {
+ public:
+  explicit BatchPass(const Frozen& f) : f_(f) {}
+
+  // The rows of `targets` (out: [targets, n_cols], every column written).
+  void run(const std::vector<Target>& targets, Eigen::Ref<RowMatrixXf> out) {
+    const ModelConfig& c = *f_.c;
+    const Eigen::Index B = static_cast<Eigen::Index>(targets.size());
+    int top = 0, max_pos = 0;
+    for (const Target& t : targets) {
+      top = std::max(top, t.layer);
+      max_pos = std::max(max_pos, t.pos);
+    }
+    // Attention is causal: a target at position p has no gradient past p.
+    const Eigen::Index Sb = max_pos + 1, D = f_.D, R = B * Sb;
+    out.setZero();
+    G_.setZero(R, D);
+    if (top == f_.L) {
+      RowMatrixXf y = RowMatrixXf::Zero(R, D);
+      for (Eigen::Index b = 0; b < B; ++b)
+        if (targets[static_cast<size_t>(b)].layer == f_.L)
+          y.row(b * Sb + targets[static_cast<size_t>(b)].pos) = Eigen::Map<const RowVectorXf>(targets[static_cast<size_t>(b)].vector, D);
+      frozen_norm_backward(G_, y, f_.inv_final, f_.final_w, f_.norm, Sb);
+    }
+    const Eigen::Index H = c.n_heads, dh = c.d_head, group = c.n_heads / c.n_key_value_heads;
+    for (int l = std::min(top, f_.L - 1); l >= 0; --l) {
+      // G_ is the gradient at resid_post(l), which is hook_mlp_out(l)'s: the layer's sources read it.
+      if (l < top) read_sources(l, B, Sb, out);
+      // The MLP's input: the targets of this layer and a skip transcoder's linear path.
+      bool any = false;
+      d_in_.setZero(R, D);
+      for (Eigen::Index b = 0; b < B; ++b) {
+        const Target& t = targets[static_cast<size_t>(b)];
+        if (t.layer != l) continue;
+        d_in_.row(b * Sb + t.pos) += Eigen::Map<const RowVectorXf>(t.vector, D);
+        any = true;
+      }
+      if (f_.skip[static_cast<size_t>(l)] && l < top) {
+        d_in_.noalias() += G_ * *f_.skip[static_cast<size_t>(l)];
+        any = true;
+      }
+      if (any && f_.input[static_cast<size_t>(l)] == InputPoint::Ln2Normalized)
+        frozen_norm_backward(d_x2_, d_in_, f_.inv2[static_cast<size_t>(l)], f_.w2[static_cast<size_t>(l)], f_.norm, Sb);
+      else if (any)
+        d_x2_ = d_in_;
+      // resid_mid = resid_pre + attn_out; a sequential block's MLP reads resid_mid.
+      d_mid_ = G_;
+      if (any && !f_.parallel) d_mid_ += d_x2_;
+      // Attention with its patterns frozen: only the values carry a gradient.
+      const RowMatrixXf* d_attn = &d_mid_;
+      if (c.architecture.post_attn_norm) {
+        frozen_norm_backward(tmp_, d_mid_, f_.inv_post1[static_cast<size_t>(l)], f_.w_post1[static_cast<size_t>(l)],
+                             NormKind::RMSNorm, Sb);
+        d_attn = &tmp_;
+      }
+      d_z_.noalias() = *d_attn * f_.W_O[static_cast<size_t>(l)].transpose();
+      d_v_.setZero(R, Eigen::Index{c.n_key_value_heads} * dh);
+      const LayerActivations& a = f_.cache->layer(l);
+      pattern_.setZero(Sb, Sb);
+      for (Eigen::Index h = 0; h < H; ++h) {
+        for (Eigen::Index q = 0; q < Sb; ++q) pattern_.row(q).head(q + 1) = a.pattern.row(static_cast<int>(h), q);
+        gather_.resize(Sb, B * dh);
+        for (Eigen::Index b = 0; b < B; ++b)
+          gather_.middleCols(b * dh, dh) = d_z_.block(b * Sb, h * dh, Sb, dh);
+        mixed_.noalias() = pattern_.transpose() * gather_;
+        const Eigen::Index g = h / group;
+        for (Eigen::Index b = 0; b < B; ++b) d_v_.block(b * Sb, g * dh, Sb, dh) += mixed_.middleCols(b * dh, dh);
+      }
+      d_ln1_.noalias() = d_v_ * f_.W_V[static_cast<size_t>(l)].transpose();
+      frozen_norm_backward(d_x1_, d_ln1_, f_.inv1[static_cast<size_t>(l)], f_.w1[static_cast<size_t>(l)], f_.norm, Sb);
+      G_ = d_mid_ + d_x1_;
+      if (any && f_.parallel) G_ += d_x2_;
+    }
+    // G_ is the gradient at resid_pre(0): hook_embed's (and the position embedding's).
+    const Eigen::Index tok0 = f_.n_active + Eigen::Index{f_.L} * f_.S;
+    for (Eigen::Index p = 0; p < Sb; ++p) out.col(tok0 + p).noalias() = rows_at(p, B, Sb) * f_.embed.row(p).transpose();
+  }
+
+ private:
+  // The rows of G_ at position p, one per target: [B, D] with a stride of Sb rows.
+  Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>> rows_at(Eigen::Index p, Eigen::Index B, Eigen::Index Sb) const {
+    return {G_.data() + p * G_.cols(), B, G_.cols(), Eigen::OuterStride<>(Sb * G_.cols())};
+  }
+
+  void read_sources(int l, Eigen::Index B, Eigen::Index Sb, Eigen::Ref<RowMatrixXf> out) {
+    const std::vector<int>& begin = f_.begin[static_cast<size_t>(l)];
+    const RowMatrixXf& error = f_.error[static_cast<size_t>(l)];
+    const Eigen::Index err0 = f_.n_active + Eigen::Index{l} * f_.S;
+    for (Eigen::Index p = 0; p < Sb; ++p) {
+      const auto g = rows_at(p, B, Sb);
+      const int fb = begin[static_cast<size_t>(p)], fe = begin[static_cast<size_t>(p) + 1];
+      if (fe > fb) out.middleCols(fb, fe - fb).noalias() = g * f_.out.middleRows(fb, fe - fb).transpose();
+      out.col(err0 + p).noalias() = g * error.row(p).transpose();
+    }
+  }
+
+  const Frozen& f_;
+  RowMatrixXf G_, d_in_, d_x2_, d_mid_, tmp_, d_z_, d_v_, d_ln1_, d_x1_, pattern_, gather_, mixed_;
+};
+
+InputPoint transcoder_input(const Sae& t, const ModelConfig& c, int l) {
+  const auto in = parse_hook_key(c, t.hook_in);
+  const auto out = parse_hook_key(c, t.hook_out);
+  const std::string name = "the transcoder of layer " + std::to_string(l) + " (" + t.name + ")";
+  if (!t.is_transcoder())
+    throw Error(name + " is an SAE (it reads and writes " + t.hook_in +
+                "); an attribution graph needs transcoders, which read an MLP's input and write its output.");
+  if (!in || in->layer != l || (in->hook != HookPoint::Ln2Normalized && in->hook != HookPoint::ResidMid))
+    throw Error(name + " reads " + t.hook_in + "; an attribution graph needs blocks." + std::to_string(l) +
+                ".ln2.hook_normalized or blocks." + std::to_string(l) + ".hook_resid_mid.");
+  if (!out || out->layer != l || out->hook != HookPoint::MlpOut || t.hook_out_before_post_norm)
+    throw Error(name + " writes " + t.hook_out + "; an attribution graph needs blocks." + std::to_string(l) + ".hook_mlp_out.");
+  if (in->hook == HookPoint::ResidMid && c.architecture.parallel_blocks)
+    throw Error(name + " reads hook_resid_mid, which a parallel block's MLP does not read; use ln2.hook_normalized.");
+  if (t.norm != SaeNorm::None || t.rescale_acts_by_decoder_norm || t.activation == SaeActivation::Gated)
+    throw Error(name + " normalises its activations, rescales them by the decoder's norm or is gated; attribution "
+                       "graphs take transcoders whose pre-activation is linear in their input, as circuit-tracer's are.");
+  if (t.d_in != c.d_model || t.d_out != c.d_model)
+    throw Error(name + " is " + std::to_string(t.d_in) + " -> " + std::to_string(t.d_out) + " wide; the model's d_model is " +
+                std::to_string(c.d_model) + ".");
+  return in->hook == HookPoint::Ln2Normalized ? InputPoint::Ln2Normalized : InputPoint::ResidMid;
+}
+
+VectorXf inverse(const VectorXf& scale) { return scale.cwiseInverse(); }
+
+bool is_sae_folder(const std::filesystem::path& d) {
+  return std::filesystem::exists(d / "cfg.json") || std::filesystem::exists(d / "config.yaml") ||
+         std::filesystem::exists(d / "params.npz");
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<const Sae>> load_graph_transcoders(const std::vector<std::filesystem::path>& dirs,
+                                                               const ModelConfig& config) {
+  namespace fs = std::filesystem;
+  std::vector<std::shared_ptr<const Sae>> by_layer(static_cast<size_t>(config.n_layers));
+  std::vector<fs::path> from(static_cast<size_t>(config.n_layers));
+  auto take = [&](const fs::path& folder, bool only_transcoders) {
+    SaeSet set = load_sae_folder(folder);
+    for (Sae& s : set.saes) {
+      if (!s.is_transcoder()) {
+        if (only_transcoders) continue;
+        throw Error(folder.string() + " is an SAE reading " + s.hook_in + ", not a transcoder; an attribution graph needs "
+                    "transcoders (an MLP's input to its output).");
+      }
+      check_sae_fits(s, config);
+      if (s.layer < 0 || s.layer >= config.n_layers)
+        throw Error(folder.string() + " reads " + s.hook_in + ", which is not in one of the model's blocks.");
+      const size_t l = static_cast<size_t>(s.layer);
+      if (by_layer[l])
+        throw Error("two transcoders read layer " + std::to_string(s.layer) + ": " + from[l].string() + " and " +
+                    folder.string() + "; give one per layer.");
+      from[l] = folder;
+      by_layer[l] = std::make_shared<const Sae>(std::move(s));
+    }
+  };
+  for (const fs::path& d : dirs) {
+    if (!fs::is_directory(d)) throw Error(d.string() + " is not a folder; give a transcoder folder or a folder of them.");
+    if (is_sae_folder(d)) {
+      take(d, false);
+      continue;
+    }
+    std::vector<fs::path> subs;
+    for (const auto& e : fs::directory_iterator(d))
+      if (e.is_directory() && is_sae_folder(e.path())) subs.push_back(e.path());
+    std::sort(subs.begin(), subs.end());
+    if (subs.empty())
+      throw Error(d.string() + " holds no transcoder: no cfg.json (SAELens), config.yaml (circuit-tracer) or params.npz "
+                  "(Gemma Scope), in it or in its sub-folders.");
+    for (const fs::path& s : subs) take(s, true);
+  }
+  std::string missing;
+  for (int l = 0; l < config.n_layers; ++l)
+    if (!by_layer[static_cast<size_t>(l)]) missing += (missing.empty() ? "" : ", ") + std::to_string(l);
+  if (!missing.empty())
+    throw Error("an attribution graph needs a transcoder for every layer, and none was given for layer" +
+                std::string(missing.find(',') == std::string::npos ? " " : "s ") + missing + ".");
+  return by_layer;
+}
+
+AttributionGraph attribution_graph(const ActivationCache& cache, const std::vector<std::shared_ptr<const Sae>>& transcoders,
+                                   const GraphOptions& options) {
+  const ModelConfig& c = cache.config();
+  const Weights& W = *cache.weights();
+  const int S = cache.n_pos(), L = c.n_layers, D = c.d_model;
+  if (!cache.interventions.empty())
+    throw Error("an attribution graph explains a plain run, and this run was made with edits; run the prompt without them.");
+  if (cache.n_layer() != L || S == 0 || cache.layer(0).resid_pre.rows() != S)
+    throw Error("an attribution graph needs every activation of the run, and this run kept only the logits.");
+  if (static_cast<int>(transcoders.size()) != L)
+    throw Error("an attribution graph needs one transcoder for each of the model's " + std::to_string(L) + " layers; " +
+                std::to_string(transcoders.size()) + " were given.");
+  const ThreadScope threads(options.threads > 0 ? options.threads : omp_get_num_procs());
+
+  AttributionGraph g;
+  g.tokens = cache.tokens();
+  g.n_layers = L;
+  g.n_pos = S;
+  g.zero_first = true;
+
+  Frozen f;
+  f.c = &c;
+  f.cache = &cache;
+  f.S = S;
+  f.L = L;
+  f.D = D;
+  f.norm = c.architecture.norm;
+  f.parallel = c.architecture.parallel_blocks;
+  f.final_w = W.final_norm_w();
+  f.inv_final = inverse(cache.ln_final_scale);
+  const Eigen::Index q_width = Eigen::Index{c.n_heads} * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
+
+  // The transcoders on the run: active features, decoder rows, errors, encoder columns.
+  std::vector<float> pre;            // per active feature: its encoder pre-activation
+  RowMatrixXf encoder;               // [n_active, d_model]: the encoder column of each
+  std::vector<RowMatrixXf> enc_parts, out_parts;
+  f.begin.assign(static_cast<size_t>(L), std::vector<int>(static_cast<size_t>(S) + 1, 0));
+  for (int l = 0; l < L; ++l) {
+    const Sae& t = *transcoders[static_cast<size_t>(l)];
+    f.input.push_back(transcoder_input(t, c, l));
+    g.d_transcoder = std::max(g.d_transcoder, t.d_sae);
+    const RowMatrixXf x = hook_rows(cache, t.hook_in);
+    SaeRun run = run_sae(t, x);
+    RowMatrixXf error = cache.rows(HookPoint::MlpOut, l) - run.sae_out;
+    if (g.zero_first) {
+      run.feature_acts.row(0).setZero();
+      error.row(0).setZero();
+    }
+    f.error.push_back(std::move(error));
+    f.skip.push_back(t.W_skip.size() > 0 ? &t.W_skip : nullptr);
+    std::vector<int>& begin = f.begin[static_cast<size_t>(l)];
+    std::vector<std::pair<int, int>> here;  // (pos, latent)
+    for (int p = 0; p < S; ++p) {
+      begin[static_cast<size_t>(p)] = static_cast<int>(g.active.size());
+      for (int u = 0; u < t.d_sae; ++u) {
+        const float a = run.feature_acts(p, u);
+        if (a == 0.0f) continue;
+        g.active.push_back({l, p, u, a});
+        here.emplace_back(p, u);
+      }
+    }
+    begin[static_cast<size_t>(S)] = static_cast<int>(g.active.size());
+    RowMatrixXf enc(static_cast<Eigen::Index>(here.size()), D), out(static_cast<Eigen::Index>(here.size()), D);
+    for (size_t i = 0; i < here.size(); ++i) {
+      const auto [p, u] = here[i];
+      const Eigen::Index r = static_cast<Eigen::Index>(i);
+      enc.row(r) = t.W_enc.col(u).transpose();
+      out.row(r) = run.feature_acts(p, u) * t.W_dec.row(u);
+      // SAELens's encode: (x - b_dec if apply_b_dec_to_input) @ W_enc + b_enc, summed in double.
+      double s = t.b_enc.size() > 0 ? double{t.b_enc(u)} : 0.0;
+      for (int d = 0; d < D; ++d)
+        s += (double{x(p, d)} - (t.apply_b_dec_to_input ? double{t.b_dec(d)} : 0.0)) * double{t.W_enc(d, u)};
+      pre.push_back(static_cast<float>(s));
+    }
+    enc_parts.push_back(std::move(enc));
+    out_parts.push_back(std::move(out));
+  }
+  f.n_active = static_cast<int>(g.active.size());
+  encoder.resize(f.n_active, D);
+  f.out.resize(f.n_active, D);
+  for (Eigen::Index r = 0; const auto& e : enc_parts) {
+    encoder.middleRows(r, e.rows()) = e;
+    r += e.rows();
+  }
+  for (Eigen::Index r = 0; const auto& o : out_parts) {
+    f.out.middleRows(r, o.rows()) = o;
+    r += o.rows();
+  }
+  enc_parts.clear();
+  out_parts.clear();
+
+  // The frozen norms and the attention's value and output matrices.
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& lw = W.layer(l);
+    VectorXf scale;
+    cache.block_norm(l, 1, &scale);
+    f.inv1.push_back(inverse(scale));
+    cache.block_norm(l, 2, &scale);
+    f.inv2.push_back(inverse(scale));
+    f.w1.push_back(lw.norm1_w);
+    f.w2.push_back(lw.norm2_w);
+    f.inv_post1.push_back(c.architecture.post_attn_norm ? inverse(cache.post_norm_scale(l, 1)) : VectorXf());
+    f.w_post1.push_back(lw.post_attn_norm_w);
+    f.W_O.emplace_back(W.W_O_all(l));
+    f.W_V.emplace_back(W.W_qkv(l).middleCols(q_width + kv_width, kv_width));
+  }
+  f.embed.resize(S, D);
+  for (int p = 0; p < S; ++p) W.embedding_row(cache.tokens()[static_cast<size_t>(p)], f.embed.row(p).data());
+
+  // The logits: the smallest set of top tokens reaching the probability, at most max_logits.
+  const RowVectorXf last = cache.logits.row(S - 1);
+  {
+    const double top = last.maxCoeff();
+    std::vector<double> prob(static_cast<size_t>(c.d_vocab));
+    double sum = 0.0;
+    for (int v = 0; v < c.d_vocab; ++v) sum += prob[static_cast<size_t>(v)] = std::exp(double{last(v)} - top);
+    std::vector<int> order(static_cast<size_t>(c.d_vocab));
+    std::iota(order.begin(), order.end(), 0);
+    const int k = std::min(options.max_logits, c.d_vocab);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+      return prob[static_cast<size_t>(a)] != prob[static_cast<size_t>(b)] ? prob[static_cast<size_t>(a)] > prob[static_cast<size_t>(b)]
+                                                                          : a < b;
+    });
+    double cum = 0.0;
+    for (int i = 0; i < k; ++i) {
+      const int v = order[static_cast<size_t>(i)];
+      g.logit_tokens.push_back(v);
+      g.logit_probs.push_back(static_cast<float>(prob[static_cast<size_t>(v)] / sum));
+      cum += prob[static_cast<size_t>(v)] / sum;
+      if (cum >= options.logit_probability) break;  // searchsorted(cumsum, p) + 1
+    }
+  }
+  const int n_logits = static_cast<int>(g.logit_tokens.size());
+  RowMatrixXf logit_dirs(n_logits, D);
+  {
+    // The mean unembedding column, summed in double.
+    // Row by row: unembed_rows() would materialise the whole matrix (2.4 GB on Gemma 2).
+    Eigen::Matrix<double, 1, Eigen::Dynamic> mean = Eigen::Matrix<double, 1, Eigen::Dynamic>::Zero(D);
+    RowVectorXf row(D);
+    for (int v = 0; v < c.d_vocab; ++v) {
+      W.unembed_row(v, row.data());
+      mean += row.cast<double>();
+    }
+    mean /= c.d_vocab;
+    for (int i = 0; i < n_logits; ++i) {
+      W.unembed_row(g.logit_tokens[static_cast<size_t>(i)], logit_dirs.row(i).data());
+      logit_dirs.row(i) = (logit_dirs.row(i).cast<double>() - mean).cast<float>();
+    }
+  }
+
+  // The rows: logits first, then features (circuit-tracer's phases 3 and 4).
+  const int total = f.n_active;
+  const int max_features = options.max_feature_nodes > 0 ? std::min(options.max_feature_nodes, total) : total;
+  const int batch = std::max(1, options.batch);
+  RowMatrixXf rows = RowMatrixXf::Zero(n_logits + max_features, f.n_cols());
+  std::vector<int> row_feature(static_cast<size_t>(max_features), -1);  // which feature each feature row is
+  std::vector<Target> logit_targets;
+  for (int i = 0; i < n_logits; ++i) logit_targets.push_back({L, S - 1, logit_dirs.row(i).data()});
+  auto run_batches = [&](const std::vector<std::vector<Target>>& batches, const std::vector<int>& first_row) {
+#pragma omp parallel
+    {
+      BatchPass pass(f);
+#pragma omp for schedule(dynamic, 1)
+      for (int i = 0; i < static_cast<int>(batches.size()); ++i) {
+        const auto& b = batches[static_cast<size_t>(i)];
+        pass.run(b, rows.middleRows(first_row[static_cast<size_t>(i)], static_cast<Eigen::Index>(b.size())));
+      }
+    }
+  };
+  {
+    std::vector<std::vector<Target>> batches;
+    std::vector<int> first;
+    for (int i = 0; i < n_logits; i += batch) {
+      batches.emplace_back(logit_targets.begin() + i, logit_targets.begin() + std::min(n_logits, i + batch));
+      first.push_back(i);
+    }
+    run_batches(batches, first);
+  }
+  std::vector<char> visited(static_cast<size_t>(total), 0);
+  int n_visited = 0;
+  while (n_visited < max_features) {
+    std::vector<int> pending;
+    if (max_features == total) {
+      pending.resize(static_cast<size_t>(total));
+      std::iota(pending.begin(), pending.end(), 0);
+    } else {
+      // compute_partial_influences over the rows so far: |rows| normalised by row, propagated
+      // from the logits' probabilities through the rows' nodes.
+      const int st = n_logits + n_visited;
+      std::vector<double> inv_sum(static_cast<size_t>(st));
+      for (int r = 0; r < st; ++r) inv_sum[static_cast<size_t>(r)] = 1.0 / std::max(double{rows.row(r).cwiseAbs().cast<double>().sum()}, 1e-8);
+      std::vector<double> prod(static_cast<size_t>(f.n_cols()), 0.0), influence(static_cast<size_t>(f.n_cols()), 0.0);
+      std::vector<double> weight(static_cast<size_t>(st));
+      for (int i = 0; i < n_logits; ++i) weight[static_cast<size_t>(i)] = g.logit_probs[static_cast<size_t>(i)];
+      for (int it = 0; it < 128; ++it) {
+        if (it > 0)
+          for (int r = n_logits; r < st; ++r)
+            weight[static_cast<size_t>(r)] = prod[static_cast<size_t>(row_feature[static_cast<size_t>(r - n_logits)])];
+        if (it > 0)
+          for (int i = 0; i < n_logits; ++i) weight[static_cast<size_t>(i)] = 0.0;  // logits are nobody's source
+        std::fill(prod.begin(), prod.end(), 0.0);
+        bool any = false;
+        for (int r = 0; r < st; ++r) {
+          const double w = weight[static_cast<size_t>(r)] * inv_sum[static_cast<size_t>(r)];
+          if (w == 0.0) continue;
+          for (int col = 0; col < f.n_cols(); ++col) prod[static_cast<size_t>(col)] += w * std::abs(double{rows(r, col)});
+        }
+        for (int col = 0; col < f.n_cols(); ++col) {
+          influence[static_cast<size_t>(col)] += prod[static_cast<size_t>(col)];
+          any = any || prod[static_cast<size_t>(col)] != 0.0;
+        }
+        if (!any) break;
+      }
+      std::vector<int> rank(static_cast<size_t>(total));
+      std::iota(rank.begin(), rank.end(), 0);
+      std::stable_sort(rank.begin(), rank.end(), [&](int a, int b) {
+        return influence[static_cast<size_t>(a)] > influence[static_cast<size_t>(b)];
+      });
+      const int queue = std::min(options.update_interval * batch, max_features - n_visited);
+      for (int i : rank) {
+        if (static_cast<int>(pending.size()) >= queue) break;
+        if (!visited[static_cast<size_t>(i)]) pending.push_back(i);
+      }
+    }
+    std::vector<std::vector<Target>> batches;
+    std::vector<int> first;
+    for (size_t i = 0; i < pending.size(); i += static_cast<size_t>(batch)) {
+      std::vector<Target> b;
+      for (size_t j = i; j < std::min(pending.size(), i + static_cast<size_t>(batch)); ++j) {
+        const int id = pending[j];
+        const AttributionGraph::Feature& ft = g.active[static_cast<size_t>(id)];
+        b.push_back({ft.layer, ft.pos, encoder.row(id).data()});
+        row_feature[static_cast<size_t>(n_visited) + j] = id;
+        visited[static_cast<size_t>(id)] = 1;
+      }
+      batches.push_back(std::move(b));
+      first.push_back(n_logits + n_visited + static_cast<int>(i));
+    }
+    run_batches(batches, first);
+    n_visited += static_cast<int>(pending.size());
+  }
+
+  // The graph: the selected features' rows in feature order, the logits' last; the columns of
+  // the features not selected dropped.
+  for (int i = 0; i < total; ++i)
+    if (visited[static_cast<size_t>(i)]) g.selected.push_back(i);
+  const int n_sel = static_cast<int>(g.selected.size());
+  const int N = g.n_nodes();
+  std::vector<int> column(static_cast<size_t>(N));  // the rows' column of each node (logits: none)
+  for (int i = 0; i < n_sel; ++i) column[static_cast<size_t>(i)] = g.selected[static_cast<size_t>(i)];
+  for (int i = n_sel; i < n_sel + L * S + S; ++i) column[static_cast<size_t>(i)] = total + (i - n_sel);
+  std::vector<int> feature_row(static_cast<size_t>(total), -1);
+  for (int r = 0; r < max_features; ++r) feature_row[static_cast<size_t>(row_feature[static_cast<size_t>(r)])] = n_logits + r;
+  g.adjacency = RowMatrixXf::Zero(N, N);
+  auto copy_row = [&](int node, int r) {
+    for (int j = 0; j < n_sel + L * S + S; ++j) g.adjacency(node, j) = rows(r, column[static_cast<size_t>(j)]);
+  };
+  for (int i = 0; i < n_sel; ++i) copy_row(i, feature_row[static_cast<size_t>(g.selected[static_cast<size_t>(i)])]);
+  for (int i = 0; i < n_logits; ++i) copy_row(g.logit_node(i), i);
+
+  g.node_input.assign(static_cast<size_t>(N), 0.0f);
+  for (int i = 0; i < n_sel; ++i) g.node_input[static_cast<size_t>(i)] = pre[static_cast<size_t>(g.selected[static_cast<size_t>(i)])];
+  {
+    const RowVectorXf raw = cache.logits_before_softcap(S - 1);
+    const double mean = raw.cast<double>().mean();
+    for (int i = 0; i < n_logits; ++i)
+      g.node_input[static_cast<size_t>(g.logit_node(i))] = static_cast<float>(double{raw(g.logit_tokens[static_cast<size_t>(i)])} - mean);
+  }
+  return g;
+}
+
+}  // namespace hs

@@ -1,0 +1,120 @@
+// Attribution graphs (issue 26): the direct linear effects between transcoder features, error
+// nodes, token embeddings and the top next-token logits of one prompt, computed as circuit-tracer
+// computes them (safety-research/circuit-tracer, circuit_tracer/attribution.py, _run_attribution
+// and AttributionContext; replacement_model.py, _configure_gradient_flow and setup_attribution).
+//
+// The local replacement model. The real run is taken once; then every attention pattern and every
+// norm's scale (ln1, ln2, the post-attention and post-MLP norms, ln_final) is frozen at the run's
+// value, and each MLP's output is a constant for gradients (its transcoder's features and an error
+// node stand in for it; only a skip transcoder's linear W_skip x carries a gradient through). What
+// is left is linear in the residual stream, and reproduces the real run exactly.
+//
+// Nodes, in circuit-tracer's order (Graph's docstring, graph.py):
+//   features  every active transcoder latent (layer, pos, latent), sorted by layer, then position,
+//             then latent (torch's coalesced sparse order);
+//   errors    one per (layer, pos), layer-major: the real hook_mlp_out minus the transcoder's output;
+//   tokens    one per position: the token's embedding as the residual stream receives it;
+//   logits    the last position's most probable tokens until their probabilities sum to 0.95, at
+//             most 10 (compute_salient_logits).
+// The features and error vectors at position 0 are zeroed, as circuit-tracer's main branch always
+// does (its ensure_tokenized puts a special token first; the June 2025 release did so only when the
+// first token was special): no feature node there, and its error nodes carry 0. What position 0's
+// MLP wrote is then a constant, as biases are.
+//
+// An edge A[target, source] (rows targets, columns sources) is the source's vector (a feature's
+// activation times its decoder row, an error vector, a token embedding) dotted with the gradient,
+// at the source's output point, of the target's input through the frozen model: a feature's
+// encoder pre-activation (its encoder column injected at its transcoder's input hook), a logit's
+// demeaned logit (the unembedding column minus the mean column, injected after ln_final). Each
+// target's row is one backward pass; the passes are batched (circuit-tracer's compute_batch), each
+// batch cut to the positions and layers its targets can reach.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/cache.h"
+#include "core/tensor/eigen.h"
+
+namespace hs {
+
+struct Sae;
+
+struct GraphOptions {
+  int max_logits = 10;             // circuit-tracer's max_n_logits
+  double logit_probability = 0.95; // desired_logit_prob
+  int batch = 64;                  // targets per backward pass
+  // Rows computed for at most this many features, chosen by their influence on the logits as
+  // circuit-tracer's max_feature_nodes does (the partial influences of the rows so far, updated
+  // every update_interval batches); 0: every active feature.
+  int max_feature_nodes = 0;
+  int update_interval = 4;
+  int threads = 0;                 // 0: every core
+};
+
+struct AttributionGraph {
+  std::vector<int32_t> tokens;
+  int n_layers = 0;
+  int n_pos = 0;
+  int d_transcoder = 0;
+  bool zero_first = true;  // position 0's features and error vectors were zeroed
+
+  // Every active feature (circuit-tracer's active_features and activation_values).
+  struct Feature {
+    int layer = 0, pos = 0, latent = 0;
+    float activation = 0.0f;
+  };
+  std::vector<Feature> active;
+  // The features that are nodes (all of them unless max_feature_nodes chose), indices into
+  // `active`, ascending (circuit-tracer's selected_features).
+  std::vector<int> selected;
+
+  std::vector<int32_t> logit_tokens;
+  std::vector<float> logit_probs;
+
+  // [n_nodes, n_nodes], rows targets, columns sources, nodes ordered selected features, errors,
+  // tokens, logits. Rows of errors and tokens are zero (they have no inputs), as are the columns
+  // of logits.
+  RowMatrixXf adjacency;
+  // Each node's input in the real run: a feature's encoder pre-activation, a logit's demeaned
+  // logit (before a final soft-cap); 0 for errors and tokens. The row sum of adjacency plus the
+  // bias terms (biases, position embeddings, position 0's MLP output) is this.
+  std::vector<float> node_input;
+
+  int n_features() const { return static_cast<int>(selected.size()); }
+  int n_errors() const { return n_layers * n_pos; }
+  int n_logits() const { return static_cast<int>(logit_tokens.size()); }
+  int n_nodes() const { return n_features() + n_errors() + n_pos + n_logits(); }
+  int error_node(int layer, int pos) const { return n_features() + layer * n_pos + pos; }
+  int token_node(int pos) const { return n_features() + n_errors() + pos; }
+  int logit_node(int i) const { return n_features() + n_errors() + n_pos + i; }
+  enum class Kind : uint8_t { Feature, Error, Token, Logit };
+  Kind kind(int node) const;
+  // Neuronpedia's node id, as circuit-tracer's frontend/graph_models.py writes it: features
+  // "{layer}_{latent}_{pos}", errors "{layer}_-1_{pos}" (its later releases: the older "0_{layer}_{pos}"
+  // collides with layer-0 features), tokens "E_{token}_{pos}", logits "{n_layers + 1}_{token}_{pos}".
+  std::string node_id(int node) const;
+  // The node's layer and position (tokens: layer -1; logits: n_layers, the last position).
+  int node_layer(int node) const;
+  int node_pos(int node) const;
+};
+
+// The transcoders of `dirs`, one per layer of the model, in layer order. Each folder is a
+// transcoder (a SAELens folder, a circuit-tracer set, a Gemma Scope folder), or a folder of such
+// folders (a model's saes/), whose SAEs that are not transcoders are passed over. Throws hs::Error
+// naming a layer with none or two, or a transcoder that does not fit the model.
+std::vector<std::shared_ptr<const Sae>> load_graph_transcoders(const std::vector<std::filesystem::path>& dirs,
+                                                               const ModelConfig& config);
+
+// The graph of the run `cache` holds (a plain full run: no interventions, every activation) with
+// one transcoder per layer, in layer order. Each must read blocks.L.ln2.hook_normalized or
+// blocks.L.hook_resid_mid of its layer and write blocks.L.hook_mlp_out, without an activation
+// normalisation or decoder-norm rescaling (circuit-tracer's transcoders have neither); throws
+// hs::Error naming what does not fit.
+AttributionGraph attribution_graph(const ActivationCache& cache, const std::vector<std::shared_ptr<const Sae>>& transcoders,
+                                   const GraphOptions& options = {});
+
+}  // namespace hs
