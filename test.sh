@@ -4,7 +4,7 @@
 #   2. the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/);
 #   3. a short run of every fuzz target (build-fuzz/, clang-14 libFuzzer; tools/fuzz/run.sh).
 # Any failure, sanitizer report or fuzz finding stops the script with a non-zero exit code.
-# HEADSCOPE_FUZZ_SECONDS sets the fuzz time per target (default 12: fourteen targets, one per core at a
+# HEADSCOPE_FUZZ_SECONDS sets the fuzz time per target (default 12: fifteen targets, one per core at a
 # time, so about 80 seconds on two cores).
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -280,6 +280,35 @@ def main():
     write("scan_output", "two_layers_ctx_1", scan_output(n_layers=2, n_heads=1, n_ctx=1, prompts=1, rng=rng))
     write("scan_output", "heads", scan_output(heads=True, rng=random.Random(5)))
 
+    # attribution graph JSON (fuzz_graph_json.cpp): a small graph as headscope-cli graph writes it,
+    # circuit-tracer's older error ids and pinned supernodes, and one with a dangling link
+    def graph(error_id="0_-1_1", links=None, qparams=None):
+        nodes = [
+            {"node_id": "0_3_1", "feature": 9, "layer": "0", "ctx_idx": 1, "feature_type": "cross layer transcoder",
+             "token_prob": 0.0, "is_target_logit": False, "influence": 0.4, "activation": 1.5, "clerp": ""},
+            {"node_id": error_id, "feature": -1, "layer": "0", "ctx_idx": 1, "feature_type": "mlp reconstruction error",
+             "influence": 0.7, "activation": None},
+            {"node_id": "E_290_0", "feature": 0, "layer": "E", "ctx_idx": 0, "feature_type": "embedding"},
+            {"node_id": "E_51_1", "feature": 1, "layer": "E", "ctx_idx": 1, "feature_type": "embedding"},
+            {"node_id": "2_257_1", "feature": 257, "layer": "2", "ctx_idx": 1, "feature_type": "logit",
+             "token_prob": 0.9, "is_target_logit": True, "clerp": "Output \" a\" (p=0.900)"},
+        ]
+        links = links if links is not None else [
+            {"source": "E_51_1", "target": "0_3_1", "weight": 0.5},
+            {"source": "0_3_1", "target": "2_257_1", "weight": -1.25},
+            {"source": error_id, "target": "2_257_1", "weight": 2e-3}]
+        return json.dumps({"metadata": {"slug": "seed", "scan": "headscope-tiny", "transcoder_list": [],
+                                        "prompt_tokens": ["<|endoftext|>", " a"], "prompt": "<|endoftext|> a",
+                                        "node_threshold": 0.8, "schema_version": 1},
+                           "qParams": qparams or {"pinnedIds": [], "supernodes": [], "linkType": "both",
+                                                  "clickedId": "", "sg_pos": ""},
+                           "nodes": nodes, "links": links}, indent=1)
+    write("graph_json", "small", graph())
+    write("graph_json", "old_error_ids_pinned", graph(error_id="0_0_1", qparams={
+        "pinnedIds": ["0_3_1", "2_257_1"], "supernodes": [["say a", "0_3_1", "0_0_1"]], "linkType": "both",
+        "clickedId": "0_3_1", "sg_pos": ""}))
+    write("graph_json", "dangling_link", graph(links=[{"source": "E_51_1", "target": "9_9_9", "weight": 1}]))
+
     # model.safetensors.index.json (fuzz_shard_index.cpp)
     names = sorted(shapes())
     half = len(names) // 2

@@ -7,7 +7,7 @@
 #   HEADSCOPE_FUZZ_BUILD   build folder (default: build-fuzz at the repository root)
 #   HEADSCOPE_FUZZ_TARGETS space-separated subset of: safetensors config tokenizer_files tokenize export
 #                          tokenizer_json llama2c_tokenizer edits scan_rows scan_output shard_index
-#                          llama2c_checkpoint sae_config unit_dashboard
+#                          llama2c_checkpoint sae_config unit_dashboard graph_json
 #   HEADSCOPE_FUZZ_JOBS    build parallelism, and how many targets run at once (default 2)
 #
 # Each target starts from its committed seeds (tools/fuzz/corpus/<target>) plus what earlier runs
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 SECONDS_PER_TARGET=${1:-60}
 BUILD=${HEADSCOPE_FUZZ_BUILD:-$ROOT/build-fuzz}
-TARGETS=(${HEADSCOPE_FUZZ_TARGETS:-safetensors config tokenizer_files tokenize export tokenizer_json llama2c_tokenizer edits scan_rows scan_output shard_index llama2c_checkpoint sae_config unit_dashboard})
+TARGETS=(${HEADSCOPE_FUZZ_TARGETS:-safetensors config tokenizer_files tokenize export tokenizer_json llama2c_tokenizer edits scan_rows scan_output shard_index llama2c_checkpoint sae_config unit_dashboard graph_json})
 JOBS=${HEADSCOPE_FUZZ_JOBS:-2}
 
 if ! command -v clang++-14 >/dev/null; then
@@ -31,7 +31,8 @@ cmake -S tools/fuzz -B "$BUILD" -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
 cmake --build "$BUILD" -j"$JOBS" >/dev/null
 
 declare -A DICT=([safetensors]=safetensors [config]=config [tokenizer_files]=tokenizer [tokenize]=tokenizer [tokenizer_json]=tokenizer
-                [scan_rows]=scan [scan_output]=scan [shard_index]=shard_index [sae_config]=sae_config)
+                [scan_rows]=scan [scan_output]=scan [shard_index]=shard_index [sae_config]=sae_config
+                [graph_json]=graph)
 # Thread start-up in the OpenMP runtime is noise for the fuzzer; one thread runs the same code.
 export OMP_NUM_THREADS=1
 # Leak checking stays on; UBSan reports abort with a stack.
