@@ -83,12 +83,13 @@ struct Frozen {
   // Sources, per layer.
   std::vector<InputPoint> input;
   std::vector<const RowMatrixXf*> skip;  // [d_out, d_in] or nullptr
-  std::vector<RowMatrixXf> error;        // [S, d_model]
-  RowMatrixXf out;                       // [n_active, d_model]: activation x decoder row
-  std::vector<std::vector<int>> begin;   // [layer][pos]: the first active feature there (size S + 1)
+  std::vector<RowMatrixXf> error;        // [S, d_model] per layer; empty when the graph has no error nodes
+  RowMatrixXf out;                       // [n_active, d_model]: each unit's vector in the residual stream
+  std::vector<std::vector<int>> begin;   // [layer][pos]: the first active unit there (size S + 1)
   RowMatrixXf embed;                     // [S, d_model]: the token nodes' vectors
   int n_active = 0;
-  int n_cols() const { return n_active + L * S + S; }
+  int n_err() const { return error.empty() ? 0 : L * S; }
+  int n_cols() const { return n_active + n_err() + S; }
 };
 
 // One target: the vector injected as the gradient at its input point (a transcoder's input at its
@@ -186,7 +187,7 @@ class BatchPass {
       if (any && f_.parallel) G_ += d_x2_;
     }
     // G_ is the gradient at resid_pre(0): hook_embed's (and the position embedding's).
-    const Eigen::Index tok0 = f_.n_active + Eigen::Index{f_.L} * f_.S;
+    const Eigen::Index tok0 = f_.n_active + Eigen::Index{f_.n_err()};
     for (Eigen::Index p = 0; p < Sb; ++p) out.col(tok0 + p).noalias() = rows_at(p, B, Sb) * f_.embed.row(p).transpose();
   }
 
@@ -198,13 +199,13 @@ class BatchPass {
 
   void read_sources(int l, Eigen::Index B, Eigen::Index Sb, Eigen::Ref<RowMatrixXf> out) {
     const std::vector<int>& begin = f_.begin[static_cast<size_t>(l)];
-    const RowMatrixXf& error = f_.error[static_cast<size_t>(l)];
+    const RowMatrixXf* error = f_.error.empty() ? nullptr : &f_.error[static_cast<size_t>(l)];
     const Eigen::Index err0 = f_.n_active + Eigen::Index{l} * f_.S;
     for (Eigen::Index p = 0; p < Sb; ++p) {
       const auto g = rows_at(p, B, Sb);
       const int fb = begin[static_cast<size_t>(p)], fe = begin[static_cast<size_t>(p) + 1];
       if (fe > fb) out.middleCols(fb, fe - fb).noalias() = g * f_.out.middleRows(fb, fe - fb).transpose();
-      out.col(err0 + p).noalias() = g * error.row(p).transpose();
+      if (error) out.col(err0 + p).noalias() = g * error->row(p).transpose();
     }
   }
 
@@ -292,97 +293,44 @@ std::vector<std::shared_ptr<const Sae>> load_graph_transcoders(const std::vector
   return by_layer;
 }
 
-AttributionGraph attribution_graph(const ActivationCache& cache, const std::vector<std::shared_ptr<const Sae>>& transcoders,
-                                   const GraphOptions& options) {
+namespace {
+
+// The checks both kinds of graph make, and the frozen model's dimensions.
+Frozen start(const ActivationCache& cache, AttributionGraph& g) {
   const ModelConfig& c = cache.config();
-  const Weights& W = *cache.weights();
-  const int S = cache.n_pos(), L = c.n_layers, D = c.d_model;
+  const int S = cache.n_pos(), L = c.n_layers;
   if (!cache.interventions.empty())
     throw Error("an attribution graph explains a plain run, and this run was made with edits; run the prompt without them.");
   if (cache.n_layer() != L || S == 0 || cache.layer(0).resid_pre.rows() != S)
     throw Error("an attribution graph needs every activation of the run, and this run kept only the logits.");
-  if (static_cast<int>(transcoders.size()) != L)
-    throw Error("an attribution graph needs one transcoder for each of the model's " + std::to_string(L) + " layers; " +
-                std::to_string(transcoders.size()) + " were given.");
-  const ThreadScope threads(options.threads > 0 ? options.threads : omp_get_num_procs());
-
-  AttributionGraph g;
   g.tokens = cache.tokens();
   g.n_layers = L;
   g.n_pos = S;
   g.zero_first = true;
-
   Frozen f;
   f.c = &c;
   f.cache = &cache;
   f.S = S;
   f.L = L;
-  f.D = D;
+  f.D = c.d_model;
   f.norm = c.architecture.norm;
   f.parallel = c.architecture.parallel_blocks;
-  f.final_w = W.final_norm_w();
+  f.final_w = cache.weights()->final_norm_w();
   f.inv_final = inverse(cache.ln_final_scale);
-  const Eigen::Index q_width = Eigen::Index{c.n_heads} * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
-
-  // The transcoders on the run: active features, decoder rows, errors, encoder columns.
-  std::vector<float> pre;            // per active feature: its encoder pre-activation
-  RowMatrixXf encoder;               // [n_active, d_model]: the encoder column of each
-  std::vector<RowMatrixXf> enc_parts, out_parts;
   f.begin.assign(static_cast<size_t>(L), std::vector<int>(static_cast<size_t>(S) + 1, 0));
-  for (int l = 0; l < L; ++l) {
-    const Sae& t = *transcoders[static_cast<size_t>(l)];
-    f.input.push_back(transcoder_input(t, c, l));
-    g.d_transcoder = std::max(g.d_transcoder, t.d_sae);
-    const RowMatrixXf x = hook_rows(cache, t.hook_in);
-    SaeRun run = run_sae(t, x);
-    RowMatrixXf error = cache.rows(HookPoint::MlpOut, l) - run.sae_out;
-    if (g.zero_first) {
-      run.feature_acts.row(0).setZero();
-      error.row(0).setZero();
-    }
-    f.error.push_back(std::move(error));
-    f.skip.push_back(t.W_skip.size() > 0 ? &t.W_skip : nullptr);
-    std::vector<int>& begin = f.begin[static_cast<size_t>(l)];
-    std::vector<std::pair<int, int>> here;  // (pos, latent)
-    for (int p = 0; p < S; ++p) {
-      begin[static_cast<size_t>(p)] = static_cast<int>(g.active.size());
-      for (int u = 0; u < t.d_sae; ++u) {
-        const float a = run.feature_acts(p, u);
-        if (a == 0.0f) continue;
-        g.active.push_back({l, p, u, a});
-        here.emplace_back(p, u);
-      }
-    }
-    begin[static_cast<size_t>(S)] = static_cast<int>(g.active.size());
-    RowMatrixXf enc(static_cast<Eigen::Index>(here.size()), D), out(static_cast<Eigen::Index>(here.size()), D);
-    for (size_t i = 0; i < here.size(); ++i) {
-      const auto [p, u] = here[i];
-      const Eigen::Index r = static_cast<Eigen::Index>(i);
-      enc.row(r) = t.W_enc.col(u).transpose();
-      out.row(r) = run.feature_acts(p, u) * t.W_dec.row(u);
-      // SAELens's encode: (x - b_dec if apply_b_dec_to_input) @ W_enc + b_enc, summed in double.
-      double s = t.b_enc.size() > 0 ? double{t.b_enc(u)} : 0.0;
-      for (int d = 0; d < D; ++d)
-        s += (double{x(p, d)} - (t.apply_b_dec_to_input ? double{t.b_dec(d)} : 0.0)) * double{t.W_enc(d, u)};
-      pre.push_back(static_cast<float>(s));
-    }
-    enc_parts.push_back(std::move(enc));
-    out_parts.push_back(std::move(out));
-  }
-  f.n_active = static_cast<int>(g.active.size());
-  encoder.resize(f.n_active, D);
-  f.out.resize(f.n_active, D);
-  for (Eigen::Index r = 0; const auto& e : enc_parts) {
-    encoder.middleRows(r, e.rows()) = e;
-    r += e.rows();
-  }
-  for (Eigen::Index r = 0; const auto& o : out_parts) {
-    f.out.middleRows(r, o.rows()) = o;
-    r += o.rows();
-  }
-  enc_parts.clear();
-  out_parts.clear();
+  return f;
+}
 
+// What both kinds of graph share once their units are known (f's sources, `target` [n_active,
+// d_model] each unit's injected vector, `input` each unit's input in the real run): the frozen
+// norms and attention, the logits, the rows (logits first, then units, possibly chosen by
+// influence) and the adjacency. `default_limit` stands for max_feature_nodes < 0.
+AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGraph g, const RowMatrixXf& target,
+                        const std::vector<float>& input, const GraphOptions& options, int default_limit) {
+  const ModelConfig& c = cache.config();
+  const Weights& W = *cache.weights();
+  const int S = f.S, L = f.L, D = f.D;
+  const Eigen::Index q_width = Eigen::Index{c.n_heads} * c.d_head, kv_width = Eigen::Index{c.n_key_value_heads} * c.d_head;
   // The frozen norms and the attention's value and output matrices.
   for (int l = 0; l < L; ++l) {
     const LayerWeights& lw = W.layer(l);
@@ -444,7 +392,9 @@ AttributionGraph attribution_graph(const ActivationCache& cache, const std::vect
 
   // The rows: logits first, then features (circuit-tracer's phases 3 and 4).
   const int total = f.n_active;
-  const int max_features = options.max_feature_nodes > 0 ? std::min(options.max_feature_nodes, total) : total;
+  const int limit = options.max_feature_nodes < 0 ? default_limit : options.max_feature_nodes;
+  const int max_features = limit > 0 ? std::min(limit, total) : total;
+  g.max_feature_nodes = limit;
   const int batch = std::max(1, options.batch);
   RowMatrixXf rows = RowMatrixXf::Zero(n_logits + max_features, f.n_cols());
   std::vector<int> row_feature(static_cast<size_t>(max_features), -1);  // which feature each feature row is
@@ -471,6 +421,7 @@ AttributionGraph attribution_graph(const ActivationCache& cache, const std::vect
     run_batches(batches, first);
   }
   std::vector<char> visited(static_cast<size_t>(total), 0);
+  std::vector<double> inv_sum;  // 1 / each computed row's sum of |edges|
   int n_visited = 0;
   while (n_visited < max_features) {
     std::vector<int> pending;
@@ -479,31 +430,34 @@ AttributionGraph attribution_graph(const ActivationCache& cache, const std::vect
       std::iota(pending.begin(), pending.end(), 0);
     } else {
       // compute_partial_influences over the rows so far: |rows| normalised by row, propagated
-      // from the logits' probabilities through the rows' nodes.
+      // from the logits' probabilities through the rows' nodes. The propagation is linear, so it
+      // runs on the rows' own columns ([st, st - n_logits], small), and the influence on every
+      // column is one pass over the rows with each row's summed weight.
       const int st = n_logits + n_visited;
-      std::vector<double> inv_sum(static_cast<size_t>(st));
-      for (int r = 0; r < st; ++r) inv_sum[static_cast<size_t>(r)] = 1.0 / std::max(double{rows.row(r).cwiseAbs().cast<double>().sum()}, 1e-8);
-      std::vector<double> prod(static_cast<size_t>(f.n_cols()), 0.0), influence(static_cast<size_t>(f.n_cols()), 0.0);
-      std::vector<double> weight(static_cast<size_t>(st));
-      for (int i = 0; i < n_logits; ++i) weight[static_cast<size_t>(i)] = g.logit_probs[static_cast<size_t>(i)];
-      for (int it = 0; it < 128; ++it) {
-        if (it > 0)
-          for (int r = n_logits; r < st; ++r)
-            weight[static_cast<size_t>(r)] = prod[static_cast<size_t>(row_feature[static_cast<size_t>(r - n_logits)])];
-        if (it > 0)
-          for (int i = 0; i < n_logits; ++i) weight[static_cast<size_t>(i)] = 0.0;  // logits are nobody's source
-        std::fill(prod.begin(), prod.end(), 0.0);
-        bool any = false;
-        for (int r = 0; r < st; ++r) {
-          const double w = weight[static_cast<size_t>(r)] * inv_sum[static_cast<size_t>(r)];
-          if (w == 0.0) continue;
-          for (int col = 0; col < f.n_cols(); ++col) prod[static_cast<size_t>(col)] += w * std::abs(double{rows(r, col)});
-        }
-        for (int col = 0; col < f.n_cols(); ++col) {
-          influence[static_cast<size_t>(col)] += prod[static_cast<size_t>(col)];
-          any = any || prod[static_cast<size_t>(col)] != 0.0;
-        }
-        if (!any) break;
+      for (int r = static_cast<int>(inv_sum.size()); r < st; ++r)
+        inv_sum.push_back(1.0 / std::max(double{rows.row(r).cwiseAbs().cast<double>().sum()}, 1e-8));
+      const int sf = st - n_logits;
+      Eigen::MatrixXd sub(st, sf);  // sub(r, k): row r's normalised |edge| from the node of feature row k
+      for (int r = 0; r < st; ++r)
+        for (int k = 0; k < sf; ++k)
+          sub(r, k) = inv_sum[static_cast<size_t>(r)] * std::abs(double{rows(r, row_feature[static_cast<size_t>(k)])});
+      Eigen::VectorXd weight = Eigen::VectorXd::Zero(st), total_weight;
+      for (int i = 0; i < n_logits; ++i) weight(i) = g.logit_probs[static_cast<size_t>(i)];
+      total_weight = weight;
+      for (int it = 1; it < 128; ++it) {
+        Eigen::VectorXd next = Eigen::VectorXd::Zero(st);  // logits are nobody's source
+        next.tail(sf) = sub.transpose() * weight;
+        if (!next.any()) break;
+        total_weight += next;
+        weight = std::move(next);
+      }
+      std::vector<double> influence(static_cast<size_t>(total), 0.0);
+#pragma omp parallel for schedule(static)
+      for (int col = 0; col < total; ++col) {
+        double s = 0.0;
+        for (int r = 0; r < st; ++r)
+          if (total_weight(r) != 0.0) s += total_weight(r) * inv_sum[static_cast<size_t>(r)] * std::abs(double{rows(r, col)});
+        influence[static_cast<size_t>(col)] = s;
       }
       std::vector<int> rank(static_cast<size_t>(total));
       std::iota(rank.begin(), rank.end(), 0);
@@ -523,7 +477,7 @@ AttributionGraph attribution_graph(const ActivationCache& cache, const std::vect
       for (size_t j = i; j < std::min(pending.size(), i + static_cast<size_t>(batch)); ++j) {
         const int id = pending[j];
         const AttributionGraph::Feature& ft = g.active[static_cast<size_t>(id)];
-        b.push_back({ft.layer, ft.pos, encoder.row(id).data()});
+        b.push_back({ft.layer, ft.pos, target.row(id).data()});
         row_feature[static_cast<size_t>(n_visited) + j] = id;
         visited[static_cast<size_t>(id)] = 1;
       }
@@ -542,18 +496,19 @@ AttributionGraph attribution_graph(const ActivationCache& cache, const std::vect
   const int N = g.n_nodes();
   std::vector<int> column(static_cast<size_t>(N));  // the rows' column of each node (logits: none)
   for (int i = 0; i < n_sel; ++i) column[static_cast<size_t>(i)] = g.selected[static_cast<size_t>(i)];
-  for (int i = n_sel; i < n_sel + L * S + S; ++i) column[static_cast<size_t>(i)] = total + (i - n_sel);
+  const int n_err = f.n_err();
+  for (int i = n_sel; i < n_sel + n_err + S; ++i) column[static_cast<size_t>(i)] = total + (i - n_sel);
   std::vector<int> feature_row(static_cast<size_t>(total), -1);
   for (int r = 0; r < max_features; ++r) feature_row[static_cast<size_t>(row_feature[static_cast<size_t>(r)])] = n_logits + r;
   g.adjacency = RowMatrixXf::Zero(N, N);
   auto copy_row = [&](int node, int r) {
-    for (int j = 0; j < n_sel + L * S + S; ++j) g.adjacency(node, j) = rows(r, column[static_cast<size_t>(j)]);
+    for (int j = 0; j < n_sel + n_err + S; ++j) g.adjacency(node, j) = rows(r, column[static_cast<size_t>(j)]);
   };
   for (int i = 0; i < n_sel; ++i) copy_row(i, feature_row[static_cast<size_t>(g.selected[static_cast<size_t>(i)])]);
   for (int i = 0; i < n_logits; ++i) copy_row(g.logit_node(i), i);
 
   g.node_input.assign(static_cast<size_t>(N), 0.0f);
-  for (int i = 0; i < n_sel; ++i) g.node_input[static_cast<size_t>(i)] = pre[static_cast<size_t>(g.selected[static_cast<size_t>(i)])];
+  for (int i = 0; i < n_sel; ++i) g.node_input[static_cast<size_t>(i)] = input[static_cast<size_t>(g.selected[static_cast<size_t>(i)])];
   {
     const RowVectorXf raw = cache.logits_before_softcap(S - 1);
     const double mean = raw.cast<double>().mean();
@@ -561,6 +516,158 @@ AttributionGraph attribution_graph(const ActivationCache& cache, const std::vect
       g.node_input[static_cast<size_t>(g.logit_node(i))] = static_cast<float>(double{raw(g.logit_tokens[static_cast<size_t>(i)])} - mean);
   }
   return g;
+}
+
+}  // namespace
+
+AttributionGraph attribution_graph(const ActivationCache& cache, const std::vector<std::shared_ptr<const Sae>>& transcoders,
+                                   const GraphOptions& options) {
+  const ModelConfig& c = cache.config();
+  const int L = c.n_layers;
+  if (static_cast<int>(transcoders.size()) != L)
+    throw Error("an attribution graph needs one transcoder for each of the model's " + std::to_string(L) + " layers; " +
+                std::to_string(transcoders.size()) + " were given.");
+  AttributionGraph g;
+  g.unit = AttributionGraph::Unit::TranscoderFeature;
+  Frozen f = start(cache, g);
+  const int S = f.S, D = f.D;
+  const ThreadScope threads(options.threads > 0 ? options.threads : omp_get_num_procs());
+
+  // The transcoders on the run: active features, decoder rows, errors, encoder columns.
+  std::vector<float> pre;            // per active feature: its encoder pre-activation
+  RowMatrixXf encoder;               // [n_active, d_model]: the encoder column of each
+  std::vector<RowMatrixXf> enc_parts, out_parts;
+  for (int l = 0; l < L; ++l) {
+    const Sae& t = *transcoders[static_cast<size_t>(l)];
+    f.input.push_back(transcoder_input(t, c, l));
+    g.d_transcoder = std::max(g.d_transcoder, t.d_sae);
+    const RowMatrixXf x = hook_rows(cache, t.hook_in);
+    SaeRun run = run_sae(t, x);
+    RowMatrixXf error = cache.rows(HookPoint::MlpOut, l) - run.sae_out;
+    if (g.zero_first) {
+      run.feature_acts.row(0).setZero();
+      error.row(0).setZero();
+    }
+    f.error.push_back(std::move(error));
+    f.skip.push_back(t.W_skip.size() > 0 ? &t.W_skip : nullptr);
+    std::vector<int>& begin = f.begin[static_cast<size_t>(l)];
+    std::vector<std::pair<int, int>> here;  // (pos, latent)
+    for (int p = 0; p < S; ++p) {
+      begin[static_cast<size_t>(p)] = static_cast<int>(g.active.size());
+      for (int u = 0; u < t.d_sae; ++u) {
+        const float a = run.feature_acts(p, u);
+        if (a == 0.0f) continue;
+        g.active.push_back({l, p, u, a});
+        here.emplace_back(p, u);
+      }
+    }
+    begin[static_cast<size_t>(S)] = static_cast<int>(g.active.size());
+    RowMatrixXf enc(static_cast<Eigen::Index>(here.size()), D), out(static_cast<Eigen::Index>(here.size()), D);
+    for (size_t i = 0; i < here.size(); ++i) {
+      const auto [p, u] = here[i];
+      const Eigen::Index r = static_cast<Eigen::Index>(i);
+      enc.row(r) = t.W_enc.col(u).transpose();
+      out.row(r) = run.feature_acts(p, u) * t.W_dec.row(u);
+      // SAELens's encode: (x - b_dec if apply_b_dec_to_input) @ W_enc + b_enc, summed in double.
+      double s = t.b_enc.size() > 0 ? double{t.b_enc(u)} : 0.0;
+      for (int d = 0; d < D; ++d)
+        s += (double{x(p, d)} - (t.apply_b_dec_to_input ? double{t.b_dec(d)} : 0.0)) * double{t.W_enc(d, u)};
+      pre.push_back(static_cast<float>(s));
+    }
+    enc_parts.push_back(std::move(enc));
+    out_parts.push_back(std::move(out));
+  }
+  f.n_active = static_cast<int>(g.active.size());
+  encoder.resize(f.n_active, D);
+  f.out.resize(f.n_active, D);
+  for (Eigen::Index r = 0; const auto& e : enc_parts) {
+    encoder.middleRows(r, e.rows()) = e;
+    r += e.rows();
+  }
+  for (Eigen::Index r = 0; const auto& o : out_parts) {
+    f.out.middleRows(r, o.rows()) = o;
+    r += o.rows();
+  }
+  enc_parts.clear();
+  out_parts.clear();
+
+  return finish(cache, f, std::move(g), encoder, pre, options, 0);
+}
+
+AttributionGraph neuron_attribution_graph(const ActivationCache& cache, const GraphOptions& options) {
+  const ModelConfig& c = cache.config();
+  const Weights& W = *cache.weights();
+  AttributionGraph g;
+  g.unit = AttributionGraph::Unit::Neuron;
+  Frozen f = start(cache, g);
+  const int S = f.S, L = f.L, D = f.D, M = c.d_mlp;
+  const bool gated = cache.has_gated_mlp();
+  const ThreadScope threads(options.threads > 0 ? options.threads : omp_get_num_procs());
+  g.d_transcoder = M;
+
+  // The MLPs on the run. A neuron's vector is what it writes: hook_post x its W_out row, through
+  // the post-MLP norm with its scale frozen (Gemma); hook_mlp_out is the sum of every neuron's
+  // vector and b_out's, so no error node is needed. Its input is hook_pre, the gate's
+  // pre-activation in a gated MLP, injected at ln2's output as W_in's (W_gate's) column.
+  std::vector<float> input;
+  std::vector<RowMatrixXf> target_parts, out_parts;
+  for (int l = 0; l < L; ++l) {
+    f.input.push_back(InputPoint::Ln2Normalized);
+    f.skip.push_back(nullptr);
+    const RowMatrixXf pre = cache.mlp_pre(l), post = cache.mlp_post(l);  // [S, d_mlp]
+    const RowMatrixXf up = gated ? cache.mlp_pre_linear(l) : RowMatrixXf();
+    const ConstMatrixRef W_in = gated ? W.W_gate(l) : W.W_in(l);          // [d_model, d_mlp]
+    const ConstMatrixRef W_out = W.W_out(l);                               // [d_mlp, d_model]
+    VectorXf inv_post;
+    if (cache.has_post_norm(2)) inv_post = inverse(cache.post_norm_scale(l, 2));
+    const float* w_post = W.layer(l).post_mlp_norm_w;
+    std::vector<int>& begin = f.begin[static_cast<size_t>(l)];
+    std::vector<std::pair<int, int>> here;  // (pos, neuron)
+    for (int p = 0; p < S; ++p) {
+      begin[static_cast<size_t>(p)] = static_cast<int>(g.active.size());
+      if (p == 0) continue;  // position 0's MLP output is a constant, as in transcoder graphs
+      for (int n = 0; n < M; ++n) {
+        const float a = post(p, n);
+        if (!is_neuron_node(a, gated ? up(p, n) : 0.0f, gated)) continue;
+        g.active.push_back({l, p, n, a});
+        here.emplace_back(p, n);
+      }
+    }
+    begin[static_cast<size_t>(S)] = static_cast<int>(g.active.size());
+    RowMatrixXf tgt(static_cast<Eigen::Index>(here.size()), D), out(static_cast<Eigen::Index>(here.size()), D);
+    for (size_t i = 0; i < here.size(); ++i) {
+      const auto [p, n] = here[i];
+      const Eigen::Index r = static_cast<Eigen::Index>(i);
+      tgt.row(r) = W_in.col(n).transpose();
+      out.row(r) = post(p, n) * W_out.row(n);
+      if (inv_post.size() > 0)
+        out.row(r) = (out.row(r).array() * Eigen::Map<const RowVectorXf>(w_post, D).array() * inv_post(p)).matrix();
+      input.push_back(pre(p, n));
+    }
+    target_parts.push_back(std::move(tgt));
+    out_parts.push_back(std::move(out));
+  }
+  f.n_active = static_cast<int>(g.active.size());
+  RowMatrixXf target(f.n_active, D);
+  f.out.resize(f.n_active, D);
+  for (Eigen::Index r = 0; const auto& e : target_parts) {
+    target.middleRows(r, e.rows()) = e;
+    r += e.rows();
+  }
+  for (Eigen::Index r = 0; const auto& o : out_parts) {
+    f.out.middleRows(r, o.rows()) = o;
+    r += o.rows();
+  }
+  target_parts.clear();
+  out_parts.clear();
+  return finish(cache, f, std::move(g), target, input, options, kNeuronGraphMaxNodes);
+}
+
+bool is_neuron_node(float post, float up, bool gated) {
+  if (post == 0.0f) return false;
+  // Gated: hook_post = act(gate) x up, and the gate is open (act(gate) > 0) when post and up
+  // have one sign.
+  return gated ? (post > 0.0f) == (up > 0.0f) : post > 0.0f;
 }
 
 }  // namespace hs

@@ -49,20 +49,34 @@ struct GraphOptions {
   int batch = 64;                  // targets per backward pass
   // Rows computed for at most this many features, chosen by their influence on the logits as
   // circuit-tracer's max_feature_nodes does (the partial influences of the rows so far, updated
-  // every update_interval batches); 0: every active feature.
-  int max_feature_nodes = 0;
+  // every update_interval batches); 0: every active feature; < 0: the graph kind's default
+  // (transcoders: every feature; neurons: kNeuronGraphMaxNodes).
+  int max_feature_nodes = -1;
   int update_interval = 4;
   int threads = 0;                 // 0: every core
 };
 
+// Neuron graphs' default max_feature_nodes. The rows computed are stored at full width (one
+// column per active neuron) until the graph is assembled, as circuit-tracer stores them: at 32
+// tokens the built-in model has tens of thousands of active neurons, so each row is a few hundred
+// kB and every active neuron's row would take gigabytes. The most influential neurons' rows are
+// computed instead; pruning keeps far fewer nodes than this.
+inline constexpr int kNeuronGraphMaxNodes = 2048;
+
 struct AttributionGraph {
+  // What the feature nodes are. Transcoder latents come with error nodes; MLP neurons add up to
+  // the MLP's output exactly, so a neuron graph has none (n_errors() is 0).
+  enum class Unit : uint8_t { TranscoderFeature, Neuron };
+  Unit unit = Unit::TranscoderFeature;
   std::vector<int32_t> tokens;
   int n_layers = 0;
   int n_pos = 0;
-  int d_transcoder = 0;
+  int d_transcoder = 0;    // the widest transcoder (neurons: d_mlp)
   bool zero_first = true;  // position 0's features and error vectors were zeroed
+  int max_feature_nodes = 0;  // the limit the rows were chosen under (0: none)
 
-  // Every active feature (circuit-tracer's active_features and activation_values).
+  // Every active feature (circuit-tracer's active_features and activation_values). For neurons,
+  // `latent` is the neuron's index in the layer's d_mlp and `activation` its hook_post.
   struct Feature {
     int layer = 0, pos = 0, latent = 0;
     float activation = 0.0f;
@@ -79,15 +93,16 @@ struct AttributionGraph {
   // tokens, logits. Rows of errors and tokens are zero (they have no inputs), as are the columns
   // of logits.
   RowMatrixXf adjacency;
-  // Each node's input in the real run: a feature's encoder pre-activation, a logit's demeaned
+  // Each node's input in the real run: a feature's encoder pre-activation (a neuron's hook_pre), a logit's demeaned
   // logit (before a final soft-cap); 0 for errors and tokens. The row sum of adjacency plus the
   // bias terms (biases, position embeddings, position 0's MLP output) is this.
   std::vector<float> node_input;
 
   int n_features() const { return static_cast<int>(selected.size()); }
-  int n_errors() const { return n_layers * n_pos; }
+  int n_errors() const { return unit == Unit::Neuron ? 0 : n_layers * n_pos; }
   int n_logits() const { return static_cast<int>(logit_tokens.size()); }
   int n_nodes() const { return n_features() + n_errors() + n_pos + n_logits(); }
+  // Only when n_errors() > 0.
   int error_node(int layer, int pos) const { return n_features() + layer * n_pos + pos; }
   int token_node(int pos) const { return n_features() + n_errors() + pos; }
   int logit_node(int i) const { return n_features() + n_errors() + n_pos + i; }
@@ -116,5 +131,24 @@ std::vector<std::shared_ptr<const Sae>> load_graph_transcoders(const std::vector
 // hs::Error naming what does not fit.
 AttributionGraph attribution_graph(const ActivationCache& cache, const std::vector<std::shared_ptr<const Sae>>& transcoders,
                                    const GraphOptions& options = {});
+
+// The graph of the run with the MLPs' neurons as feature nodes (issue 26, item 3a), for any model:
+// no transcoders and no error nodes, since the MLP's output is exactly the sum of its neurons'
+// vectors and b_out. The frozen model is the transcoder graph's, with every MLP's output a
+// constant for gradients and its node neurons standing in for it.
+//   A neuron (layer, pos, index) is a node when pos >= 1 and is_neuron_node(hook_post, ...): its
+//   activation is hook_post, its vector hook_post x W_out's row (through the post-MLP norm with
+//   its scale frozen, Gemma), its input hook_pre (W_in's column at ln2's output; a gated MLP's
+//   gate W_gate). The other neurons and position 0's are constants, as biases are.
+// Position 0 is left out as in transcoder graphs (its MLP output is a constant). The rows are
+// chosen by influence as max_feature_nodes says (default kNeuronGraphMaxNodes).
+AttributionGraph neuron_attribution_graph(const ActivationCache& cache, const GraphOptions& options = {});
+
+// Whether a neuron is a node. Plain MLPs: hook_post > 0 (GELU, ReLU, SiLU are positive exactly
+// where hook_pre is). Gated MLPs (hook_post = act(gate) x up): the gate is open, act(gate) > 0,
+// and hook_post != 0: hook_post and up have one sign. Such a neuron's hook_post is negative when
+// up is, and it writes W_out's row negated; leaving it a constant would hide half of what an open
+// gate passes, so the rule for gated MLPs is the open gate rather than a positive hook_post.
+bool is_neuron_node(float hook_post, float up, bool gated);
 
 }  // namespace hs

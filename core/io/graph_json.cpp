@@ -56,7 +56,10 @@ std::string graph_to_json(const AttributionGraph& g, const PrunedGraph& pruned, 
       case AttributionGraph::Kind::Feature: {
         const AttributionGraph::Feature& f = g.active[static_cast<size_t>(g.selected[static_cast<size_t>(i)])];
         feature = cantor_pairing(f.layer, f.latent);
-        type = "cross layer transcoder";
+        // Neuronpedia's schema leaves feature_type free (its examples are circuit-tracer's); no
+        // graph writer we know of has neuron nodes, so they are "mlp neuron", which circuit-tracer's
+        // frontend draws as a feature that has no transcoder dashboard.
+        type = g.unit == AttributionGraph::Unit::Neuron ? "mlp neuron" : "cross layer transcoder";
         js_id = std::to_string(f.layer) + "_" + std::to_string(f.latent) + "-0";
         activation = double{f.activation};
         break;
@@ -123,8 +126,9 @@ std::string graph_to_json(const AttributionGraph& g, const PrunedGraph& pruned, 
                                  {"desired_logit_prob", labels.options.logit_probability},
                                  {"batch_size", labels.options.batch}};
   // The schema's max_feature_nodes is an integer: left out when every feature was a row.
-  if (labels.options.max_feature_nodes > 0)
-    meta["generation_settings"]["max_feature_nodes"] = labels.options.max_feature_nodes;
+  // The limit the graph was built under (a neuron graph's default when the options said none).
+  const int limit = labels.options.max_feature_nodes > 0 ? labels.options.max_feature_nodes : g.max_feature_nodes;
+  if (limit > 0) meta["generation_settings"]["max_feature_nodes"] = limit;
   meta["pruning_settings"] = {{"node_threshold", pruned.node_threshold}, {"edge_threshold", pruned.edge_threshold}};
   ordered_json out;
   out["metadata"] = std::move(meta);

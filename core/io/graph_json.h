@@ -43,7 +43,7 @@ struct GraphFile {
     int64_t feature = 0;
     std::string layer;        // "0".."n", "E" for embeddings
     int ctx_idx = 0;
-    std::string feature_type; // "cross layer transcoder", "mlp reconstruction error", "embedding", "logit", ...
+    std::string feature_type; // "cross layer transcoder", "mlp neuron", "mlp reconstruction error", "embedding", "logit", ...
     double token_prob = 0.0;
     bool is_target_logit = false;
     std::string clerp;

@@ -1,7 +1,8 @@
 // Attribution graphs (core/analysis/attribution_graph.h, graph_prune.h, core/io/graph_json.h)
 // against the float64 reference tools/reference/graphref.py (PyTorch autograd on the frozen
 // replacement model), whose outputs tests/fixtures/graph holds: the built-in model with its four
-// transcoders, and a tiny Llama with a plain and a skip transcoder.
+// transcoders, and a tiny Llama with a plain and a skip transcoder; and the same two models with
+// MLP neurons as nodes (builtin_neurons, llama_neurons: GELU and gated SiLU MLPs).
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -59,12 +60,18 @@ struct Case {
   std::vector<std::shared_ptr<const hs::Sae>> transcoders;
   Reference ref;
   fs::path dir;
+  bool neurons = false;
 };
 
 Case fixture(const std::string& name) {
   Case c;
   c.dir = hs::test::source_dir() / "tests/fixtures/graph" / name;
-  if (name == "builtin") {
+  c.neurons = name.ends_with("_neurons");
+  if (name == "builtin_neurons") {
+    c.model = hs::Model::load(hs::test::source_dir() / "resources/models/headscope-tiny");
+  } else if (name == "llama_neurons") {
+    c.model = hs::Model::load(hs::test::fixture_model("llama_gqa"));
+  } else if (name == "builtin") {
     c.model = hs::Model::load(hs::test::source_dir() / "resources/models/headscope-tiny");
     c.transcoders = hs::load_graph_transcoders({c.model->dir() / "saes"}, c.model->config());
   } else {
@@ -75,21 +82,28 @@ Case fixture(const std::string& name) {
   return c;
 }
 
-hs::AttributionGraph build(const Case& c, const hs::GraphOptions& options = {}) {
+// Every active unit a row, as the reference has (options.max_feature_nodes -1: 0).
+hs::AttributionGraph build(const Case& c, hs::GraphOptions options = {}) {
   std::vector<int32_t> tokens;
   for (float t : c.ref["tokens"].data) tokens.push_back(static_cast<int32_t>(t));
   const hs::TextRun r = hs::run_tokens(c.model, tokens);
-  return hs::attribution_graph(*r.cache, c.transcoders, options);
+  if (options.max_feature_nodes < 0) options.max_feature_nodes = 0;
+  return c.neurons ? hs::neuron_attribution_graph(*r.cache, options) : hs::attribution_graph(*r.cache, c.transcoders, options);
 }
+
+const char* const kAllFixtures[] = {"builtin", "llama", "builtin_neurons", "llama_neurons"};
 
 }  // namespace
 
 TEST_CASE("attribution graphs match the float64 reference edge by edge, and every row adds up to its node's input") {
-  for (const std::string name : {"builtin", "llama"}) {
+  for (const std::string name : kAllFixtures) {
     INFO(name);
     const Case c = fixture(name);
     const hs::AttributionGraph g = build(c);
     const Reference& ref = c.ref;
+    // Neuron graphs have no error nodes: their MLP outputs are the sum of the neurons' vectors.
+    CHECK((g.unit == hs::AttributionGraph::Unit::Neuron) == c.neurons);
+    CHECK(g.n_errors() == (c.neurons ? 0 : g.n_layers * g.n_pos));
     // The nodes: every active feature in circuit-tracer's order, the same logits.
     const auto& feats = ref["active_features"];
     REQUIRE(g.n_features() == static_cast<int>(feats.shape[0]));
@@ -137,7 +151,7 @@ TEST_CASE("attribution graphs match the float64 reference edge by edge, and ever
 }
 
 TEST_CASE("pruning keeps the reference's nodes and edges, and its JSON is circuit-tracer's") {
-  for (const std::string name : {"builtin", "llama"}) {
+  for (const std::string name : kAllFixtures) {
     INFO(name);
     const Case c = fixture(name);
     const hs::AttributionGraph g = build(c);
@@ -216,6 +230,47 @@ TEST_CASE("a graph with max_feature_nodes computes rows for the most influential
     CHECK(std::find(part.selected.begin(), part.selected.end(), full.selected[static_cast<size_t>(order[static_cast<size_t>(k)])]) !=
           part.selected.end());
   CHECK(part.logit_tokens == full.logit_tokens);
+}
+
+TEST_CASE("a neuron graph computes rows for the most influential neurons, kNeuronGraphMaxNodes by default") {
+  const Case c = fixture("builtin_neurons");
+  const hs::AttributionGraph full = build(c);
+  hs::GraphOptions options;
+  options.max_feature_nodes = 60;
+  options.batch = 8;
+  options.update_interval = 2;
+  const hs::AttributionGraph part = build(c, options);
+  REQUIRE(part.n_features() == 60);
+  REQUIRE(part.active.size() == full.active.size());
+  std::map<int, int> full_node;  // active index -> node in the full graph
+  for (int i = 0; i < full.n_features(); ++i) full_node[full.selected[static_cast<size_t>(i)]] = i;
+  for (int i = 0; i < part.n_features(); ++i) {
+    const int fi = full_node.at(part.selected[static_cast<size_t>(i)]);
+    for (int j = 0; j < part.n_features(); ++j)
+      CHECK(part.adjacency(i, j) == full.adjacency(fi, full_node.at(part.selected[static_cast<size_t>(j)])));
+    for (int j = 0; j < part.n_pos; ++j) CHECK(part.adjacency(i, part.token_node(j)) == full.adjacency(fi, full.token_node(j)));
+  }
+  // The default: a longer prompt has more active neurons than the limit.
+  const hs::TextRun r = hs::run_tokens(c.model, {4095, 260, 3625, 2855, 13, 260, 3625});
+  const hs::AttributionGraph d = hs::neuron_attribution_graph(*r.cache);
+  REQUIRE(static_cast<int>(d.active.size()) > hs::kNeuronGraphMaxNodes);
+  CHECK(d.max_feature_nodes == hs::kNeuronGraphMaxNodes);
+  CHECK(d.n_features() == hs::kNeuronGraphMaxNodes);
+  CHECK(d.n_nodes() == hs::kNeuronGraphMaxNodes + d.n_pos + d.n_logits());
+  for (const auto& f : d.active) CHECK((f.pos > 0 && f.activation > 0.0f));
+}
+
+TEST_CASE("is_neuron_node: a positive hook_post, or a gated MLP's open gate") {
+  CHECK(hs::is_neuron_node(0.5f, 0.0f, false));
+  CHECK_FALSE(hs::is_neuron_node(-0.1f, 0.0f, false));
+  CHECK_FALSE(hs::is_neuron_node(0.0f, 0.0f, false));
+  // Gated: post = act(gate) x up. act(gate) > 0 with up < 0 writes W_out's row negated: a node.
+  CHECK(hs::is_neuron_node(-2.0f, -4.0f, true));
+  CHECK(hs::is_neuron_node(2.0f, 4.0f, true));
+  // act(gate) < 0 (a closed SiLU gate's small negative value): not a node, whatever up's sign.
+  CHECK_FALSE(hs::is_neuron_node(-0.1f, 0.5f, true));
+  CHECK_FALSE(hs::is_neuron_node(0.1f, -0.5f, true));
+  CHECK_FALSE(hs::is_neuron_node(0.0f, 1.0f, true));
 }
 
 TEST_CASE("graphs refuse what they cannot explain, naming it") {

@@ -292,6 +292,7 @@ def attribution_graph(model_dir: str, transcoder_dirs: Sequence[str], tokens: Se
     g = Graph()
     g.tokens = np.array(fz.tokens)
     g.n_layer, g.n_pos, g.n_feat, g.n_logit = n_layer, n_pos, n_feat, n_logit
+    g.n_err, g.feature_type = n_layer * n_pos, "cross layer transcoder"
     g.active_features = active
     g.activations = activations
     g.logit_tokens = top_idx.numpy()
@@ -304,6 +305,131 @@ def attribution_graph(model_dir: str, transcoder_dirs: Sequence[str], tokens: Se
     g.frozen_logits = (final @ fz.W_U.T).detach()                          # the frozen model's logits at s = 1
     g.real_logits = fz.logits
     g.target_inputs = target_inputs                                       # for the tests
+    g.n_src = n_src
+    return g
+
+
+# ---------------------------------------------------------------- MLP neurons as nodes (issue 26, 3a)
+
+
+def _mlp_weights(fz: Frozen, l: int):
+    """(W_in [d_model, d_mlp] of the pre-activation hook_pre (a gated MLP's gate), b_in or None,
+    W_out [d_mlp, d_model], b_out or None) in float64, from the checkpoint's own names."""
+    w = lambda name: _t(fz.model.weights[name])  # noqa: E731
+    if fz.family == "gpt2":
+        return (w(f"h.{l}.mlp.c_fc.weight"), w(f"h.{l}.mlp.c_fc.bias"), w(f"h.{l}.mlp.c_proj.weight"),
+                w(f"h.{l}.mlp.c_proj.bias"))
+    p, bias = f"layers.{l}.mlp.", fz.model.config.mlp_bias
+    return (w(p + "gate_proj.weight").T, w(p + "gate_proj.bias") if bias else None, w(p + "down_proj.weight").T,
+            w(p + "down_proj.bias") if bias else None)
+
+
+def _salient_logits(fz: Frozen, max_n_logits: int, desired_logit_prob: float):
+    probs = torch.softmax(fz.logits[-1], dim=-1)
+    top_p, top_idx = torch.topk(probs, max_n_logits)
+    cutoff = int(torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(desired_logit_prob, dtype=F64))) + 1
+    return top_p[:cutoff], top_idx[:cutoff]
+
+
+def neuron_graph(model_dir: str, tokens: Sequence[int], max_n_logits: int = 10,
+                 desired_logit_prob: float = 0.95) -> Graph:
+    """The graph with MLP neurons as the feature nodes (HeadScope's --neurons; circuit-tracer has
+    no such mode, so this is the issue's definition): attention patterns and norm scales frozen as
+    above, each MLP's output written as b_out + sum_n post[p, n] W_out[n], of which the node
+    neurons' terms carry a multiplier s_n and the rest is constant. A neuron (l, p, n) is a node
+    when p >= 1 and its gate is open with a nonzero output: plain MLPs post = act(pre) > 0; gated
+    MLPs (post = act(gate) * up) act(gate) > 0 and post != 0. Its input is hook_pre (the gate's
+    pre-activation when gated) computed from the frozen ln2 output. No error nodes: at s = 1 the
+    MLP output is the real one. Node order: neurons (layer, pos, index), tokens, logits."""
+    model = hsref.load_any(model_dir)
+    fz = real_run(model, tokens)
+    n_layer, n_pos, D = fz.n_layer, len(fz.tokens), fz.d_model
+    c = model.config
+    act = hsref._ACTIVATIONS[c.activation]
+    gated = fz.family == "llama"
+
+    mlp = [_mlp_weights(fz, l) for l in range(n_layer)]
+    post_l, feats = [], []
+    for l in range(n_layer):
+        post = fz.cache[f"blocks.{l}.mlp.hook_post"]                        # [pos, d_mlp]
+        pre = fz.cache[f"blocks.{l}.mlp.hook_pre"]
+        open_ = (act(pre) > 0) & (post != 0) if gated else post > 0
+        open_[0] = False                                                  # position 0: constants
+        post_l.append(post)
+        feats += [(l, int(p), int(n)) for p, n in torch.nonzero(open_).tolist()]
+    feats.sort()
+    n_feat = len(feats)
+    active = np.array(feats, dtype=np.int64).reshape(-1, 3)
+    activations = np.array([float(post_l[l][p, n]) for l, p, n in feats])
+    feat_by_layer = [[i for i, (l, _, _) in enumerate(feats) if l == layer] for layer in range(n_layer)]
+    const_post = [p.clone() for p in post_l]                              # the non-node neurons' outputs
+    for l, p, n in feats:
+        const_post[l][p, n] = 0.0
+
+    top_p, top_idx = _salient_logits(fz, max_n_logits, desired_logit_prob)
+    n_logit = len(top_idx)
+    demeaned = fz.W_U[top_idx] - fz.W_U.mean(0, keepdim=True)
+    n_src = n_feat + n_pos
+    W_E_tok = fz.W_E[torch.tensor(fz.tokens)]
+
+    def target_inputs(s):
+        s_feat, s_tok = s[:n_feat], s[n_feat:]
+        resid = s_tok[:, None] * W_E_tok
+        if fz.W_pos is not None:
+            resid = resid + fz.W_pos
+        feat_in = torch.zeros(n_feat, dtype=F64)
+        for l in range(n_layer):
+            x = _norm_frozen(fz, "ln1", l, resid, fz.ln1_scale[l])
+            resid = resid + _attention_frozen(fz, l, x)
+            x = _norm_frozen(fz, "ln2", l, resid, fz.ln2_scale[l])
+            W_in, b_in, W_out, b_out = mlp[l]
+            idx = feat_by_layer[l]
+            post = const_post[l].clone()
+            if idx:
+                ps = torch.tensor([feats[i][1] for i in idx])
+                ns = torch.tensor([feats[i][2] for i in idx])
+                pre = (x[ps] * W_in[:, ns].T).sum(-1)
+                if b_in is not None:
+                    pre = pre + b_in[ns]
+                feat_in = feat_in.index_put((torch.tensor(idx),), pre)
+                post = post.index_put((ps, ns), s_feat[idx] * post_l[l][ps, ns])
+            out = post @ W_out
+            if b_out is not None:
+                out = out + b_out
+            resid = resid + out
+        final = _norm_frozen(fz, "lnf", 0, resid, fz.lnf_scale)
+        return torch.cat([feat_in, final[-1] @ demeaned.T]), final
+
+    ones = torch.ones(n_src, dtype=F64, requires_grad=True)
+    inputs, final = target_inputs(ones)
+    # The Jacobian one target at a time would be n_feat backward passes; torch's batched vjp
+    # gives the same rows.
+    eye = torch.eye(n_feat + n_logit, dtype=F64)
+    (rows,) = torch.autograd.grad(inputs, ones, eye, is_grads_batched=True)
+    with torch.no_grad():
+        constants, _ = target_inputs(torch.zeros(n_src, dtype=F64))
+
+    n_nodes = n_src + n_logit
+    adjacency = np.zeros((n_nodes, n_nodes))
+    adjacency[:n_feat, :n_src] = rows[:n_feat].numpy()
+    adjacency[n_src:, :n_src] = rows[n_feat:].numpy()
+    node_input, node_constant = np.zeros(n_nodes), np.zeros(n_nodes)
+    node_input[:n_feat] = inputs[:n_feat].detach().numpy()
+    node_input[n_src:] = inputs[n_feat:].detach().numpy()
+    node_constant[:n_feat] = constants[:n_feat].numpy()
+    node_constant[n_src:] = constants[n_feat:].numpy()
+
+    g = Graph()
+    g.tokens = np.array(fz.tokens)
+    g.n_layer, g.n_pos, g.n_feat, g.n_logit = n_layer, n_pos, n_feat, n_logit
+    g.n_err, g.feature_type = 0, "mlp neuron"
+    g.active_features, g.activations = active, activations
+    g.logit_tokens, g.logit_probs = top_idx.numpy(), top_p.numpy()
+    g.adjacency, g.node_input, g.node_constant = adjacency, node_input, node_constant
+    g.pre_activations = np.array([float(fz.cache[f"blocks.{l}.mlp.hook_pre"][p, n]) for l, p, n in feats])
+    g.frozen_logits = (final @ fz.W_U.T).detach()
+    g.real_logits = fz.logits
+    g.target_inputs = target_inputs
     g.n_src = n_src
     return g
 
@@ -389,13 +515,13 @@ def node_json(g: Graph, i: int, cumulative_scores, decode) -> dict:
     """One node as frontend/graph_models.py Node writes it (error ids in the later "{layer}_-1_{pos}" form)."""
     base = {"token_prob": 0.0, "is_target_logit": False, "run_idx": 0, "reverse_ctx_idx": 0, "clerp": ""}
     err0 = g.n_feat
-    tok0 = err0 + g.n_layer * g.n_pos
+    tok0 = err0 + g.n_err
     log0 = tok0 + g.n_pos
     infl = float(cumulative_scores[i])
     if i < err0:
         l, p, f = (int(v) for v in g.active_features[i])
         d = {"node_id": f"{l}_{f}_{p}", "feature": cantor(l, f), "layer": str(l), "ctx_idx": p,
-             "feature_type": "cross layer transcoder", "jsNodeId": f"{l}_{f}-0",
+             "feature_type": g.feature_type, "jsNodeId": f"{l}_{f}-0",
              "influence": infl, "activation": float(g.activations[i])}
     elif i < tok0:
         l, p = divmod(i - err0, g.n_pos)

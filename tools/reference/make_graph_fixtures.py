@@ -8,6 +8,8 @@ pruned graph as circuit-tracer's create_graph_files writes it for Neuronpedia).
   builtin/  resources/models/headscope-tiny with its four transcoders (SAELens jumprelu_transcoder)
   llama/    tests/fixtures/models/llama_gqa (2 layers, GQA, llama3 rope) with tiny random SAELens
             transcoders written here: layer 0 `transcoder`, layer 1 `skip_transcoder` (W_skip)
+  builtin_neurons/  the built-in model with MLP neurons as nodes (graphref.neuron_graph), BOS + " dog"
+  llama_neurons/    llama_gqa's gated (SiLU) MLP neurons as nodes, the llama prompt
 """
 
 from __future__ import annotations
@@ -83,7 +85,11 @@ class Tokenizer:
 
 
 def write_fixture(folder, model_dir, transcoder_dirs, tokens, tok, slug, scan):
-    g = graphref.attribution_graph(model_dir, transcoder_dirs, tokens, MAX_N_LOGITS, DESIRED_LOGIT_PROB)
+    """transcoder_dirs None: the neuron graph."""
+    if transcoder_dirs is None:
+        g = graphref.neuron_graph(model_dir, tokens, MAX_N_LOGITS, DESIRED_LOGIT_PROB)
+    else:
+        g = graphref.attribution_graph(model_dir, transcoder_dirs, tokens, MAX_N_LOGITS, DESIRED_LOGIT_PROB)
     nm, em, cs, infl = graphref.prune(g.adjacency, g.n_pos, g.n_logit, g.n_feat, g.logit_probs,
                                       NODE_THRESHOLD, EDGE_THRESHOLD)
     rows, cols = np.nonzero(g.adjacency)
@@ -117,6 +123,9 @@ def builtin(out):
 
 
 PROMPT_BUILTIN = " the dog ran. the dog"
+# Short: a neuron graph of the built-in model has every positive neuron of 4 x 1024 per position as
+# a node (778 here, 65k nonzero edges; " the dog" would be 333k).
+PROMPT_BUILTIN_NEURONS = " dog"
 PROMPT_LLAMA = [290, 17, 45, 101, 17, 45]   # BOS (290) then ids with no meaning: a random model
 
 
@@ -154,13 +163,35 @@ def llama(out):
     return write_fixture(folder, model, dirs, PROMPT_LLAMA, Tokenizer(model), "llama-gqa-random", "llama_gqa")
 
 
+def builtin_neurons(out):
+    model = os.path.join(ROOT, "resources/models/headscope-tiny")
+    tok = Tokenizer(model)
+    folder = os.path.join(out, "builtin_neurons")
+    os.makedirs(folder)
+    return write_fixture(folder, model, None, [4095] + tok.encode(PROMPT_BUILTIN_NEURONS), tok,
+                         "headscope-tiny-neurons", "headscope-tiny")
+
+
+def llama_neurons(out):
+    model = os.path.join(ROOT, "tests/fixtures/models/llama_gqa")
+    folder = os.path.join(out, "llama_neurons")
+    os.makedirs(folder)
+    return write_fixture(folder, model, None, PROMPT_LLAMA, Tokenizer(model), "llama-gqa-neurons", "llama_gqa")
+
+
+FIXTURES = (("builtin", builtin), ("llama", llama), ("builtin_neurons", builtin_neurons),
+            ("llama_neurons", llama_neurons))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests/fixtures/graph"))
+    ap.add_argument("--only", nargs="+", choices=[n for n, _ in FIXTURES], help="write only these folders")
     a = ap.parse_args()
-    for name in ("builtin", "llama"):
+    todo = [(n, fn) for n, fn in FIXTURES if not a.only or n in a.only]
+    for name, _ in todo:
         shutil.rmtree(os.path.join(a.out, name), ignore_errors=True)
-    for name, fn in (("builtin", builtin), ("llama", llama)):
+    for name, fn in todo:
         g, nm, em, js = fn(a.out)
         print(f"{name}: tokens {g.tokens.tolist()}, {g.n_feat} features, {len(g.adjacency)} nodes, "
               f"{int((g.adjacency != 0).sum())} nonzero edges; logits {g.logit_tokens.tolist()} "

@@ -11,7 +11,10 @@
     model written out by hand in numpy from the weights and the run's scales and patterns;
 (d) pruning on a hand-made graph whose masks and scores are worked out in the comments;
 (e) the fixtures in tests/fixtures/graph equal a fresh computation, and graph.json is valid
-    against Neuronpedia's graph-schema.json and agrees with the masks.
+    against Neuronpedia's graph-schema.json and agrees with the masks;
+(f) neuron graphs (builtin_neurons, llama_neurons): (a)-(c) and (e) as above, no error nodes, the
+    node set by the rule read from hsref's run, the MLP output rebuilt from the node neurons'
+    vectors and the constant ones, token -> layer-0 neuron edges by hand.
 """
 
 from __future__ import annotations
@@ -66,12 +69,15 @@ def check_model(name, g):
     check(f"{name}: logit inputs = demeaned real logits", d < 1e-10, f"{d:.2e}")
     check(f"{name}: no feature at position 0", not (g.active_features[:, 1] == 0).any())
     err0 = g.n_feat
-    pos0_err_cols = [err0 + l * g.n_pos for l in range(g.n_layer)]
-    check(f"{name}: position-0 error columns are zero", not g.adjacency[:, pos0_err_cols].any())
+    if g.n_err:
+        pos0_err_cols = [err0 + l * g.n_pos for l in range(g.n_layer)]
+        check(f"{name}: position-0 error columns are zero", not g.adjacency[:, pos0_err_cols].any())
+    else:
+        check(f"{name}: no error nodes", g.n_src == g.n_feat + g.n_pos)
     # (c) switch sources off one at a time (forward passes, no autograd)
     rng = np.random.default_rng(0)
     cols = sorted(set(rng.choice(g.n_src, 12, replace=False).tolist()) |
-                  {g.n_src - 1, g.n_feat + g.n_layer * g.n_pos - 1, g.n_feat - 1})
+                  {g.n_src - 1, g.n_feat + g.n_err - 1, g.n_feat - 1})
     worst = 0.0
     with torch.no_grad():
         base, _ = g.target_inputs(torch.ones(g.n_src, dtype=torch.float64))
@@ -85,7 +91,7 @@ def check_model(name, g):
           f"max rel diff {worst:.2e}")
 
 
-def token_to_layer0_by_hand(g, model_dir, tc_dir):
+def token_to_layer0_by_hand(g, model_dir, tc_dir, neurons=False):
     """GPT-2: edge (layer-0 feature (0, p, f)) <- (token q), from the weights in numpy.
     The frozen model: resid_mid[p] = e_p + W_pos[p] + b_O + sum_h pattern[h, p, q] LN1_q(e_q) W_V[h] W_O[h] (+ biases);
     the token q's multiplier enters through e_q = s_q W_E[t_q]; LN1 and LN2 with frozen scales are
@@ -93,7 +99,10 @@ def token_to_layer0_by_hand(g, model_dir, tc_dir):
     m = hsref.load_gpt2(model_dir)
     cache = hsref.forward(m, g.tokens.tolist())
     w = {k: np.asarray(v, np.float64) for k, v in m.weights.items()}
-    (sae,) = graphref.saeref.load_folder(tc_dir)
+    if neurons:   # a neuron's input column is W_in's (c_fc)
+        sae = {"W_enc": w["h.0.mlp.c_fc.weight"]}
+    else:
+        (sae,) = graphref.saeref.load_folder(tc_dir)
     D, H = m.config.d_model, m.config.n_head
     dh = D // H
     pattern = cache["blocks.0.attn.hook_pattern"].numpy()               # [head, query_pos, key_pos]
@@ -106,7 +115,7 @@ def token_to_layer0_by_hand(g, model_dir, tc_dir):
     centre = lambda v: v - v.mean(-1, keepdims=True)                    # noqa: E731
     W_V = w["h.0.attn.c_attn.weight"][:, 2 * D:]
     W_O = w["h.0.attn.c_proj.weight"]
-    worst, tok0 = 0.0, g.n_feat + g.n_layer * g.n_pos
+    worst, tok0 = 0.0, g.n_feat + g.n_err
     for i, (l, p, f) in enumerate(g.active_features):
         if l != 0:
             continue
@@ -120,6 +129,40 @@ def token_to_layer0_by_hand(g, model_dir, tc_dir):
             edge = x2 @ sae["W_enc"][:, f]
             worst = max(worst, abs(edge - g.adjacency[i, tok0 + q]) / (abs(edge) + 1e-6))
     return worst
+
+
+def check_neurons(name, g, model_dir):
+    """The node set by the rule (pos >= 1; plain MLP: hook_post > 0; gated: act(gate) > 0 and
+    hook_post != 0), read from hsref's run, and the MLP output rebuilt from the nodes' vectors
+    plus the constants is the real hook_mlp_out (what makes error nodes unnecessary)."""
+    m = hsref.load_any(model_dir)
+    gpt2 = isinstance(m, hsref.GPT2Model)
+    cache = hsref.forward(m, g.tokens.tolist()) if gpt2 else hsref.llama_forward(m, g.tokens.tolist())
+    want = set()
+    for l in range(g.n_layer):
+        post = cache[f"blocks.{l}.mlp.hook_post"].numpy()
+        if gpt2:
+            on = post > 0
+        else:
+            up = cache[f"blocks.{l}.mlp.hook_pre_linear"].numpy()
+            on = (post != 0) & (np.sign(post) == np.sign(up))     # act(gate) = post / up > 0
+        on[0] = False
+        want |= {(l, int(p), int(n)) for p, n in zip(*np.nonzero(on))}
+    got = {tuple(int(v) for v in f) for f in g.active_features}
+    check(f"{name}: neuron nodes = the rule's", got == want, f"{len(got)} vs {len(want)}")
+    worst = 0.0
+    for l in range(g.n_layer):
+        post = cache[f"blocks.{l}.mlp.hook_post"].numpy()
+        w_out = np.asarray(m.weights[f"h.{l}.mlp.c_proj.weight"] if gpt2 else
+                           np.asarray(m.weights[f"layers.{l}.mlp.down_proj.weight"]).T, np.float64)
+        b_out = np.asarray(m.weights[f"h.{l}.mlp.c_proj.bias"], np.float64) if gpt2 else 0.0
+        node = np.zeros_like(post)
+        for (ll, p, n), a in zip(g.active_features, g.activations):
+            if ll == l:
+                node[p, n] = a
+        rebuilt = node @ w_out + (post - node) @ w_out + b_out
+        worst = max(worst, np.abs(rebuilt - cache[f"blocks.{l}.hook_mlp_out"].numpy()).max())
+    check(f"{name}: node vectors + constants = hook_mlp_out", worst < 1e-10, f"{worst:.2e}")
 
 
 def check_prune_by_hand():
@@ -203,6 +246,16 @@ def main():
         check_fixture("llama", gl, os.path.join(ROOT, "tests/fixtures/graph/llama"))
     else:
         print("skip llama: run make_graph_fixtures.py first")
+    gn = graphref.neuron_graph(BUILTIN, [4095] + mgf.Tokenizer(BUILTIN).encode(mgf.PROMPT_BUILTIN_NEURONS))
+    check_model("builtin_neurons", gn)
+    check_neurons("builtin_neurons", gn, BUILTIN)
+    worst = token_to_layer0_by_hand(gn, BUILTIN, None, neurons=True)
+    check("builtin_neurons: token -> layer-0 neuron edges by hand", worst < 1e-9, f"max rel diff {worst:.2e}")
+    check_fixture("builtin_neurons", gn, os.path.join(ROOT, "tests/fixtures/graph/builtin_neurons"))
+    gn = graphref.neuron_graph(LLAMA, mgf.PROMPT_LLAMA)
+    check_model("llama_neurons", gn)
+    check_neurons("llama_neurons", gn, LLAMA)
+    check_fixture("llama_neurons", gn, os.path.join(ROOT, "tests/fixtures/graph/llama_neurons"))
     check_prune_by_hand()
     print(f"{len(FAILED)} failed" if FAILED else "all passed")
     return 1 if FAILED else 0
