@@ -1,8 +1,8 @@
 // Attribution graphs (core/analysis/attribution_graph.h, graph_prune.h, core/io/graph_json.h)
 // against the float64 reference tools/reference/graphref.py (PyTorch autograd on the frozen
 // replacement model), whose outputs tests/fixtures/graph holds: the built-in model with its four
-// transcoders, and a tiny Llama with a plain and a skip transcoder; and the same two models with
-// MLP neurons as nodes (builtin_neurons, llama_neurons: GELU and gated SiLU MLPs).
+// transcoders, and a tiny Llama with a plain and a skip transcoder; and MLP neurons as nodes on the
+// same two models (GELU, gated SiLU), a parallel-block NeoX and a Gemma 3 (post-norms).
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -71,6 +71,10 @@ Case fixture(const std::string& name) {
     c.model = hs::Model::load(hs::test::source_dir() / "resources/models/headscope-tiny");
   } else if (name == "llama_neurons") {
     c.model = hs::Model::load(hs::test::fixture_model("llama_gqa"));
+  } else if (name == "neox_neurons") {
+    c.model = hs::Model::load(hs::test::fixture_model("neox_parallel"));
+  } else if (name == "gemma_neurons") {
+    c.model = hs::Model::load(hs::test::fixture_model("gemma3_local_global"));
   } else if (name == "builtin") {
     c.model = hs::Model::load(hs::test::source_dir() / "resources/models/headscope-tiny");
     c.transcoders = hs::load_graph_transcoders({c.model->dir() / "saes"}, c.model->config());
@@ -91,7 +95,7 @@ hs::AttributionGraph build(const Case& c, hs::GraphOptions options = {}) {
   return c.neurons ? hs::neuron_attribution_graph(*r.cache, options) : hs::attribution_graph(*r.cache, c.transcoders, options);
 }
 
-const char* const kAllFixtures[] = {"builtin", "llama", "builtin_neurons", "llama_neurons"};
+const char* const kAllFixtures[] = {"builtin", "llama", "builtin_neurons", "llama_neurons", "neox_neurons", "gemma_neurons"};
 
 }  // namespace
 

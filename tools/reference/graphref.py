@@ -122,17 +122,42 @@ def real_run(model, tokens: Sequence[int]) -> Frozen:
         fz.W_U = _t(w["lm_head.weight"])                                    # [d_vocab, d_model]
     elif isinstance(model, hsref.LlamaModel):
         c = model.config
-        if c.post_norms or c.embed_scale or c.norm_plus_one or c.final_softcap is not None:
-            raise NotImplementedError("Gemma-style models are not in the graph reference yet")
+        if c.final_softcap is not None:
+            raise NotImplementedError("a final logit soft-cap is not in the graph reference")
         fz.family, fz.n_layer, fz.d_model, fz.n_head = "llama", c.n_layer, c.d_model, c.n_head
+        fz.gemma = bool(c.post_norms or c.embed_scale or c.norm_plus_one)  # Gemma 2/3 (neuron graphs only)
+        fz.post_norms = c.post_norms
         cache = hsref.llama_forward(model, fz.tokens)
         fz.ln1_scale = [cache[f"blocks.{l}.ln1.hook_scale"] for l in range(c.n_layer)]
         fz.ln2_scale = [cache[f"blocks.{l}.ln2.hook_scale"] for l in range(c.n_layer)]
+        if c.post_norms:   # Gemma: the attention's and the MLP's outputs pass an RMSNorm, its scale frozen
+            fz.ln1_post_scale = [cache[f"blocks.{l}.ln1_post.hook_scale"] for l in range(c.n_layer)]
+            fz.ln2_post_scale = [cache[f"blocks.{l}.ln2_post.hook_scale"] for l in range(c.n_layer)]
         fz.lnf_scale = cache["ln_final.hook_scale"]
         fz.ln2_out = [cache[f"blocks.{l}.ln2.hook_normalized"] for l in range(c.n_layer)]
         fz.W_E = _t(model.weights["embed_tokens.weight"])
+        if c.embed_scale:
+            fz.W_E = fz.W_E * math.sqrt(c.d_model)      # Gemma2Model.forward's normalizer
         fz.W_pos = None
-        fz.W_U = _t(model.weights["lm_head.weight"])
+        fz.W_U = _t(model.weights.get("lm_head.weight", model.weights["embed_tokens.weight"]))
+    elif isinstance(model, hsref.NeoXModel):
+        c = model.config
+        fz.family, fz.n_layer, fz.d_model, fz.n_head = "neox", c.n_layer, c.d_model, c.n_head
+        fz.parallel = c.parallel
+        cache = hsref.neox_forward(model, fz.tokens)
+        eps = c.layer_norm_eps
+
+        def ln_scale(x):
+            x = x - x.mean(-1, keepdim=True)
+            return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+        fz.ln1_scale = [ln_scale(cache[f"blocks.{l}.hook_resid_pre"]) for l in range(c.n_layer)]
+        # a parallel block's MLP reads the block's input, a sequential one resid_mid
+        fz.ln2_scale = [ln_scale(cache[f"blocks.{l}.hook_resid_pre" if c.parallel else f"blocks.{l}.hook_resid_mid"])
+                        for l in range(c.n_layer)]
+        fz.lnf_scale = ln_scale(cache[f"blocks.{c.n_layer - 1}.hook_resid_post"])
+        fz.W_E = _t(model.weights["embed_in.weight"])
+        fz.W_pos = None
+        fz.W_U = _t(model.weights["embed_out.weight"])
     else:
         raise NotImplementedError(f"{type(model).__name__}: the graph reference covers GPT-2 and Llama")
     fz.model = model
@@ -154,6 +179,17 @@ def _attention_frozen(fz: Frozen, l: int, x):
         v = (x @ qkv_w[:, 2 * D:] + qkv_b[2 * D:]).reshape(n_pos, H, dh)   # [pos, head, d_head]
         z = torch.einsum("hqk,khd->qhd", fz.pattern[l], v)
         return z.reshape(n_pos, D) @ w(f"h.{l}.attn.c_proj.weight") + w(f"h.{l}.attn.c_proj.bias")
+    if fz.family == "neox":
+        c = m.config
+        H, dh, D = c.n_head, c.d_head, c.d_model
+        p = f"layers.{l}.attention."
+        qkv = x @ w(p + "query_key_value.weight").T + w(p + "query_key_value.bias")
+        if c.qkv_split == "per_head":
+            v = qkv.view(n_pos, H, 3 * dh)[..., 2 * dh:]
+        else:
+            v = qkv[:, 2 * D:].reshape(n_pos, H, dh)
+        z = torch.einsum("hqk,khd->qhd", fz.pattern[l], v)
+        return z.reshape(n_pos, D) @ w(p + "dense.weight").T + w(p + "dense.bias")
     c = m.config
     H, KV, dh = c.n_head, c.n_kv, c.d_head
     p = f"layers.{l}.self_attn."
@@ -175,9 +211,20 @@ def _norm_frozen(fz: Frozen, which: str, l: int, x, scale):
         name = {"ln1": f"h.{l}.ln_1", "ln2": f"h.{l}.ln_2", "lnf": "ln_f"}[which]
         xc = x - x.mean(-1, keepdim=True)
         return xc / scale * _t(m.weights[name + ".weight"]) + _t(m.weights[name + ".bias"])
-    name = {"ln1": f"layers.{l}.input_layernorm", "ln2": f"layers.{l}.post_attention_layernorm",
+    if fz.family == "neox":
+        name = {"ln1": f"layers.{l}.input_layernorm", "ln2": f"layers.{l}.post_attention_layernorm",
+                "lnf": "final_layer_norm"}[which]
+        xc = x - x.mean(-1, keepdim=True)
+        return xc / scale * _t(m.weights[name + ".weight"]) + _t(m.weights[name + ".bias"])
+    c = m.config
+    # Gemma: ln2 is pre_feedforward_layernorm; post_attention_layernorm and post_feedforward_layernorm
+    # are the post-norms (ln1_post, ln2_post); every weight is used as 1 + w.
+    name = {"ln1": f"layers.{l}.input_layernorm",
+            "ln2": f"layers.{l}.pre_feedforward_layernorm" if c.post_norms else f"layers.{l}.post_attention_layernorm",
+            "ln1_post": f"layers.{l}.post_attention_layernorm", "ln2_post": f"layers.{l}.post_feedforward_layernorm",
             "lnf": "norm"}[which]
-    return x / scale * _t(m.weights[name + ".weight"])
+    weight = _t(m.weights[name + ".weight"])
+    return x / scale * (1.0 + weight if c.norm_plus_one else weight)
 
 
 class Graph:
@@ -194,6 +241,8 @@ def attribution_graph(model_dir: str, transcoder_dirs: Sequence[str], tokens: Se
     sure starts the prompt)."""
     model = hsref.load_any(model_dir)
     fz = real_run(model, tokens)
+    if fz.family == "neox" or getattr(fz, "gemma", False):
+        raise NotImplementedError("transcoder graphs: the reference covers GPT-2 and Llama")
     tcs = load_transcoders(transcoder_dirs if not isinstance(transcoder_dirs, str) else [transcoder_dirs],
                            fz.n_layer)
     n_layer, n_pos, D = fz.n_layer, len(fz.tokens), fz.d_model
@@ -319,6 +368,10 @@ def _mlp_weights(fz: Frozen, l: int):
     if fz.family == "gpt2":
         return (w(f"h.{l}.mlp.c_fc.weight"), w(f"h.{l}.mlp.c_fc.bias"), w(f"h.{l}.mlp.c_proj.weight"),
                 w(f"h.{l}.mlp.c_proj.bias"))
+    if fz.family == "neox":
+        p = f"layers.{l}.mlp."
+        return (w(p + "dense_h_to_4h.weight").T, w(p + "dense_h_to_4h.bias"), w(p + "dense_4h_to_h.weight").T,
+                w(p + "dense_4h_to_h.bias"))
     p, bias = f"layers.{l}.mlp.", fz.model.config.mlp_bias
     return (w(p + "gate_proj.weight").T, w(p + "gate_proj.bias") if bias else None, w(p + "down_proj.weight").T,
             w(p + "down_proj.bias") if bias else None)
@@ -340,13 +393,19 @@ def neuron_graph(model_dir: str, tokens: Sequence[int], max_n_logits: int = 10,
     when p >= 1 and its gate is open with a nonzero output: plain MLPs post = act(pre) > 0; gated
     MLPs (post = act(gate) * up) act(gate) > 0 and post != 0. Its input is hook_pre (the gate's
     pre-activation when gated) computed from the frozen ln2 output. No error nodes: at s = 1 the
-    MLP output is the real one. Node order: neurons (layer, pos, index), tokens, logits."""
+    MLP output is the real one. Node order: neurons (layer, pos, index), tokens, logits.
+    Families: GPT-2, Llama/Qwen (gated), NeoX (parallel or sequential blocks: the MLP reads ln2 of
+    the block's input or of resid_mid), Gemma 2/3 without a final soft-cap (embedding times
+    sqrt(d_model), norms with 1 + w, the post-attention and post-MLP norms with their scales frozen:
+    a neuron's vector then passes the frozen post-MLP norm)."""
     model = hsref.load_any(model_dir)
     fz = real_run(model, tokens)
     n_layer, n_pos, D = fz.n_layer, len(fz.tokens), fz.d_model
     c = model.config
     act = hsref._ACTIVATIONS[c.activation]
-    gated = fz.family == "llama"
+    gated = fz.family == "llama"                                          # Llama, Qwen, Gemma: act(gate) * up
+    parallel = getattr(fz, "parallel", False)
+    post_norms = getattr(fz, "post_norms", False)
 
     mlp = [_mlp_weights(fz, l) for l in range(n_layer)]
     post_l, feats = [], []
@@ -380,8 +439,12 @@ def neuron_graph(model_dir: str, tokens: Sequence[int], max_n_logits: int = 10,
         feat_in = torch.zeros(n_feat, dtype=F64)
         for l in range(n_layer):
             x = _norm_frozen(fz, "ln1", l, resid, fz.ln1_scale[l])
-            resid = resid + _attention_frozen(fz, l, x)
-            x = _norm_frozen(fz, "ln2", l, resid, fz.ln2_scale[l])
+            attn = _attention_frozen(fz, l, x)
+            if post_norms:
+                attn = _norm_frozen(fz, "ln1_post", l, attn, fz.ln1_post_scale[l])
+            mid = resid + attn
+            x = _norm_frozen(fz, "ln2", l, resid if parallel else mid, fz.ln2_scale[l])
+            resid = mid
             W_in, b_in, W_out, b_out = mlp[l]
             idx = feat_by_layer[l]
             post = const_post[l].clone()
@@ -396,6 +459,8 @@ def neuron_graph(model_dir: str, tokens: Sequence[int], max_n_logits: int = 10,
             out = post @ W_out
             if b_out is not None:
                 out = out + b_out
+            if post_norms:
+                out = _norm_frozen(fz, "ln2_post", l, out, fz.ln2_post_scale[l])
             resid = resid + out
         final = _norm_frozen(fz, "lnf", 0, resid, fz.lnf_scale)
         return torch.cat([feat_in, final[-1] @ demeaned.T]), final

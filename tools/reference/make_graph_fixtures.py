@@ -10,6 +10,9 @@ pruned graph as circuit-tracer's create_graph_files writes it for Neuronpedia).
             transcoders written here: layer 0 `transcoder`, layer 1 `skip_transcoder` (W_skip)
   builtin_neurons/  the built-in model with MLP neurons as nodes (graphref.neuron_graph), BOS + " dog"
   llama_neurons/    llama_gqa's gated (SiLU) MLP neurons as nodes, the llama prompt
+  neox_neurons/     tests/fixtures/models/neox_parallel (parallel blocks, LayerNorm, GELU), the llama prompt
+  gemma_neurons/    tests/fixtures/models/gemma3_local_global (post-attention and post-MLP norms,
+                    embedding scale, 1 + w norms, gated GELU), the llama prompt's first 4 tokens
 """
 
 from __future__ import annotations
@@ -179,8 +182,18 @@ def llama_neurons(out):
     return write_fixture(folder, model, None, PROMPT_LLAMA, Tokenizer(model), "llama-gqa-neurons", "llama_gqa")
 
 
+def small_model_neurons(out, name, model_name, tokens):
+    model = os.path.join(ROOT, "tests/fixtures/models", model_name)
+    folder = os.path.join(out, name)
+    os.makedirs(folder)
+    return write_fixture(folder, model, None, tokens, Tokenizer(model), model_name + "-neurons", model_name)
+
+
 FIXTURES = (("builtin", builtin), ("llama", llama), ("builtin_neurons", builtin_neurons),
-            ("llama_neurons", llama_neurons))
+            ("llama_neurons", llama_neurons),
+            ("neox_neurons", lambda out: small_model_neurons(out, "neox_neurons", "neox_parallel", PROMPT_LLAMA)),
+            ("gemma_neurons", lambda out: small_model_neurons(out, "gemma_neurons", "gemma3_local_global",
+                                                              PROMPT_LLAMA[:4])))
 
 
 def main():

@@ -12,7 +12,7 @@
 (d) pruning on a hand-made graph whose masks and scores are worked out in the comments;
 (e) the fixtures in tests/fixtures/graph equal a fresh computation, and graph.json is valid
     against Neuronpedia's graph-schema.json and agrees with the masks;
-(f) neuron graphs (builtin_neurons, llama_neurons): (a)-(c) and (e) as above, no error nodes, the
+(f) neuron graphs (builtin_neurons, llama_neurons, neox_neurons, gemma_neurons): (a)-(c) and (e) as above, no error nodes, the
     node set by the rule read from hsref's run, the MLP output rebuilt from the node neurons'
     vectors and the constant ones, token -> layer-0 neuron edges by hand.
 """
@@ -136,31 +136,32 @@ def check_neurons(name, g, model_dir):
     hook_post != 0), read from hsref's run, and the MLP output rebuilt from the nodes' vectors
     plus the constants is the real hook_mlp_out (what makes error nodes unnecessary)."""
     m = hsref.load_any(model_dir)
-    gpt2 = isinstance(m, hsref.GPT2Model)
-    cache = hsref.forward(m, g.tokens.tolist()) if gpt2 else hsref.llama_forward(m, g.tokens.tolist())
+    gated = isinstance(m, hsref.LlamaModel)
+    cache = hsref.forward_any(m, g.tokens.tolist())
     want = set()
     for l in range(g.n_layer):
         post = cache[f"blocks.{l}.mlp.hook_post"].numpy()
-        if gpt2:
-            on = post > 0
-        else:
+        if gated:
             up = cache[f"blocks.{l}.mlp.hook_pre_linear"].numpy()
             on = (post != 0) & (np.sign(post) == np.sign(up))     # act(gate) = post / up > 0
+        else:
+            on = post > 0
         on[0] = False
         want |= {(l, int(p), int(n)) for p, n in zip(*np.nonzero(on))}
     got = {tuple(int(v) for v in f) for f in g.active_features}
     check(f"{name}: neuron nodes = the rule's", got == want, f"{len(got)} vs {len(want)}")
+    fz = graphref.real_run(m, g.tokens.tolist())
     worst = 0.0
     for l in range(g.n_layer):
         post = cache[f"blocks.{l}.mlp.hook_post"].numpy()
-        w_out = np.asarray(m.weights[f"h.{l}.mlp.c_proj.weight"] if gpt2 else
-                           np.asarray(m.weights[f"layers.{l}.mlp.down_proj.weight"]).T, np.float64)
-        b_out = np.asarray(m.weights[f"h.{l}.mlp.c_proj.bias"], np.float64) if gpt2 else 0.0
+        _, _, w_out, b_out = (None if t is None else t.numpy() for t in graphref._mlp_weights(fz, l))
         node = np.zeros_like(post)
         for (ll, p, n), a in zip(g.active_features, g.activations):
             if ll == l:
                 node[p, n] = a
-        rebuilt = node @ w_out + (post - node) @ w_out + b_out
+        rebuilt = node @ w_out + (post - node) @ w_out + (0.0 if b_out is None else b_out)
+        if getattr(fz, "post_norms", False):
+            rebuilt = graphref._norm_frozen(fz, "ln2_post", l, torch.as_tensor(rebuilt), fz.ln2_post_scale[l]).numpy()
         worst = max(worst, np.abs(rebuilt - cache[f"blocks.{l}.hook_mlp_out"].numpy()).max())
     check(f"{name}: node vectors + constants = hook_mlp_out", worst < 1e-10, f"{worst:.2e}")
 
@@ -256,6 +257,13 @@ def main():
     check_model("llama_neurons", gn)
     check_neurons("llama_neurons", gn, LLAMA)
     check_fixture("llama_neurons", gn, os.path.join(ROOT, "tests/fixtures/graph/llama_neurons"))
+    for name, model, tokens in (("neox_neurons", "neox_parallel", mgf.PROMPT_LLAMA),
+                                ("gemma_neurons", "gemma3_local_global", mgf.PROMPT_LLAMA[:4])):
+        model_dir = os.path.join(ROOT, "tests/fixtures/models", model)
+        gn = graphref.neuron_graph(model_dir, tokens)
+        check_model(name, gn)
+        check_neurons(name, gn, model_dir)
+        check_fixture(name, gn, os.path.join(ROOT, "tests/fixtures/graph", name))
     check_prune_by_hand()
     print(f"{len(FAILED)} failed" if FAILED else "all passed")
     return 1 if FAILED else 0
