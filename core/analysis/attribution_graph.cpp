@@ -451,13 +451,19 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
         total_weight += next;
         weight = std::move(next);
       }
+      // Row by row over a block of columns per thread: the rows are stored by row.
       std::vector<double> influence(static_cast<size_t>(total), 0.0);
-#pragma omp parallel for schedule(static)
-      for (int col = 0; col < total; ++col) {
-        double s = 0.0;
-        for (int r = 0; r < st; ++r)
-          if (total_weight(r) != 0.0) s += total_weight(r) * inv_sum[static_cast<size_t>(r)] * std::abs(double{rows(r, col)});
-        influence[static_cast<size_t>(col)] = s;
+      constexpr int kBlock = 2048;
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int c0 = 0; c0 < total; c0 += kBlock) {
+        const int c1 = std::min(total, c0 + kBlock);
+        double* acc = influence.data() + c0;
+        for (int r = 0; r < st; ++r) {
+          const double w = total_weight(r) * inv_sum[static_cast<size_t>(r)];
+          if (w == 0.0) continue;
+          const float* row = rows.row(r).data();
+          for (int col = c0; col < c1; ++col) acc[col - c0] += w * std::abs(double{row[col]});
+        }
       }
       std::vector<int> rank(static_cast<size_t>(total));
       std::iota(rank.begin(), rank.end(), 0);
