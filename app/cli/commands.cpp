@@ -22,6 +22,7 @@ const CommandSpec& merge_command();
 const CommandSpec& hooks_command();
 const CommandSpec& features_command();
 const CommandSpec& graph_command();
+const CommandSpec& routes_command();
 const CommandSpec& qk_command();
 
 const std::vector<const CommandSpec*>& commands() {
@@ -29,6 +30,7 @@ const std::vector<const CommandSpec*>& commands() {
       &info_command(),     &tokenize_command(), &run_command(),      &patch_command(), &grad_command(),
       &attribute_command(), &heads_command(),   &generate_command(), &lens_command(),  &circuits_command(),
       &scan_command(),      &merge_command(),   &hooks_command(),  &features_command(), &graph_command(),
+      &routes_command(),
       &qk_command(),
   };
   return table;

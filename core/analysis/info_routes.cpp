@@ -97,25 +97,40 @@ LayerShares layer_shares(const ActivationCache& cache, int l, int threads) {
   // (fold_value_biases), and neither b_O nor the folded bias is a part. So b_V is taken out of v.
   const int n_kv = c.n_key_value_heads;
   const int threads_used = thread_count(threads);
-  for (int h = 0; h < H; ++h) {
-    const int kv = c.kv_head(h);
-    RowMatrixXf v_h = act.v.middle_cols(static_cast<Eigen::Index>(kv) * dh, dh);  // [pos, d_head]
-    if (w.b_qkv) v_h.rowwise() -= ConstRowVectorRef(w.b_qkv + static_cast<size_t>(H + n_kv + kv) * dh, dh);
-    RowMatrixXf moved(n, D);  // [key_pos, d_model]  (v[k, h] - b_V) @ W_O[h]
-    moved.noalias() = v_h * cache.weights()->W_O(l, h);
-#pragma omp parallel for schedule(dynamic, 4) num_threads(threads_used)
+  // Heads go in groups whose moved values fit in kGroupBytes, each group one parallel loop over
+  // queries: few parallel regions, so that a busy machine does not stall the threads at barriers.
+  // Small prompts stay on one thread.
+  constexpr size_t kGroupBytes = size_t{64} << 20;
+  const size_t head_bytes = static_cast<size_t>(n) * D * sizeof(float);
+  const int group = std::clamp(static_cast<int>(kGroupBytes / std::max<size_t>(head_bytes, 1)), 1, H);
+  const bool parallel = static_cast<double>(n) * n * H * D > 1e7;
+  std::vector<RowMatrixXf> moved(static_cast<size_t>(group));  // [head in group][key_pos, d_model]
+  for (int h0 = 0; h0 < H; h0 += group) {
+    const int h1 = std::min(H, h0 + group);
+    for (int h = h0; h < h1; ++h) {
+      const int kv = c.kv_head(h);
+      RowMatrixXf v_h = act.v.middle_cols(static_cast<Eigen::Index>(kv) * dh, dh);  // [pos, d_head]
+      if (w.b_qkv) v_h.rowwise() -= ConstRowVectorRef(w.b_qkv + static_cast<size_t>(H + n_kv + kv) * dh, dh);
+      RowMatrixXf& m = moved[static_cast<size_t>(h - h0)];  // (v[k, h] - b_V) @ W_O[h]
+      m.resize(n, D);
+      m.noalias() = v_h * cache.weights()->W_O(l, h);
+    }
+#pragma omp parallel for schedule(dynamic, 4) num_threads(threads_used) if (parallel)
     for (int q = 0; q < n; ++q) {
-      const ConstRowVectorRef pattern = cache.pattern_row(l, h, q);  // [key_pos <= q]
       const float* factor = post_factor.size() ? post_factor.row(q).data() : nullptr;
       const float* whole = resid_mid.row(q).data();
-      double* out = s.attn.data() + s.attn_offset(q) + h;
-      for (int k = 0; k <= q; ++k)
-        out[static_cast<size_t>(k) * H] =
-            floored(mid_norm[static_cast<size_t>(q)], l1_distance(moved.row(k).data(), pattern(k), factor, whole, D));
+      for (int h = h0; h < h1; ++h) {
+        const ConstRowVectorRef pattern = cache.pattern_row(l, h, q);  // [key_pos <= q]
+        const RowMatrixXf& m = moved[static_cast<size_t>(h - h0)];
+        double* out = s.attn.data() + s.attn_offset(q) + h;
+        for (int k = 0; k <= q; ++k)
+          out[static_cast<size_t>(k) * H] =
+              floored(mid_norm[static_cast<size_t>(q)], l1_distance(m.row(k).data(), pattern(k), factor, whole, D));
+      }
     }
   }
 
-#pragma omp parallel for schedule(static) num_threads(threads_used)
+#pragma omp parallel for schedule(static) num_threads(threads_used) if (parallel)
   for (int q = 0; q < n; ++q) {
     const size_t qs = static_cast<size_t>(q);
     const float* whole = resid_mid.row(q).data();

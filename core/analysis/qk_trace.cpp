@@ -139,6 +139,43 @@ class Side {
   RowVectorXd constant_, qk_scale_, cos_, sin_, sum_;
 };
 
+// mlp.hook_post of layer l at the given positions only, [positions, d_mlp], with the forward
+// pass's kernels (ActivationCache::mlp_post derives every position: a whole MLP pass per layer
+// for two rows).
+RowMatrixXf mlp_post_rows(const ActivationCache& cache, int l, const std::vector<int>& positions) {
+  const ModelConfig& c = cache.config();
+  const LayerActivations& a = cache.layer(l);
+  const Eigen::Index n = static_cast<Eigen::Index>(positions.size());
+  RowMatrixXf out(n, c.d_mlp);
+  if (!a.mlp_post.empty()) {
+    for (Eigen::Index i = 0; i < n; ++i) out.row(i) = a.mlp_post.row(positions[static_cast<size_t>(i)]);
+    return out;
+  }
+  RowMatrixXf x(n, c.d_model);  // the MLP's input stream: resid_mid, or resid_pre for parallel blocks
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const int p = positions[static_cast<size_t>(i)];
+    if (c.architecture.parallel_blocks)
+      x.row(i) = a.resid_pre.row(p);
+    else if (!a.resid_mid.empty())
+      x.row(i) = a.resid_mid.row(p);
+    else
+      x.row(i) = a.resid_pre.row(p) + a.attn_out.row(p);
+  }
+  const LayerWeights& W = cache.weights()->layer(l);
+  const PackedLayer& WP = cache.weights()->packed(l);
+  RowMatrixXf normalized, pre, up;
+  norm_forward(normalized, nullptr, x, W.norm2_w, W.norm2_b, c.norm_eps, c.architecture.norm);
+  if (cache.has_gated_mlp()) {
+    linear_forward(pre, normalized, WP.W_gate, W.b_gate);
+    linear_forward(up, normalized, WP.W_in, W.b_in);
+    gated_activation_forward(out, pre, up, c.activation);
+  } else {
+    linear_forward(pre, normalized, WP.W_in, W.b_in);
+    activation_forward(out, pre, c.activation);
+  }
+  return out;
+}
+
 std::string range_text(int n) { return n == 1 ? "0" : "0-" + std::to_string(n - 1); }
 
 // The transcoder of layer l checked for what the decomposition needs: it writes the layer's
@@ -289,12 +326,13 @@ QkTrace qk_trace(const ActivationCache& cache, int layer, int head, int query_po
     RowMatrixXf mlp_post, tc_in;
     const Sae* tc = features ? transcoders[static_cast<size_t>(l)].get() : nullptr;
     if (!features) {
-      mlp_post = cache.mlp_post(l);  // [pos, d_mlp]
+      mlp_post = mlp_post_rows(cache, l, {query_pos, key_pos});  // [2, d_mlp]: the query's, the key's
     } else {
       tc_in = hook_rows(cache, tc->hook_in);  // [pos, d_in]
     }
     for (Side* s : sides) {
       const int p = s->pos();
+      const Eigen::Index side_row = s == &query ? 0 : 1;
       // The heads: z_h W_O[h], through the post-attention norm frozen at this position.
       const RowMatrixXf z = al.z.row(p);  // [1, n_heads * d_head]
       FrozenNorm post1;
@@ -319,7 +357,7 @@ QkTrace qk_trace(const ActivationCache& cache, int layer, int head, int query_po
       if (!features) {
         // Neurons: hook_post x W_out row, through the post-MLP norm frozen at this position; in
         // blocks, so that a wide MLP never needs a [d_mlp, d_model] matrix of doubles.
-        const RowMatrixXf post = mlp_post.row(p);
+        const RowMatrixXf post = mlp_post.row(side_row);
         FrozenNorm post2;
         if (c.architecture.post_mlp_norm) {
           RowMatrixXf in;

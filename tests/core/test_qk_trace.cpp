@@ -235,3 +235,23 @@ TEST_CASE("QK tracing labels components as the Graph view prints them", "[qk]") 
   t.transcoders = true;
   CHECK(hs::qk_component_label(t, {K::MlpBias, 0, -1, 3}, true) == "b_dec L0 @ 3");
 }
+
+TEST_CASE("QK tracing adds up on NeoX blocks, parallel and sequential (no reference: the sum identity)", "[qk]") {
+  for (const std::string name : {"neox_parallel", "neox_sequential"}) {
+    INFO(name);
+    const auto model = hs::Model::load(hs::test::fixture_model(name));
+    const auto cache = hs::run_tokens(model, {1, 5, 9, 13, 17, 21, 25, 29}).cache;
+    const hs::QkTrace t = hs::qk_trace(*cache, 1, 1, 7, 3, {}, hs::QkOptions{0});
+    double sum_abs = 0.0, listed = 0.0;
+    for (const hs::QkPair& p : t.pairs) {
+      sum_abs += std::abs(p.term);
+      listed += p.term;
+    }
+    CHECK(std::abs(listed - t.score) <= 1e-6 * sum_abs);
+    CHECK(std::abs(t.remainder) <= 1e-12 * sum_abs);
+    CHECK(std::abs(t.total - t.score_before_softcap) <= 1e-6 * sum_abs);
+    const double resid = cache->layer(1).resid_pre.row(7).cwiseAbs().maxCoeff();
+    CHECK(t.query_resid_error <= 1e-5 * resid);
+    CHECK(t.key_resid_error <= 1e-5 * resid);
+  }
+}

@@ -80,6 +80,10 @@ def main():
         os.makedirs(folder)
         t = qkref.qk_trace(os.path.join(ROOT, c["model"]), c["tokens"], c["layer"], c["head"], c["query"], c["key"],
                            [os.path.join(ROOT, d) for d in c["transcoders"]] or None)
+        # The reference's own identities: its terms sum to its forward's score (before a cap), and
+        # each side's components to its hook_resid_pre.
+        assert abs(t.total - t.score_before_softcap) <= 1e-10 * max(1.0, np.abs(t.terms).sum()), c["name"]
+        assert t.resid_error <= 1e-10, c["name"]
         np.savez(os.path.join(folder, "qk.npz"), query_keys=t.query_keys, key_keys=t.key_keys,
                  query_u=t.query_u, key_v=t.key_v, scale=np.array([t.scale]), score=np.array([t.score]),
                  score_before_softcap=np.array([t.score_before_softcap]), total=np.array([t.total]),
