@@ -396,7 +396,8 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
   const int max_features = limit > 0 ? std::min(limit, total) : total;
   g.max_feature_nodes = limit;
   const int batch = std::max(1, options.batch);
-  RowMatrixXf rows = RowMatrixXf::Zero(n_logits + max_features, f.n_cols());
+  // Not zeroed here: every row is one target's, which BatchPass::run writes in full.
+  RowMatrixXf rows(n_logits + max_features, f.n_cols());
   std::vector<int> row_feature(static_cast<size_t>(max_features), -1);  // which feature each feature row is
   std::vector<Target> logit_targets;
   for (int i = 0; i < n_logits; ++i) logit_targets.push_back({L, S - 1, logit_dirs.row(i).data()});
