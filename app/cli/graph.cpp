@@ -146,6 +146,7 @@ its neurons' vectors plus b_out, so there are no error nodes. Neurons are polyse
 node does not name one concept as a transcoder feature is meant to. Rows are computed for the
 2048 most influential neurons by default (--max-feature-nodes; 0: all): each row holds one
 column per active neuron, tens of thousands at 32 tokens, so all of them would take gigabytes.
+
 RAW.npz holds the unpruned graph: adjacency float32 [nodes, nodes] (rows targets, columns
 sources; nodes ordered features, errors, tokens, logits), node_ids, features int32 [features, 3]
 (layer, position, latent or neuron), activations, logit_tokens, logit_probs, node_input (each
