@@ -2,7 +2,8 @@
 // against the float64 reference tools/reference/graphref.py (PyTorch autograd on the frozen
 // replacement model), whose outputs tests/fixtures/graph holds: the built-in model with its four
 // transcoders, and a tiny Llama with a plain and a skip transcoder; and MLP neurons as nodes on the
-// same two models (GELU, gated SiLU), a parallel-block NeoX and a Gemma 3 (post-norms).
+// same two models (GELU, gated SiLU), a parallel-block NeoX, a Gemma 3 (post-norms) and a Gemma 2
+// (soft-caps: the logit nodes' inputs are before the final cap).
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -75,6 +76,8 @@ Case fixture(const std::string& name) {
     c.model = hs::Model::load(hs::test::fixture_model("neox_parallel"));
   } else if (name == "gemma_neurons") {
     c.model = hs::Model::load(hs::test::fixture_model("gemma3_local_global"));
+  } else if (name == "gemma2_neurons") {
+    c.model = hs::Model::load(hs::test::fixture_model("gemma2_window"));
   } else if (name == "builtin") {
     c.model = hs::Model::load(hs::test::source_dir() / "resources/models/headscope-tiny");
     c.transcoders = hs::load_graph_transcoders({c.model->dir() / "saes"}, c.model->config());
@@ -95,7 +98,8 @@ hs::AttributionGraph build(const Case& c, hs::GraphOptions options = {}) {
   return c.neurons ? hs::neuron_attribution_graph(*r.cache, options) : hs::attribution_graph(*r.cache, c.transcoders, options);
 }
 
-const char* const kAllFixtures[] = {"builtin", "llama", "builtin_neurons", "llama_neurons", "neox_neurons", "gemma_neurons"};
+const char* const kAllFixtures[] = {"builtin", "llama", "builtin_neurons", "llama_neurons", "neox_neurons", "gemma_neurons",
+                                     "gemma2_neurons"};
 
 }  // namespace
 

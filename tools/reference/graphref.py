@@ -122,8 +122,7 @@ def real_run(model, tokens: Sequence[int]) -> Frozen:
         fz.W_U = _t(w["lm_head.weight"])                                    # [d_vocab, d_model]
     elif isinstance(model, hsref.LlamaModel):
         c = model.config
-        if c.final_softcap is not None:
-            raise NotImplementedError("a final logit soft-cap is not in the graph reference")
+        fz.final_softcap = c.final_softcap   # Gemma 2: logit nodes' inputs are the logits before the cap
         fz.family, fz.n_layer, fz.d_model, fz.n_head = "llama", c.n_layer, c.d_model, c.n_head
         fz.gemma = bool(c.post_norms or c.embed_scale or c.norm_plus_one)  # Gemma 2/3 (neuron graphs only)
         fz.post_norms = c.post_norms
@@ -241,7 +240,7 @@ def attribution_graph(model_dir: str, transcoder_dirs: Sequence[str], tokens: Se
     sure starts the prompt)."""
     model = hsref.load_any(model_dir)
     fz = real_run(model, tokens)
-    if fz.family == "neox" or getattr(fz, "gemma", False):
+    if fz.family == "neox" or getattr(fz, "gemma", False) or getattr(fz, "final_softcap", None) is not None:
         raise NotImplementedError("transcoder graphs: the reference covers GPT-2 and Llama")
     tcs = load_transcoders(transcoder_dirs if not isinstance(transcoder_dirs, str) else [transcoder_dirs],
                            fz.n_layer)
@@ -395,7 +394,8 @@ def neuron_graph(model_dir: str, tokens: Sequence[int], max_n_logits: int = 10,
     pre-activation when gated) computed from the frozen ln2 output. No error nodes: at s = 1 the
     MLP output is the real one. Node order: neurons (layer, pos, index), tokens, logits.
     Families: GPT-2, Llama/Qwen (gated), NeoX (parallel or sequential blocks: the MLP reads ln2 of
-    the block's input or of resid_mid), Gemma 2/3 without a final soft-cap (embedding times
+    the block's input or of resid_mid), Gemma 2/3 (a logit node's input is before the final
+    soft-cap, where the logit is linear; embedding times
     sqrt(d_model), norms with 1 + w, the post-attention and post-MLP norms with their scales frozen:
     a neuron's vector then passes the frozen post-MLP norm)."""
     model = hsref.load_any(model_dir)
@@ -494,6 +494,10 @@ def neuron_graph(model_dir: str, tokens: Sequence[int], max_n_logits: int = 10,
     g.pre_activations = np.array([float(fz.cache[f"blocks.{l}.mlp.hook_pre"][p, n]) for l, p, n in feats])
     g.frozen_logits = (final @ fz.W_U.T).detach()
     g.real_logits = fz.logits
+    cap = getattr(fz, "final_softcap", None)
+    if cap is not None:   # the frozen model's logits through the cap; the real ones before it
+        g.frozen_logits = cap * torch.tanh(g.frozen_logits / cap)
+        g.real_logits_precap = fz.cache["ln_final.hook_normalized"] @ fz.W_U.T
     g.target_inputs = target_inputs
     g.n_src = n_src
     return g

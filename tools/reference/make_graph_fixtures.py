@@ -13,6 +13,8 @@ pruned graph as circuit-tracer's create_graph_files writes it for Neuronpedia).
   neox_neurons/     tests/fixtures/models/neox_parallel (parallel blocks, LayerNorm, GELU), the llama prompt
   gemma_neurons/    tests/fixtures/models/gemma3_local_global (post-attention and post-MLP norms,
                     embedding scale, 1 + w norms, gated GELU), the llama prompt's first 4 tokens
+  gemma2_neurons/   tests/fixtures/models/gemma2_window (Gemma 2: attention and final logit soft-caps,
+                    sliding window), the same 4 tokens
 """
 
 from __future__ import annotations
@@ -193,7 +195,8 @@ FIXTURES = (("builtin", builtin), ("llama", llama), ("builtin_neurons", builtin_
             ("llama_neurons", llama_neurons),
             ("neox_neurons", lambda out: small_model_neurons(out, "neox_neurons", "neox_parallel", PROMPT_LLAMA)),
             ("gemma_neurons", lambda out: small_model_neurons(out, "gemma_neurons", "gemma3_local_global",
-                                                              PROMPT_LLAMA[:4])))
+                                                              PROMPT_LLAMA[:4])),
+            ("gemma2_neurons", lambda out: small_model_neurons(out, "gemma2_neurons", "gemma2_window", PROMPT_LLAMA[:4])))
 
 
 def main():

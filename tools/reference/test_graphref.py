@@ -12,7 +12,7 @@
 (d) pruning on a hand-made graph whose masks and scores are worked out in the comments;
 (e) the fixtures in tests/fixtures/graph equal a fresh computation, and graph.json is valid
     against Neuronpedia's graph-schema.json and agrees with the masks;
-(f) neuron graphs (builtin_neurons, llama_neurons, neox_neurons, gemma_neurons): (a)-(c) and (e) as above, no error nodes, the
+(f) neuron graphs (builtin_neurons, llama_neurons, neox_neurons, gemma_neurons, gemma2_neurons): (a)-(c) and (e) as above, no error nodes, the
     node set by the rule read from hsref's run, the MLP output rebuilt from the node neurons'
     vectors and the constant ones, token -> layer-0 neuron edges by hand.
 """
@@ -64,7 +64,7 @@ def check_model(name, g):
     check(f"{name}: completeness, every row", r < 1e-10, f"max |row sum + constant - input| / scale {r:.2e}")
     d = np.abs(g.pre_activations - g.node_input[:g.n_feat]).max()
     check(f"{name}: feature inputs = real pre-activations", d < 1e-10, f"{d:.2e}")
-    lg = g.real_logits[-1].numpy()
+    lg = getattr(g, "real_logits_precap", g.real_logits)[-1].numpy()   # Gemma 2: before the final cap
     d = np.abs(g.node_input[g.n_src:] - (lg[g.logit_tokens] - lg.mean())).max()
     check(f"{name}: logit inputs = demeaned real logits", d < 1e-10, f"{d:.2e}")
     check(f"{name}: no feature at position 0", not (g.active_features[:, 1] == 0).any())
@@ -258,7 +258,8 @@ def main():
     check_neurons("llama_neurons", gn, LLAMA)
     check_fixture("llama_neurons", gn, os.path.join(ROOT, "tests/fixtures/graph/llama_neurons"))
     for name, model, tokens in (("neox_neurons", "neox_parallel", mgf.PROMPT_LLAMA),
-                                ("gemma_neurons", "gemma3_local_global", mgf.PROMPT_LLAMA[:4])):
+                                ("gemma_neurons", "gemma3_local_global", mgf.PROMPT_LLAMA[:4]),
+                                ("gemma2_neurons", "gemma2_window", mgf.PROMPT_LLAMA[:4])):
         model_dir = os.path.join(ROOT, "tests/fixtures/models", model)
         gn = graphref.neuron_graph(model_dir, tokens)
         check_model(name, gn)
