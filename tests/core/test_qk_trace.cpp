@@ -206,6 +206,15 @@ TEST_CASE("QK tracing refuses edges it cannot trace, with messages", "[qk]") {
   CHECK_THROWS_WITH(hs::qk_trace(c, 2, 0, 7, 2, {}),
                     Contains("key position 2 is outside layer 2's sliding window of 4 keys: query 7 reads keys 4-7"));
   CHECK_NOTHROW(hs::qk_trace(c, 2, 0, 7, 4, {}));  // the window's first key
+  // Runs it cannot explain: one made with an edit, one that kept only the logits.
+  hs::RunOptions edited;
+  edited.interventions.push_back(hs::zero_ablation(0, 1));
+  const auto ablated = hs::run_tokens(f.model, f.spec["tokens"].get<std::vector<int32_t>>(), edited).cache;
+  CHECK_THROWS_WITH(hs::qk_trace(*ablated, 1, 0, 7, 5, {}), Contains("this run was made with edits"));
+  hs::RunOptions logits;
+  logits.logits_only = true;
+  const auto bare = hs::run_tokens(f.model, f.spec["tokens"].get<std::vector<int32_t>>(), logits).cache;
+  CHECK_THROWS_WITH(hs::qk_trace(*bare, 1, 0, 7, 5, {}), Contains("this run kept only the logits"));
   // Transcoders: one per layer, and transcoders rather than SAEs.
   const Fixture b = load("builtin_features");
   std::vector<std::shared_ptr<const hs::Sae>> three(b.transcoders.begin(), b.transcoders.end() - 1);
