@@ -69,6 +69,16 @@ struct ExportFigure {
   std::function<Target()> prepare;
 };
 
+// A unit below the head that one view points at and another shows: the Graph view's feature node
+// opening in the Features view (its activations and dashboard).
+struct UnitRef {
+  bool neuron = false;  // an MLP neuron of `layer`; else latent `unit` of the loaded SAE `sae_id`
+  QString sae_id;       // LoadedSaes id
+  int layer = -1;
+  int unit = -1;
+  int pos = -1;         // the position to select (-1: leave it)
+};
+
 class AnalysisView : public QWidget, public FigureSource {
   Q_OBJECT
 
@@ -104,6 +114,9 @@ class AnalysisView : public QWidget, public FigureSource {
   // that request their analysis themselves (AnalysisSpec::on_demand). Default: nothing.
   virtual void showProgress(double fraction, const QString& what);
   virtual void showFailure(const QString& message);
+  // Shows `unit` if this view shows units of its kind (and returns true): the window then brings
+  // the view to the front. Default: not a view of units.
+  virtual bool showUnit(const UnitRef&) { return false; }
 
   // FigureSource: by default the whole view as it is shown.
   QSize figureSize() const override { return size(); }
@@ -123,6 +136,9 @@ class AnalysisView : public QWidget, public FigureSource {
   // The view shows a head metric computed with the run (a Model metric it has just asked for,
   // wantModelMetric) that the current run lacks: run the prompt again.
   void runWanted();
+  // The view points at a unit another view shows (a double-clicked graph node): the window asks
+  // each view to show it (showUnit) and brings the first that does to the front.
+  void unitRequested(const hs::ui::UnitRef& unit);
 
  protected:
   // Right-click outside its plots: save the whole view (each plot offers its own figure).

@@ -5,6 +5,7 @@
 #include "ui/views/circuits_view.h"
 #include "ui/views/concat_sum_view.h"
 #include "ui/views/contributions_view.h"
+#include "ui/views/graph_view.h"
 #include "ui/views/head_dataset_view.h"
 #include "ui/views/logit_lens_view.h"
 #include "ui/views/patching_view.h"
@@ -24,6 +25,7 @@ const std::vector<ViewDescriptor>& viewRegistry() {
       HeadDatasetView::descriptor(),
       UnitsView::neuronsDescriptor(),
       UnitsView::featuresDescriptor(),
+      GraphView::descriptor(),
   };
   return views;
 }

@@ -615,6 +615,20 @@ void UnitsView::chooseSae(const QString& id) {
   updateStatus();
 }
 
+bool UnitsView::showUnit(const UnitRef& unit) {
+  if ((kind_ == UnitKind::Neuron) != unit.neuron || unit.unit < 0) return false;
+  if (kind_ == UnitKind::Neuron) {
+    if (unit.layer < 0 || unit.layer >= selection_->layerCount()) return false;
+    selection_->setLayer(unit.layer);
+  } else {
+    if (!LoadedSaes::instance().find(unit.sae_id)) return false;
+    chooseSae(unit.sae_id);
+  }
+  if (unit.pos >= 0 && unit.pos < selection_->positionCount()) selection_->setPosition(unit.pos);
+  chooseUnit(unit.unit);
+  return true;
+}
+
 bool UnitsView::sortByAttribution() const { return by_attribution_->isChecked(); }
 void UnitsView::setSortByAttribution(bool by_attribution) {
   (by_attribution ? by_attribution_ : by_activation_)->setChecked(true);

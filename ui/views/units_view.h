@@ -161,6 +161,7 @@ class UnitsView : public AnalysisView {
   ViewInputs viewInputs() const override;
   void setViewInputs(const ViewInputs& inputs) override;
   void showFailure(const QString& message) override;
+  bool showUnit(const UnitRef& unit) override;
 
   FigureText figureText() const override;
   QString figureFileStem() const override;

@@ -94,6 +94,13 @@ void MainWindow::connectEverything() {
       debounce_.stop();
       controller_->requestRun(prompt_->toPlainText());
     });
+    connect(views_[i], &AnalysisView::unitRequested, this, [this](const UnitRef& unit) {
+      for (AnalysisView* v : views_)
+        if (v->showUnit(unit)) {
+          tabs_->setCurrentWidget(v);
+          return;
+        }
+    });
     connect(views_[i], &AnalysisView::headContextMenu, this, [this](int layer, int head, QMenu* menu) {
       if (layer >= 0 && layer < selection_->layerCount() && head >= 0 && head < selection_->headCount())
         addHeadActions(layer * selection_->headCount() + head, menu);

@@ -1,0 +1,214 @@
+// The Graph view (issue 26): the built-in model's attribution graph over its own transcoders, as
+// the core builds and prunes it, with live thresholds, paths, pins, supernodes, the JSON it saves
+// and graph files it opens.
+#include <catch2/catch.hpp>
+
+#include <QCheckBox>
+#include <QDoubleSpinBox>
+#include <QFile>
+#include <QLabel>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QTextBrowser>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/analysis/attribution_graph.h"
+#include "core/analysis/graph_prune.h"
+#include "core/features/sae.h"
+#include "core/io/graph_json.h"
+#include "core/model/model.h"
+#include "core/session/session.h"
+#include "ui/controller/loaded_saes.h"
+#include "ui/controller/selection.h"
+#include "ui/views/graph_view.h"
+#include "ui/views/units_view.h"
+#include "ui/window/main_window.h"
+#include "ui_test_support.h"
+
+using namespace hs::ui;
+using namespace hs::ui::test;
+
+namespace {
+
+struct ClearSaes {
+  ClearSaes() { LoadedSaes::instance().clear(); }
+  ~ClearSaes() { LoadedSaes::instance().clear(); }
+};
+
+std::string readText(const QString& path) {
+  std::ifstream in(path.toStdString(), std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The node ids the core's JSON holds for `graph` pruned at the thresholds.
+std::set<std::string> coreNodeIds(const hs::AttributionGraph& g, double nt, double et) {
+  const hs::PrunedGraph pruned = hs::prune_graph(g, nt, et);
+  hs::GraphLabels labels;
+  labels.prompt_tokens.assign(static_cast<size_t>(g.n_pos), "t");
+  const hs::GraphFile file = hs::read_graph_json(hs::graph_to_json(g, pruned, labels), "core");
+  std::set<std::string> ids;
+  for (const auto& n : file.nodes) ids.insert(n.node_id);
+  return ids;
+}
+
+std::set<std::string> pictureIds(const GraphPicture& p) {
+  std::set<std::string> ids;
+  for (const auto& n : p.nodes) ids.insert(n.id.toStdString());
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("Graph view: the built-in model's graph over its own transcoders is the core's, pruned live at the thresholds set",
+          "[graph][window]") {
+  ClearSaes clear;
+  MainWindowOptions options;
+  options.model_dir = QString::fromStdString(hs::builtin_model_dir().string());
+  options.text = QStringLiteral("The cat sat on the mat. The cat sat on the");
+  options.restore_settings = false;
+  options.view = QStringLiteral("graph");
+  MainWindow window(options);
+  window.resize(1500, 950);
+  window.show();
+  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
+  auto* view = window.viewAs<GraphView>(QStringLiteral("graph"));
+  REQUIRE(view);
+
+  // No transcoder loaded: the view says so, and offers the model's own.
+  REQUIRE(waitFor([&] { return view->messageText().contains(QStringLiteral("load-shipped")); }, 10000));
+  CHECK(view->messageText().contains(QStringLiteral("needs a transcoder for every layer")));
+  CHECK(view->canvas()->picture() == nullptr);
+
+  // One click loads them (and the SAE beside them, which the graph passes over).
+  Q_EMIT view->findChild<QLabel*>(QStringLiteral("graphMessage"))->linkActivated(QStringLiteral("load-shipped"));
+  REQUIRE(waitFor([&] { return view->isCurrent() && view->canvas()->picture() != nullptr; }, 120000));
+  CHECK(view->messageText().isEmpty());
+
+  // The graph is the core's for the same run and transcoders; the drawn nodes are those its JSON
+  // keeps at the default thresholds.
+  const auto run = window.controller()->currentRun();
+  const auto result = std::dynamic_pointer_cast<const GraphResult>(view->result());
+  REQUIRE(result);
+  REQUIRE(result->graph);
+  REQUIRE(result->transcoders.size() == 4);
+  const hs::AttributionGraph expected = hs::attribution_graph(*run->plainCache(), result->transcoders);
+  REQUIRE(expected.n_nodes() == result->graph->n_nodes());
+  CHECK((expected.adjacency - result->graph->adjacency).cwiseAbs().maxCoeff() == 0.0f);
+  CHECK(pictureIds(*view->canvas()->picture()) == coreNodeIds(expected, 0.8, 0.98));
+  // The top logit is the run's own prediction.
+  REQUIRE(!result->graph->logit_tokens.empty());
+  CHECK(result->graph->logit_tokens[0] == run->next.front().id);
+
+  // New thresholds prune again on a worker, and the drawing follows.
+  const size_t before = view->canvas()->picture()->nodes.size();
+  view->setThresholds(0.5, 0.9);
+  REQUIRE(waitFor([&] { return view->isCurrent(); }, 30000));
+  CHECK(view->shownPruning().node_threshold == 0.5);
+  CHECK(pictureIds(*view->canvas()->picture()) == coreNodeIds(expected, 0.5, 0.9));
+  CHECK(view->canvas()->picture()->nodes.size() < before);
+  CHECK(view->statusText().contains(QStringLiteral("node threshold 0.5")));
+
+  // A feature node: clicking it lists its edges and finds paths ending at a logit.
+  const GraphPicture& pic = *view->canvas()->picture();
+  int feature = -1;
+  for (size_t i = 0; i < pic.nodes.size() && feature < 0; ++i)
+    if (pic.nodes[i].kind == GraphPicture::Kind::Feature) feature = static_cast<int>(i);
+  REQUIRE(feature >= 0);
+  QTest::mouseClick(view->canvas(), Qt::LeftButton, {}, view->canvas()->nodeCenter(feature).toPoint());
+  CHECK(view->canvas()->selectedNode() == feature);
+  REQUIRE(!view->canvas()->selectedPaths().empty());
+  CHECK(view->details()->toPlainText().contains(QStringLiteral("Strongest")));
+  CHECK(view->details()->toPlainText().contains(QStringLiteral("promotes")));
+
+  // Pins and a supernode: "pinned only" draws the group as one item.
+  int other = -1;
+  for (size_t i = 0; i < pic.nodes.size() && other < 0; ++i)
+    if (pic.nodes[i].kind == GraphPicture::Kind::Feature && static_cast<int>(i) != feature) other = static_cast<int>(i);
+  REQUIRE(other >= 0);
+  int logit = -1;
+  for (size_t i = 0; i < pic.nodes.size(); ++i)
+    if (pic.nodes[i].kind == GraphPicture::Kind::Logit) logit = static_cast<int>(i);
+  REQUIRE(logit >= 0);
+  view->canvas()->setPinned(pic.nodes[static_cast<size_t>(feature)].id, true);
+  view->canvas()->setPinned(pic.nodes[static_cast<size_t>(other)].id, true);
+  view->canvas()->setPinned(pic.nodes[static_cast<size_t>(logit)].id, true);
+  view->canvas()->groupNodes(QStringLiteral("cat features"),
+                             {pic.nodes[static_cast<size_t>(feature)].id, pic.nodes[static_cast<size_t>(other)].id});
+  view->pinnedOnlyBox()->setChecked(true);
+  CHECK(view->canvas()->drawnNodeCount() == 2);  // the group and the logit
+  // The group's edge to the logit is the sum of its members' edges.
+  double summed = 0.0;
+  for (const auto& e : pic.edges)
+    if (e.target == logit && (e.source == feature || e.source == other)) summed += e.weight;
+  CHECK(view->canvas()->drawnEdgeCount() == (summed != 0.0 ? 1 : 0));
+  view->pinnedOnlyBox()->setChecked(false);
+  CHECK(view->canvas()->drawnNodeCount() == static_cast<int>(pic.nodes.size()));
+
+  // Saved JSON: the core's JSON of the same graph at the thresholds shown.
+  QTemporaryDir tmp;
+  const QString path = tmp.filePath(QStringLiteral("saved.json"));
+  REQUIRE(view->saveJson(path).isEmpty());
+  const hs::GraphFile saved = hs::read_graph_json(readText(path), "saved.json");
+  std::set<std::string> saved_ids;
+  for (const auto& n : saved.nodes) saved_ids.insert(n.node_id);
+  CHECK(saved_ids == coreNodeIds(expected, 0.5, 0.9));
+  CHECK(saved.scan == "headscope-tiny");
+  // A folder that cannot be written to: a message, nothing written.
+  CHECK(!view->saveJson(tmp.filePath(QStringLiteral("no/such/folder/g.json"))).isEmpty());
+
+  // Double-clicking a feature opens it in the Features view.
+  QTest::mouseDClick(view->canvas(), Qt::LeftButton, {}, view->canvas()->nodeCenter(feature).toPoint());
+  auto* features = window.viewAs<UnitsView>(QStringLiteral("features"));
+  REQUIRE(features);
+  const GraphPicture::Node& fnode = pic.nodes[static_cast<size_t>(feature)];
+  CHECK(window.findChild<QTabWidget*>(QStringLiteral("viewTabs"))->currentWidget() == features);
+  CHECK(features->chosenUnit() == std::stoi(fnode.id.toStdString().substr(fnode.id.indexOf('_') + 1)));
+  CHECK(window.selection()->position() == fnode.pos);
+  CHECK(LoadedSaes::instance().entry(features->saeId())->sae->layer == fnode.layer);
+}
+
+TEST_CASE("Graph view: a graph file opens as the file's graph, never the prompt's, and a broken one gets a message",
+          "[graph]") {
+  ClearSaes clear;
+  MainWindowOptions options;
+  options.model_dir = fixtureModelDir();
+  options.text = QStringLiteral("The cat sat");
+  options.restore_settings = false;
+  options.view = QStringLiteral("graph");
+  MainWindow window(options);
+  window.resize(1400, 900);
+  window.show();
+  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
+  auto* view = window.viewAs<GraphView>(QStringLiteral("graph"));
+  REQUIRE(view);
+
+  QTemporaryDir tmp;
+  const QString broken = tmp.filePath(QStringLiteral("broken.json"));
+  {
+    QFile f(broken);
+    REQUIRE(f.open(QIODevice::WriteOnly));
+    f.write("{\"metadata\": {}, \"nodes\": [");
+  }
+  view->openFile(broken);
+  REQUIRE(waitFor([&] { return view->messageText().contains(QStringLiteral("could not be opened")); }, 10000));
+  CHECK(!view->showingFile());
+
+  const QString fixture = QStringLiteral(HEADSCOPE_SOURCE_DIR "/tests/fixtures/graph/builtin/graph.json");
+  const hs::GraphFile file = hs::read_graph_json(readText(fixture), "graph.json");
+  view->openFile(fixture);
+  REQUIRE(waitFor([&] { return view->showingFile() && view->isCurrent(); }, 10000));
+  CHECK(view->messageText().contains(QStringLiteral("not the typed prompt")));
+  REQUIRE(view->canvas()->picture());
+  CHECK(view->canvas()->picture()->nodes.size() == file.nodes.size());
+  CHECK(view->canvas()->picture()->edges.size() == file.links.size());
+  CHECK(view->canvas()->picture()->positions.size() == static_cast<int>(file.prompt_tokens.size()));
+  CHECK(!view->nodeThresholdBox()->isEnabled());
+  CHECK(view->figureText().title.contains(QStringLiteral("graph.json")));
+  view->closeFile();
+  CHECK(!view->showingFile());
+  CHECK(view->canvas()->picture() == nullptr);  // this fixture model has no transcoders loaded
+}

@@ -1,0 +1,780 @@
+#include "ui/views/graph_view.h"
+
+#include <QCheckBox>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QInputDialog>
+#include <QLabel>
+#include <QMenu>
+#include <QPainter>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QTextBrowser>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "core/analysis/units.h"
+#include "core/error.h"
+#include "core/features/sae.h"
+#include "core/model/model.h"
+#include "core/tokenizer/tokenizer.h"
+#include "ui/base/background.h"
+#include "ui/base/deliver.h"
+#include "ui/controller/loaded_saes.h"
+#include "ui/controller/selection.h"
+#include "ui/views/view_text.h"
+#include "ui/widgets/refresh_when_shown.h"
+
+namespace hs::ui {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+QString html(const std::string& s) { return QString::fromStdString(s).toHtmlEscaped(); }
+QString quoted(const QString& token) { return QStringLiteral("“%1”").arg(token.toHtmlEscaped()); }
+
+// The transcoders the graph would use: the loaded transcoders, one per layer (the first loaded of
+// a layer), or why there are none for some layer.
+struct TranscoderChoice {
+  QStringList ids;  // [layer] LoadedSaes ids, complete only when problem is empty
+  QString problem;  // HTML
+  bool offer_shipped = false;
+};
+
+TranscoderChoice chooseTranscoders(const hs::Model& model) {
+  TranscoderChoice choice;
+  const hs::ModelConfig& config = model.config();
+  const int L = config.n_layers;
+  std::vector<QString> by_layer(static_cast<size_t>(L));
+  std::vector<QString> others;
+  for (const LoadedSae& e : LoadedSaes::instance().list()) {
+    const hs::Sae& s = *e.sae;
+    if (!s.is_transcoder() || s.layer < 0 || s.layer >= L || s.d_in != config.d_model || s.d_out != config.d_model) continue;
+    if (by_layer[static_cast<size_t>(s.layer)].isEmpty()) by_layer[static_cast<size_t>(s.layer)] = e.id;
+  }
+  QStringList missing;
+  for (int l = 0; l < L; ++l) {
+    if (by_layer[static_cast<size_t>(l)].isEmpty()) missing.push_back(QString::number(l));
+    choice.ids.push_back(by_layer[static_cast<size_t>(l)]);
+  }
+  if (missing.isEmpty()) return choice;
+  const QStringList shipped = shippedSaeFolders(QString::fromStdString(model.dir().string()));
+  choice.offer_shipped = !shipped.isEmpty();
+  choice.problem =
+      missing.size() == L
+          ? QStringLiteral("<b>An attribution graph needs a transcoder for every layer, and none of the loaded SAEs is a "
+                           "transcoder of this model.</b> File &gt; Open Sparse Autoencoder… loads them (SAELens "
+                           "transcoders, one per layer, or a circuit-tracer transcoder set).")
+          : QStringLiteral("<b>An attribution graph needs a transcoder for every layer; none is loaded for layer %1.</b> "
+                           "File &gt; Open Sparse Autoencoder… loads them.")
+                .arg(missing.join(QStringLiteral(", ")));
+  if (choice.offer_shipped)
+    choice.problem += QStringLiteral(" This model comes with its own (<tt>saes/</tt>): <a href=\"load-shipped\">load them</a>.");
+  return choice;
+}
+
+QString nodeLabel(const hs::GraphFile::Node& n, int latent) {
+  if (n.feature_type == "embedding") return QString();
+  if (n.feature_type == "logit") return QString();
+  if (n.feature_type == "mlp reconstruction error") return QStringLiteral("error L%1").arg(QString::fromStdString(n.layer));
+  return latent >= 0 ? QStringLiteral("L%1 F%2").arg(QString::fromStdString(n.layer)).arg(latent)
+                     : QStringLiteral("L%1 #%2").arg(QString::fromStdString(n.layer)).arg(n.feature);
+}
+
+// The latent of a feature node id "{layer}_{latent}_{pos}", or -1.
+int latentOf(const std::string& id) {
+  const size_t a = id.find('_'), b = id.rfind('_');
+  if (a == std::string::npos || b == a) return -1;
+  try {
+    return std::stoi(id.substr(a + 1, b - a - 1));
+  } catch (...) {
+    return -1;
+  }
+}
+
+// What the canvas draws for a graph file (ours, or circuit-tracer's), with top logits for the
+// features `logits` has (keyed by node id).
+std::shared_ptr<GraphPicture> pictureOf(const hs::GraphFile& file, const std::map<std::string, QString>& logits) {
+  auto g = std::make_shared<GraphPicture>();
+  for (const std::string& t : file.prompt_tokens) g->positions.push_back(QString::fromStdString(t));
+  int max_layer = 0;
+  for (const hs::GraphFile::Node& n : file.nodes)
+    if (n.layer != "E" && n.feature_type != "logit") max_layer = std::max(max_layer, std::stoi(n.layer) + 1);
+  g->n_layers = max_layer;
+  for (const hs::GraphFile::Node& n : file.nodes) {
+    GraphPicture::Node p;
+    p.id = QString::fromStdString(n.node_id);
+    p.pos = n.ctx_idx;
+    p.activation = n.activation.value_or(0.0);
+    p.influence = n.influence.value_or(1.0);
+    const QString token = n.ctx_idx >= 0 && n.ctx_idx < g->positions.size() ? g->positions[n.ctx_idx] : QString();
+    const QString where = QStringLiteral("position %1, %2").arg(n.ctx_idx).arg(quoted(token));
+    QString numbers;
+    if (n.activation) numbers += QStringLiteral("activation %1").arg(*n.activation, 0, 'g', 4);
+    if (n.influence) numbers += QStringLiteral("%1cumulative influence %2").arg(numbers.isEmpty() ? QString() : QStringLiteral(" · ")).arg(*n.influence, 0, 'f', 3);
+    if (n.feature_type == "embedding") {
+      p.kind = GraphPicture::Kind::Token;
+      p.layer = -1;
+      p.label = token;
+      p.tooltip = QStringLiteral("<b>Token %1</b> at position %2: its embedding").arg(quoted(token)).arg(n.ctx_idx);
+    } else if (n.feature_type == "logit") {
+      p.kind = GraphPicture::Kind::Logit;
+      p.layer = g->n_layers;
+      // circuit-tracer's clerp: Output "tok" (p=0.123).
+      const QString clerp = QString::fromStdString(n.clerp);
+      const int open = clerp.indexOf(QLatin1Char('"')), close = clerp.lastIndexOf(QLatin1Char('"'));
+      p.label = open >= 0 && close > open ? clerp.mid(open + 1, close - open - 1) : QString::number(n.feature);
+      p.tooltip = QStringLiteral("<b>Logit of %1</b>%2<br>probability %3").arg(quoted(p.label),
+                      n.is_target_logit ? QStringLiteral(" (the most probable)") : QString())
+                      .arg(n.token_prob, 0, 'f', 4);
+    } else if (n.feature_type == "mlp reconstruction error") {
+      p.kind = GraphPicture::Kind::Error;
+      p.layer = std::stoi(n.layer);
+      p.label = nodeLabel(n, -1);
+      p.tooltip = QStringLiteral("<b>Error node, layer %1</b> at %2<br>what the transcoder misses of the MLP's output "
+                                 "(the real output minus the transcoder's)<br>%3")
+                      .arg(p.layer).arg(where, numbers);
+    } else {
+      p.kind = GraphPicture::Kind::Feature;
+      p.layer = std::stoi(n.layer);
+      const int latent = latentOf(n.node_id);
+      p.label = nodeLabel(n, latent);
+      p.tooltip = QStringLiteral("<b>%1</b> at %2<br>%3").arg(p.label.toHtmlEscaped(), where, numbers);
+      if (!n.clerp.empty()) p.tooltip += QStringLiteral("<br><i>%1</i>").arg(html(n.clerp));
+      if (auto it = logits.find(n.node_id); it != logits.end()) p.tooltip += it->second;
+    }
+    g->nodes.push_back(std::move(p));
+  }
+  for (const hs::GraphFile::Link& l : file.links)
+    g->edges.push_back({l.source, l.target, static_cast<float>(l.weight)});
+  return g;
+}
+
+}  // namespace
+
+ViewDescriptor GraphView::descriptor() {
+  ViewDescriptor d;
+  d.id = QStringLiteral("graph");
+  d.title = QStringLiteral("Graph");
+  d.menu_text = QStringLiteral("&Graph");
+  d.help = QStringLiteral("the attribution graph of the next-token prediction over the loaded transcoders, pruned by "
+                          "influence (circuit-tracer's method); opens Neuronpedia graph files too");
+  d.export_size = QSize(1500, 950);
+  d.options = {
+      {kNodeThresholdOption, QStringLiteral("X"),
+       QStringLiteral("the graph view's node threshold: the share of influence its nodes keep (default 0.8)"),
+       ViewOption::Type::Number},
+      {kEdgeThresholdOption, QStringLiteral("X"),
+       QStringLiteral("the graph view's edge threshold: the share of edge influence kept (default 0.98)"),
+       ViewOption::Type::Number},
+  };
+  d.analysis.id = d.id;
+  d.analysis.reads = 0;  // the whole prompt and its next-token prediction
+  // Many backward passes: its own job while the view is on screen, never delaying a keystroke's run.
+  d.analysis.with_every_run = false;
+  d.analysis.compute = [](const RunResult& run, const AnalysisKey& key) {
+    return std::shared_ptr<ViewResult>(compute(run, key));
+  };
+  d.create = [](Selection* selection, QWidget* parent) { return new GraphView(selection, parent); };
+  return d;
+}
+
+std::shared_ptr<GraphResult> GraphView::compute(const RunResult& run, const AnalysisKey& key) {
+  auto r = std::make_shared<GraphResult>();
+  if (key.params.size() < 2 || key.params[0] != QStringLiteral("transcoders")) {
+    r->problem = key.params.size() >= 2 ? key.params[1] : QStringLiteral("No transcoders are loaded.");
+    return r;
+  }
+  for (int i = 1; i < key.params.size(); ++i) {
+    std::shared_ptr<const hs::Sae> s = LoadedSaes::instance().find(key.params[i]);
+    if (!s) throw hs::Error("a transcoder the graph was asked for has been unloaded; load it again.");
+    r->transcoders.push_back(std::move(s));
+  }
+  r->model = run.run.model;
+  const hs::Model& model = *r->model;
+  const auto start = Clock::now();
+  // Gradients explain a plain run: the run on screen without its ablations (the status says so).
+  auto graph = std::make_shared<hs::AttributionGraph>(hs::attribution_graph(*run.plainCache(), r->transcoders));
+  r->build_ms = msSince(start);
+  r->graph = graph;
+  hs::GraphLabels& labels = r->labels;
+  labels.slug = "headscope-graph";
+  labels.scan = model.name();
+  for (const auto& t : r->transcoders) labels.transcoder_list.push_back(t->name);
+  labels.prompt = run.run.text;
+  const hs::Tokenizer& tok = model.tokenizer();
+  for (int32_t t : graph->tokens) labels.prompt_tokens.push_back(tok.decode(std::span<const int32_t>(&t, 1)));
+  for (int32_t t : graph->logit_tokens) labels.logit_tokens.push_back(tok.decode(std::span<const int32_t>(&t, 1)));
+  r->pruning = std::make_shared<GraphPruning>();
+  r->pruning->pruner = std::make_unique<hs::GraphPruner>(*graph);
+  r->first = prune(*r, kNodeThreshold, kEdgeThreshold);
+  return r;
+}
+
+PrunedPicture GraphView::prune(const GraphResult& result, double node_threshold, double edge_threshold) {
+  PrunedPicture out;
+  out.node_threshold = node_threshold;
+  out.edge_threshold = edge_threshold;
+  const auto start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(result.pruning->mutex);
+    out.pruned = std::make_shared<hs::PrunedGraph>(result.pruning->pruner->prune(node_threshold, edge_threshold));
+  }
+  const hs::AttributionGraph& g = *result.graph;
+  // The picture is what the file would hold: the same nodes, edges and numbers as a saved graph.
+  const hs::GraphFile file = hs::read_graph_json(hs::graph_to_json(g, *out.pruned, result.labels), "the graph");
+  // Top logits of the most influential kept features (decoder row through W_U).
+  std::vector<std::pair<double, size_t>> features;
+  for (size_t i = 0; i < file.nodes.size(); ++i)
+    if (file.nodes[i].feature_type == "cross layer transcoder") features.push_back({file.nodes[i].influence.value_or(1.0), i});
+  std::sort(features.begin(), features.end());
+  if (features.size() > static_cast<size_t>(kLogitFeatures)) features.resize(kLogitFeatures);
+  std::map<std::string, QString> logits;
+  const hs::Model& model = *result.model;
+  auto token = [&](int32_t id) {
+    try {
+      return quoted(QString::fromStdString(model.tokenizer().display(id)));
+    } catch (const std::exception&) {
+      return QStringLiteral("#%1").arg(id);
+    }
+  };
+  for (const auto& [influence, i] : features) {
+    const hs::GraphFile::Node& n = file.nodes[i];
+    const int layer = std::stoi(n.layer), latent = latentOf(n.node_id);
+    if (layer < 0 || layer >= static_cast<int>(result.transcoders.size()) || latent < 0) continue;
+    const hs::Sae& sae = *result.transcoders[static_cast<size_t>(layer)];
+    const hs::LogitEffects e = hs::logit_effects(*model.weights(), hs::latent_output_direction(*model.weights(), sae, latent), 5);
+    QStringList top, bottom;
+    for (const hs::TokenEffect& t : e.top) top.push_back(token(t.token));
+    for (const hs::TokenEffect& t : e.bottom) bottom.push_back(token(t.token));
+    logits[n.node_id] = QStringLiteral("<br>promotes %1<br>suppresses %2 <span style=\"color:#666\">(decoder row · W<sub>U</sub>)</span>")
+                            .arg(top.join(QStringLiteral(" ")), bottom.join(QStringLiteral(" ")));
+  }
+  out.picture = pictureOf(file, logits);
+  out.prune_ms = msSince(start);
+  return out;
+}
+
+GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selection, parent) {
+  setObjectName(QStringLiteral("graphView"));
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(8, 8, 8, 4);
+  layout->setSpacing(6);
+  title_ = new QLabel(this);
+  title_->setObjectName(QStringLiteral("viewTitle"));
+  title_->setWordWrap(true);
+  title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(title_);
+
+  auto* controls = new QHBoxLayout;
+  controls->setSpacing(10);
+  auto spin = [this](const QString& name, double value, const QString& tip) {
+    auto* box = new QDoubleSpinBox(this);
+    box->setObjectName(name);
+    box->setRange(0.0, 1.0);
+    box->setDecimals(3);
+    box->setSingleStep(0.01);
+    box->setValue(value);
+    box->setToolTip(tip);
+    box->setKeyboardTracking(false);
+    return box;
+  };
+  node_box_ = spin(QStringLiteral("graphNodeThreshold"), kNodeThreshold,
+                   QStringLiteral("Keep the most influential nodes until they hold this share of the total influence on "
+                                  "the logits (circuit-tracer's node_threshold). Tokens and logits are always kept."));
+  edge_box_ = spin(QStringLiteral("graphEdgeThreshold"), kEdgeThreshold,
+                   QStringLiteral("Of the kept nodes' edges, keep the strongest until they hold this share of the edge "
+                                  "influence (circuit-tracer's edge_threshold)."));
+  controls->addWidget(new QLabel(QStringLiteral("Node threshold:"), this));
+  controls->addWidget(node_box_);
+  controls->addWidget(new QLabel(QStringLiteral("Edge threshold:"), this));
+  controls->addWidget(edge_box_);
+  pinned_only_ = new QCheckBox(QStringLiteral("Pinned only"), this);
+  pinned_only_->setObjectName(QStringLiteral("graphPinnedOnly"));
+  pinned_only_->setToolTip(QStringLiteral("Draw the pinned nodes alone (right-click a node to pin it), each supernode "
+                                          "as one box, with the edges between them."));
+  controls->addWidget(pinned_only_);
+  controls->addStretch(1);
+  open_button_ = new QPushButton(QStringLiteral("Open Graph File…"), this);
+  open_button_->setObjectName(QStringLiteral("graphOpen"));
+  open_button_->setToolTip(QStringLiteral("Open a graph JSON (Neuronpedia's format: written by headscope-cli graph or "
+                                          "circuit-tracer)."));
+  save_button_ = new QPushButton(QStringLiteral("Save Graph JSON…"), this);
+  save_button_->setObjectName(QStringLiteral("graphSave"));
+  save_button_->setToolTip(QStringLiteral("Save the graph at these thresholds as Neuronpedia's graph JSON."));
+  controls->addWidget(open_button_);
+  controls->addWidget(save_button_);
+  layout->addLayout(controls);
+
+  message_ = new QLabel(this);
+  message_->setObjectName(QStringLiteral("graphMessage"));
+  message_->setWordWrap(true);
+  message_->setTextFormat(Qt::RichText);
+  layout->addWidget(message_);
+
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  auto* scroll = new QScrollArea(split);
+  scroll->setObjectName(QStringLiteral("graphScroll"));
+  scroll->setWidgetResizable(true);  // the canvas fills the view, and scrolls when the graph needs more
+  scroll->setBackgroundRole(QPalette::Base);
+  canvas_ = new GraphCanvas(scroll);
+  scroll->setWidget(canvas_);
+  details_ = new QTextBrowser(split);
+  details_->setObjectName(QStringLiteral("graphDetails"));
+  details_->setOpenLinks(false);
+  details_->setMinimumWidth(240);
+  split->addWidget(scroll);
+  split->addWidget(details_);
+  split->setStretchFactor(0, 4);
+  split->setStretchFactor(1, 1);
+  layout->addWidget(split, 1);
+
+  status_ = new QLabel(this);
+  status_->setObjectName(QStringLiteral("graphStatus"));
+  status_->setWordWrap(true);
+  layout->addWidget(status_);
+
+  prune_timer_ = new QTimer(this);
+  prune_timer_->setSingleShot(true);
+  prune_timer_->setInterval(80);
+  connect(prune_timer_, &QTimer::timeout, this, &GraphView::startPrune);
+  auto changed = [this] {
+    prune_pending_ = true;
+    updateStatus();
+    prune_timer_->start();
+  };
+  connect(node_box_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, changed);
+  connect(edge_box_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, changed);
+  connect(pinned_only_, &QCheckBox::toggled, canvas_, &GraphCanvas::setPinnedOnly);
+  connect(canvas_, &GraphCanvas::nodeSelected, this, &GraphView::updateDetails);
+  connect(canvas_, &GraphCanvas::pinsChanged, this, &GraphView::updateDetails);
+  connect(canvas_, &GraphCanvas::nodeActivated, this, &GraphView::openNode);
+  connect(canvas_, &GraphCanvas::contextMenuForNode, this, &GraphView::showNodeMenu);
+  connect(details_, &QTextBrowser::anchorClicked, this, [this](const QUrl& url) {
+    const QString s = url.toString();
+    if (s.startsWith(QStringLiteral("node:"))) canvas_->selectNode(s.mid(5).toInt());
+    if (s.startsWith(QStringLiteral("open:"))) openNode(s.mid(5).toInt());
+  });
+  connect(message_, &QLabel::linkActivated, this, [this](const QString& link) {
+    if (link == QStringLiteral("load-shipped") && run_)
+      LoadedSaes::instance().requestLoadShipped(QString::fromStdString(run_->run.model->dir().string()));
+    if (link == QStringLiteral("close-file")) closeFile();
+  });
+  connect(open_button_, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, QStringLiteral("Open Graph File"), QString(),
+                                                      QStringLiteral("Graph JSON (*.json);;All files (*)"));
+    if (!path.isEmpty()) openFile(path);
+  });
+  connect(save_button_, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save Graph JSON"), QStringLiteral("graph.json"),
+                                                      QStringLiteral("Graph JSON (*.json)"));
+    if (path.isEmpty()) return;
+    const QString error = saveJson(path);
+    message_->setText(error.isEmpty() ? QStringLiteral("Saved %1.").arg(QDir::toNativeSeparators(path).toHtmlEscaped())
+                                      : QStringLiteral("<span style=\"color: #b3261e;\">%1</span>").arg(error.toHtmlEscaped()));
+  });
+  // A transcoder loaded or unloaded changes what the graph is made of.
+  connect(&LoadedSaes::instance(), &LoadedSaes::changed, this, [this] {
+    Q_EMIT analysisKeyChanged();
+    updateStatus();
+  });
+  refresher_ = new RefreshWhenShown(this, [this] { refresh(); });
+  updateStatus();
+}
+
+GraphView::~GraphView() { waitForJobs(in_flight_); }
+
+AnalysisKey GraphView::analysisKey(AnalysisKey selected) const {
+  if (!run_) return selected;
+  const TranscoderChoice choice = chooseTranscoders(run_->model());
+  if (!choice.problem.isEmpty()) {
+    selected.params = {QStringLiteral("none"), choice.problem};
+    return selected;
+  }
+  selected.params = QStringList{QStringLiteral("transcoders")} + choice.ids;
+  return selected;
+}
+
+void GraphView::setRun(std::shared_ptr<const RunResult> run) {
+  run_ = std::move(run);
+  updateStatus();
+}
+
+void GraphView::setResult(std::shared_ptr<const ViewResult> result) {
+  auto r = std::dynamic_pointer_cast<const GraphResult>(std::move(result));
+  if (!r || (run_ && r->run_job != run_->job)) return;  // an earlier run's graph is never drawn over this one's
+  result_ = std::move(r);
+  run_ = result_->run;
+  failure_.clear();
+  progress_.clear();
+  ++prune_job_;
+  shown_ = result_->first;
+  const double nt = nodeThreshold(), et = edgeThreshold();
+  prune_pending_ = result_->graph && (nt != shown_.node_threshold || et != shown_.edge_threshold);
+  if (prune_pending_) startPrune();
+  refresher_->request();
+}
+
+void GraphView::showProgress(double, const QString& what) {
+  progress_ = what;
+  updateStatus();
+}
+
+void GraphView::showFailure(const QString& message) {
+  failure_ = message;
+  updateStatus();
+}
+
+double GraphView::nodeThreshold() const { return node_box_->value(); }
+double GraphView::edgeThreshold() const { return edge_box_->value(); }
+
+void GraphView::setThresholds(double node_threshold, double edge_threshold) {
+  node_box_->setValue(node_threshold);
+  edge_box_->setValue(edge_threshold);
+}
+
+void GraphView::startPrune() {
+  if (!result_ || !result_->graph) {
+    prune_pending_ = false;
+    updateStatus();
+    return;
+  }
+  const double nt = nodeThreshold(), et = edgeThreshold();
+  if (nt == shown_.node_threshold && et == shown_.edge_threshold) {
+    prune_pending_ = false;
+    updateStatus();
+    return;
+  }
+  prune_pending_ = true;
+  const quint64 job = ++prune_job_;
+  std::shared_ptr<const GraphResult> result = result_;
+  QFuture<std::pair<PrunedPicture, QString>> f = QtConcurrent::run([result, nt, et] {
+    try {
+      return std::pair<PrunedPicture, QString>{prune(*result, nt, et), QString()};
+    } catch (const std::exception& e) {
+      return std::pair<PrunedPicture, QString>{PrunedPicture{}, QString::fromUtf8(e.what())};
+    }
+  });
+  std::erase_if(in_flight_, [](const QFuture<void>& q) { return q.isFinished(); });
+  in_flight_.push_back(QFuture<void>(f));
+  deliverLater(f, this, [this, job, result](std::pair<PrunedPicture, QString> got) {
+    if (job != prune_job_ || result != result_) return;  // the thresholds or the graph moved on
+    if (!got.second.isEmpty()) {
+      failure_ = got.second;
+    } else {
+      shown_ = std::move(got.first);
+    }
+    // Thresholds moved while this pruning ran: prune again for the values set now.
+    if (nodeThreshold() != shown_.node_threshold || edgeThreshold() != shown_.edge_threshold) {
+      startPrune();
+    } else {
+      prune_pending_ = false;
+    }
+    refresher_->request();
+  });
+}
+
+bool GraphView::isCurrent() const {
+  if (showingFile()) return file_picture_ && canvas_->picture() == file_picture_.get();
+  if (!result_ || !run_ || result_->run_job != run_->job || prune_pending_) return false;
+  if (result_->key != analysisKey(keyFromSelection(*selection_, descriptor().analysis.reads))) return false;
+  return !result_->graph || canvas_->picture() == shown_.picture.get();
+}
+
+void GraphView::refresh() {
+  if (showingFile()) {
+    canvas_->setPicture(file_picture_);
+  } else if (result_ && result_->graph) {
+    if (canvas_->picture() != shown_.picture.get()) canvas_->setPicture(shown_.picture);
+  } else {
+    canvas_->setPicture(nullptr);
+  }
+  canvas_->setFigureText(figureText());
+  updateDetails();
+  updateStatus();
+}
+
+void GraphView::openFile(const QString& path) {
+  const quint64 job = ++file_job_;
+  message_->setText(QStringLiteral("Reading %1…").arg(QFileInfo(path).fileName().toHtmlEscaped()));
+  QFuture<std::pair<std::shared_ptr<const GraphPicture>, QString>> f = QtConcurrent::run([path] {
+    using Out = std::pair<std::shared_ptr<const GraphPicture>, QString>;
+    try {
+      QFile file(path);
+      if (!file.open(QIODevice::ReadOnly))
+        return Out{nullptr, QStringLiteral("%1 could not be opened: %2.").arg(QDir::toNativeSeparators(path), file.errorString())};
+      const QByteArray bytes = file.readAll();
+      const hs::GraphFile g = hs::read_graph_json(std::string_view(bytes.constData(), static_cast<size_t>(bytes.size())),
+                                                  QFileInfo(path).fileName().toStdString());
+      auto picture = pictureOf(g, {});
+      const QString summary = QStringLiteral("%1 · model %2 · %3 tokens · %4 nodes, %5 links%6")
+                                  .arg(html(g.prompt.empty() ? std::string("(no prompt text)") : g.prompt),
+                                       html(g.scan.empty() ? std::string("unnamed") : g.scan))
+                                  .arg(g.prompt_tokens.size())
+                                  .arg(g.nodes.size())
+                                  .arg(g.links.size())
+                                  .arg(g.node_threshold ? QStringLiteral(" · node threshold %1").arg(*g.node_threshold) : QString());
+      return Out{std::move(picture), summary};
+    } catch (const std::exception& e) {
+      return Out{nullptr, QString::fromUtf8(e.what())};
+    }
+  });
+  std::erase_if(in_flight_, [](const QFuture<void>& q) { return q.isFinished(); });
+  in_flight_.push_back(QFuture<void>(f));
+  deliverLater(f, this, [this, job, path](std::pair<std::shared_ptr<const GraphPicture>, QString> got) {
+    if (job != file_job_) return;
+    if (!got.first) {
+      message_->setText(QStringLiteral("<span style=\"color: #b3261e;\"><b>The graph file could not be opened.</b> %1</span> "
+                                       "A graph JSON as headscope-cli graph or circuit-tracer writes it opens here.")
+                            .arg(got.second.toHtmlEscaped()));
+      return;
+    }
+    file_path_ = path;
+    file_picture_ = got.first;
+    file_summary_ = got.second;
+    refresh();
+  });
+}
+
+void GraphView::closeFile() {
+  ++file_job_;
+  file_path_.clear();
+  file_picture_.reset();
+  file_summary_.clear();
+  refresh();
+}
+
+QString GraphView::saveJson(const QString& path) const {
+  if (showingFile()) return QStringLiteral("An opened graph file is not saved again; it is on disk already.");
+  if (!result_ || !result_->graph || !shown_.pruned) return QStringLiteral("There is no graph to save yet.");
+  hs::GraphLabels labels = result_->labels;
+  labels.slug = QFileInfo(path).completeBaseName().toStdString();
+  labels.create_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string text = hs::graph_to_json(*result_->graph, *shown_.pruned, labels);
+  return writeFileAtomically(path, QByteArray::fromStdString(text));
+}
+
+void GraphView::updateStatus() {
+  const bool have_run = run_ != nullptr;
+  QString message;
+  if (showingFile()) {
+    message = QStringLiteral("<b>Graph file %1</b>: %2. This is the file's graph, not the typed prompt's: "
+                             "<a href=\"close-file\">show the prompt's graph</a>.")
+                  .arg(QFileInfo(file_path_).fileName().toHtmlEscaped(), file_summary_);
+  } else if (!failure_.isEmpty()) {
+    message = QStringLiteral("<span style=\"color: #b3261e;\">%1</span>").arg(failure_.toHtmlEscaped());
+  } else if (have_run) {
+    const AnalysisKey key = analysisKey(keyFromSelection(*selection_, descriptor().analysis.reads));
+    if (key.params.size() >= 2 && key.params[0] == QStringLiteral("none")) message = key.params[1];
+  }
+  message_->setText(message);
+  message_->setVisible(!message.isEmpty());
+  node_box_->setEnabled(!showingFile());
+  edge_box_->setEnabled(!showingFile());
+  save_button_->setEnabled(!showingFile() && result_ && result_->graph);
+  status_->setText(statusText());
+  title_->setText(figureText().title + (figureText().subtitle.isEmpty() ? QString() : QStringLiteral(" — ") + figureText().subtitle));
+}
+
+QString GraphView::statusText() const {
+  if (showingFile()) {
+    return QStringLiteral("Drawn: %1 nodes, %2 of %3 edges.")
+        .arg(canvas_->drawnNodeCount()).arg(canvas_->drawnEdgeCount()).arg(canvas_->keptEdgeCount());
+  }
+  if (!result_ || !result_->graph) return progress_.isEmpty() ? QString() : progress_;
+  const hs::AttributionGraph& g = *result_->graph;
+  QString s = QStringLiteral("%1 active features, %2 nodes in all (built in %3 ms). Kept at node threshold %4, edge "
+                             "threshold %5: %6 nodes, %7 edges (pruned in %8 ms).")
+                  .arg(g.active.size())
+                  .arg(g.n_nodes())
+                  .arg(result_->build_ms, 0, 'f', 0)
+                  .arg(shown_.node_threshold)
+                  .arg(shown_.edge_threshold)
+                  .arg(shown_.picture ? shown_.picture->nodes.size() : 0)
+                  .arg(shown_.picture ? shown_.picture->edges.size() : 0)
+                  .arg(shown_.prune_ms, 0, 'f', 0);
+  if (canvas_->keptEdgeCount() > canvas_->drawnEdgeCount())
+    s += QStringLiteral(" The %1 strongest edges are drawn.").arg(canvas_->drawnEdgeCount());
+  if (prune_pending_) s += QStringLiteral(" Pruning at the new thresholds…");
+  if (run_ && result_->run_job != run_->job) s += QStringLiteral(" This graph is of the previous prompt; the new one is being built.");
+  if (!result_->run->ablations().empty()) s += QStringLiteral(" Ablations are left out: the graph explains the plain run.");
+  return s;
+}
+
+QString GraphView::messageText() const { return message_->text(); }
+
+void GraphView::updateDetails() {
+  const GraphPicture* g = canvas_->picture();
+  const int sel = canvas_->selectedNode();
+  QString text;
+  if (!g) {
+    details_->setHtml(QString());
+    return;
+  }
+  if (sel < 0) {
+    text = QStringLiteral("<p>Click a node: its edges, and its strongest paths to the logits. Double-click a feature to "
+                          "open it in the Features view (its dashboard). Right-click to pin nodes and group pinned "
+                          "nodes into supernodes.</p><p><span style=\"color:#b2182b\">Red</span> edges raise the "
+                          "target's input, <span style=\"color:#2166ac\">blue</span> ones lower it; width follows "
+                          "|weight|. Circles are transcoder features (darker: more influential), grey squares error "
+                          "nodes, yellow boxes token embeddings, green diamonds the logits.</p>");
+  } else {
+    const GraphPicture::Node& n = g->nodes[static_cast<size_t>(sel)];
+    text = QStringLiteral("<p>%1</p>").arg(n.tooltip);
+    if (n.kind == GraphPicture::Kind::Feature && !showingFile())
+      text += QStringLiteral("<p><a href=\"open:%1\">Open in the Features view</a></p>").arg(sel);
+    std::vector<const GraphPicture::Edge*> in, out;
+    for (const GraphPicture::Edge& e : g->edges) {
+      if (e.target == sel) in.push_back(&e);
+      if (e.source == sel) out.push_back(&e);
+    }
+    auto strongest = [](std::vector<const GraphPicture::Edge*>& v) {
+      std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return std::abs(a->weight) > std::abs(b->weight); });
+      if (v.size() > 8) v.resize(8);
+    };
+    strongest(in);
+    strongest(out);
+    auto row = [&](int other, float w) {
+      const GraphPicture::Node& o = g->nodes[static_cast<size_t>(other)];
+      const QString name = o.kind == GraphPicture::Kind::Token ? QStringLiteral("token %1 @%2").arg(quoted(o.label)).arg(o.pos)
+                           : o.kind == GraphPicture::Kind::Logit ? QStringLiteral("logit %1").arg(quoted(o.label))
+                                                                 : QStringLiteral("%1 @%2").arg(o.label.toHtmlEscaped()).arg(o.pos);
+      return QStringLiteral("<tr><td><a href=\"node:%1\">%2</a></td><td align=right style=\"color:%3\">%4</td></tr>")
+          .arg(other)
+          .arg(name, w >= 0 ? QStringLiteral("#b2182b") : QStringLiteral("#2166ac"))
+          .arg(w, 0, 'g', 3);
+    };
+    if (!in.empty()) {
+      text += QStringLiteral("<p><b>Strongest inputs</b></p><table>");
+      for (auto* e : in) text += row(e->source, e->weight);
+      text += QStringLiteral("</table>");
+    }
+    if (!out.empty()) {
+      text += QStringLiteral("<p><b>Strongest outputs</b></p><table>");
+      for (auto* e : out) text += row(e->target, e->weight);
+      text += QStringLiteral("</table>");
+    }
+    const auto& paths = canvas_->selectedPaths();
+    if (!paths.empty()) text += QStringLiteral("<p><b>Strongest paths to the logits</b> (drawn thick): %1</p>").arg(paths.size());
+  }
+  if (!canvas_->pinned().empty()) {
+    text += QStringLiteral("<p><b>Pinned</b> (%1)").arg(canvas_->pinned().size());
+    for (const auto& [name, members] : canvas_->supernodes())
+      text += QStringLiteral("<br>supernode <b>%1</b>: %2 nodes").arg(name.toHtmlEscaped()).arg(members.size());
+    text += QStringLiteral("</p>");
+  }
+  details_->setHtml(text);
+}
+
+void GraphView::showNodeMenu(int index, const QPoint& global_pos) {
+  const GraphPicture* g = canvas_->picture();
+  QMenu menu(this);
+  if (g && index >= 0) {
+    const GraphPicture::Node& n = g->nodes[static_cast<size_t>(index)];
+    const bool pinned = canvas_->isPinned(n.id);
+    const QString id = n.id;
+    menu.addAction(pinned ? QStringLiteral("Unpin") : QStringLiteral("Pin"), this,
+                   [this, id, pinned] { canvas_->setPinned(id, !pinned); });
+    if (n.kind == GraphPicture::Kind::Feature && !showingFile())
+      menu.addAction(QStringLiteral("Open in the Features View"), this, [this, index] { openNode(index); });
+    const QString group = canvas_->groupOf(id);
+    if (!group.isEmpty())
+      menu.addAction(QStringLiteral("Ungroup “%1”").arg(group), this, [this, group] { canvas_->ungroup(group); });
+  }
+  if (canvas_->pinned().size() >= 2) {
+    menu.addAction(QStringLiteral("Group Pinned Nodes as Supernode…"), this, [this] {
+      bool ok = false;
+      const QString name = QInputDialog::getText(this, QStringLiteral("Supernode"), QStringLiteral("Name of the group:"),
+                                                 QLineEdit::Normal, QString(), &ok);
+      if (!ok || name.trimmed().isEmpty()) return;
+      QStringList ids;
+      for (const QString& id : canvas_->pinned())
+        if (canvas_->groupOf(id).isEmpty()) ids.push_back(id);
+      canvas_->groupNodes(name, ids);
+    });
+  }
+  if (!canvas_->pinned().empty()) menu.addAction(QStringLiteral("Clear Pins"), canvas_, &GraphCanvas::clearPins);
+  if (!menu.isEmpty()) menu.addSeparator();
+  addFigureExportActions(menu, this, *canvas_);
+  menu.exec(global_pos);
+}
+
+void GraphView::openNode(int index) {
+  const GraphPicture* g = canvas_->picture();
+  if (!g || showingFile() || !result_ || index < 0 || index >= static_cast<int>(g->nodes.size())) return;
+  const GraphPicture::Node& n = g->nodes[static_cast<size_t>(index)];
+  if (n.kind != GraphPicture::Kind::Feature || n.layer < 0 || n.layer >= result_->key.params.size() - 1) return;
+  UnitRef unit;
+  unit.sae_id = result_->key.params[n.layer + 1];
+  unit.layer = n.layer;
+  unit.unit = latentOf(n.id.toStdString());
+  unit.pos = n.pos;
+  if (unit.unit >= 0) Q_EMIT unitRequested(unit);
+}
+
+std::vector<ExportFigure> GraphView::exportFigures(const RunResult& run) {
+  if (!exportSkipReason(run).isEmpty()) return {};
+  const AnalysisKey key = analysisKey(keyFromSelection(*selection_, descriptor().analysis.reads));
+  return {ExportFigure{key, [this]() -> ExportFigure::Target {
+                        if (refresher_->pending()) refresh();
+                        return {canvas_, canvas_->figureSize()};
+                      }}};
+}
+
+QString GraphView::exportSkipReason(const RunResult& run) const {
+  const TranscoderChoice choice = chooseTranscoders(run.model());
+  if (!choice.problem.isEmpty()) return QStringLiteral("no transcoder is loaded for every layer");
+  return {};
+}
+
+ViewInputs GraphView::viewInputs() const {
+  ViewInputs inputs;
+  if (nodeThreshold() != kNodeThreshold) inputs[kNodeThresholdOption] = nodeThreshold();
+  if (edgeThreshold() != kEdgeThreshold) inputs[kEdgeThresholdOption] = edgeThreshold();
+  return inputs;
+}
+
+void GraphView::setViewInputs(const ViewInputs& inputs) {
+  setThresholds(inputs.value(kNodeThresholdOption, kNodeThreshold).toDouble(),
+                inputs.value(kEdgeThresholdOption, kEdgeThreshold).toDouble());
+}
+
+FigureText GraphView::figureText() const {
+  if (showingFile()) return {QStringLiteral("Attribution graph (file %1)").arg(QFileInfo(file_path_).fileName()), {}};
+  if (!result_ || !result_->graph) return {QStringLiteral("Attribution graph"), {}};
+  const hs::AttributionGraph& g = *result_->graph;
+  QString top;
+  if (!g.logit_tokens.empty())
+    top = QStringLiteral(" → “%1” (p = %2)")
+              .arg(tokenText(*result_->run, g.logit_tokens[0]))
+              .arg(g.logit_probs[0], 0, 'f', 3);
+  return {QStringLiteral("Attribution graph of the next token%1").arg(top),
+          runSubtitle(*result_->run) + QStringLiteral(" · transcoders %1 · node threshold %2, edge threshold %3")
+                                           .arg(QString::fromStdString(result_->labels.transcoder_list.empty()
+                                                                           ? std::string()
+                                                                           : result_->labels.transcoder_list.front()) +
+                                                    (result_->labels.transcoder_list.size() > 1 ? QStringLiteral("…") : QString()))
+                                           .arg(shown_.node_threshold)
+                                           .arg(shown_.edge_threshold)};
+}
+
+QString GraphView::figureFileStem() const { return QStringLiteral("graph"); }
+
+QSize GraphView::figureSize() const { return size(); }
+
+void GraphView::paintFigure(QPainter& painter, QSize size) { AnalysisView::paintFigure(painter, size); }
+
+}  // namespace hs::ui
