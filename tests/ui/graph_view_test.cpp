@@ -212,3 +212,79 @@ TEST_CASE("Graph view: a graph file opens as the file's graph, never the prompt'
   CHECK(!view->showingFile());
   CHECK(view->canvas()->picture() == nullptr);  // this fixture model has no transcoders loaded
 }
+
+TEST_CASE("Graph view: MLP neurons as nodes and the information-flow routes are the core's, and a route's attention edge "
+          "explains itself by QK tracing",
+          "[graph][window]") {
+  ClearSaes clear;
+  MainWindowOptions options;
+  options.model_dir = QString::fromStdString(hs::builtin_model_dir().string());
+  options.text = QStringLiteral("The cat sat. The cat");
+  options.restore_settings = false;
+  options.view = QStringLiteral("graph");
+  MainWindow window(options);
+  window.resize(1500, 950);
+  window.show();
+  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
+  auto* view = window.viewAs<GraphView>(QStringLiteral("graph"));
+  REQUIRE(view);
+  const auto run = window.controller()->currentRun();
+
+  // Neurons: no transcoder needed; the graph is the core's neuron graph, and the view says that
+  // neurons are polysemantic.
+  view->setMode(GraphView::kNeurons);
+  REQUIRE(waitFor([&] { return view->isCurrent() && view->canvas()->picture() != nullptr; }, 120000));
+  CHECK(view->messageText().contains(QStringLiteral("polysemantic")));
+  auto result = std::dynamic_pointer_cast<const GraphResult>(view->result());
+  REQUIRE(result);
+  REQUIRE(result->graph);
+  CHECK(result->graph->unit == hs::AttributionGraph::Unit::Neuron);
+  const hs::AttributionGraph neurons = hs::neuron_attribution_graph(*run->plainCache());
+  REQUIRE(neurons.n_nodes() == result->graph->n_nodes());
+  CHECK((neurons.adjacency - result->graph->adjacency).cwiseAbs().maxCoeff() == 0.0f);
+  CHECK(pictureIds(*view->canvas()->picture()) == coreNodeIds(neurons, 0.8, 0.98));
+  CHECK(view->figureText().title.contains(QStringLiteral("MLP neurons")));
+
+  // Routes: the core's routes at the threshold set; the start node is the last position's final
+  // residual, and every drawn edge is a route edge.
+  view->setMode(GraphView::kRoutes);
+  view->setRouteThreshold(0.05);
+  REQUIRE(waitFor([&] { return view->isCurrent() && view->result() != result; }, 60000));
+  result = std::dynamic_pointer_cast<const GraphResult>(view->result());
+  REQUIRE(result->routes);
+  hs::RouteOptions ro;
+  ro.threshold = 0.05;
+  const hs::InfoRoutes routes = hs::info_routes(*run->plainCache(), ro);
+  CHECK(result->routes->route_edges == routes.route_edges);
+  const GraphPicture& pic = *view->canvas()->picture();
+  CHECK(pic.edges.size() == routes.route_edges.size());
+  int start = -1;
+  for (size_t i = 0; i < pic.nodes.size(); ++i)
+    if (pic.nodes[i].goal) start = static_cast<int>(i);
+  REQUIRE(start >= 0);
+  CHECK(pic.nodes[static_cast<size_t>(start)].id.toStdString() == routes.node_name(routes.start_node()));
+
+  // A node with an attention edge into it: its details offer "why?", which traces the head.
+  const GraphPicture::Edge* attention = nullptr;
+  for (const auto& e : pic.edges)
+    if (e.head >= 0 && (!attention || std::abs(e.weight) > std::abs(attention->weight))) attention = &e;
+  REQUIRE(attention);
+  view->canvas()->selectNode(attention->target);
+  const QString link = QStringLiteral("qk:%1:%2:%3:%4")
+                           .arg(attention->layer)
+                           .arg(attention->head)
+                           .arg(pic.nodes[static_cast<size_t>(attention->target)].pos)
+                           .arg(pic.nodes[static_cast<size_t>(attention->source)].pos);
+  CHECK(view->details()->toHtml().contains(link));
+  Q_EMIT view->details()->anchorClicked(QUrl(link));
+  REQUIRE(waitFor([&] { return view->qkTrace() != nullptr; }, 30000));
+  const hs::QkTrace& t = *view->qkTrace();
+  CHECK(t.layer == attention->layer);
+  CHECK(t.head == attention->head);
+  CHECK(!t.transcoders);  // no transcoders loaded: neurons
+  // The listed pairs plus the remainder are the run's score.
+  double sum = t.remainder;
+  for (const auto& p : t.pairs) sum += p.term;
+  CHECK(sum == Approx(t.score_before_softcap).epsilon(1e-4).margin(1e-4));
+  CHECK(view->details()->toPlainText().contains(QStringLiteral("Why L%1H%2 attends").arg(t.layer).arg(t.head)));
+}

@@ -1,6 +1,7 @@
 #include "ui/views/graph_view.h"
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFile>
@@ -89,6 +90,7 @@ QString nodeLabel(const hs::GraphFile::Node& n, int latent) {
   if (n.feature_type == "embedding") return QString();
   if (n.feature_type == "logit") return QString();
   if (n.feature_type == "mlp reconstruction error") return QStringLiteral("error L%1").arg(QString::fromStdString(n.layer));
+  if (n.feature_type == "mlp neuron") return QStringLiteral("L%1 N%2").arg(QString::fromStdString(n.layer)).arg(latent);
   return latent >= 0 ? QStringLiteral("L%1 F%2").arg(QString::fromStdString(n.layer)).arg(latent)
                      : QStringLiteral("L%1 #%2").arg(QString::fromStdString(n.layer)).arg(n.feature);
 }
@@ -151,7 +153,9 @@ std::shared_ptr<GraphPicture> pictureOf(const hs::GraphFile& file, const std::ma
       p.layer = std::stoi(n.layer);
       const int latent = latentOf(n.node_id);
       p.label = nodeLabel(n, latent);
-      p.tooltip = QStringLiteral("<b>%1</b> at %2<br>%3").arg(p.label.toHtmlEscaped(), where, numbers);
+      p.tooltip = QStringLiteral("<b>%1</b>%2 at %3<br>%4")
+                      .arg(p.label.toHtmlEscaped(),
+                           n.feature_type == "mlp neuron" ? QStringLiteral(" (MLP neuron)") : QString(), where, numbers);
       if (!n.clerp.empty()) p.tooltip += QStringLiteral("<br><i>%1</i>").arg(html(n.clerp));
       if (auto it = logits.find(n.node_id); it != logits.end()) p.tooltip += it->second;
     }
@@ -159,6 +163,76 @@ std::shared_ptr<GraphPicture> pictureOf(const hs::GraphFile& file, const std::ma
   }
   for (const hs::GraphFile::Link& l : file.links)
     g->edges.push_back({l.source, l.target, static_cast<float>(l.weight)});
+  return g;
+}
+
+// The routes as the canvas draws them: rows per layer for the stream after attention, the MLP and
+// the stream after the MLP; only the nodes and edges of the routes.
+std::shared_ptr<GraphPicture> routesPicture(const hs::InfoRoutes& routes, const QStringList& tokens) {
+  auto g = std::make_shared<GraphPicture>();
+  g->positions = tokens;
+  g->n_layers = 3 * routes.n_layers;
+  for (int l = 0; l < routes.n_layers; ++l)
+    g->layer_names << QStringLiteral("L%1 attn").arg(l) << QStringLiteral("L%1 MLP").arg(l) << QStringLiteral("L%1 out").arg(l);
+  g->top_name = QString();
+  std::vector<int> index(routes.nodes.size(), -1);
+  auto add = [&](int n) {
+    if (index[static_cast<size_t>(n)] >= 0) return index[static_cast<size_t>(n)];
+    const hs::RouteNode& r = routes.nodes[static_cast<size_t>(n)];
+    GraphPicture::Node p;
+    p.id = QString::fromStdString(routes.node_name(n));
+    p.pos = r.pos;
+    const QString token = r.pos < tokens.size() ? quoted(tokens[r.pos]) : QString();
+    QString what;
+    switch (r.kind) {
+      case hs::RouteNodeKind::Embedding:
+        p.kind = GraphPicture::Kind::Token;
+        p.layer = -1;
+        what = QStringLiteral("the embedding");
+        break;
+      case hs::RouteNodeKind::AfterAttn:
+        p.kind = GraphPicture::Kind::Stream;
+        p.layer = 3 * r.layer;
+        what = QStringLiteral("the residual stream after layer %1's attention").arg(r.layer);
+        break;
+      case hs::RouteNodeKind::Mlp:
+        p.kind = GraphPicture::Kind::Mlp;
+        p.layer = 3 * r.layer + 1;
+        what = QStringLiteral("layer %1's MLP").arg(r.layer);
+        break;
+      case hs::RouteNodeKind::AfterMlp:
+        p.kind = GraphPicture::Kind::Stream;
+        p.layer = 3 * r.layer + 2;
+        what = QStringLiteral("the residual stream after layer %1").arg(r.layer);
+        break;
+    }
+    p.label = p.id;
+    p.goal = n == routes.start_node();
+    p.tooltip = QStringLiteral("<b>%1</b>: %2 at position %3, %4%5")
+                    .arg(p.id, what).arg(r.pos).arg(token, p.goal ? QStringLiteral("<br>where the routes start") : QString());
+    index[static_cast<size_t>(n)] = static_cast<int>(g->nodes.size());
+    g->nodes.push_back(std::move(p));
+    return index[static_cast<size_t>(n)];
+  };
+  add(routes.start_node());
+  for (int k : routes.route_edges) {
+    const hs::RouteEdge& e = routes.edges[static_cast<size_t>(k)];
+    GraphPicture::Edge out;
+    out.source = add(e.from);
+    out.target = add(e.to);
+    out.weight = e.weight;
+    switch (e.kind) {
+      case hs::RouteEdgeKind::Attention:
+        out.kind = GraphPicture::EdgeKind::Attention;
+        out.layer = e.layer;
+        out.head = e.head;
+        out.label = headLabel(e.layer, e.head);
+        break;
+      case hs::RouteEdgeKind::Residual: out.kind = GraphPicture::EdgeKind::Residual; break;
+      case hs::RouteEdgeKind::Mlp: out.kind = GraphPicture::EdgeKind::Mlp; break;
+    }
+    g->edges.push_back(std::move(out));
+  }
   return g;
 }
 
@@ -179,6 +253,13 @@ ViewDescriptor GraphView::descriptor() {
       {kEdgeThresholdOption, QStringLiteral("X"),
        QStringLiteral("the graph view's edge threshold: the share of edge influence kept (default 0.98)"),
        ViewOption::Type::Number},
+      {kModeOption, QStringLiteral("MODE"),
+       QStringLiteral("the graph view's nodes: features (transcoders, default), neurons (MLP neurons) or routes "
+                      "(information-flow routes)"),
+       ViewOption::Type::Text, {kFeatures, kNeurons, kRoutes}},
+      {kRouteThresholdOption, QStringLiteral("X"),
+       QStringLiteral("the graph view's route threshold: contributions at or under it are dropped (default 0.04)"),
+       ViewOption::Type::Number},
   };
   d.analysis.id = d.id;
   d.analysis.reads = 0;  // the whole prompt and its next-token prediction
@@ -193,20 +274,38 @@ ViewDescriptor GraphView::descriptor() {
 
 std::shared_ptr<GraphResult> GraphView::compute(const RunResult& run, const AnalysisKey& key) {
   auto r = std::make_shared<GraphResult>();
-  if (key.params.size() < 2 || key.params[0] != QStringLiteral("transcoders")) {
-    r->problem = key.params.size() >= 2 ? key.params[1] : QStringLiteral("No transcoders are loaded.");
-    return r;
-  }
-  for (int i = 1; i < key.params.size(); ++i) {
-    std::shared_ptr<const hs::Sae> s = LoadedSaes::instance().find(key.params[i]);
-    if (!s) throw hs::Error("a transcoder the graph was asked for has been unloaded; load it again.");
-    r->transcoders.push_back(std::move(s));
-  }
   r->model = run.run.model;
   const hs::Model& model = *r->model;
+  const QString what = key.params.value(0);
+  if (what == kRoutes) {
+    r->mode = kRoutes;
+    hs::RouteOptions options;
+    options.threshold = key.params.value(1).toDouble();
+    const auto start = Clock::now();
+    r->routes = std::make_shared<hs::InfoRoutes>(hs::info_routes(*run.plainCache(), options));
+    r->build_ms = msSince(start);
+    r->routes_picture = routesPicture(*r->routes, run.labels);
+    return r;
+  }
+  if (what == kNeurons) {
+    r->mode = kNeurons;
+  } else if (what == QStringLiteral("transcoders")) {
+    r->mode = kFeatures;
+    for (int i = 1; i < key.params.size(); ++i) {
+      std::shared_ptr<const hs::Sae> s = LoadedSaes::instance().find(key.params[i]);
+      if (!s) throw hs::Error("a transcoder the graph was asked for has been unloaded; load it again.");
+      r->transcoders.push_back(std::move(s));
+    }
+  } else {
+    r->mode = kFeatures;
+    r->problem = key.params.value(1, QStringLiteral("No transcoders are loaded."));
+    return r;
+  }
   const auto start = Clock::now();
   // Gradients explain a plain run: the run on screen without its ablations (the status says so).
-  auto graph = std::make_shared<hs::AttributionGraph>(hs::attribution_graph(*run.plainCache(), r->transcoders));
+  auto graph = std::make_shared<hs::AttributionGraph>(
+      r->mode == kNeurons ? hs::neuron_attribution_graph(*run.plainCache())
+                          : hs::attribution_graph(*run.plainCache(), r->transcoders));
   r->build_ms = msSince(start);
   r->graph = graph;
   hs::GraphLabels& labels = r->labels;
@@ -238,7 +337,8 @@ PrunedPicture GraphView::prune(const GraphResult& result, double node_threshold,
   // Top logits of the most influential kept features (decoder row through W_U).
   std::vector<std::pair<double, size_t>> features;
   for (size_t i = 0; i < file.nodes.size(); ++i)
-    if (file.nodes[i].feature_type == "cross layer transcoder") features.push_back({file.nodes[i].influence.value_or(1.0), i});
+    if (file.nodes[i].feature_type == "cross layer transcoder" || file.nodes[i].feature_type == "mlp neuron")
+      features.push_back({file.nodes[i].influence.value_or(1.0), i});
   std::sort(features.begin(), features.end());
   if (features.size() > static_cast<size_t>(kLogitFeatures)) features.resize(kLogitFeatures);
   std::map<std::string, QString> logits;
@@ -253,14 +353,19 @@ PrunedPicture GraphView::prune(const GraphResult& result, double node_threshold,
   for (const auto& [influence, i] : features) {
     const hs::GraphFile::Node& n = file.nodes[i];
     const int layer = std::stoi(n.layer), latent = latentOf(n.node_id);
-    if (layer < 0 || layer >= static_cast<int>(result.transcoders.size()) || latent < 0) continue;
-    const hs::Sae& sae = *result.transcoders[static_cast<size_t>(layer)];
-    const hs::LogitEffects e = hs::logit_effects(*model.weights(), hs::latent_output_direction(*model.weights(), sae, latent), 5);
+    const bool neuron = n.feature_type == "mlp neuron";
+    if (layer < 0 || layer >= model.config().n_layers || latent < 0) continue;
+    if (!neuron && layer >= static_cast<int>(result.transcoders.size())) continue;
+    const hs::RowVectorXf direction =
+        neuron ? hs::neuron_output_direction(*model.weights(), layer, latent)
+               : hs::latent_output_direction(*model.weights(), *result.transcoders[static_cast<size_t>(layer)], latent);
+    const hs::LogitEffects e = hs::logit_effects(*model.weights(), direction, 5);
     QStringList top, bottom;
     for (const hs::TokenEffect& t : e.top) top.push_back(token(t.token));
     for (const hs::TokenEffect& t : e.bottom) bottom.push_back(token(t.token));
-    logits[n.node_id] = QStringLiteral("<br>promotes %1<br>suppresses %2 <span style=\"color:#666\">(decoder row · W<sub>U</sub>)</span>")
-                            .arg(top.join(QStringLiteral(" ")), bottom.join(QStringLiteral(" ")));
+    logits[n.node_id] = QStringLiteral("<br>promotes %1<br>suppresses %2 <span style=\"color:#666\">(%3 · W<sub>U</sub>)</span>")
+                            .arg(top.join(QStringLiteral(" ")), bottom.join(QStringLiteral(" ")),
+                                 neuron ? QStringLiteral("W<sub>out</sub> row") : QStringLiteral("decoder row"));
   }
   out.picture = pictureOf(file, logits);
   out.prune_ms = msSince(start);
@@ -297,10 +402,41 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
   edge_box_ = spin(QStringLiteral("graphEdgeThreshold"), kEdgeThreshold,
                    QStringLiteral("Of the kept nodes' edges, keep the strongest until they hold this share of the edge "
                                   "influence (circuit-tracer's edge_threshold)."));
-  controls->addWidget(new QLabel(QStringLiteral("Node threshold:"), this));
-  controls->addWidget(node_box_);
-  controls->addWidget(new QLabel(QStringLiteral("Edge threshold:"), this));
-  controls->addWidget(edge_box_);
+  mode_box_ = new QComboBox(this);
+  mode_box_->setObjectName(QStringLiteral("graphMode"));
+  mode_box_->addItem(QStringLiteral("Transcoder features"), kFeatures);
+  mode_box_->addItem(QStringLiteral("MLP neurons"), kNeurons);
+  mode_box_->addItem(QStringLiteral("Information-flow routes"), kRoutes);
+  mode_box_->setToolTip(QStringLiteral("Transcoder features: circuit-tracer's attribution graph over the loaded "
+                                       "transcoders. MLP neurons: the same graph with the model's own neurons (exact, "
+                                       "any model). Information-flow routes: the LM Transparency Tool's contributions "
+                                       "of heads and MLPs to the residual stream, traced back from the last position."));
+  controls->addWidget(new QLabel(QStringLiteral("Nodes:"), this));
+  controls->addWidget(mode_box_);
+  prune_controls_ = new QWidget(this);
+  auto* prune_row = new QHBoxLayout(prune_controls_);
+  prune_row->setContentsMargins(0, 0, 0, 0);
+  prune_row->addWidget(new QLabel(QStringLiteral("Node threshold:"), prune_controls_));
+  prune_row->addWidget(node_box_);
+  prune_row->addWidget(new QLabel(QStringLiteral("Edge threshold:"), prune_controls_));
+  prune_row->addWidget(edge_box_);
+  controls->addWidget(prune_controls_);
+  route_controls_ = new QWidget(this);
+  auto* route_row = new QHBoxLayout(route_controls_);
+  route_row->setContentsMargins(0, 0, 0, 0);
+  route_box_ = new QDoubleSpinBox(route_controls_);
+  route_box_->setObjectName(QStringLiteral("graphRouteThreshold"));
+  route_box_->setRange(0.001, 0.999);
+  route_box_->setDecimals(3);
+  route_box_->setSingleStep(0.01);
+  route_box_->setValue(kRouteThreshold);
+  route_box_->setKeyboardTracking(false);
+  route_box_->setToolTip(QStringLiteral("Contributions at or under this share of a residual stream are dropped, the rest "
+                                        "renormalised (the LM Transparency Tool's threshold, 0.04 by default)."));
+  route_row->addWidget(new QLabel(QStringLiteral("Threshold:"), route_controls_));
+  route_row->addWidget(route_box_);
+  controls->addWidget(route_controls_);
+  route_controls_->hide();
   pinned_only_ = new QCheckBox(QStringLiteral("Pinned only"), this);
   pinned_only_->setObjectName(QStringLiteral("graphPinnedOnly"));
   pinned_only_->setToolTip(QStringLiteral("Draw the pinned nodes alone (right-click a node to pin it), each supernode "
@@ -358,6 +494,16 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
   connect(node_box_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, changed);
   connect(edge_box_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, changed);
   connect(pinned_only_, &QCheckBox::toggled, canvas_, &GraphCanvas::setPinnedOnly);
+  connect(mode_box_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] {
+    prune_controls_->setVisible(mode() != kRoutes);
+    route_controls_->setVisible(mode() == kRoutes);
+    Q_EMIT analysisKeyChanged();
+    updateStatus();
+  });
+  connect(route_box_, qOverload<double>(&QDoubleSpinBox::valueChanged), this, [this] {
+    Q_EMIT analysisKeyChanged();
+    updateStatus();
+  });
   connect(canvas_, &GraphCanvas::nodeSelected, this, &GraphView::updateDetails);
   connect(canvas_, &GraphCanvas::pinsChanged, this, &GraphView::updateDetails);
   connect(canvas_, &GraphCanvas::nodeActivated, this, &GraphView::openNode);
@@ -366,6 +512,10 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
     const QString s = url.toString();
     if (s.startsWith(QStringLiteral("node:"))) canvas_->selectNode(s.mid(5).toInt());
     if (s.startsWith(QStringLiteral("open:"))) openNode(s.mid(5).toInt());
+    if (s.startsWith(QStringLiteral("qk:"))) {
+      const QStringList p = s.mid(3).split(QLatin1Char(':'));
+      if (p.size() == 4) traceAttention(p[0].toInt(), p[1].toInt(), p[2].toInt(), p[3].toInt());
+    }
   });
   connect(message_, &QLabel::linkActivated, this, [this](const QString& link) {
     if (link == QStringLiteral("load-shipped") && run_)
@@ -396,7 +546,23 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
 
 GraphView::~GraphView() { waitForJobs(in_flight_); }
 
+QString GraphView::mode() const { return mode_box_->currentData().toString(); }
+void GraphView::setMode(const QString& mode) {
+  const int i = mode_box_->findData(mode);
+  if (i >= 0) mode_box_->setCurrentIndex(i);
+}
+double GraphView::routeThreshold() const { return route_box_->value(); }
+void GraphView::setRouteThreshold(double threshold) { route_box_->setValue(threshold); }
+
 AnalysisKey GraphView::analysisKey(AnalysisKey selected) const {
+  if (mode() == kRoutes) {
+    selected.params = {kRoutes, QString::number(routeThreshold(), 'g', 17)};
+    return selected;
+  }
+  if (mode() == kNeurons) {
+    selected.params = {kNeurons};
+    return selected;
+  }
   if (!run_) return selected;
   const TranscoderChoice choice = chooseTranscoders(run_->model());
   if (!choice.problem.isEmpty()) {
@@ -421,6 +587,9 @@ void GraphView::setResult(std::shared_ptr<const ViewResult> result) {
   progress_.clear();
   ++prune_job_;
   shown_ = result_->first;
+  qk_.reset();
+  qk_error_.clear();
+  ++qk_job_;
   const double nt = nodeThreshold(), et = edgeThreshold();
   prune_pending_ = result_->graph && (nt != shown_.node_threshold || et != shown_.edge_threshold);
   if (prune_pending_) startPrune();
@@ -490,12 +659,15 @@ bool GraphView::isCurrent() const {
   if (showingFile()) return file_picture_ && canvas_->picture() == file_picture_.get();
   if (!result_ || !run_ || result_->run_job != run_->job || prune_pending_) return false;
   if (result_->key != analysisKey(keyFromSelection(*selection_, descriptor().analysis.reads))) return false;
+  if (result_->routes_picture) return canvas_->picture() == result_->routes_picture.get();
   return !result_->graph || canvas_->picture() == shown_.picture.get();
 }
 
 void GraphView::refresh() {
   if (showingFile()) {
     canvas_->setPicture(file_picture_);
+  } else if (result_ && result_->routes_picture) {
+    if (canvas_->picture() != result_->routes_picture.get()) canvas_->setPicture(result_->routes_picture);
   } else if (result_ && result_->graph) {
     if (canvas_->picture() != shown_.picture.get()) canvas_->setPicture(shown_.picture);
   } else {
@@ -579,12 +751,23 @@ void GraphView::updateStatus() {
   } else if (have_run) {
     const AnalysisKey key = analysisKey(keyFromSelection(*selection_, descriptor().analysis.reads));
     if (key.params.size() >= 2 && key.params[0] == QStringLiteral("none")) message = key.params[1];
+    if (mode() == kNeurons)
+      message = QStringLiteral("Nodes are MLP neurons: exact (no error nodes), but neurons are polysemantic, each a mix of "
+                               "many features, so a neuron node is a unit of the model rather than one idea. At most "
+                               "%1 neurons, the most influential, are computed as nodes; the others are constants.")
+                    .arg(hs::kNeuronGraphMaxNodes);
+    if (mode() == kRoutes)
+      message = QStringLiteral("Information-flow routes (the LM Transparency Tool's): each head's and MLP's share of the "
+                               "residual stream it writes, shares at or under the threshold dropped, traced back from "
+                               "the last position's final residual. Click a stream node, then <i>why?</i> beside an "
+                               "attention edge: what makes that head attend there (QK tracing).");
   }
   message_->setText(message);
   message_->setVisible(!message.isEmpty());
   node_box_->setEnabled(!showingFile());
   edge_box_->setEnabled(!showingFile());
-  save_button_->setEnabled(!showingFile() && result_ && result_->graph);
+  mode_box_->setEnabled(!showingFile());
+  save_button_->setEnabled(!showingFile() && result_ && result_->graph && result_->mode == mode());
   status_->setText(statusText());
   title_->setText(figureText().title + (figureText().subtitle.isEmpty() ? QString() : QStringLiteral(" — ") + figureText().subtitle));
 }
@@ -594,9 +777,21 @@ QString GraphView::statusText() const {
     return QStringLiteral("Drawn: %1 nodes, %2 of %3 edges.")
         .arg(canvas_->drawnNodeCount()).arg(canvas_->drawnEdgeCount()).arg(canvas_->keptEdgeCount());
   }
+  if (result_ && result_->routes) {
+    const hs::InfoRoutes& r = *result_->routes;
+    QString s = QStringLiteral("%1 contributions over threshold %2, %3 of them on the routes from %4 (computed in %5 ms).")
+                    .arg(r.edges.size())
+                    .arg(r.threshold)
+                    .arg(r.route_edges.size())
+                    .arg(QString::fromStdString(r.node_name(r.start_node())))
+                    .arg(result_->build_ms, 0, 'f', 0);
+    if (run_ && result_->run_job != run_->job) s += QStringLiteral(" These are the previous prompt's; the new ones are being computed.");
+    if (!result_->run->ablations().empty()) s += QStringLiteral(" Ablations are left out: the routes are the plain run's.");
+    return s;
+  }
   if (!result_ || !result_->graph) return progress_.isEmpty() ? QString() : progress_;
   const hs::AttributionGraph& g = *result_->graph;
-  QString s = QStringLiteral("%1 active features, %2 nodes in all (built in %3 ms). Kept at node threshold %4, edge "
+  QString s = QStringLiteral("%1 active %9, %2 nodes in all (built in %3 ms). Kept at node threshold %4, edge "
                              "threshold %5: %6 nodes, %7 edges (pruned in %8 ms).")
                   .arg(g.active.size())
                   .arg(g.n_nodes())
@@ -605,7 +800,8 @@ QString GraphView::statusText() const {
                   .arg(shown_.edge_threshold)
                   .arg(shown_.picture ? shown_.picture->nodes.size() : 0)
                   .arg(shown_.picture ? shown_.picture->edges.size() : 0)
-                  .arg(shown_.prune_ms, 0, 'f', 0);
+                  .arg(shown_.prune_ms, 0, 'f', 0)
+                  .arg(g.unit == hs::AttributionGraph::Unit::Neuron ? QStringLiteral("neurons") : QStringLiteral("features"));
   if (canvas_->keptEdgeCount() > canvas_->drawnEdgeCount())
     s += QStringLiteral(" The %1 strongest edges are drawn.").arg(canvas_->drawnEdgeCount());
   if (prune_pending_) s += QStringLiteral(" Pruning at the new thresholds…");
@@ -621,7 +817,7 @@ void GraphView::updateDetails() {
   const int sel = canvas_->selectedNode();
   QString text;
   if (!g) {
-    details_->setHtml(QString());
+    details_->setHtml(qkHtml());
     return;
   }
   if (sel < 0) {
@@ -635,7 +831,9 @@ void GraphView::updateDetails() {
     const GraphPicture::Node& n = g->nodes[static_cast<size_t>(sel)];
     text = QStringLiteral("<p>%1</p>").arg(n.tooltip);
     if (n.kind == GraphPicture::Kind::Feature && !showingFile())
-      text += QStringLiteral("<p><a href=\"open:%1\">Open in the Features view</a></p>").arg(sel);
+      text += QStringLiteral("<p><a href=\"open:%1\">Open in the %2 view</a></p>")
+                  .arg(sel)
+                  .arg(result_ && result_->mode == kNeurons ? QStringLiteral("Neurons") : QStringLiteral("Features"));
     std::vector<const GraphPicture::Edge*> in, out;
     for (const GraphPicture::Edge& e : g->edges) {
       if (e.target == sel) in.push_back(&e);
@@ -647,29 +845,39 @@ void GraphView::updateDetails() {
     };
     strongest(in);
     strongest(out);
-    auto row = [&](int other, float w) {
+    auto row = [&](const GraphPicture::Edge& e, bool incoming) {
+      const int other = incoming ? e.source : e.target;
       const GraphPicture::Node& o = g->nodes[static_cast<size_t>(other)];
-      const QString name = o.kind == GraphPicture::Kind::Token ? QStringLiteral("token %1 @%2").arg(quoted(o.label)).arg(o.pos)
-                           : o.kind == GraphPicture::Kind::Logit ? QStringLiteral("logit %1").arg(quoted(o.label))
-                                                                 : QStringLiteral("%1 @%2").arg(o.label.toHtmlEscaped()).arg(o.pos);
-      return QStringLiteral("<tr><td><a href=\"node:%1\">%2</a></td><td align=right style=\"color:%3\">%4</td></tr>")
+      QString name = o.kind == GraphPicture::Kind::Token ? QStringLiteral("token %1 @%2").arg(quoted(o.label)).arg(o.pos)
+                     : o.kind == GraphPicture::Kind::Logit ? QStringLiteral("logit %1").arg(quoted(o.label))
+                                                           : QStringLiteral("%1 @%2").arg(o.label.toHtmlEscaped()).arg(o.pos);
+      QString via;
+      if (!e.label.isEmpty()) via = QStringLiteral(" via %1").arg(e.label.toHtmlEscaped());
+      // An attention edge: why the head attends there (query: the target's position, key: the source's).
+      if (e.head >= 0 && !showingFile())
+        via += QStringLiteral(" <a href=\"qk:%1:%2:%3:%4\">why?</a>")
+                   .arg(e.layer).arg(e.head).arg(g->nodes[static_cast<size_t>(e.target)].pos)
+                   .arg(g->nodes[static_cast<size_t>(e.source)].pos);
+      return QStringLiteral("<tr><td><a href=\"node:%1\">%2</a>%5</td><td align=right style=\"color:%3\">%4</td></tr>")
           .arg(other)
-          .arg(name, w >= 0 ? QStringLiteral("#b2182b") : QStringLiteral("#2166ac"))
-          .arg(w, 0, 'g', 3);
+          .arg(name, e.weight >= 0 ? QStringLiteral("#b2182b") : QStringLiteral("#2166ac"))
+          .arg(e.weight, 0, 'g', 3)
+          .arg(via);
     };
     if (!in.empty()) {
       text += QStringLiteral("<p><b>Strongest inputs</b></p><table>");
-      for (auto* e : in) text += row(e->source, e->weight);
+      for (auto* e : in) text += row(*e, true);
       text += QStringLiteral("</table>");
     }
     if (!out.empty()) {
       text += QStringLiteral("<p><b>Strongest outputs</b></p><table>");
-      for (auto* e : out) text += row(e->target, e->weight);
+      for (auto* e : out) text += row(*e, false);
       text += QStringLiteral("</table>");
     }
     const auto& paths = canvas_->selectedPaths();
     if (!paths.empty()) text += QStringLiteral("<p><b>Strongest paths to the logits</b> (drawn thick): %1</p>").arg(paths.size());
   }
+  text += qkHtml();
   if (!canvas_->pinned().empty()) {
     text += QStringLiteral("<p><b>Pinned</b> (%1)").arg(canvas_->pinned().size());
     for (const auto& [name, members] : canvas_->supernodes())
@@ -716,13 +924,106 @@ void GraphView::openNode(int index) {
   const GraphPicture* g = canvas_->picture();
   if (!g || showingFile() || !result_ || index < 0 || index >= static_cast<int>(g->nodes.size())) return;
   const GraphPicture::Node& n = g->nodes[static_cast<size_t>(index)];
-  if (n.kind != GraphPicture::Kind::Feature || n.layer < 0 || n.layer >= result_->key.params.size() - 1) return;
+  if (n.kind != GraphPicture::Kind::Feature || n.layer < 0) return;
+  if (result_->mode == kNeurons) {
+    UnitRef unit;
+    unit.neuron = true;
+    unit.layer = n.layer;
+    unit.unit = latentOf(n.id.toStdString());
+    unit.pos = n.pos;
+    if (unit.unit >= 0) Q_EMIT unitRequested(unit);
+    return;
+  }
+  if (n.layer >= result_->key.params.size() - 1) return;
   UnitRef unit;
   unit.sae_id = result_->key.params[n.layer + 1];
   unit.layer = n.layer;
   unit.unit = latentOf(n.id.toStdString());
   unit.pos = n.pos;
   if (unit.unit >= 0) Q_EMIT unitRequested(unit);
+}
+
+void GraphView::traceAttention(int layer, int head, int query_pos, int key_pos) {
+  if (!result_ || !result_->run) return;
+  const quint64 job = ++qk_job_;
+  qk_.reset();
+  qk_error_.clear();
+  std::shared_ptr<const RunResult> run = result_->run;
+  // Features when every layer has a transcoder loaded (the Features mode's choice), else neurons.
+  std::vector<std::shared_ptr<const hs::Sae>> transcoders;
+  const TranscoderChoice choice = chooseTranscoders(run->model());
+  if (choice.problem.isEmpty())
+    for (const QString& id : choice.ids)
+      if (auto s = LoadedSaes::instance().find(id)) transcoders.push_back(std::move(s));
+  if (transcoders.size() != static_cast<size_t>(run->n_layer())) transcoders.clear();
+  qk_tokens_ = run->labels;
+  details_->append(QStringLiteral("<p><i>Tracing why %1 attends from position %2 to %3…</i></p>")
+                       .arg(headLabel(layer, head)).arg(query_pos).arg(key_pos));
+  QFuture<std::pair<std::shared_ptr<const hs::QkTrace>, QString>> f = QtConcurrent::run([run, transcoders, layer, head, query_pos, key_pos] {
+    using Out = std::pair<std::shared_ptr<const hs::QkTrace>, QString>;
+    try {
+      hs::QkOptions options;
+      options.top = kQkPairs;
+      return Out{std::make_shared<hs::QkTrace>(hs::qk_trace(*run->plainCache(), layer, head, query_pos, key_pos, transcoders, options)),
+                 QString()};
+    } catch (const std::exception& e) {
+      return Out{nullptr, QString::fromUtf8(e.what())};
+    }
+  });
+  std::erase_if(in_flight_, [](const QFuture<void>& q) { return q.isFinished(); });
+  in_flight_.push_back(QFuture<void>(f));
+  deliverLater(f, this, [this, job](std::pair<std::shared_ptr<const hs::QkTrace>, QString> got) {
+    if (job != qk_job_) return;
+    qk_ = got.first;
+    qk_error_ = got.second;
+    updateDetails();
+  });
+}
+
+QString GraphView::qkHtml() const {
+  if (!qk_error_.isEmpty())
+    return QStringLiteral("<p style=\"color:#b3261e\">QK trace: %1</p>").arg(qk_error_.toHtmlEscaped());
+  if (!qk_) return {};
+  const hs::QkTrace& t = *qk_;
+  std::vector<std::string> tokens;
+  for (const QString& l : qk_tokens_) tokens.push_back(l.toStdString());
+  auto label = [&](const hs::QkComponent& c, bool query) {
+    return QString::fromStdString(hs::qk_component_label(t, c, query, tokens)).toHtmlEscaped();
+  };
+  QString h = QStringLiteral("<hr><p><b>Why %1 attends from %2 @%3 to %4 @%5</b><br>score %6%7 = the sum of query-part × "
+                             "key-part terms (%8 on the query side, %9 on the key side)</p>")
+                  .arg(headLabel(t.layer, t.head))
+                  .arg(quoted(t.query_pos < qk_tokens_.size() ? qk_tokens_[t.query_pos] : QString()))
+                  .arg(t.query_pos)
+                  .arg(quoted(t.key_pos < qk_tokens_.size() ? qk_tokens_[t.key_pos] : QString()))
+                  .arg(t.key_pos)
+                  .arg(t.score_before_softcap, 0, 'g', 4)
+                  .arg(t.softcap > 0 ? QStringLiteral(" (before the soft-cap)") : QString())
+                  .arg(t.transcoders ? QStringLiteral("transcoder features") : QStringLiteral("MLP neurons"))
+                  .arg(t.transcoders ? QStringLiteral("features") : QStringLiteral("neurons"));
+  h += QStringLiteral("<table><tr><th align=left>query part</th><th align=left>key part</th><th align=right>term</th></tr>");
+  double listed = 0.0;
+  for (const hs::QkPair& p : t.pairs) {
+    listed += p.term;
+    h += QStringLiteral("<tr><td>%1</td><td>%2</td><td align=right style=\"color:%3\">%4</td></tr>")
+             .arg(label(t.query[static_cast<size_t>(p.query)], true), label(t.key[static_cast<size_t>(p.key)], false),
+                  p.term >= 0 ? QStringLiteral("#b2182b") : QStringLiteral("#2166ac"))
+             .arg(p.term, 0, 'g', 3);
+  }
+  h += QStringLiteral("<tr><td colspan=2><i>the other %1 terms</i></td><td align=right>%2</td></tr></table>")
+           .arg(static_cast<qint64>(t.query.size()) * static_cast<qint64>(t.key.size()) - static_cast<qint64>(t.pairs.size()))
+           .arg(t.remainder, 0, 'g', 3);
+  // Each side's largest parts by their marginal (the row or column sum of the terms).
+  auto side = [&](const std::vector<hs::QkComponent>& parts, bool query) {
+    std::vector<const hs::QkComponent*> v;
+    for (const auto& c : parts) v.push_back(&c);
+    std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return std::abs(a->marginal) > std::abs(b->marginal); });
+    QStringList out;
+    for (size_t i = 0; i < v.size() && i < 5; ++i) out << QStringLiteral("%1 (%2)").arg(label(*v[i], query)).arg(v[i]->marginal, 0, 'g', 3);
+    return out.join(QStringLiteral(", "));
+  };
+  h += QStringLiteral("<p>Query side, largest: %1<br>Key side, largest: %2</p>").arg(side(t.query, true), side(t.key, false));
+  return h;
 }
 
 std::vector<ExportFigure> GraphView::exportFigures(const RunResult& run) {
@@ -735,6 +1036,7 @@ std::vector<ExportFigure> GraphView::exportFigures(const RunResult& run) {
 }
 
 QString GraphView::exportSkipReason(const RunResult& run) const {
+  if (mode() != kFeatures) return {};
   const TranscoderChoice choice = chooseTranscoders(run.model());
   if (!choice.problem.isEmpty()) return QStringLiteral("no transcoder is loaded for every layer");
   return {};
@@ -744,18 +1046,34 @@ ViewInputs GraphView::viewInputs() const {
   ViewInputs inputs;
   if (nodeThreshold() != kNodeThreshold) inputs[kNodeThresholdOption] = nodeThreshold();
   if (edgeThreshold() != kEdgeThreshold) inputs[kEdgeThresholdOption] = edgeThreshold();
+  if (mode() != kFeatures) inputs[kModeOption] = mode();
+  if (routeThreshold() != kRouteThreshold) inputs[kRouteThresholdOption] = routeThreshold();
   return inputs;
 }
 
 void GraphView::setViewInputs(const ViewInputs& inputs) {
   setThresholds(inputs.value(kNodeThresholdOption, kNodeThreshold).toDouble(),
                 inputs.value(kEdgeThresholdOption, kEdgeThreshold).toDouble());
+  setMode(inputs.value(kModeOption, kFeatures).toString());
+  setRouteThreshold(inputs.value(kRouteThresholdOption, kRouteThreshold).toDouble());
 }
 
 FigureText GraphView::figureText() const {
   if (showingFile()) return {QStringLiteral("Attribution graph (file %1)").arg(QFileInfo(file_path_).fileName()), {}};
+  if (result_ && result_->routes)
+    return {QStringLiteral("Information-flow routes from %1 (threshold %2)")
+                .arg(QString::fromStdString(result_->routes->node_name(result_->routes->start_node())))
+                .arg(result_->routes->threshold),
+            runSubtitle(*result_->run)};
   if (!result_ || !result_->graph) return {QStringLiteral("Attribution graph"), {}};
   const hs::AttributionGraph& g = *result_->graph;
+  if (g.unit == hs::AttributionGraph::Unit::Neuron)
+    return {QStringLiteral("Attribution graph over MLP neurons of the next token → “%1” (p = %2)")
+                .arg(g.logit_tokens.empty() ? QString() : tokenText(*result_->run, g.logit_tokens[0]))
+                .arg(g.logit_probs.empty() ? 0.0 : g.logit_probs[0], 0, 'f', 3),
+            runSubtitle(*result_->run) + QStringLiteral(" · node threshold %1, edge threshold %2")
+                                             .arg(shown_.node_threshold)
+                                             .arg(shown_.edge_threshold)};
   QString top;
   if (!g.logit_tokens.empty())
     top = QStringLiteral(" → “%1” (p = %2)")

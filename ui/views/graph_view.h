@@ -17,11 +17,14 @@
 
 #include "core/analysis/attribution_graph.h"
 #include "core/analysis/graph_prune.h"
+#include "core/analysis/info_routes.h"
+#include "core/analysis/qk_trace.h"
 #include "core/io/graph_json.h"
 #include "ui/views/analysis_view.h"
 #include "ui/widgets/graph_canvas.h"
 
 class QCheckBox;
+class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
@@ -53,8 +56,13 @@ struct PrunedPicture {
 };
 
 struct GraphResult : ViewResult {
+  QString mode;  // GraphView::kFeatures, kNeurons or kRoutes
   // Why there is no graph (no transcoders loaded, a layer without one, ...): shown instead.
   QString problem;
+  // Routes mode: the information-flow routes and their picture (no pruning: the threshold is the
+  // analysis's own input).
+  std::shared_ptr<const hs::InfoRoutes> routes;
+  std::shared_ptr<const GraphPicture> routes_picture;
   std::shared_ptr<const hs::AttributionGraph> graph;
   std::shared_ptr<const hs::Model> model;  // the run's (ViewResult::run is set only after compute)
   std::vector<std::shared_ptr<const hs::Sae>> transcoders;
@@ -73,8 +81,15 @@ class GraphView : public AnalysisView {
   // Features whose top logits the hover shows (the most influential kept ones): each is a product
   // with the unembedding, made on the worker.
   static constexpr int kLogitFeatures = 200;
+  static constexpr double kRouteThreshold = 0.04;  // LM-TT's default
+  static constexpr int kQkPairs = 12;               // pairs a QK trace lists
   static inline const QString kNodeThresholdOption = QStringLiteral("node-threshold"),
-                              kEdgeThresholdOption = QStringLiteral("edge-threshold");
+                              kEdgeThresholdOption = QStringLiteral("edge-threshold"),
+                              kModeOption = QStringLiteral("graph-mode"),
+                              kRouteThresholdOption = QStringLiteral("route-threshold");
+  // The modes: nodes are transcoder features, MLP neurons, or the routes' residual states.
+  static inline const QString kFeatures = QStringLiteral("features"), kNeurons = QStringLiteral("neurons"),
+                              kRoutes = QStringLiteral("routes");
 
   // The graph of `run` over the transcoders named in key.params (LoadedSaes ids), pruned at the
   // default thresholds. Throws hs::Error when a transcoder is gone or does not fit.
@@ -105,6 +120,15 @@ class GraphView : public AnalysisView {
   void setThresholds(double node_threshold, double edge_threshold);
   double nodeThreshold() const;
   double edgeThreshold() const;
+  QString mode() const;
+  void setMode(const QString& mode);
+  double routeThreshold() const;
+  void setRouteThreshold(double threshold);
+  // Why head `head` of `layer` attends from `query_pos` to `key_pos` (QK tracing, on a worker):
+  // with the graph's transcoders when every layer has one loaded, else with MLP neurons. The
+  // result shows in the details panel; qkTrace() is the last one finished (null: none yet).
+  void traceAttention(int layer, int head, int query_pos, int key_pos);
+  std::shared_ptr<const hs::QkTrace> qkTrace() const { return qk_; }
   // Whether the drawn graph is the current run's at the thresholds set (no pruning on its way).
   bool isCurrent() const;
   // Opens a graph file (Neuronpedia's JSON) on a worker; closeFile() returns to the prompt's graph.
@@ -120,6 +144,7 @@ class GraphView : public AnalysisView {
   QDoubleSpinBox* nodeThresholdBox() const { return node_box_; }
   QDoubleSpinBox* edgeThresholdBox() const { return edge_box_; }
   QCheckBox* pinnedOnlyBox() const { return pinned_only_; }
+  QComboBox* modeBox() const { return mode_box_; }
   QTextBrowser* details() const { return details_; }
   QString statusText() const;
   QString messageText() const;
@@ -132,6 +157,7 @@ class GraphView : public AnalysisView {
   void startPrune();
   void showNodeMenu(int index, const QPoint& global_pos);
   void openNode(int index);
+  QString qkHtml() const;
 
   std::shared_ptr<const RunResult> run_;
   std::shared_ptr<const GraphResult> result_;
@@ -145,10 +171,19 @@ class GraphView : public AnalysisView {
   QString file_summary_;
   quint64 file_job_ = 0;
   std::vector<QFuture<void>> in_flight_;
+  // The last QK trace asked for (job number), and the last finished, or why it failed.
+  quint64 qk_job_ = 0;
+  std::shared_ptr<const hs::QkTrace> qk_;
+  QString qk_error_;
+  QStringList qk_tokens_;  // the traced run's tokens, for labels
 
   QLabel* title_ = nullptr;
   QLabel* message_ = nullptr;
   QLabel* status_ = nullptr;
+  QComboBox* mode_box_ = nullptr;
+  QDoubleSpinBox* route_box_ = nullptr;
+  QWidget* prune_controls_ = nullptr;
+  QWidget* route_controls_ = nullptr;
   QDoubleSpinBox* node_box_ = nullptr;
   QDoubleSpinBox* edge_box_ = nullptr;
   QCheckBox* pinned_only_ = nullptr;

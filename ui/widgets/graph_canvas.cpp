@@ -291,14 +291,18 @@ void GraphCanvas::remapEdges() {
   max_abs_weight_ = 0.0;
   const GraphPicture& g = *picture_;
   // Edges between drawn items; a group's are the sums of its members'.
-  std::map<std::pair<int, int>, double> summed;
+  // (An attention edge and the residual between the same two states are drawn as one, as LM-TT
+  // draws them, in the attention's colour.)
+  std::map<std::pair<int, int>, std::pair<double, GraphPicture::EdgeKind>> summed;
   for (const GraphPicture::Edge& e : g.edges) {
     const int from = placed_of_node_[static_cast<size_t>(e.source)], to = placed_of_node_[static_cast<size_t>(e.target)];
     if (from < 0 || to < 0 || from == to) continue;
-    summed[{from, to}] += e.weight;
+    auto [it, added] = summed.try_emplace({from, to}, 0.0, e.kind);
+    it->second.first += e.weight;
+    if (e.kind == GraphPicture::EdgeKind::Attention) it->second.second = e.kind;
   }
   drawn_edges_.reserve(summed.size());
-  for (const auto& [pair, w] : summed) drawn_edges_.push_back({pair.first, pair.second, w});
+  for (const auto& [pair, w] : summed) drawn_edges_.push_back({pair.first, pair.second, w.first, w.second});
   kept_edge_count_ = static_cast<int>(drawn_edges_.size());
   std::sort(drawn_edges_.begin(), drawn_edges_.end(),
             [](const DrawnEdge& a, const DrawnEdge& b) { return std::abs(a.weight) > std::abs(b.weight); });
@@ -320,7 +324,8 @@ void GraphCanvas::computePaths() {
     out[static_cast<size_t>(e.from)].push_back({e.to, std::abs(e.weight) / std::max(in_sum[static_cast<size_t>(e.to)], 1e-30)});
   auto is_logit = [&](size_t placed) {
     for (int node : layout_[placed].nodes)
-      if (g.nodes[static_cast<size_t>(node)].kind == GraphPicture::Kind::Logit) return true;
+      if (g.nodes[static_cast<size_t>(node)].kind == GraphPicture::Kind::Logit || g.nodes[static_cast<size_t>(node)].goal)
+        return true;
     return false;
   };
   // best[v]: the strongest path's product from v to any logit; next[v] its next item. A depth-
@@ -380,9 +385,11 @@ void GraphCanvas::paint(QPainter& p) const {
     const QRect band(kLeft, row_top_[static_cast<size_t>(r)], drawn_size_.width() - kLeft - kRight,
                      row_height_[static_cast<size_t>(r)]);
     if (r % 2 == 1) p.fillRect(band, QColor(0xf4, 0xf5, 0xf7));
-    const QString name = r == 0 ? QStringLiteral("Logits")
-                         : r == n_rows - 1 ? QStringLiteral("Emb")
-                                           : QStringLiteral("L%1").arg(g.n_layers - r);
+    const int layer = g.n_layers - r;
+    const QString name = r == 0 ? g.top_name
+                         : r == n_rows - 1 ? g.bottom_name
+                         : layer < g.layer_names.size() ? g.layer_names[layer]
+                                                         : QStringLiteral("L%1").arg(layer);
     p.setPen(QColor(0x55, 0x5b, 0x66));
     p.drawText(QRect(4, band.top(), kLeft - 10, band.height()), Qt::AlignRight | Qt::AlignVCenter, name);
   }
@@ -413,6 +420,12 @@ void GraphCanvas::paint(QPainter& p) const {
     const DrawnEdge& e = *it;
     const double t = std::abs(e.weight) / scale;
     QColor c = e.weight >= 0 ? kPositive : kNegative;
+    switch (e.kind) {
+      case GraphPicture::EdgeKind::Signed: break;
+      case GraphPicture::EdgeKind::Attention: c = QColor(0x1b, 0x7a, 0x8c); break;
+      case GraphPicture::EdgeKind::Residual: c = QColor(0x80, 0x84, 0x8c); break;
+      case GraphPicture::EdgeKind::Mlp: c = QColor(0xd9, 0x6b, 0x1c); break;
+    }
     double width = 0.4 + 2.6 * t;
     int alpha = static_cast<int>(35 + 200 * t);
     if (focus) {
@@ -466,6 +479,14 @@ void GraphCanvas::paint(QPainter& p) const {
       case GraphPicture::Kind::Token:
         p.setBrush(QColor(0xe8, 0xdc, 0xa8));
         p.drawRoundedRect(QRectF(c.x() - r - 1, c.y() - r, 2 * r + 2, 2 * r), 2, 2);
+        break;
+      case GraphPicture::Kind::Stream:
+        p.setBrush(n.goal ? QColor(0x9a, 0xd0, 0x9a) : QColor(0xd6, 0xe4, 0xf0));
+        p.drawEllipse(c, r, r);
+        break;
+      case GraphPicture::Kind::Mlp:
+        p.setBrush(QColor(0xf6, 0xc0, 0x8f));
+        p.drawRect(QRectF(c.x() - r, c.y() - r, 2 * r, 2 * r));
         break;
       case GraphPicture::Kind::Logit: {
         p.setBrush(QColor(0x9a, 0xd0, 0x9a));

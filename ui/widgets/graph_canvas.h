@@ -27,7 +27,8 @@ namespace hs::ui {
 
 // What the canvas draws: the kept nodes and edges of one graph, with their labels.
 struct GraphPicture {
-  enum class Kind { Feature, Error, Token, Logit };
+  // Stream and Mlp: the information-flow routes' residual states and MLP blocks.
+  enum class Kind { Feature, Error, Token, Logit, Stream, Mlp };
   struct Node {
     QString id;         // Neuronpedia's node_id: pins and groups are kept by it
     Kind kind = Kind::Feature;
@@ -37,12 +38,21 @@ struct GraphPicture {
     QString tooltip;    // HTML: what hovering shows
     double activation = 0.0;
     double influence = 1.0;  // cumulative influence share (smaller: more influential); 1 when unknown
+    bool goal = false;       // where paths end besides logits (the routes' start node)
   };
+  // Signed: coloured by sign. The routes' shares are positive: coloured by what carries them.
+  enum class EdgeKind { Signed, Attention, Residual, Mlp };
   struct Edge {
     int source = 0, target = 0;  // indices into nodes
     float weight = 0.0f;
+    EdgeKind kind = EdgeKind::Signed;
+    QString label;  // an attention edge's head ("L1H3"); empty otherwise
+    int layer = -1, head = -1;  // an attention edge's head
   };
   int n_layers = 0;
+  // Row names: [layer] (empty: "L0", "L1", ...), and the top (logits) and bottom (tokens) rows'.
+  QStringList layer_names;
+  QString top_name = QStringLiteral("Logits"), bottom_name = QStringLiteral("Emb");
   QStringList positions;  // [pos] the tokens, as labels
   std::vector<Node> nodes;
   std::vector<Edge> edges;
@@ -127,6 +137,7 @@ class GraphCanvas : public QWidget, public FigureSource {
   struct DrawnEdge {
     int from = 0, to = 0;    // indices into layout_
     double weight = 0.0;
+    GraphPicture::EdgeKind kind = GraphPicture::EdgeKind::Signed;
   };
   // relayout: what is drawn and the natural sizes; place: positions for the widget's size (the
   // extra room of a larger view shared out); remapEdges: the drawn edges between placed items.
