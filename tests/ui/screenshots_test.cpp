@@ -26,6 +26,9 @@
 #include "ui/controller/selection.h"
 #include "ui/views/attention_view.h"
 #include "ui/views/attribution_view.h"
+#include "ui/views/graph_view.h"
+#include "ui/controller/loaded_saes.h"
+#include <QTextBrowser>
 #include "ui/widgets/heatmap_view.h"
 #include "ui/views/head_metrics_bar.h"
 #include "ui/views/patching_view.h"
@@ -181,4 +184,45 @@ TEST_CASE("Screenshot of the Patching view's estimate beside the exact sweep", "
   REQUIRE_FALSE(view->worstNodes().empty());
   view->pickNode(0, view->worstNodes()[0].first, view->worstNodes()[0].second);
   shoot(QStringLiteral("patching-atp.png"));
+}
+
+TEST_CASE("Screenshots of the Graph view", "[.screenshots]") {
+  if (shotsDir().isEmpty()) {
+    WARN("set HEADSCOPE_SHOTS_DIR and run on an X display (QT_QPA_PLATFORM=xcb) to take the screenshots");
+    return;
+  }
+  LoadedSaes::instance().clear();
+  // The built-in model's graph over its own transcoders on a repeated sentence: the most
+  // influential feature picked, its strongest paths to the logits drawn thick.
+  Window w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
+  auto* view = w.window.viewAs<GraphView>(QStringLiteral("graph"));
+  w.window.tabs()->setCurrentWidget(view);
+  w.window.loadShippedSaes(QString::fromStdString(hs::builtin_model_dir().string()));
+  REQUIRE(waitFor([&] { return view->isCurrent() && view->canvas()->picture() != nullptr; }, 120000));
+  const GraphPicture* pic = view->canvas()->picture();
+  int best = -1;
+  for (size_t i = 0; i < pic->nodes.size(); ++i)
+    if (pic->nodes[i].kind == GraphPicture::Kind::Feature &&
+        (best < 0 || pic->nodes[i].influence < pic->nodes[static_cast<size_t>(best)].influence))
+      best = static_cast<int>(i);
+  REQUIRE(best >= 0);
+  view->canvas()->selectNode(best);
+  shoot(QStringLiteral("graph.png"));
+
+  // The routes mode, and why the head on the strongest attention route attends where it does.
+  view->setMode(GraphView::kRoutes);
+  REQUIRE(waitFor([&] { return view->isCurrent() && view->canvas()->picture() != pic; }, 60000));
+  pic = view->canvas()->picture();
+  const GraphPicture::Edge* attention = nullptr;
+  for (const auto& e : pic->edges)
+    if (e.head >= 0 && e.source != e.target && pic->nodes[static_cast<size_t>(e.source)].pos != pic->nodes[static_cast<size_t>(e.target)].pos &&
+        (!attention || e.weight > attention->weight))
+      attention = &e;
+  REQUIRE(attention);
+  view->canvas()->selectNode(attention->target);
+  view->traceAttention(attention->layer, attention->head, pic->nodes[static_cast<size_t>(attention->target)].pos,
+                       pic->nodes[static_cast<size_t>(attention->source)].pos);
+  REQUIRE(waitFor([&] { return view->qkTrace() != nullptr; }, 30000));
+  shoot(QStringLiteral("graph-routes.png"));
+  LoadedSaes::instance().clear();
 }

@@ -206,7 +206,8 @@ std::shared_ptr<GraphPicture> routesPicture(const hs::InfoRoutes& routes, const 
         what = QStringLiteral("the residual stream after layer %1").arg(r.layer);
         break;
     }
-    p.label = p.id;
+    // Embeddings are labelled with their token, as in the other modes; the rest with LM-TT's names.
+    p.label = r.kind == hs::RouteNodeKind::Embedding && r.pos < tokens.size() ? tokens[r.pos] : p.id;
     p.goal = n == routes.start_node();
     p.tooltip = QStringLiteral("<b>%1</b>: %2 at position %3, %4%5")
                     .arg(p.id, what).arg(r.pos).arg(token, p.goal ? QStringLiteral("<br>where the routes start") : QString());
@@ -875,7 +876,9 @@ void GraphView::updateDetails() {
       text += QStringLiteral("</table>");
     }
     const auto& paths = canvas_->selectedPaths();
-    if (!paths.empty()) text += QStringLiteral("<p><b>Strongest paths to the logits</b> (drawn thick): %1</p>").arg(paths.size());
+    if (!paths.empty()) text += QStringLiteral("<p><b>Strongest paths to %1</b> (drawn thick): %2</p>")
+                  .arg(result_ && result_->routes && !showingFile() ? QStringLiteral("the routes' start") : QStringLiteral("the logits"))
+                  .arg(paths.size());
   }
   text += qkHtml();
   if (!canvas_->pinned().empty()) {
@@ -991,7 +994,8 @@ QString GraphView::qkHtml() const {
     return QString::fromStdString(hs::qk_component_label(t, c, query, tokens)).toHtmlEscaped();
   };
   QString h = QStringLiteral("<hr><p><b>Why %1 attends from %2 @%3 to %4 @%5</b><br>score %6%7 = the sum of query-part × "
-                             "key-part terms (%8 on the query side, %9 on the key side)</p>")
+                             "key-part terms; the parts are the embeddings, earlier heads, %8 and biases, read through "
+                             "the frozen norms%9</p>")
                   .arg(headLabel(t.layer, t.head))
                   .arg(quoted(t.query_pos < qk_tokens_.size() ? qk_tokens_[t.query_pos] : QString()))
                   .arg(t.query_pos)
@@ -999,8 +1003,8 @@ QString GraphView::qkHtml() const {
                   .arg(t.key_pos)
                   .arg(t.score_before_softcap, 0, 'g', 4)
                   .arg(t.softcap > 0 ? QStringLiteral(" (before the soft-cap)") : QString())
-                  .arg(t.transcoders ? QStringLiteral("transcoder features") : QStringLiteral("MLP neurons"))
-                  .arg(t.transcoders ? QStringLiteral("features") : QStringLiteral("neurons"));
+                  .arg(t.transcoders ? QStringLiteral("transcoder features with their error nodes") : QStringLiteral("MLP neurons"))
+                  .arg(QString());
   h += QStringLiteral("<table><tr><th align=left>query part</th><th align=left>key part</th><th align=right>term</th></tr>");
   double listed = 0.0;
   for (const hs::QkPair& p : t.pairs) {
