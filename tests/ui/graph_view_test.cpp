@@ -7,6 +7,8 @@
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QLabel>
+#include <QPushButton>
+#include <QSpinBox>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTest>
@@ -287,4 +289,21 @@ TEST_CASE("Graph view: MLP neurons as nodes and the information-flow routes are 
   for (const auto& p : t.pairs) sum += p.term;
   CHECK(sum == Approx(t.score_before_softcap).epsilon(1e-4).margin(1e-4));
   CHECK(view->details()->toPlainText().contains(QStringLiteral("Why L%1H%2 attends").arg(t.layer).arg(t.head)));
+
+  // Any attention edge: the QK row follows the selected head and position, and offers the key
+  // that head attends to most from there.
+  const int last = run->n_pos() - 1;
+  window.selection()->setHead(3, 2);
+  window.selection()->setPosition(last);
+  CHECK(view->qkQueryBox()->value() == last);
+  Eigen::Index most = 0;
+  run->run.cache->pattern_row(3, 2, last).head(last + 1).maxCoeff(&most);
+  CHECK(view->qkKeyBox()->value() == static_cast<int>(most));
+  QTest::mouseClick(view->qkButton(), Qt::LeftButton);
+  REQUIRE(waitFor([&] { return view->qkTrace() != nullptr; }, 30000));
+  CHECK(view->qkTrace()->layer == 3);
+  CHECK(view->qkTrace()->head == 2);
+  CHECK(view->qkTrace()->query_pos == last);
+  CHECK(view->qkTrace()->key_pos == static_cast<int>(most));
+  CHECK(view->qkTrace()->score == Approx(run->run.cache->head_scores(3, 2)(last, most)).epsilon(1e-6));
 }

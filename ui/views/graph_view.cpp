@@ -14,6 +14,7 @@
 #include <QPainter>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QTextBrowser>
 #include <QTimer>
@@ -455,6 +456,33 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
   controls->addWidget(save_button_);
   layout->addLayout(controls);
 
+  auto* qk_row = new QHBoxLayout;
+  qk_row->setSpacing(6);
+  qk_head_ = new QLabel(this);
+  qk_head_->setObjectName(QStringLiteral("graphQkHead"));
+  qk_query_ = new QSpinBox(this);
+  qk_query_->setObjectName(QStringLiteral("graphQkQuery"));
+  qk_key_ = new QSpinBox(this);
+  qk_key_->setObjectName(QStringLiteral("graphQkKey"));
+  qk_button_ = new QPushButton(QStringLiteral("Trace"), this);
+  qk_button_->setObjectName(QStringLiteral("graphQkTrace"));
+  qk_button_->setToolTip(QStringLiteral("Split the head's attention score from the query position to the key position into "
+                                        "query-part × key-part terms (QK tracing): which features or neurons, heads and "
+                                        "embeddings on each side make it."));
+  qk_row->addWidget(qk_head_);
+  qk_row->addWidget(new QLabel(QStringLiteral("from position"), this));
+  qk_row->addWidget(qk_query_);
+  qk_row->addWidget(new QLabel(QStringLiteral("to position"), this));
+  qk_row->addWidget(qk_key_);
+  qk_row->addWidget(qk_button_);
+  qk_row->addStretch(1);
+  layout->addLayout(qk_row);
+  connect(qk_button_, &QPushButton::clicked, this, [this] {
+    traceAttention(selection_->layer(), selection_->head(), qk_query_->value(), qk_key_->value());
+  });
+  connect(selection_, &Selection::headChanged, this, [this] { updateQkRow(); });
+  connect(selection_, &Selection::positionChanged, this, [this] { updateQkRow(); });
+
   message_ = new QLabel(this);
   message_->setObjectName(QStringLiteral("graphMessage"));
   message_->setWordWrap(true);
@@ -576,7 +604,24 @@ AnalysisKey GraphView::analysisKey(AnalysisKey selected) const {
 
 void GraphView::setRun(std::shared_ptr<const RunResult> run) {
   run_ = std::move(run);
+  updateQkRow();
   updateStatus();
+}
+
+void GraphView::updateQkRow() {
+  const int layer = selection_->layer(), head = selection_->head(), q = selection_->position();
+  qk_head_->setText(QStringLiteral("Why does the selected head, %1, attend").arg(headLabel(layer, head)));
+  const int n = run_ ? run_->n_pos() : 0;
+  qk_query_->setRange(0, std::max(0, n - 1));
+  qk_key_->setRange(0, std::max(0, n - 1));
+  qk_query_->setValue(q);
+  // The key the head attends to most from the query (the pattern row's largest weight).
+  if (run_ && q >= 0 && q < n && layer >= 0 && layer < run_->n_layer() && head >= 0 && head < run_->n_head()) {
+    Eigen::Index key = 0;
+    run_->run.cache->pattern_row(layer, head, q).head(q + 1).maxCoeff(&key);
+    qk_key_->setValue(static_cast<int>(key));
+  }
+  qk_button_->setEnabled(run_ != nullptr);
 }
 
 void GraphView::setResult(std::shared_ptr<const ViewResult> result) {

@@ -28,6 +28,7 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
+class QSpinBox;
 class QTextBrowser;
 class QTimer;
 
@@ -145,6 +146,9 @@ class GraphView : public AnalysisView {
   QDoubleSpinBox* edgeThresholdBox() const { return edge_box_; }
   QCheckBox* pinnedOnlyBox() const { return pinned_only_; }
   QComboBox* modeBox() const { return mode_box_; }
+  QSpinBox* qkQueryBox() const { return qk_query_; }
+  QSpinBox* qkKeyBox() const { return qk_key_; }
+  QPushButton* qkButton() const { return qk_button_; }
   QTextBrowser* details() const { return details_; }
   QString statusText() const;
   QString messageText() const;
@@ -158,6 +162,9 @@ class GraphView : public AnalysisView {
   void showNodeMenu(int index, const QPoint& global_pos);
   void openNode(int index);
   QString qkHtml() const;
+  // The QK row follows the selection: its head, its position as the query, and the key that head
+  // attends to most from there.
+  void updateQkRow();
 
   std::shared_ptr<const RunResult> run_;
   std::shared_ptr<const GraphResult> result_;
@@ -187,6 +194,11 @@ class GraphView : public AnalysisView {
   QDoubleSpinBox* node_box_ = nullptr;
   QDoubleSpinBox* edge_box_ = nullptr;
   QCheckBox* pinned_only_ = nullptr;
+  // "Why does the selected head attend from q to k?": any attention edge, in every mode.
+  QLabel* qk_head_ = nullptr;
+  QSpinBox* qk_query_ = nullptr;
+  QSpinBox* qk_key_ = nullptr;
+  QPushButton* qk_button_ = nullptr;
   QPushButton* open_button_ = nullptr;
   QPushButton* save_button_ = nullptr;
   GraphCanvas* canvas_ = nullptr;
