@@ -396,8 +396,24 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
   const int max_features = limit > 0 ? std::min(limit, total) : total;
   g.max_feature_nodes = limit;
   const int batch = std::max(1, options.batch);
-  // Not zeroed here: every row is one target's, which BatchPass::run writes in full.
-  RowMatrixXf rows(n_logits + max_features, f.n_cols());
+  // Every feature a row: the rows are the adjacency's own (features in order, then the logits
+  // last, as the graph orders its nodes), written in place, so that the graph never holds two
+  // [nodes, nodes] matrices at once. Otherwise the rows are kept apart ([logits + rows, columns])
+  // until the chosen features are known. Not zeroed for the rows: BatchPass::run writes each in full.
+  const bool direct = max_features == total;
+  const int n_direct = f.n_cols() + n_logits;  // features, errors, tokens, logits
+  RowMatrixXf rows;
+  if (direct) {
+    g.adjacency = RowMatrixXf::Zero(n_direct, n_direct);
+  } else {
+    rows.resize(n_logits + max_features, f.n_cols());
+  }
+  // Computed row k (logits first, then features in the order computed) in memory.
+  auto row_block = [&](int first, Eigen::Index n) -> Eigen::Ref<RowMatrixXf> {
+    if (!direct) return rows.middleRows(first, n);
+    const int r = first < n_logits ? n_direct - n_logits + first : first - n_logits;
+    return g.adjacency.block(r, 0, n, f.n_cols());
+  };
   std::vector<int> row_feature(static_cast<size_t>(max_features), -1);  // which feature each feature row is
   std::vector<Target> logit_targets;
   for (int i = 0; i < n_logits; ++i) logit_targets.push_back({L, S - 1, logit_dirs.row(i).data()});
@@ -408,7 +424,7 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
 #pragma omp for schedule(dynamic, 1)
       for (int i = 0; i < static_cast<int>(batches.size()); ++i) {
         const auto& b = batches[static_cast<size_t>(i)];
-        pass.run(b, rows.middleRows(first_row[static_cast<size_t>(i)], static_cast<Eigen::Index>(b.size())));
+        pass.run(b, row_block(first_row[static_cast<size_t>(i)], static_cast<Eigen::Index>(b.size())));
       }
     }
   };
@@ -505,14 +521,19 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
   for (int i = 0; i < n_sel; ++i) column[static_cast<size_t>(i)] = g.selected[static_cast<size_t>(i)];
   const int n_err = f.n_err();
   for (int i = n_sel; i < n_sel + n_err + S; ++i) column[static_cast<size_t>(i)] = total + (i - n_sel);
-  std::vector<int> feature_row(static_cast<size_t>(total), -1);
-  for (int r = 0; r < max_features; ++r) feature_row[static_cast<size_t>(row_feature[static_cast<size_t>(r)])] = n_logits + r;
-  g.adjacency = RowMatrixXf::Zero(N, N);
-  auto copy_row = [&](int node, int r) {
-    for (int j = 0; j < n_sel + n_err + S; ++j) g.adjacency(node, j) = rows(r, column[static_cast<size_t>(j)]);
-  };
-  for (int i = 0; i < n_sel; ++i) copy_row(i, feature_row[static_cast<size_t>(g.selected[static_cast<size_t>(i)])]);
-  for (int i = 0; i < n_logits; ++i) copy_row(g.logit_node(i), i);
+  if (!direct) {
+    std::vector<int> feature_row(static_cast<size_t>(total), -1);
+    for (int r = 0; r < max_features; ++r) feature_row[static_cast<size_t>(row_feature[static_cast<size_t>(r)])] = n_logits + r;
+    g.adjacency = RowMatrixXf::Zero(N, N);
+    auto copy_row = [&](int node, int r) {
+      for (int j = 0; j < n_sel + n_err + S; ++j) g.adjacency(node, j) = rows(r, column[static_cast<size_t>(j)]);
+    };
+    for (int i = 0; i < n_sel; ++i) copy_row(i, feature_row[static_cast<size_t>(g.selected[static_cast<size_t>(i)])]);
+    for (int i = 0; i < n_logits; ++i) copy_row(g.logit_node(i), i);
+    rows = RowMatrixXf();
+  } else if (N != n_direct) {
+    throw Error("internal: the attribution graph's node count changed while its rows were written.");
+  }
 
   g.node_input.assign(static_cast<size_t>(N), 0.0f);
   for (int i = 0; i < n_sel; ++i) g.node_input[static_cast<size_t>(i)] = input[static_cast<size_t>(g.selected[static_cast<size_t>(i)])];

@@ -110,20 +110,21 @@ PrunedGraph GraphPruner::prune(double node_threshold, double edge_threshold) {
   for (int i = 0; i < N; ++i) mask[static_cast<size_t>(i)] = influence_[static_cast<size_t>(i)] >= node_cut;
   for (int i = N - n_keep_always; i < N; ++i) mask[static_cast<size_t>(i)] = 1;
 
-  // The edge scores on the pruned matrix, once per node mask.
+  // The edge scores on the pruned matrix, once per node mask: score(i, j) = |A(i, j)| x row_factor_[i]
+  // (computed again where needed, the same double each time, instead of kept as [nodes, nodes]
+  // doubles), and the positive ones sorted for the threshold.
   if (scores_for_ != node_threshold || scored_nodes_ != mask) {
     const std::vector<double> inv = inverse_row_sums(g_.adjacency, mask);
     std::vector<double> infl = influence(mask, inv);
-    for (int i = 0; i < N; ++i) infl[static_cast<size_t>(i)] += logit_weights_[static_cast<size_t>(i)];
-    scores_.assign(static_cast<size_t>(N) * static_cast<size_t>(N), 0.0);
+    row_factor_.assign(static_cast<size_t>(N), 0.0);
     sorted_scores_.clear();
     for (int i = 0; i < N; ++i) {
       if (!mask[static_cast<size_t>(i)]) continue;
-      const double f = inv[static_cast<size_t>(i)] * infl[static_cast<size_t>(i)];
+      const double f = inv[static_cast<size_t>(i)] * (infl[static_cast<size_t>(i)] + logit_weights_[static_cast<size_t>(i)]);
+      row_factor_[static_cast<size_t>(i)] = f;
       for (int j = 0; j < N; ++j) {
         if (!mask[static_cast<size_t>(j)]) continue;
         const double s = std::abs(double{g_.adjacency(i, j)}) * f;
-        scores_[static_cast<size_t>(i) * static_cast<size_t>(N) + static_cast<size_t>(j)] = s;
         if (s > 0.0) sorted_scores_.push_back(s);
       }
     }
@@ -133,8 +134,10 @@ PrunedGraph GraphPruner::prune(double node_threshold, double edge_threshold) {
     scored_nodes_ = mask;
   }
   const double edge_cut = find_threshold(sorted_scores_, edge_threshold, zero_scores_);
+  const std::vector<char> scored = scored_nodes_;
   auto edge = [&](int i, int j) {
-    return scores_[static_cast<size_t>(i) * static_cast<size_t>(N) + static_cast<size_t>(j)] >= edge_cut;
+    if (!scored[static_cast<size_t>(i)] || !scored[static_cast<size_t>(j)]) return 0.0 >= edge_cut;
+    return std::abs(double{g_.adjacency(i, j)}) * row_factor_[static_cast<size_t>(i)] >= edge_cut;
   };
   // Rows and columns of the nodes dropped so far lose their edges (after the first round, as in
   // prune_graph: the first reads the mask of the scores as they are).

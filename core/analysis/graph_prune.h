@@ -58,7 +58,7 @@ class GraphPruner {
   // The edge scores of the last node threshold, and their positive values sorted descending.
   double scores_for_ = -1.0;
   std::vector<char> scored_nodes_;
-  std::vector<double> scores_;  // [n_nodes * n_nodes]
+  std::vector<double> row_factor_;  // [n_nodes] a scored row's 1/sum x (influence + logit weight)
   std::vector<double> sorted_scores_;
   size_t zero_scores_ = 0;
 };
