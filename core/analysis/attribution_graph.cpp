@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -417,16 +418,27 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
   std::vector<int> row_feature(static_cast<size_t>(max_features), -1);  // which feature each feature row is
   std::vector<Target> logit_targets;
   for (int i = 0; i < n_logits; ++i) logit_targets.push_back({L, S - 1, logit_dirs.row(i).data()});
+  // Progress and cancellation, asked on the calling thread (OpenMP's thread 0) between its batches.
+  const double all_rows = static_cast<double>(n_logits + max_features);
+  std::atomic<long> rows_done{0};
+  std::atomic<bool> stop{false};
   auto run_batches = [&](const std::vector<std::vector<Target>>& batches, const std::vector<int>& first_row) {
 #pragma omp parallel
     {
       BatchPass pass(f);
 #pragma omp for schedule(dynamic, 1)
       for (int i = 0; i < static_cast<int>(batches.size()); ++i) {
+        if (stop.load(std::memory_order_relaxed)) continue;
         const auto& b = batches[static_cast<size_t>(i)];
         pass.run(b, row_block(first_row[static_cast<size_t>(i)], static_cast<Eigen::Index>(b.size())));
+        rows_done += static_cast<long>(b.size());
+        if (omp_get_thread_num() == 0) {
+          if (options.progress) options.progress(static_cast<double>(rows_done.load()) / all_rows);
+          if (options.cancelled && options.cancelled()) stop = true;
+        }
       }
     }
+    if (stop) throw Cancelled();
   };
   {
     std::vector<std::vector<Target>> batches;

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,10 @@ struct GraphOptions {
   int max_feature_nodes = -1;
   int update_interval = 4;
   int threads = 0;                 // 0: every core
+  // For a long graph in an app: the share of the rows computed so far, and whether to stop (the
+  // graph then throws hs::Cancelled). Both are called on the calling thread only, between batches.
+  std::function<void(double fraction)> progress;
+  std::function<bool()> cancelled;
 };
 
 // Neuron graphs' default max_feature_nodes. The rows computed are stored at full width (one

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "core/analysis/attribution_graph.h"
 #include "core/analysis/graph_prune.h"
@@ -238,6 +239,35 @@ TEST_CASE("a graph with max_feature_nodes computes rows for the most influential
     CHECK(std::find(part.selected.begin(), part.selected.end(), full.selected[static_cast<size_t>(order[static_cast<size_t>(k)])]) !=
           part.selected.end());
   CHECK(part.logit_tokens == full.logit_tokens);
+}
+
+TEST_CASE("a graph reports its progress on the calling thread and stops with hs::Cancelled when asked") {
+  const Case c = fixture("builtin");
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<double> fractions;
+  bool other_thread = false;
+  hs::GraphOptions options;
+  options.batch = 4;
+  options.threads = 2;
+  options.progress = [&](double f) {
+    other_thread = other_thread || std::this_thread::get_id() != caller;
+    fractions.push_back(f);
+  };
+  const hs::AttributionGraph full = build(c, options);
+  REQUIRE(!fractions.empty());
+  CHECK(!other_thread);
+  CHECK(std::is_sorted(fractions.begin(), fractions.end()));
+  CHECK(fractions.back() <= 1.0);
+  CHECK(fractions.front() > 0.0);
+  // The same graph as without a callback.
+  CHECK((full.adjacency - build(c).adjacency).cwiseAbs().maxCoeff() == 0.0f);
+
+  // Cancelled after the first report: the graph stops with hs::Cancelled.
+  int asked = 0;
+  options.progress = nullptr;
+  options.cancelled = [&] { return ++asked >= 1; };
+  CHECK_THROWS_AS(build(c, options), hs::Cancelled);
+  CHECK(asked >= 1);
 }
 
 TEST_CASE("a neuron graph computes rows for the most influential neurons, kNeuronGraphMaxNodes by default") {

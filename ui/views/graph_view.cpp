@@ -270,11 +270,14 @@ ViewDescriptor GraphView::descriptor() {
   d.analysis.compute = [](const RunResult& run, const AnalysisKey& key) {
     return std::shared_ptr<ViewResult>(compute(run, key));
   };
+  d.analysis.compute_long = [](const RunResult& run, const AnalysisKey& key, const AnalysisJob& job) {
+    return std::shared_ptr<ViewResult>(compute(run, key, &job));
+  };
   d.create = [](Selection* selection, QWidget* parent) { return new GraphView(selection, parent); };
   return d;
 }
 
-std::shared_ptr<GraphResult> GraphView::compute(const RunResult& run, const AnalysisKey& key) {
+std::shared_ptr<GraphResult> GraphView::compute(const RunResult& run, const AnalysisKey& key, const AnalysisJob* job) {
   auto r = std::make_shared<GraphResult>();
   r->model = run.run.model;
   const hs::Model& model = *r->model;
@@ -305,9 +308,17 @@ std::shared_ptr<GraphResult> GraphView::compute(const RunResult& run, const Anal
   }
   const auto start = Clock::now();
   // Gradients explain a plain run: the run on screen without its ablations (the status says so).
+  hs::GraphOptions options;
+  if (job) {
+    options.progress = [job](double fraction) {
+      job->progress(fraction, QStringLiteral("Building the graph: backward passes %1% done").arg(static_cast<int>(100 * fraction)));
+    };
+    options.cancelled = job->cancelled;
+  }
   auto graph = std::make_shared<hs::AttributionGraph>(
-      r->mode == kNeurons ? hs::neuron_attribution_graph(*run.plainCache())
-                          : hs::attribution_graph(*run.plainCache(), r->transcoders));
+      r->mode == kNeurons ? hs::neuron_attribution_graph(*run.plainCache(), options)
+                          : hs::attribution_graph(*run.plainCache(), r->transcoders, options));
+  if (job) job->progress(1.0, QStringLiteral("Pruning the graph"));
   r->build_ms = msSince(start);
   r->graph = graph;
   hs::GraphLabels& labels = r->labels;
@@ -851,7 +862,9 @@ QString GraphView::statusText() const {
   if (canvas_->keptEdgeCount() > canvas_->drawnEdgeCount())
     s += QStringLiteral(" The %1 strongest edges are drawn.").arg(canvas_->drawnEdgeCount());
   if (prune_pending_) s += QStringLiteral(" Pruning at the new thresholds…");
-  if (run_ && result_->run_job != run_->job) s += QStringLiteral(" This graph is of the previous prompt; the new one is being built.");
+  if (run_ && result_->run_job != run_->job)
+    s += QStringLiteral(" This graph is of the previous prompt; the new one is being built%1")
+             .arg(progress_.isEmpty() ? QStringLiteral(".") : QStringLiteral(": ") + progress_ + QStringLiteral("."));
   if (!result_->run->ablations().empty()) s += QStringLiteral(" Ablations are left out: the graph explains the plain run.");
   return s;
 }

@@ -94,7 +94,8 @@ class GraphView : public AnalysisView {
 
   // The graph of `run` over the transcoders named in key.params (LoadedSaes ids), pruned at the
   // default thresholds. Throws hs::Error when a transcoder is gone or does not fit.
-  static std::shared_ptr<GraphResult> compute(const RunResult& run, const AnalysisKey& key);
+  // With `job`: progress while the backward passes run, and a stop when it is cancelled.
+  static std::shared_ptr<GraphResult> compute(const RunResult& run, const AnalysisKey& key, const AnalysisJob* job = nullptr);
   // One pruning of `result`'s graph: any thread (it takes the pruner's lock).
   static PrunedPicture prune(const GraphResult& result, double node_threshold, double edge_threshold);
 
