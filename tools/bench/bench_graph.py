@@ -1,0 +1,51 @@
+"""Issue 26's graph benchmarks on the built-in model with its own transcoders, through headscope-cli:
+the 32-token graph (build and pruning at 0.8 / 0.98, medians after a warm-up; target at most 1 s on
+2 threads) and the peak RSS of the longest prompt the model takes (256 positions; the issue's
+1,000 tokens exceed its context), with the load average beside each measurement.
+
+    /usr/bin/python3 tools/bench/bench_graph.py [BUILD_DIR] [--runs 5] [--long]
+
+Not yet a section of suite.py (docs/benchmarks.md does not show it yet)."""
+import os, re, resource, statistics, subprocess, sys
+
+args = sys.argv[1:]
+build = args[0] if args and not args[0].startswith("--") else "build"
+runs = int(args[args.index("--runs") + 1]) if "--runs" in args else 5
+cli = os.path.join(build, "app", "headscope-cli")
+env = dict(os.environ, OMP_NUM_THREADS="2")
+# A repeated sentence, as token ids of the built-in model's tokenizer (BOS first), so the length is exact.
+SENT = [276, 291, 1124, 326, 260, 270, 291, 13, 388]            # " cat sat on the mat. The" (repeats)
+
+
+def prompt(n):
+    ids = [4095, 340]
+    while len(ids) < n:
+        ids += SENT
+    return ids[:n]
+
+
+def graph(n):
+    """(build ms, prune ms, nodes, kept nodes, peak RSS KB of the child, load average)."""
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run([cli, "graph", "--no-bos", "--tokens", ",".join(map(str, prompt(n))),
+                          "-o", "/tmp/hs-bench-graph.json"], env=env, capture_output=True, text=True, check=True)
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    m = re.search(r"(\d+) active features.*?(\d+) of (\d+) nodes.*built in (\d+) ms, pruned in (\d+) ms",
+                  out.stdout + out.stderr)
+    return int(m[4]), int(m[5]), int(m[3]), int(m[2]), int(m[1]), max(rss, before), load
+
+
+graph(32)  # warm-up
+r = [graph(32) for _ in range(runs)]
+b, p = statistics.median(x[0] for x in r), statistics.median(x[1] for x in r)
+print(f"graph 32 tokens, 2 threads, {runs} runs: build {b:.0f} ms, prune {p:.0f} ms, total {b + p:.0f} ms "
+      f"(target 1000 ms: {'met' if b + p <= 1000 else 'NOT met'}); {r[0][4]} active features, {r[0][2]} nodes, "
+      f"{r[0][3]} kept; load {min(x[6] for x in r):.2f}-{max(x[6] for x in r):.2f}")
+if "--long" in args:
+    bl, pl, nodes, kept, feats, rss, load = graph(256)
+    print(f"graph 256 tokens: build {bl} ms, prune {pl} ms; {feats} active features, {nodes} nodes, "
+          f"adjacency {nodes * nodes * 4 / 2**30:.2f} GiB; peak RSS {rss / 2**20:.2f} GiB; load {load:.2f}")
+    per_tok = nodes / 256
+    print(f"  1,000 tokens by linear scaling: ~{per_tok * 1000:.0f} nodes, dense adjacency "
+          f"~{(per_tok * 1000) ** 2 * 4 / 2**30:.0f} GiB")
