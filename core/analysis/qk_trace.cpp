@@ -111,8 +111,15 @@ class Side {
     return (sum_ - cache_.layer(L).resid_pre.row(pos_).cast<double>()).cwiseAbs().maxCoeff();
   }
 
+  // The projected rows as a matrix [n, d_head]: each component's share of q_rot (k_rot), rounded
+  // to float (they are made of float activations; float halves what a model with hundreds of
+  // thousands of neurons a side holds), and their sum taken before the rounding.
+  Eigen::Map<const RowMatrixXf> projected() const {
+    return {projected_.data(), static_cast<Eigen::Index>(components.size()), width_};
+  }
+  const RowVectorXd& projected_sum() const { return projected_sum_; }
+
   std::vector<QkComponent> components;
-  RowMatrixXd projected;  // [n, d_head]: each component's share of q_rot (k_rot)
 
  private:
   // The q/k norm with its scale frozen, then the rotation (rotate-half pairs i, i + dim/2).
@@ -125,10 +132,15 @@ class Side {
       u.col(i + half) = b * cos_(i) + a * sin_(i);
     }
   }
+  // Rows are appended to a flat buffer (amortised growth: a side gets its components in many
+  // blocks, and resizing a matrix each time would copy it each time).
   void append(const RowMatrixXd& u) {
-    const Eigen::Index n0 = projected.rows();
-    projected.conservativeResize(n0 + u.rows(), u.cols());
-    projected.bottomRows(u.rows()) = u;
+    width_ = u.cols();
+    if (projected_sum_.size() == 0) projected_sum_ = RowVectorXd::Zero(width_);
+    projected_sum_ += u.colwise().sum();
+    const size_t n0 = projected_.size();
+    projected_.resize(n0 + static_cast<size_t>(u.size()));
+    Eigen::Map<RowMatrixXf>(projected_.data() + n0, u.rows(), u.cols()) = u.cast<float>();
   }
 
   const ActivationCache& cache_;
@@ -137,6 +149,9 @@ class Side {
   FrozenNorm ln1_;
   RowMatrixXd W_;
   RowVectorXd constant_, qk_scale_, cos_, sin_, sum_;
+  std::vector<float> projected_;  // [n, d_head], row-major
+  RowVectorXd projected_sum_;     // [d_head]
+  Eigen::Index width_ = 0;
 };
 
 // mlp.hook_post of layer l at the given positions only, [positions, d_mlp], with the forward
@@ -422,11 +437,14 @@ QkTrace qk_trace(const ActivationCache& cache, int layer, int head, int query_po
 
   // The terms: scale * u_i . v_j. Marginals and the total from the side sums.
   const double scale = t.attention_scale;
-  const RowMatrixXd& U = query.projected;  // [n_q, d_head]
-  const RowMatrixXd& V = key.projected;    // [n_k, d_head]
-  const RowVectorXd sum_u = U.colwise().sum(), sum_v = V.colwise().sum();
+  const Eigen::Map<const RowMatrixXf> U = query.projected();  // [n_q, d_head]
+  const Eigen::Map<const RowMatrixXf> V = key.projected();    // [n_k, d_head]
+  const RowVectorXd& sum_u = query.projected_sum();
+  const RowVectorXd& sum_v = key.projected_sum();
   t.total = scale * sum_u.dot(sum_v);
-  const Eigen::VectorXd mq = scale * (U * sum_v.transpose()), mk = scale * (V * sum_u.transpose());
+  Eigen::VectorXd mq(U.rows()), mk(V.rows());
+  for (Eigen::Index i = 0; i < U.rows(); ++i) mq(i) = scale * U.row(i).cast<double>().dot(sum_v);
+  for (Eigen::Index j = 0; j < V.rows(); ++j) mk(j) = scale * V.row(j).cast<double>().dot(sum_u);
   t.query = std::move(query.components);
   t.key = std::move(key.components);
   for (size_t i = 0; i < t.query.size(); ++i) t.query[i].marginal = mq(static_cast<Eigen::Index>(i));
@@ -439,7 +457,9 @@ QkTrace qk_trace(const ActivationCache& cache, int layer, int head, int query_po
   const int nq = static_cast<int>(U.rows()), nk = static_cast<int>(V.rows());
   const int64_t all = int64_t{nq} * nk;
   const int64_t want = options.top <= 0 ? all : std::min<int64_t>(options.top, all);
-  const Eigen::VectorXd norm_u = U.rowwise().norm(), norm_v = V.rowwise().norm();
+  Eigen::VectorXd norm_u(nq), norm_v(nk);
+  for (int i = 0; i < nq; ++i) norm_u(i) = U.row(i).cast<double>().norm();
+  for (int j = 0; j < nk; ++j) norm_v(j) = V.row(j).cast<double>().norm();
   std::vector<int> order_u(static_cast<size_t>(nq)), order_v(static_cast<size_t>(nk));
   std::iota(order_u.begin(), order_u.end(), 0);
   std::iota(order_v.begin(), order_v.end(), 0);
@@ -457,11 +477,12 @@ QkTrace qk_trace(const ActivationCache& cache, int layer, int head, int query_po
     if (want == 0) break;
     const bool full = static_cast<int64_t>(heap.size()) == want;
     if (full && nk > 0 && std::abs(scale) * norm_u(i) * norm_v(order_v[0]) * slack < std::abs(heap.top().term)) break;
+    const RowVectorXd u = U.row(i).cast<double>();
     for (int j : order_v) {
       if (static_cast<int64_t>(heap.size()) == want &&
           std::abs(scale) * norm_u(i) * norm_v(j) * slack < std::abs(heap.top().term))
         break;
-      const QkPair pair{i, j, scale * U.row(i).dot(V.row(j))};
+      const QkPair pair{i, j, scale * u.dot(V.row(j).cast<double>())};
       if (static_cast<int64_t>(heap.size()) < want) {
         heap.push(pair);
       } else if (before(pair, heap.top())) {

@@ -20,7 +20,7 @@
 //
 // Cost: everything is per position (the query's and the key's), never quadratic in positions.
 // Each component is projected to d_head on its way in (the residual vectors are dropped), so
-// memory is components x d_head; the top pairs are found without the full pair matrix (the
+// memory is components x d_head floats; the top pairs are found without the full pair matrix (the
 // pairs are visited by decreasing |u_i| |v_j|, a bound on |term|, and the search stops when the
 // bound falls below the n-th best term).
 #pragma once
@@ -78,7 +78,9 @@ struct QkTrace {
   double total = 0.0;
   std::vector<QkComponent> query, key;  // each side's components, in the order of the stream
   std::vector<QkPair> pairs;            // the top pairs by |term|, largest first
-  double remainder = 0.0;               // the sum of the terms not in `pairs`: total - sum(pairs)
+  // total - sum(pairs): the terms not in `pairs`, summed (to the float rounding of the projected
+  // rows the listed terms are computed from), so that sum(pairs) + remainder is the total exactly.
+  double remainder = 0.0;
   // How far each side's components, summed, are from the run's hook_resid_pre at its position
   // (max over d_model of the absolute difference): a check that nothing is missing.
   double query_resid_error = 0.0, key_resid_error = 0.0;

@@ -152,7 +152,7 @@ TEST_CASE("QK tracing: every term, marginal and score matches the float64 refere
   }
 }
 
-TEST_CASE("QK tracing: the listed pairs plus the remainder are the run's score; the top pairs are the largest", "[qk]") {
+TEST_CASE("QK tracing: the listed pairs plus the remainder are the run's score, and the top pairs are the largest", "[qk]") {
   for (const std::string& name : case_names()) {
     INFO(name);
     const Fixture f = load(name);
@@ -257,7 +257,8 @@ TEST_CASE("QK tracing adds up on NeoX blocks, parallel and sequential (no refere
       listed += p.term;
     }
     CHECK(std::abs(listed - t.score) <= 1e-6 * sum_abs);
-    CHECK(std::abs(t.remainder) <= 1e-12 * sum_abs);
+    // Every pair is listed: the remainder is only the float rounding of the projected rows.
+    CHECK(std::abs(t.remainder) <= 1e-6 * sum_abs);
     CHECK(std::abs(t.total - t.score_before_softcap) <= 1e-6 * sum_abs);
     const double resid = cache->layer(1).resid_pre.row(7).cwiseAbs().maxCoeff();
     CHECK(t.query_resid_error <= 1e-5 * resid);
