@@ -3,7 +3,10 @@ the 32-token graph (build and pruning at 0.8 / 0.98, medians after a warm-up; ta
 2 threads) and the peak RSS of the longest prompt the model takes (256 positions; the issue's
 1,000 tokens exceed its context), with the load average beside each measurement.
 
-    /usr/bin/python3 tools/bench/bench_graph.py [BUILD_DIR] [--runs 5] [--long]
+    /usr/bin/python3 tools/bench/bench_graph.py [BUILD_DIR] [--runs 5] [--long] [--gpt2 MODEL TRANSCODERS]
+
+--gpt2: the GPT-2-small-shaped graph (target at most 30 s at 32 tokens, 2 threads), one run after no
+warm-up: make_gpt2_small.py MODEL and make_bench_transcoders.py TRANSCODERS write its inputs.
 
 Not yet a section of suite.py (docs/benchmarks.md does not show it yet)."""
 import os, re, resource, statistics, subprocess, sys
@@ -24,11 +27,11 @@ def prompt(n):
     return ids[:n]
 
 
-def graph(n):
+def graph(n, extra=(), ids=None):
     """(build ms, prune ms, nodes, kept nodes, peak RSS KB of the child, load average)."""
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run([cli, "graph", "--no-bos", "--tokens", ",".join(map(str, prompt(n))),
+    out = subprocess.run([cli, "graph", "--no-bos", "--tokens", ",".join(map(str, ids or prompt(n))), *extra,
                           "-o", "/tmp/hs-bench-graph.json"], env=env, capture_output=True, text=True, check=True)
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     m = re.search(r"(\d+) active features.*?(\d+) of (\d+) nodes.*built in (\d+) ms, pruned in (\d+) ms",
@@ -49,3 +52,10 @@ if "--long" in args:
     per_tok = nodes / 256
     print(f"  1,000 tokens by linear scaling: ~{per_tok * 1000:.0f} nodes, dense adjacency "
           f"~{(per_tok * 1000) ** 2 * 4 / 2**30:.0f} GiB")
+if "--gpt2" in args:
+    i = args.index("--gpt2")
+    ids = [100 + 37 * k for k in range(32)]  # any 32 ids: the weights are random
+    bl, pl, nodes, kept, feats, rss, load = graph(32, ["--model", args[i + 1], "--transcoders", args[i + 2]], ids)
+    print(f"gpt2-small-shaped graph 32 tokens: build {bl} ms, prune {pl} ms, total {bl + pl} ms (target 30000 ms: "
+          f"{'met' if bl + pl <= 30000 else 'NOT met'}); {feats} active features ({feats / 32 / 12:.0f} per layer and "
+          f"position), {nodes} nodes, {kept} kept; peak RSS {rss / 2**20:.2f} GiB; load {load:.2f}")
