@@ -52,12 +52,6 @@ std::string pcre2_pattern(std::string_view onig) {
   return out;
 }
 
-std::string pcre2_message(int code) {
-  PCRE2_UCHAR buffer[256];
-  if (pcre2_get_error_message(code, buffer, sizeof buffer) < 0) return "PCRE2 error " + std::to_string(code);
-  return reinterpret_cast<const char*>(buffer);
-}
-
 // The byte a vocabulary spelling "<0xNN>" stands for (Hugging Face writes "<0x0A>"), or -1.
 int byte_fallback_value(std::string_view s) {
   if (s.size() != 6 || s.substr(0, 3) != "<0x" || s[5] != '>') return -1;

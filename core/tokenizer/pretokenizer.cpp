@@ -19,17 +19,17 @@ const char* const kGpt2Pattern =
 
 #undef HS_WHITE_SPACE
 
-namespace {
-
-struct CodeDeleter {
-  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
-};
-
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
   if (pcre2_get_error_message(code, buffer, sizeof buffer) < 0) return "PCRE2 error " + std::to_string(code);
   return reinterpret_cast<const char*>(buffer);
 }
+
+namespace {
+
+struct CodeDeleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
 
 // Compiled once per process; a compiled pattern (with its JIT code) may be used by many threads
 // at once as long as each has its own match data.

@@ -47,4 +47,7 @@ class Pretokenizer {
 // All pre-tokens of `text` (for tests).
 std::vector<std::string_view> pretokenize(std::string_view text);
 
+// PCRE2's message for an error code.
+std::string pcre2_message(int code);
+
 }  // namespace hs::tokenizer_detail

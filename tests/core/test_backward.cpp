@@ -56,7 +56,7 @@ void check_gradient(const std::function<double(const RowMatrixXf&)>& L, RowMatri
 
 double weighted_sum(const RowMatrixXf& y, const RowMatrixXf& r) { return (y.cast<double>().array() * r.cast<double>().array()).sum(); }
 
-std::vector<float> random_vector(size_t n, std::mt19937& rng) {
+std::vector<float> backward_random_vector(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
@@ -68,7 +68,7 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng) {
 TEST_CASE("each operation's backward equals finite differences", "[backward][ops]") {
   std::mt19937 rng(11);
   const Eigen::Index S = 4, D = 6;
-  std::vector<float> w = random_vector(D, rng), b = random_vector(D, rng);
+  std::vector<float> w = backward_random_vector(D, rng), b = backward_random_vector(D, rng);
   for (NormKind kind : {NormKind::LayerNorm, NormKind::RMSNorm}) {
     DYNAMIC_SECTION("norm " << to_string(kind)) {
       const RowMatrixXf x = random_matrix(S, D, rng), r = random_matrix(S, D, rng), rs = random_matrix(S, 1, rng);
@@ -218,7 +218,7 @@ TEST_CASE("each operation's backward equals finite differences", "[backward][ops
   }
   SECTION("per-head RMSNorm (q/k norm) with its scales' seed, and soft-capping") {
     const int heads = 3, dh = 4;
-    const std::vector<float> wh = random_vector(dh, rng);
+    const std::vector<float> wh = backward_random_vector(dh, rng);
     const RowMatrixXf x = random_matrix(S, heads * dh, rng), r = random_matrix(S, heads * dh, rng);
     const RowMatrixXf rs = random_matrix(S, heads, rng);
     auto L = [&](const RowMatrixXf& xx) {
@@ -356,7 +356,7 @@ std::vector<std::pair<std::string, Metric>> metrics_for(const ModelConfig& c, in
     for (int unit : {-1, 1}) {
       if (unit >= 0 && metric_unit_count(c, h.hook) <= unit) continue;
       Metric m = dot_metric(h.hook, l, {}, unit < 0 ? -1 : 2, unit);
-      m.vector = random_vector(static_cast<size_t>(metric_vector_length(m, c, S)), rng);
+      m.vector = backward_random_vector(static_cast<size_t>(metric_vector_length(m, c, S)), rng);
       out.emplace_back("dot " + hook_key(h.hook, l) + " unit " + std::to_string(unit), std::move(m));
     }
   }
@@ -470,7 +470,7 @@ TEST_CASE("the gradient at a hook predicts the metric's change when a vector is 
         INFO(hook_key(hook, layer));
         const int pos = 2;
         const int64_t width = hook_row_width(c, hook, static_cast<int64_t>(tokens.size()));
-        std::vector<float> e = random_vector(static_cast<size_t>(width), rng);
+        std::vector<float> e = backward_random_vector(static_cast<size_t>(width), rng);
         const float eps = 1e-2f;
         auto metric_with = [&](float sign) {
           RunOptions o;

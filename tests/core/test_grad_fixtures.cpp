@@ -24,7 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kRelTol = 1e-4;     // per array: max |ref - ours| / max |ref|
+constexpr double kGradRelTol = 1e-4;     // per array: max |ref - ours| / max |ref|
 constexpr double kMetricTol = 1e-5;  // metrics: relative to max(|ref|, 1)
 
 fs::path grads_dir() { return test::source_dir() / "tests/fixtures/analyses/grads"; }
@@ -172,10 +172,10 @@ void check_sweep(const json& run, const json& sweep, const std::string& method) 
   const test::Comparison c = test::compare(effects(sweep), effects(ours));
   INFO("raw - metric_corrupt: max |diff| " << c.max_abs << ", relative " << c.relative);
   CHECK(c.masks_agree);
-  CHECK(c.relative <= kRelTol);
+  CHECK(c.relative <= kGradRelTol);
   const test::Comparison n = test::compare(flatten(sweep["normalized"]), flatten(ours["normalized"]));
   INFO("normalized: relative " << n.relative);
-  CHECK(n.relative <= kRelTol);
+  CHECK(n.relative <= kGradRelTol);
 }
 
 }  // namespace
@@ -232,7 +232,7 @@ TEST_CASE("grad: every KEY.grad of headscope-cli grad matches the float64 autogr
         const test::Comparison c = test::compare(ref->to_f32(t), values);
         INFO("max |diff| " << c.max_abs << ", max |ref| " << c.max_ref << ", relative " << c.relative);
         CHECK(c.masks_agree);
-        CHECK(c.relative <= kRelTol);
+        CHECK(c.relative <= kGradRelTol);
       }
     }
   }
@@ -292,13 +292,13 @@ TEST_CASE("attribute: grad x input and integrated gradients match the float64 re
       CHECK(got.at(0) == 0.0f);
       const test::Comparison c = test::compare(ref, got);
       INFO("attributions: max |diff| " << c.max_abs << ", relative " << c.relative);
-      CHECK(c.relative <= kRelTol);
+      CHECK(c.relative <= kGradRelTol);
       // completeness_error = sum(attributions) - (metric - baseline_metric): a difference of sums,
       // so its tolerance is 1e-4 of the magnitudes it is made of.
       double scale = std::abs(run["metric"].get<double>()) + std::abs(run["baseline_metric"].get<double>());
       for (float a : ref) scale += std::abs(a);
       CHECK(std::abs(ours["completeness_error"].get<double>() - run["completeness_error"].get<double>()) <=
-            kRelTol * scale);
+            kGradRelTol * scale);
     }
   }
 }

@@ -27,7 +27,7 @@ using nlohmann::json;
 
 namespace {
 
-std::shared_ptr<const hs::Model> builtin() {
+std::shared_ptr<const hs::Model> tiny_model() {
   static const auto m = hs::Model::load(hs::builtin_model_dir());
   return m;
 }
@@ -46,7 +46,7 @@ std::vector<std::shared_ptr<hs::ActivationCache>> runs(const std::vector<std::st
   std::vector<std::shared_ptr<hs::ActivationCache>> out;
   hs::RunOptions ro;
   ro.threads = 1;
-  for (const std::string& t : texts) out.push_back(builtin()->run(builtin()->encode(t, true), ro));
+  for (const std::string& t : texts) out.push_back(tiny_model()->run(tiny_model()->encode(t, true), ro));
   return out;
 }
 
@@ -57,7 +57,7 @@ void write_lines(const fs::path& p, const std::vector<std::string>& lines) {
   for (const auto& l : lines) out << l << "\n";
 }
 
-json read_json(const fs::path& p) { return json::parse(hs::test::read_text(p)); }
+json dataset_read_json(const fs::path& p) { return json::parse(hs::test::read_text(p)); }
 
 // The state without its one floating-point accumulator (the output norm, merged to rounding).
 json integer_state(json state) {
@@ -68,7 +68,7 @@ json integer_state(json state) {
 }  // namespace
 
 TEST_CASE("head statistics equal the same quantities computed from each prompt's cache", "[scan][heads]") {
-  const auto m = builtin();
+  const auto m = tiny_model();
   const auto caches = runs(kProse);
   const hs::ModelConfig& c = m->config();
   const int L = c.n_layers, H = c.n_heads, dh = c.d_head;
@@ -152,7 +152,7 @@ TEST_CASE("head statistics equal the same quantities computed from each prompt's
 }
 
 TEST_CASE("head statistics: the sample is the smallest keys and deciles split it by output norm", "[scan][heads]") {
-  const auto m = builtin();
+  const auto m = tiny_model();
   const auto caches = runs(kProse);
   const int capacity = 23;
   hs::HeadDatasetStats stats(m->config().n_layers, m->config().n_heads, m->config().n_ctx, capacity, 6);
@@ -199,7 +199,7 @@ TEST_CASE("head statistics: the sample is the smallest keys and deciles split it
 }
 
 TEST_CASE("head statistics: random splits merged equal one pass bit for bit", "[scan][heads]") {
-  const auto m = builtin();
+  const auto m = tiny_model();
   const auto caches = runs(kProse);
   const hs::ModelConfig& c = m->config();
   hs::HeadDatasetStats whole(c.n_layers, c.n_heads, c.n_ctx, 17, 5);
@@ -242,12 +242,12 @@ TEST_CASE("cli scan --heads: shards merged and a resumed run equal one process",
   }
   r = hs::test::run_cli("merge -o " + hs::test::quote(merged.string()) + shards);
   REQUIRE(r.code == 0);
-  const json a = read_json(one), b = read_json(scratch("heads_merged.npz.json"));
+  const json a = dataset_read_json(one), b = dataset_read_json(scratch("heads_merged.npz.json"));
   CHECK(integer_state(a["state"]["heads"]) == integer_state(b["state"]["heads"]));
   // The summary's every integer total, list and example is the same; only the norms' means may
   // differ in the last bits.
   json sa = a["heads"], sb = b["heads"];
-  const hs::ModelConfig& c = builtin()->config();
+  const hs::ModelConfig& c = tiny_model()->config();
   REQUIRE(sa["heads"].size() == static_cast<size_t>(c.n_layers * c.n_heads));
   for (json* s : {&sa, &sb})
     for (json& head : (*s)["heads"]) head.erase("output_norm");
@@ -262,7 +262,7 @@ TEST_CASE("cli scan --heads: shards merged and a resumed run equal one process",
   fs::remove(part);
   REQUIRE(hs::test::run_cli(common + " --stop-after 2 -o " + hs::test::quote(part.string())).code == 0);
   REQUIRE(hs::test::run_cli(common + " --resume -o " + hs::test::quote(part.string())).code == 0);
-  CHECK(read_json(part)["state"] == a["state"]);
+  CHECK(dataset_read_json(part)["state"] == a["state"]);
   // A scan without --heads cannot resume one with it (the settings differ).
   r = hs::test::run_cli(" scan --threads 1 --stop-after 1 --input " + hs::test::quote(input.string()) + " -o " +
                         hs::test::quote(scratch("heads_no.json").string()));
@@ -273,7 +273,7 @@ TEST_CASE("cli scan --heads: shards merged and a resumed run equal one process",
 }
 
 TEST_CASE("scan outputs whose head statistics were edited are refused with the reason", "[scan][heads][errors]") {
-  const auto m = builtin();
+  const auto m = tiny_model();
   hs::ScanOptions o;
   o.repeat_random = 6;
   o.limit = 3;

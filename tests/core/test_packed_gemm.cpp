@@ -197,7 +197,7 @@ void random_halves(hs::PanelType type, size_t n, std::mt19937& gen, std::vector<
   }
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+bool same_float_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
@@ -244,20 +244,20 @@ TEST_CASE("16-bit panels give the bits of their float32 conversion", "[packed_ge
           hs::packed_gemm(c.M, x.data(), ldx, T16, c.k0, c.k1, bias, t16.data(), ldo);
           hs::packed_gemm(c.M, x.data(), ldx, T32, c.k0, c.k1, bias, t32.data(), ldo);
           omp_set_num_threads(omp_get_num_procs());
-          CHECK(same_bits(out16, out32));
-          CHECK(same_bits(t16, t32));
+          CHECK(same_float_bits(out16, out32));
+          CHECK(same_float_bits(t16, t32));
         }
       // Reads in place widen too: a column (an embedding row) and the whole matrix as rows.
       std::vector<float> col16(static_cast<size_t>(c.K)), col32(col16);
       for (int64_t j : {int64_t{0}, c.N / 2, c.N - 1}) {
         T16.column(j, col16.data());
         T32.column(j, col32.data());
-        CHECK(same_bits(col16, col32));
+        CHECK(same_float_bits(col16, col32));
       }
       std::vector<float> rows16(static_cast<size_t>(c.K * c.N)), rows32(rows16);
       P16.unpack_rows(rows16.data());
       P32.unpack_rows(rows32.data());
-      CHECK(same_bits(rows16, rows32));
+      CHECK(same_float_bits(rows16, rows32));
     }
 }
 
@@ -438,7 +438,7 @@ TEST_CASE("packed_gemm_transposed gives an output the same bits whatever rows, r
       omp_set_num_threads(2);
       hs::packed_gemm_transposed(M, dy.data(), N, W.packed, 0, K, all.data(), K, false);
       hs::packed_gemm_transposed(M, dy.data(), N, W32, 0, K, all32.data(), K, false);
-      CHECK(same_bits(all, all32));
+      CHECK(same_float_bits(all, all32));
       struct Part { int64_t rows, k0, k1; int threads; };
       const Part parts[] = {{1, 0, K, 1}, {1, 0, K, 2}, {2, 0, K, 2},    {3, 0, K, 1},  {20, 0, K, 2},
                             {20, 0, K, 1}, {75, 0, K, 2}, {150, 0, K, 1}, {3, 64, 128, 2}, {20, 7, 9, 1}};
@@ -483,7 +483,7 @@ TEST_CASE("packed_gemm_transposed ignores whatever the last panel's padding hold
       std::vector<float> clean(static_cast<size_t>(M * K)), dirty(clean);
       hs::packed_gemm_transposed(M, dy.data(), N, W.packed, 0, K, clean.data(), K, false);
       hs::packed_gemm_transposed(M, dy.data(), N, spoilt, 0, K, dirty.data(), K, false);
-      CHECK(same_bits(clean, dirty));
+      CHECK(same_float_bits(clean, dirty));
     }
 }
 

@@ -68,7 +68,7 @@ bool close(double a, double b, double rel, double abs_tol = 0.0) {
 
 using Result = hs::test::CliRun;
 using hs::test::quote;
-Result cli(const std::string& args) { return hs::test::run_cli(args); }
+Result scan_cli(const std::string& args) { return hs::test::run_cli(args); }
 
 json read_json(const fs::path& p) { return json::parse(hs::test::read_text(p)); }
 
@@ -401,25 +401,25 @@ TEST_CASE("cli scan: stopped, resumed, equal to one uninterrupted run", "[scan][
   write_lines(input, kProse);
   for (const fs::path& p : {whole, part}) fs::remove(p);
   const std::string common = " scan --threads 1 --input " + quote(input.string()) + " --max-tokens 64";
-  Result r = cli(common + " --per-prompt " + quote(rows_whole.string()) + " -o " + quote(whole.string()));
+  Result r = scan_cli(common + " --per-prompt " + quote(rows_whole.string()) + " -o " + quote(whole.string()));
   REQUIRE(r.code == 0);
-  r = cli(common + " --per-prompt " + quote(rows_part.string()) + " --stop-after 2 -o " + quote(part.string()));
+  r = scan_cli(common + " --per-prompt " + quote(rows_part.string()) + " --stop-after 2 -o " + quote(part.string()));
   REQUIRE(r.code == 0);
   CHECK(r.err.find("--resume") != std::string::npos);
   json j = read_json(part);
   CHECK(j["complete"] == false);
   CHECK(j["counts"]["prompts"] == 2);
   // Starting again over an incomplete output is refused; other settings cannot resume it.
-  r = cli(common + " -o " + quote(part.string()));
+  r = scan_cli(common + " -o " + quote(part.string()));
   CHECK(r.code != 0);
   CHECK(r.err.find("incomplete scan") != std::string::npos);
-  r = cli("scan --threads 1 --input " + quote(input.string()) + " --max-tokens 32 --resume -o " + quote(part.string()));
+  r = scan_cli("scan --threads 1 --input " + quote(input.string()) + " --max-tokens 32 --resume -o " + quote(part.string()));
   CHECK(r.code != 0);
   CHECK(r.err.find("max_tokens") != std::string::npos);
   // Resume twice: after two more, then to the end.
-  r = cli(common + " --per-prompt " + quote(rows_part.string()) + " --resume --stop-after 2 -o " + quote(part.string()));
+  r = scan_cli(common + " --per-prompt " + quote(rows_part.string()) + " --resume --stop-after 2 -o " + quote(part.string()));
   REQUIRE(r.code == 0);
-  r = cli(common + " --per-prompt " + quote(rows_part.string()) + " --resume -o " + quote(part.string()));
+  r = scan_cli(common + " --per-prompt " + quote(rows_part.string()) + " --resume -o " + quote(part.string()));
   REQUIRE(r.code == 0);
   j = read_json(part);
   const json w = read_json(whole);
@@ -438,14 +438,14 @@ TEST_CASE("cli scan: shards merged equal one process", "[scan][cli]") {
   lines.insert(lines.end(), kProse.begin(), kProse.begin() + 3);
   write_lines(input, lines);
   const std::string common = " scan --threads 1 --input " + quote(input.string());
-  REQUIRE(cli(common + " -o " + quote(one.string())).code == 0);
+  REQUIRE(scan_cli(common + " -o " + quote(one.string())).code == 0);
   std::string shard_files;
   for (int i = 0; i < 3; ++i) {
     const fs::path out = scratch("shard" + std::to_string(i) + ".json");
-    REQUIRE(cli(common + " --shard " + std::to_string(i) + "/3 -o " + quote(out.string())).code == 0);
+    REQUIRE(scan_cli(common + " --shard " + std::to_string(i) + "/3 -o " + quote(out.string())).code == 0);
     shard_files += " " + quote(out.string());
   }
-  Result r = cli("merge -o " + quote(merged.string()) + shard_files);
+  Result r = scan_cli("merge -o " + quote(merged.string()) + shard_files);
   REQUIRE(r.code == 0);
   const json a = read_json(one), b = read_json(merged);
   require_same_aggregates(a, b, 1e-6);
@@ -454,12 +454,12 @@ TEST_CASE("cli scan: shards merged equal one process", "[scan][cli]") {
   CHECK(b["merged_shards"] == json({0, 1, 2}));
 
   // Missing or mismatched shards are refused by name.
-  r = cli("merge -o " + quote(scratch("bad_merge.json").string()) + " " + quote(scratch("shard0.json").string()));
+  r = scan_cli("merge -o " + quote(scratch("bad_merge.json").string()) + " " + quote(scratch("shard0.json").string()));
   CHECK(r.code != 0);
   CHECK(r.err.find("1/3, 2/3 is missing") != std::string::npos);
   const fs::path other = scratch("other.json");
-  REQUIRE(cli(common + " --limit 5 --shard 1/3 -o " + quote(other.string())).code == 0);
-  r = cli("merge -o " + quote(scratch("bad_merge.json").string()) + " " + quote(scratch("shard0.json").string()) + " " +
+  REQUIRE(scan_cli(common + " --limit 5 --shard 1/3 -o " + quote(other.string())).code == 0);
+  r = scan_cli("merge -o " + quote(scratch("bad_merge.json").string()) + " " + quote(scratch("shard0.json").string()) + " " +
           quote(other.string()) + " " + quote(scratch("shard2.json").string()));
   CHECK(r.code != 0);
   CHECK(r.err.find("limit") != std::string::npos);

@@ -21,7 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-std::shared_ptr<const hs::Model> builtin() {
+std::shared_ptr<const hs::Model> batch_model() {
   static const auto m = hs::Model::load(hs::builtin_model_dir());
   return m;
 }
@@ -41,7 +41,7 @@ std::vector<std::vector<int32_t>> prompts_for(const hs::Model& m) {
   return out;
 }
 
-fs::path scratch(const std::string& name) { return hs::test::scratch_dir() / name; }
+fs::path batch_scratch(const std::string& name) { return hs::test::scratch_dir() / name; }
 
 }  // namespace
 
@@ -87,7 +87,7 @@ TEST_CASE("forward_batch gives each prompt the bits forward gives it alone, on e
 }
 
 TEST_CASE("forward_batch stops at the last layer asked for", "[scan][batch]") {
-  const auto m = builtin();
+  const auto m = batch_model();
   hs::BatchRunOptions bo;
   bo.layers = 2;
   const auto batch = hs::forward_batch(m->weights(), prompts_for(*m), bo);
@@ -103,8 +103,8 @@ TEST_CASE("forward_batch stops at the last layer asked for", "[scan][batch]") {
 }
 
 TEST_CASE("scan: the batched pass and one prompt at a time give the same state bit for bit", "[scan][batch]") {
-  const auto m = builtin();
-  const fs::path input = scratch("batch.jsonl");
+  const auto m = batch_model();
+  const fs::path input = batch_scratch("batch.jsonl");
   {
     std::ofstream out(input, std::ios::binary);
     const char* lines[] = {
@@ -144,7 +144,7 @@ TEST_CASE("scan: the batched pass and one prompt at a time give the same state b
 
 TEST_CASE("scan --aggregates computes the chosen ones as a full scan does and leaves the others empty",
           "[scan][batch][cli]") {
-  const auto m = builtin();
+  const auto m = batch_model();
   hs::ScanOptions o;
   o.repeat_random = 10;
   o.limit = 6;
@@ -184,7 +184,7 @@ TEST_CASE("scan --aggregates computes the chosen ones as a full scan does and le
   CHECK_THROWS_WITH(hs::scan_settings(*m, o), Catch::Contains("no aggregate \"patching_z\""));
 
   const hs::test::CliRun r = hs::test::run_cli("scan --repeat-random 5 --limit 2 --aggregates induction,entropy -o " +
-                                               hs::test::quote(scratch("agg.json").string()));
+                                               hs::test::quote(batch_scratch("agg.json").string()));
   CHECK(r.code != 0);
   CHECK(r.err.find("\"entropy\" is not an aggregate") != std::string::npos);
 }

@@ -28,7 +28,7 @@ namespace {
 using hs::ByteLevelBpeTokenizer;
 using Ids = std::vector<int32_t>;
 
-const std::filesystem::path kFixtures = std::filesystem::path(HEADSCOPE_SOURCE_DIR) / "tests/fixtures/tokenizer";
+const std::filesystem::path kTokenizerFixtures = std::filesystem::path(HEADSCOPE_SOURCE_DIR) / "tests/fixtures/tokenizer";
 const std::filesystem::path kGpt2Dir = std::filesystem::path(HEADSCOPE_SHARED_DIR) / "gpt2-tokenizer";
 
 std::string read_text(const std::filesystem::path& path) {
@@ -40,7 +40,7 @@ std::string read_text(const std::filesystem::path& path) {
 
 const ByteLevelBpeTokenizer& small_tokenizer() {
   static const ByteLevelBpeTokenizer tokenizer =
-      ByteLevelBpeTokenizer::load(kFixtures / "small_vocab.json", kFixtures / "small_merges.txt");
+      ByteLevelBpeTokenizer::load(kTokenizerFixtures / "small_vocab.json", kTokenizerFixtures / "small_merges.txt");
   return tokenizer;
 }
 
@@ -470,7 +470,7 @@ TEST_CASE("GPT-2: hard texts match the independent Python reference", "[tokenize
     return;
   }
   const ByteLevelBpeTokenizer& tok = gpt2_tokenizer();
-  const nlohmann::json fixture = nlohmann::json::parse(read_text(kFixtures / "gpt2_expected.json"));
+  const nlohmann::json fixture = nlohmann::json::parse(read_text(kTokenizerFixtures / "gpt2_expected.json"));
   REQUIRE(fixture.at("cases").size() >= 20);
   for (const auto& c : fixture.at("cases")) {
     const std::string name = c.at("name").get<std::string>();

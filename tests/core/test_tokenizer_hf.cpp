@@ -31,10 +31,10 @@ using Ids = std::vector<int32_t>;
 
 namespace {
 
-const fs::path kFixtures = hs::test::source_dir() / "tests/fixtures/tokenizer";
+const fs::path kHfFixtures = hs::test::source_dir() / "tests/fixtures/tokenizer";
 
 const nlohmann::json& expected() {
-  static const nlohmann::json j = nlohmann::json::parse(hs::test::read_text(kFixtures / "hf_expected.json"));
+  static const nlohmann::json j = nlohmann::json::parse(hs::test::read_text(kHfFixtures / "hf_expected.json"));
   return j;
 }
 
@@ -135,7 +135,7 @@ TEST_CASE("tokenizer.json: Qwen3 (Qwen2's format) against Hugging Face", "[token
 TEST_CASE("tokenizer.json: Gemma 3 against Hugging Face", "[tokenizer][hf][real]") { check_against_hugging_face("gemma3"); }
 
 TEST_CASE("tokenizer.json: NFC against Python's unicodedata", "[tokenizer][hf][nfc]") {
-  const nlohmann::json cases = nlohmann::json::parse(hs::test::read_text(kFixtures / "nfc_cases.json"))["cases"];
+  const nlohmann::json cases = nlohmann::json::parse(hs::test::read_text(kHfFixtures / "nfc_cases.json"))["cases"];
   REQUIRE(cases.size() > 2000);
   size_t wrong = 0;
   for (const auto& c : cases) {
@@ -151,7 +151,7 @@ TEST_CASE("tokenizer.json: NFC against Python's unicodedata", "[tokenizer][hf][n
 }
 
 TEST_CASE("tokenizer.json: load_tokenizer chooses it and reads the BOS rules", "[tokenizer][hf][load]") {
-  const fs::path byte_level = kFixtures / "small_hf_byte_level.json", sentencepiece = kFixtures / "small_hf_sentencepiece.json";
+  const fs::path byte_level = kHfFixtures / "small_hf_byte_level.json", sentencepiece = kHfFixtures / "small_hf_sentencepiece.json";
   {
     Folder folder(byte_level);
     const auto tok = hs::load_tokenizer(folder.path);
@@ -183,7 +183,7 @@ TEST_CASE("tokenizer.json: load_tokenizer chooses it and reads the BOS rules", "
     CHECK(tok->token_bytes(*tok->id_of("<0x41>")) == "A");
   }
   {
-    Folder folder(kFixtures / "small_hf_metaspace.json");
+    Folder folder(kHfFixtures / "small_hf_metaspace.json");
     const auto tok = hs::load_tokenizer(folder.path);
     CHECK(tok->adds_bos() == std::nullopt);  // no template, no tokenizer_config.json
   }
@@ -224,7 +224,7 @@ TEST_CASE("tokenizer.json: the real Gemma 3 folder's BOS rules and load time", "
 }
 
 TEST_CASE("tokenizer.json: what HeadScope does not read is refused by name", "[tokenizer][hf]") {
-  nlohmann::json base = nlohmann::json::parse(hs::test::read_text(kFixtures / "small_hf_sentencepiece.json"));
+  nlohmann::json base = nlohmann::json::parse(hs::test::read_text(kHfFixtures / "small_hf_sentencepiece.json"));
   auto error_of = [](const nlohmann::json& j) {
     try {
       hs::HfTokenizer::from_json(j, "t.json");
@@ -323,8 +323,8 @@ TEST_CASE("tokenizer.json: Llama 3 encode time for 1000 tokens", "[.][tokenizer-
 
 TEST_CASE("tokenizer.json: long runs of one kind of character end and round-trip", "[tokenizer][hf]") {
   // Llama 3's regex on long runs: the interpreter takes over when the JIT's stack runs out.
-  const hs::HfTokenizer byte_level = read(kFixtures / "small_hf_byte_level.json");
-  const hs::HfTokenizer sentencepiece = read(kFixtures / "small_hf_sentencepiece.json");
+  const hs::HfTokenizer byte_level = read(kHfFixtures / "small_hf_byte_level.json");
+  const hs::HfTokenizer sentencepiece = read(kHfFixtures / "small_hf_sentencepiece.json");
   for (const std::string& unit : {std::string(" "), std::string("a"), std::string("7"), std::string("\n"),
                                   std::string(" \n"), std::string("!"), std::string("\xE4\xB8\xAD")}) {
     std::string text;
@@ -359,7 +359,7 @@ TEST_CASE("tokenizer.json: GPT-2's files as a ByteLevel tokenizer.json give GPT-
       {"decoder", byte_level},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
   const hs::HfTokenizer tokenizer = hs::HfTokenizer::from_json(file, "gpt2 tokenizer.json");
-  const nlohmann::json cases = nlohmann::json::parse(hs::test::read_text(kFixtures / "gpt2_expected.json"))["cases"];
+  const nlohmann::json cases = nlohmann::json::parse(hs::test::read_text(kHfFixtures / "gpt2_expected.json"))["cases"];
   for (const auto& c : cases) {
     const std::string text = c["text"].get<std::string>();
     INFO(c["name"].get<std::string>());
@@ -410,11 +410,11 @@ TEST_CASE("tokenizer.json: the fast table reader agrees with nlohmann's parser",
 
 TEST_CASE("tokenizer.json: encoding from several threads at once gives the same ids", "[tokenizer][hf]") {
   // The word cache is shared; the app encodes on worker threads while the GUI thread may too.
-  const hs::HfTokenizer tokenizer = read(kFixtures / "small_hf_byte_level.json");
+  const hs::HfTokenizer tokenizer = read(kHfFixtures / "small_hf_byte_level.json");
   const nlohmann::json& texts = expected()["texts"];
   std::vector<Ids> alone;
   for (const auto& t : texts) alone.push_back(tokenizer.encode(t.get<std::string>()));
-  const hs::HfTokenizer shared = read(kFixtures / "small_hf_byte_level.json");  // a cold cache
+  const hs::HfTokenizer shared = read(kHfFixtures / "small_hf_byte_level.json");  // a cold cache
   std::vector<std::vector<Ids>> results(4);
   std::vector<std::thread> threads;
   for (size_t k = 0; k < results.size(); ++k)

@@ -64,7 +64,7 @@ const Llama2cTokenizer& tiny() {
 }
 
 template <typename F>
-std::string error_of(F&& f) {
+std::string llama2c_error_of(F&& f) {
   try {
     f();
   } catch (const hs::Error& e) {
@@ -181,8 +181,8 @@ TEST_CASE("llama2.c tokenizer: a tiny vocabulary, ids by hand", "[tokenizer][lla
                                  "\xE2\x82\xAC\u2039" "AC\u203A"});
   CHECK(t.id_of(" ab") == 266);
   CHECK(t.id_of("\xE2\x96\x81" "ab") == std::nullopt);  // the file spells a space as a space
-  CHECK(error_of([&] { t.decode(Ids{267}); }) == "token id 267 is outside the vocabulary (ids 0 to 266).");
-  CHECK(error_of([&] { t.encode("a\xFF"); }) ==
+  CHECK(llama2c_error_of([&] { t.decode(Ids{267}); }) == "token id 267 is outside the vocabulary (ids 0 to 266).");
+  CHECK(llama2c_error_of([&] { t.encode("a\xFF"); }) ==
         "text is not valid UTF-8 at byte 1 (0xff); HeadScope reads text as UTF-8 (this byte never occurs in UTF-8).");
 }
 
@@ -261,7 +261,7 @@ TEST_CASE("llama2.c tokenizer: stories260K's tok512.bin against llama2.c's run.c
 TEST_CASE("llama2.c tokenizer: broken files are refused with a message", "[tokenizer][llama2c]") {
   const std::string good = tokenizer_file(kTiny);
   auto load = [](const std::string& bytes, std::optional<int32_t> vocab_size = std::nullopt) {
-    return error_of([&] { Llama2cTokenizer::from_bytes(bytes, vocab_size, "t.bin"); });
+    return llama2c_error_of([&] { Llama2cTokenizer::from_bytes(bytes, vocab_size, "t.bin"); });
   };
   CHECK(load(good).empty());
   CHECK(load("ab") == "t.bin: 2 bytes is too short for a llama2.c tokenizer (it starts with a 4-byte max_token_length).");
@@ -290,6 +290,6 @@ TEST_CASE("llama2.c tokenizer: broken files are refused with a message", "[token
                          "fallback uses id = byte + 3).");
   CHECK(load(good.substr(0, 142)) == "t.bin: has 10 tokens; a llama2.c tokenizer has <unk>, <s>, </s> and the "
                                              "256 byte tokens <0x00>..<0xFF> first.");
-  CHECK(error_of([] { Llama2cTokenizer::load("/nonexistent/tok.bin"); }) ==
+  CHECK(llama2c_error_of([] { Llama2cTokenizer::load("/nonexistent/tok.bin"); }) ==
         "/nonexistent/tok.bin: cannot read the llama2.c tokenizer (No such file or directory).");
 }

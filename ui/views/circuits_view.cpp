@@ -63,13 +63,6 @@ hs::TokenVectors resolvedFor(hs::TokenVectors asked, int layer) {
   return layer == 0 ? hs::TokenVectors::Raw : hs::resolve_token_vectors(asked, layer);
 }
 
-QLabel* caption(QWidget* parent) {
-  auto* label = new QLabel(parent);
-  label->setObjectName(QStringLiteral("sectionCaption"));
-  label->setWordWrap(true);
-  return label;
-}
-
 // Signed bars in the diverging map's ends: red above zero, blue below (ColorBrewer RdBu).
 QColor signColor(double v) { return v >= 0 ? QColor(0xb2, 0x18, 0x2b) : QColor(0x21, 0x66, 0xac); }
 
@@ -120,7 +113,7 @@ CircuitsView::CircuitsView(Selection* selection, QWidget* parent) : AnalysisView
   title_ = new QLabel(this);
   title_->setObjectName(QStringLiteral("viewTitle"));
   title_->setWordWrap(true);  // a long title must not set the view's minimum width
-  folding_ = caption(this);
+  folding_ = sectionCaption(this);
   folding_->setObjectName(QStringLiteral("circuitsFolding"));
   // What a token is to the head: the view's one input.
   auto* vectors_row = new QHBoxLayout;
@@ -152,9 +145,9 @@ CircuitsView::CircuitsView(Selection* selection, QWidget* parent) : AnalysisView
   auto* top_layout = new QGridLayout(top);
   top_layout->setContentsMargins(0, 0, 0, 0);
   top_layout->setHorizontalSpacing(12);
-  qk_sv_caption_ = caption(top);
-  ov_sv_caption_ = caption(top);
-  eigen_caption_ = caption(top);
+  qk_sv_caption_ = sectionCaption(top);
+  ov_sv_caption_ = sectionCaption(top);
+  eigen_caption_ = sectionCaption(top);
   eigen_caption_->setObjectName(QStringLiteral("copyingScore"));
   qk_sv_ = new BarChartView(top);
   qk_sv_->setObjectName(QStringLiteral("qkSingularValues"));
@@ -181,7 +174,7 @@ CircuitsView::CircuitsView(Selection* selection, QWidget* parent) : AnalysisView
   bottom_layout->setContentsMargins(0, 0, 0, 0);
   bottom_layout->setSpacing(12);
   auto* qk_box = new QVBoxLayout;
-  qk_caption_ = caption(bottom);
+  qk_caption_ = sectionCaption(bottom);
   qk_ = new HeatmapView(bottom);
   qk_->setObjectName(QStringLiteral("qkScores"));
   qk_->setColorMap(ColorMap::Diverging);
@@ -191,7 +184,7 @@ CircuitsView::CircuitsView(Selection* selection, QWidget* parent) : AnalysisView
   qk_box->addWidget(qk_caption_);
   qk_box->addWidget(qk_, 1);
   auto* ov_box = new QVBoxLayout;
-  ov_caption_ = caption(bottom);
+  ov_caption_ = sectionCaption(bottom);
   ov_table_ = new QTableWidget(bottom);
   ov_table_->setObjectName(QStringLiteral("ovTable"));
   ov_table_->verticalHeader()->setVisible(false);

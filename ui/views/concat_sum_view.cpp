@@ -26,7 +26,7 @@ namespace {
 
 std::vector<float> toVector(const hs::RowMatrixXf& m) { return std::vector<float>(m.data(), m.data() + m.size()); }
 
-QLabel* caption(QWidget* parent, const QString& object_name = QStringLiteral("plotCaption")) {
+QLabel* plotCaption(QWidget* parent, const QString& object_name = QStringLiteral("plotCaption")) {
   auto* label = new QLabel(parent);
   label->setObjectName(object_name);
   label->setAlignment(Qt::AlignCenter);
@@ -107,15 +107,15 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   auto* top_layout = new QVBoxLayout(top);
   top_layout->setContentsMargins(6, 4, 6, 4);
   top_layout->setSpacing(2);
-  concat_caption_ = caption(top, QStringLiteral("panelTitle"));
+  concat_caption_ = plotCaption(top, QStringLiteral("panelTitle"));
   concat_caption_->setText(QStringLiteral("Concatenate the heads, then project"));
   top_layout->addWidget(concat_caption_);
   auto* grid = new QGridLayout;
   grid->setHorizontalSpacing(4);
   grid->setVerticalSpacing(2);
-  z_caption_ = caption(top);
-  wo_caption_ = caption(top);
-  concat_out_caption_ = caption(top);
+  z_caption_ = plotCaption(top);
+  wo_caption_ = plotCaption(top);
+  concat_out_caption_ = plotCaption(top);
   z_ = signedPlot(top, QStringLiteral("concatZ"), QStringLiteral("z"));
   wo_ = signedPlot(top, QStringLiteral("concatWO"), QStringLiteral("W_O"));
   concat_out_ = signedPlot(top, QStringLiteral("concatOut"), QStringLiteral("attn_out"));
@@ -140,12 +140,12 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   auto* middle_layout = new QVBoxLayout(middle);
   middle_layout->setContentsMargins(6, 4, 6, 4);
   middle_layout->setSpacing(2);
-  sum_caption_ = caption(middle, QStringLiteral("panelTitle"));
+  sum_caption_ = plotCaption(middle, QStringLiteral("panelTitle"));
   sum_caption_->setText(QStringLiteral("Project each head, then sum"));
   middle_layout->addWidget(sum_caption_);
   auto* middle_row = new QHBoxLayout;
   auto* results_box = new QVBoxLayout;
-  results_caption_ = caption(middle);
+  results_caption_ = plotCaption(middle);
   results_ = new ImageGridView(middle);
   results_->setObjectName(QStringLiteral("headResults"));
   results_->setCellAspect(1.0);
@@ -154,7 +154,7 @@ ConcatSumView::ConcatSumView(Selection* selection, QWidget* parent) : AnalysisVi
   results_box->addWidget(results_caption_);
   results_box->addWidget(results_, 1);
   auto* sum_box = new QVBoxLayout;
-  sum_out_caption_ = caption(middle);
+  sum_out_caption_ = plotCaption(middle);
   sum_out_ = signedPlot(middle, QStringLiteral("sumOut"), QStringLiteral("attn_out"));
   sum_box->addWidget(sum_out_caption_);
   sum_box->addWidget(sum_out_, 1);

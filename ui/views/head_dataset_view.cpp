@@ -33,13 +33,6 @@ const QString kCopying = QStringLiteral("copying");  // the heads panel's Model 
 const QString kInputX = QStringLiteral("head-data-x");
 const QString kInputY = QStringLiteral("head-data-y");
 
-QLabel* caption(QWidget* parent) {
-  auto* label = new QLabel(parent);
-  label->setObjectName(QStringLiteral("sectionCaption"));
-  label->setWordWrap(true);
-  return label;
-}
-
 QString modelName(const nlohmann::json& settings) {
   const nlohmann::json model = settings.value("model", nlohmann::json::object());
   return QString::fromStdString(model.value("name", std::string("an unnamed model")));
@@ -148,7 +141,7 @@ HeadDatasetView::HeadDatasetView(Selection* selection, QWidget* parent) : Analys
   title_->setObjectName(QStringLiteral("viewTitle"));
   title_->setWordWrap(true);
   layout->addWidget(title_);
-  caption_ = caption(this);
+  caption_ = sectionCaption(this);
   layout->addWidget(caption_);
 
   empty_ = new QLabel(this);
@@ -198,12 +191,12 @@ HeadDatasetView::HeadDatasetView(Selection* selection, QWidget* parent) : Analys
   left_layout->addWidget(scatter_, 3);
   auto* tables = new QHBoxLayout;
   auto* key_box = new QVBoxLayout;
-  key_caption_ = caption(left);
+  key_caption_ = sectionCaption(left);
   key_table_ = newTokenTable(left, QStringLiteral("headDataKeyTokens"));
   key_box->addWidget(key_caption_);
   key_box->addWidget(key_table_, 1);
   auto* query_box = new QVBoxLayout;
-  query_caption_ = caption(left);
+  query_caption_ = sectionCaption(left);
   query_table_ = newTokenTable(left, QStringLiteral("headDataQueryTokens"));
   query_box->addWidget(query_caption_);
   query_box->addWidget(query_table_, 1);
@@ -221,7 +214,7 @@ HeadDatasetView::HeadDatasetView(Selection* selection, QWidget* parent) : Analys
   right_layout->addWidget(head_title_);
   auto* charts = new QHBoxLayout;
   auto* distance_box = new QVBoxLayout;
-  auto* distance_caption = caption(right);
+  auto* distance_caption = sectionCaption(right);
   distance_caption->setText(QStringLiteral("<b>Attention by distance</b> d = query − key: the mean attention a query "
                                            "pays at each distance (sums to 1)"));
   distance_ = new BarChartView(right);
@@ -230,7 +223,7 @@ HeadDatasetView::HeadDatasetView(Selection* selection, QWidget* parent) : Analys
   distance_box->addWidget(distance_caption);
   distance_box->addWidget(distance_, 1);
   auto* entropy_box = new QVBoxLayout;
-  auto* entropy_caption = caption(right);
+  auto* entropy_caption = sectionCaption(right);
   entropy_caption->setText(QStringLiteral("<b>Entropy of each pattern row</b> (nats; 0: all on one key), as a share "
                                           "of the queries"));
   entropy_ = new BarChartView(right);
@@ -241,7 +234,7 @@ HeadDatasetView::HeadDatasetView(Selection* selection, QWidget* parent) : Analys
   charts->addLayout(distance_box, 3);
   charts->addLayout(entropy_box, 2);
   right_layout->addLayout(charts, 3);
-  examples_caption_ = caption(right);
+  examples_caption_ = sectionCaption(right);
   right_layout->addWidget(examples_caption_);
   examples_ = new ShadedTokenRows;
   examples_->setObjectName(QStringLiteral("headDataExamples"));

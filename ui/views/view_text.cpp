@@ -1,10 +1,19 @@
 #include "ui/views/view_text.h"
 
+#include <QLabel>
+
 #include "core/model/model.h"
 #include "ui/widgets/labels.h"
 #include "ui/widgets/target_picker.h"
 
 namespace hs::ui {
+
+QLabel* sectionCaption(QWidget* parent) {
+  auto* label = new QLabel(parent);
+  label->setObjectName(QStringLiteral("sectionCaption"));
+  label->setWordWrap(true);
+  return label;
+}
 
 QString headLabel(int layer, int head) { return QStringLiteral("L%1H%2").arg(layer).arg(head); }
 

@@ -11,7 +11,13 @@
 #include "core/analysis/attribution_data.h"
 #include "ui/controller/results.h"
 
+class QLabel;
+class QWidget;
+
 namespace hs::ui {
+
+// A word-wrapping caption above a section of a view (object name "sectionCaption").
+QLabel* sectionCaption(QWidget* parent);
 
 class TargetPicker;
 

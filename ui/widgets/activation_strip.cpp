@@ -17,7 +17,7 @@ namespace hs::ui {
 namespace {
 
 constexpr int kTokenChars = 16;   // a token's text is elided past this
-constexpr double kPadX = 3.0;     // inside a chip, each side
+constexpr double kStripPadX = 3.0;     // inside a chip, each side
 constexpr double kSpacing = 2.0;  // between chips and between lines
 constexpr double kMargin = 2.0;
 
@@ -113,7 +113,7 @@ std::vector<QRectF> ActivationStrip::layout(int width) const {
   const double h = fm.height() + 4.0;
   double x = kMargin, y = kMargin;
   for (const QString& token : tokens_) {
-    const double w = fm.horizontalAdvance(chipText(token)) + 2 * kPadX;
+    const double w = fm.horizontalAdvance(chipText(token)) + 2 * kStripPadX;
     if (x > kMargin && x + w > width - kMargin) {
       x = kMargin;
       y += h + kSpacing;

@@ -14,7 +14,7 @@ namespace hs::ui {
 namespace {
 
 constexpr int kTokenChars = 12;   // a token's text is elided past this
-constexpr double kPadX = 2.5;     // inside a chip, each side
+constexpr double kRowsPadX = 2.5;     // inside a chip, each side
 constexpr double kSpacing = 1.5;  // between chips
 constexpr int kGap = 6;           // above a row that starts a group
 constexpr int kLabelGap = 10;     // between the label column and the tokens
@@ -65,12 +65,12 @@ std::vector<ShadedTokenRows::Cell> ShadedTokenRows::layout() const {
     const Row& r = rows_[static_cast<size_t>(ri)];
     if (r.gap_above) y += kGap;
     // From the outlined (last) token leftwards while the chips fit; "…" for the rest.
-    const double ell_w = fm.horizontalAdvance(ellipsis()) + 2 * kPadX;
+    const double ell_w = fm.horizontalAdvance(ellipsis()) + 2 * kRowsPadX;
     double x = right;
     int first = static_cast<int>(r.tokens.size());
     std::vector<Cell> row_cells;
     for (int t = static_cast<int>(r.tokens.size()) - 1; t >= 0; --t) {
-      const double w = fm.horizontalAdvance(chipText(r.tokens[t])) + 2 * kPadX;
+      const double w = fm.horizontalAdvance(chipText(r.tokens[t])) + 2 * kRowsPadX;
       const bool more_left = t > 0 || r.before > 0.0f;
       if (x - w < left + (more_left ? ell_w + kSpacing : 0.0)) break;
       x -= w;

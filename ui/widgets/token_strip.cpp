@@ -11,8 +11,8 @@
 
 namespace hs::ui {
 namespace {
-constexpr int kGap = 4;
-constexpr int kPadX = 6;
+constexpr int kChipGap = 4;
+constexpr int kChipPadX = 6;
 constexpr int kMaxLabelChars = 16;
 }  // namespace
 
@@ -58,7 +58,7 @@ void TokenStrip::revealSelection() {
     const QRect chip = chipRect(selected_);
     if (!area || chip.isNull()) return;
     // The chip's row whole, with the gap around it.
-    area->ensureVisible(chip.center().x(), chip.center().y(), chip.width() / 2 + kGap, chip.height() / 2 + kGap);
+    area->ensureVisible(chip.center().x(), chip.center().y(), chip.width() / 2 + kChipGap, chip.height() / 2 + kChipGap);
   });
 }
 
@@ -79,18 +79,18 @@ void TokenStrip::layoutChips(int width, std::vector<QRect>* rects, int* height) 
   small.setPointSizeF(small.pointSizeF() * 0.75);
   const QFontMetrics sm(small);
   const int chip_h = fm.height() + 8;
-  int x = kGap, y = kGap;
+  int x = kChipGap, y = kChipGap;
   for (int i = 0; i < labels_.size(); ++i) {
     const int w = fm.horizontalAdvance(elideLabel(labels_[i], kMaxLabelChars)) + sm.horizontalAdvance(QString::number(i)) +
-                  2 * kPadX + 4;
-    if (x + w > width - kGap && x > kGap) {
-      x = kGap;
-      y += chip_h + kGap;
+                  2 * kChipPadX + 4;
+    if (x + w > width - kChipGap && x > kChipGap) {
+      x = kChipGap;
+      y += chip_h + kChipGap;
     }
     rects->push_back(QRect(x, y, w, chip_h));
-    x += w + kGap;
+    x += w + kChipGap;
   }
-  *height = labels_.isEmpty() ? chip_h + 2 * kGap : y + chip_h + kGap;
+  *height = labels_.isEmpty() ? chip_h + 2 * kChipGap : y + chip_h + kChipGap;
 }
 
 int TokenStrip::heightForWidth(int width) const {
@@ -121,7 +121,7 @@ void TokenStrip::paintEvent(QPaintEvent*) {
   small.setPointSizeF(small.pointSizeF() * 0.75);
   if (labels_.isEmpty()) {
     p.setPen(palette().color(QPalette::PlaceholderText));
-    p.drawText(rect().adjusted(kGap + 2, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
+    p.drawText(rect().adjusted(kChipGap + 2, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
                QStringLiteral("Tokens appear here as you type."));
     return;
   }
@@ -145,7 +145,7 @@ void TokenStrip::paintEvent(QPaintEvent*) {
     p.setFont(f);
     p.setPen(is_bos ? QColor(0x70, 0x70, 0x70) : QColor(0x1a, 0x1a, 0x1a));
     const QString text = elideLabel(labels_[i], kMaxLabelChars);
-    const QRectF text_rect = r.adjusted(kPadX, 0, -kPadX, 0);
+    const QRectF text_rect = r.adjusted(kChipPadX, 0, -kChipPadX, 0);
     p.drawText(text_rect, Qt::AlignLeft | Qt::AlignVCenter, text);
     p.setFont(small);
     p.setPen(QColor(0x8a, 0x94, 0xa0));
