@@ -88,13 +88,15 @@ TEST_CASE("Export All writes a PNG of every view", "[export]") {
   // message says so; ablate_patch_test.cpp exports its maps); the selected head's edge
   // attributions (attention) and the Attribution view's 4 figures; Heads over Data: nothing, since
   // no data-set scan was given (head_dataset_view_test.cpp exports one); Neurons: the view and its
-  // token strip; Features: nothing, since no sparse autoencoder is loaded.
+  // token strip; Features: nothing, since no sparse autoencoder is loaded; Graph: nothing, since no
+  // transcoder is loaded (graph_view_test.cpp draws one).
   CHECK(files.size() == L * H + 1 + 2 + L + 1 + 1 + 1 + 4 + 2);
   CHECK_FALSE(files.contains(QStringLiteral("patching.png")));
   CHECK(out.message.contains(QStringLiteral("nothing to export from Patching: no corrupted prompt")));
   CHECK(out.message.contains(QStringLiteral("Heads over Data: no data-set scan")));
   CHECK(out.message.contains(QStringLiteral("Features: no sparse autoencoder loaded")));
-  REQUIRE(job.skipped().size() == 3);
+  CHECK(out.message.contains(QStringLiteral("Graph: no transcoder is loaded for every layer")));
+  REQUIRE(job.skipped().size() == 4);
   CHECK(files.contains(QStringLiteral("attention_L1H3.png")));
   CHECK(files.contains(QStringLiteral("concat_vs_sum_L0.png")));
   CHECK(files.contains(QStringLiteral("heads_overview.png")));

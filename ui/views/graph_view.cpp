@@ -456,15 +456,13 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
                                           "as one box, with the edges between them."));
   controls->addWidget(pinned_only_);
   controls->addStretch(1);
-  open_button_ = new QPushButton(QStringLiteral("Open Graph File…"), this);
+  open_button_ = new QPushButton(QStringLiteral("Open Graph…"), this);
   open_button_->setObjectName(QStringLiteral("graphOpen"));
   open_button_->setToolTip(QStringLiteral("Open a graph JSON (Neuronpedia's format: written by headscope-cli graph or "
                                           "circuit-tracer)."));
-  save_button_ = new QPushButton(QStringLiteral("Save Graph JSON…"), this);
+  save_button_ = new QPushButton(QStringLiteral("Save Graph…"), this);
   save_button_->setObjectName(QStringLiteral("graphSave"));
   save_button_->setToolTip(QStringLiteral("Save the graph at these thresholds as Neuronpedia's graph JSON."));
-  controls->addWidget(open_button_);
-  controls->addWidget(save_button_);
   layout->addLayout(controls);
 
   auto* qk_row = new QHBoxLayout;
@@ -481,12 +479,15 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
                                         "query-part × key-part terms (QK tracing): which features or neurons, heads and "
                                         "embeddings on each side make it."));
   qk_row->addWidget(qk_head_);
-  qk_row->addWidget(new QLabel(QStringLiteral("from position"), this));
+  qk_row->addWidget(new QLabel(QStringLiteral("from"), this));
   qk_row->addWidget(qk_query_);
-  qk_row->addWidget(new QLabel(QStringLiteral("to position"), this));
+  qk_row->addWidget(new QLabel(QStringLiteral("to"), this));
   qk_row->addWidget(qk_key_);
   qk_row->addWidget(qk_button_);
   qk_row->addStretch(1);
+  // On this row rather than the first, so that the view fits beside the heads panel.
+  qk_row->addWidget(open_button_);
+  qk_row->addWidget(save_button_);
   layout->addLayout(qk_row);
   connect(qk_button_, &QPushButton::clicked, this, [this] {
     traceAttention(selection_->layer(), selection_->head(), qk_query_->value(), qk_key_->value());
@@ -621,7 +622,8 @@ void GraphView::setRun(std::shared_ptr<const RunResult> run) {
 
 void GraphView::updateQkRow() {
   const int layer = selection_->layer(), head = selection_->head(), q = selection_->position();
-  qk_head_->setText(QStringLiteral("Why does the selected head, %1, attend").arg(headLabel(layer, head)));
+  qk_head_->setText(QStringLiteral("Why does %1 attend").arg(headLabel(layer, head)));
+  qk_head_->setToolTip(QStringLiteral("The selected head (click one in the heads panel), from the selected position."));
   const int n = run_ ? run_->n_pos() : 0;
   qk_query_->setRange(0, std::max(0, n - 1));
   qk_key_->setRange(0, std::max(0, n - 1));
@@ -1100,7 +1102,9 @@ std::vector<ExportFigure> GraphView::exportFigures(const RunResult& run) {
 QString GraphView::exportSkipReason(const RunResult& run) const {
   if (mode() != kFeatures) return {};
   const TranscoderChoice choice = chooseTranscoders(run.model());
-  if (!choice.problem.isEmpty()) return QStringLiteral("no transcoder is loaded for every layer");
+  if (!choice.problem.isEmpty())
+    return QStringLiteral("Graph: no transcoder is loaded for every layer (File > Open Sparse Autoencoder, or --sae DIR; "
+                          "--graph-mode neurons needs none)");
   return {};
 }
 
