@@ -167,11 +167,16 @@ TEST_CASE("pruning keeps the reference's nodes and edges, and its JSON is circui
     hs::GraphPruner pruner(g);
     const hs::PrunedGraph p = pruner.prune(0.8, 0.98);
     const Reference& ref = c.ref;
+    // Influences to 1e-4 of their own value plus 1e-6 of the largest: a node reached only through
+    // edges far below its rows' scale carries their float32 rounding (relatively larger), and
+    // builds without FMA (the sanitized one) round them differently from -march=native.
+    double max_influence = 0.0;
+    for (float v : ref["node_influence"].data) max_influence = std::max(max_influence, double{v});
     for (int i = 0; i < g.n_nodes(); ++i) {
       INFO("node " << g.node_id(i));
       CHECK(p.kept(i) == (ref["node_mask"].data[static_cast<size_t>(i)] != 0.0f));
       CHECK(std::abs(p.node_influence[static_cast<size_t>(i)] - ref["node_influence"].data[static_cast<size_t>(i)]) <=
-            1e-4 * (1e-6 + ref["node_influence"].data[static_cast<size_t>(i)]));
+            1e-4 * ref["node_influence"].data[static_cast<size_t>(i)] + 1e-6 * max_influence);
       CHECK(std::abs(p.cumulative_scores[static_cast<size_t>(i)] - ref["cumulative_scores"].data[static_cast<size_t>(i)]) <= 1e-5);
     }
     std::vector<std::pair<int, int>> want;
