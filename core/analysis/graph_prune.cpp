@@ -134,7 +134,7 @@ PrunedGraph GraphPruner::prune(double node_threshold, double edge_threshold) {
     scored_nodes_ = mask;
   }
   const double edge_cut = find_threshold(sorted_scores_, edge_threshold, zero_scores_);
-  const std::vector<char> scored = scored_nodes_;
+  const std::vector<char>& scored = scored_nodes_;
   auto edge = [&](int i, int j) {
     if (!scored[static_cast<size_t>(i)] || !scored[static_cast<size_t>(j)]) return 0.0 >= edge_cut;
     return std::abs(double{g_.adjacency(i, j)}) * row_factor_[static_cast<size_t>(i)] >= edge_cut;

@@ -63,22 +63,29 @@ std::set<std::string> pictureIds(const GraphPicture& p) {
   return ids;
 }
 
+// The window on `model_dir` with `text`, on the Graph tab, its first run in.
+struct GraphWindow {
+  MainWindow window;
+  GraphView* view = nullptr;
+  GraphWindow(const QString& model_dir, const QString& text)
+      : window(MainWindowOptions{.model_dir = model_dir, .text = text, .restore_settings = false,
+                                 .view = QStringLiteral("graph")}) {
+    window.resize(1500, 950);
+    window.show();
+    REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
+    view = window.viewAs<GraphView>(QStringLiteral("graph"));
+    REQUIRE(view);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("Graph view: the built-in model's graph over its own transcoders is the core's, pruned live at the thresholds set",
           "[graph][window]") {
   ClearSaes clear;
-  MainWindowOptions options;
-  options.model_dir = QString::fromStdString(hs::builtin_model_dir().string());
-  options.text = QStringLiteral("The cat sat on the mat. The cat sat on the");
-  options.restore_settings = false;
-  options.view = QStringLiteral("graph");
-  MainWindow window(options);
-  window.resize(1500, 950);
-  window.show();
-  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
-  auto* view = window.viewAs<GraphView>(QStringLiteral("graph"));
-  REQUIRE(view);
+  GraphWindow w(QString::fromStdString(hs::builtin_model_dir().string()), QStringLiteral("The cat sat on the mat. The cat sat on the"));
+  MainWindow& window = w.window;
+  GraphView* view = w.view;
 
   // No transcoder loaded: the view says so, and offers the model's own.
   REQUIRE(waitFor([&] { return view->messageText().contains(QStringLiteral("load-shipped")); }, 10000));
@@ -176,17 +183,9 @@ TEST_CASE("Graph view: the built-in model's graph over its own transcoders is th
 TEST_CASE("Graph view: a graph file opens as the file's graph, never the prompt's, and a broken one gets a message",
           "[graph]") {
   ClearSaes clear;
-  MainWindowOptions options;
-  options.model_dir = fixtureModelDir();
-  options.text = QStringLiteral("The cat sat");
-  options.restore_settings = false;
-  options.view = QStringLiteral("graph");
-  MainWindow window(options);
-  window.resize(1400, 900);
-  window.show();
-  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
-  auto* view = window.viewAs<GraphView>(QStringLiteral("graph"));
-  REQUIRE(view);
+  GraphWindow w(fixtureModelDir(), QStringLiteral("The cat sat"));
+  MainWindow& window = w.window;
+  GraphView* view = w.view;
 
   QTemporaryDir tmp;
   const QString broken = tmp.filePath(QStringLiteral("broken.json"));
@@ -219,17 +218,9 @@ TEST_CASE("Graph view: MLP neurons as nodes and the information-flow routes are 
           "explains itself by QK tracing",
           "[graph][window]") {
   ClearSaes clear;
-  MainWindowOptions options;
-  options.model_dir = QString::fromStdString(hs::builtin_model_dir().string());
-  options.text = QStringLiteral("The cat sat. The cat");
-  options.restore_settings = false;
-  options.view = QStringLiteral("graph");
-  MainWindow window(options);
-  window.resize(1500, 950);
-  window.show();
-  REQUIRE(waitFor([&] { return window.controller()->currentRun() != nullptr; }, 30000));
-  auto* view = window.viewAs<GraphView>(QStringLiteral("graph"));
-  REQUIRE(view);
+  GraphWindow w(QString::fromStdString(hs::builtin_model_dir().string()), QStringLiteral("The cat sat. The cat"));
+  MainWindow& window = w.window;
+  GraphView* view = w.view;
   const auto run = window.controller()->currentRun();
 
   // Neurons: no transcoder needed; the graph is the core's neuron graph, and the view says that

@@ -55,7 +55,8 @@ struct TranscoderChoice {
   bool offer_shipped = false;
 };
 
-TranscoderChoice chooseTranscoders(const hs::Model& model) {
+// `has_shipped`: the model's folder carries SAEs of its own (saes/), offered in the message.
+TranscoderChoice chooseTranscoders(const hs::Model& model, bool has_shipped) {
   TranscoderChoice choice;
   const hs::ModelConfig& config = model.config();
   const int L = config.n_layers;
@@ -72,8 +73,7 @@ TranscoderChoice chooseTranscoders(const hs::Model& model) {
     choice.ids.push_back(by_layer[static_cast<size_t>(l)]);
   }
   if (missing.isEmpty()) return choice;
-  const QStringList shipped = shippedSaeFolders(QString::fromStdString(model.dir().string()));
-  choice.offer_shipped = !shipped.isEmpty();
+  choice.offer_shipped = has_shipped;
   choice.problem =
       missing.size() == L
           ? QStringLiteral("<b>An attribution graph needs a transcoder for every layer, and none of the loaded SAEs is a "
@@ -595,6 +595,15 @@ void GraphView::setMode(const QString& mode) {
 double GraphView::routeThreshold() const { return route_box_->value(); }
 void GraphView::setRouteThreshold(double threshold) { route_box_->setValue(threshold); }
 
+bool GraphView::modelHasSaes(const hs::Model& model) const {
+  // Listed once per model folder: the key and the status ask on the GUI thread at every change.
+  if (shipped_for_ != model.dir().string()) {
+    shipped_for_ = model.dir().string();
+    has_shipped_ = !shippedSaeFolders(QString::fromStdString(shipped_for_)).isEmpty();
+  }
+  return has_shipped_;
+}
+
 AnalysisKey GraphView::analysisKey(AnalysisKey selected) const {
   if (mode() == kRoutes) {
     selected.params = {kRoutes, QString::number(routeThreshold(), 'g', 17)};
@@ -605,7 +614,7 @@ AnalysisKey GraphView::analysisKey(AnalysisKey selected) const {
     return selected;
   }
   if (!run_) return selected;
-  const TranscoderChoice choice = chooseTranscoders(run_->model());
+  const TranscoderChoice choice = chooseTranscoders(run_->model(), modelHasSaes(run_->model()));
   if (!choice.problem.isEmpty()) {
     selected.params = {QStringLiteral("none"), choice.problem};
     return selected;
@@ -1014,7 +1023,7 @@ void GraphView::traceAttention(int layer, int head, int query_pos, int key_pos) 
   std::shared_ptr<const RunResult> run = result_->run;
   // Features when every layer has a transcoder loaded (the Features mode's choice), else neurons.
   std::vector<std::shared_ptr<const hs::Sae>> transcoders;
-  const TranscoderChoice choice = chooseTranscoders(run->model());
+  const TranscoderChoice choice = chooseTranscoders(run->model(), modelHasSaes(run->model()));
   if (choice.problem.isEmpty())
     for (const QString& id : choice.ids)
       if (auto s = LoadedSaes::instance().find(id)) transcoders.push_back(std::move(s));
@@ -1101,7 +1110,7 @@ std::vector<ExportFigure> GraphView::exportFigures(const RunResult& run) {
 
 QString GraphView::exportSkipReason(const RunResult& run) const {
   if (mode() != kFeatures) return {};
-  const TranscoderChoice choice = chooseTranscoders(run.model());
+  const TranscoderChoice choice = chooseTranscoders(run.model(), modelHasSaes(run.model()));
   if (!choice.problem.isEmpty())
     return QStringLiteral("Graph: no transcoder is loaded for every layer (File > Open Sparse Autoencoder, or --sae DIR; "
                           "--graph-mode neurons needs none)");

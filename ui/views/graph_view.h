@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/analysis/attribution_graph.h"
@@ -166,6 +167,8 @@ class GraphView : public AnalysisView {
   // The QK row follows the selection: its head, its position as the query, and the key that head
   // attends to most from there.
   void updateQkRow();
+  // Whether the model's folder carries SAEs of its own (its saes/), listed once per folder.
+  bool modelHasSaes(const hs::Model& model) const;
 
   std::shared_ptr<const RunResult> run_;
   std::shared_ptr<const GraphResult> result_;
@@ -179,6 +182,8 @@ class GraphView : public AnalysisView {
   QString file_summary_;
   quint64 file_job_ = 0;
   std::vector<QFuture<void>> in_flight_;
+  mutable std::string shipped_for_;  // modelHasSaes's folder and answer
+  mutable bool has_shipped_ = false;
   // The last QK trace asked for (job number), and the last finished, or why it failed.
   quint64 qk_job_ = 0;
   std::shared_ptr<const hs::QkTrace> qk_;
