@@ -126,14 +126,19 @@ def run(W, ids, hooks=None):
     for l in range(W.n_layer):
         p = f"h.{l}."
         x = layer_norm_frozen(resid, w[p + "ln_1.weight"], w[p + "ln_1.bias"], W.eps)
-        qkv = x @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # [batch, pos, 3 d_model]
-        q, k, v = (t.reshape(B, P, H, dh).transpose(1, 2) for t in qkv.split(D, dim=-1))  # [batch, head, pos, d_head]
-        scores = q @ k.transpose(-1, -2)
-        if c.scale_attn_weights:
-            scores = scores / dh ** 0.5
-        if c.scale_attn_by_inverse_layer_idx:
-            scores = scores / float(l + 1)
-        pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1).detach()  # [batch, head, query_pos, key_pos]
+        heads = lambda t: t.reshape(B, P, H, dh).transpose(1, 2)  # noqa: E731  [batch, head, pos, d_head]
+        with torch.no_grad():  # the pattern is detached, so q and k carry no gradient
+            q = heads(x @ w[p + "attn.c_attn.weight"][:, :D] + w[p + "attn.c_attn.bias"][:D])
+            k = heads(x @ w[p + "attn.c_attn.weight"][:, D:2 * D] + w[p + "attn.c_attn.bias"][D:2 * D])
+            scores = q @ k.transpose(-1, -2)
+            if c.scale_attn_weights:
+                scores = scores / dh ** 0.5
+            if c.scale_attn_by_inverse_layer_idx:
+                scores = scores / float(l + 1)
+            pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)  # [batch, head, query_pos, key_pos]
+        # Only the values reach the backward pass, as TransformerLens computes them with W_V alone; one
+        # fused c_attn product would push every gradient through W_Q and W_K as well.
+        v = heads(x @ w[p + "attn.c_attn.weight"][:, 2 * D:] + w[p + "attn.c_attn.bias"][2 * D:])
         z = (pattern @ v).transpose(1, 2).reshape(B, P, D)
         resid = resid + z @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         x = layer_norm_frozen(resid, w[p + "ln_2.weight"], w[p + "ln_2.bias"], W.eps)  # the transcoder's input
