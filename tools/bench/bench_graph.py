@@ -8,6 +8,13 @@ the 32-token graph (build and pruning at 0.8 / 0.98, medians after a warm-up; ta
 --gpt2: the GPT-2-small-shaped graph (target at most 30 s at 32 tokens, 2 threads), one run after no
 warm-up: make_gpt2_small.py MODEL and make_bench_transcoders.py TRANSCODERS write its inputs.
 
+Each 32-token and --gpt2 case also runs the PyTorch yardstick (torch_graph.py: circuit-tracer's
+attribution phase in float32) on the same model, transcoders and token ids, in its own process with
+the same threads, at batch 64 (HeadScope's --batch) and 512 (circuit-tracer's default), and prints
+the ratio of the faster to HeadScope. The yardstick times only its rows (the backward passes);
+HeadScope's "built in" also encodes the transcoders and assembles the graph, so the ratio is in
+the yardstick's favour. The header shows the BLAS torch loaded and torch.__config__.show().
+
 Not yet a section of suite.py (docs/benchmarks.md does not show it yet)."""
 import os, re, resource, statistics, subprocess, sys
 
@@ -39,12 +46,44 @@ def graph(n, extra=(), ids=None):
     return int(m[4]), int(m[5]), int(m[3]), int(m[2]), int(m[1]), max(rss, before), load
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILTIN = os.path.join(REPO, "resources", "models", "headscope-tiny")
+# OPENBLAS_CORETYPE forces AVX2 kernels on this AVX-512 machine: gone for torch alone (as suite.py).
+torch_env = {k: v for k, v in env.items() if k != "OPENBLAS_CORETYPE"}
+
+
+def torch_rows(ids, model=BUILTIN, transcoders=os.path.join(BUILTIN, "saes"), batch=64, show_config=False):
+    """(rows, ms) of torch_graph.py on the same inputs with HeadScope's threads and --max-feature-nodes
+    default; with show_config, prints torch's build configuration and the BLAS it loaded."""
+    out = subprocess.run([sys.executable, os.path.join(REPO, "tools", "bench", "torch_graph.py"), "--model", model,
+                          "--transcoders", transcoders, "--tokens", ",".join(map(str, ids)), "--threads", "2",
+                          "--batch", str(batch), *(["--show-config"] if show_config else [])],
+                         env=torch_env, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"torch graph rows: (\d+) rows in (\d+) ms \((\d+) threads", out)
+    if show_config:
+        print("PyTorch yardstick: " + out[out.index("PyTorch built with"):].strip().replace("\n", "\n  "))
+        if "openblas-openmp" not in out or m[3] != "2":
+            print("WARNING: torch is not on OpenMP OpenBLAS with 2 threads; the yardstick is not at its best")
+    return int(m[1]), int(m[2])
+
+
+def versus_torch(what, ids, hs_ms, **kw):
+    """Runs the yardstick at both batch sizes and prints the faster's ratio to HeadScope's build."""
+    t = {b: torch_rows(ids, batch=b, **kw) for b in (64, 512)}
+    best = min(t, key=lambda b: t[b][1])
+    print(f"  PyTorch yardstick, {what}: {t[64][0]} rows in {t[64][1]} ms (batch 64), {t[512][1]} ms (batch 512); "
+          f"torch rows / HeadScope build = {t[best][1] / hs_ms:.1f}x (batch {best}; HeadScope's build also encodes "
+          f"the transcoders); load {os.getloadavg()[0]:.2f}")
+
+
+torch_rows(prompt(32), show_config=True)  # the header (and a warm-up of the files)
 graph(32)  # warm-up
 r = [graph(32) for _ in range(runs)]
 b, p = statistics.median(x[0] for x in r), statistics.median(x[1] for x in r)
 print(f"graph 32 tokens, 2 threads, {runs} runs: build {b:.0f} ms, prune {p:.0f} ms, total {b + p:.0f} ms "
       f"(target 1000 ms: {'met' if b + p <= 1000 else 'NOT met'}); {r[0][4]} active features, {r[0][2]} nodes, "
       f"{r[0][3]} kept; load {min(x[6] for x in r):.2f}-{max(x[6] for x in r):.2f}")
+versus_torch("32 tokens", prompt(32), b)
 if "--long" in args:
     bl, pl, nodes, kept, feats, rss, load = graph(256)
     print(f"graph 256 tokens: build {bl} ms, prune {pl} ms; {feats} active features, {nodes} nodes, "
@@ -59,3 +98,4 @@ if "--gpt2" in args:
     print(f"gpt2-small-shaped graph 32 tokens: build {bl} ms, prune {pl} ms, total {bl + pl} ms (target 30000 ms: "
           f"{'met' if bl + pl <= 30000 else 'NOT met'}); {feats} active features ({feats / 32 / 12:.0f} per layer and "
           f"position), {nodes} nodes, {kept} kept; peak RSS {rss / 2**20:.2f} GiB; load {load:.2f}")
+    versus_torch("gpt2-small-shaped 32 tokens", ids, bl, model=args[i + 1], transcoders=args[i + 2])
