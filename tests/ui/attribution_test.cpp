@@ -34,13 +34,14 @@
 #include "ui_test_support.h"
 
 using namespace hs::ui;
+using hs::ui::test::clickCell;
 using hs::ui::test::waitFor;
 
 namespace {
 
-struct Window {
+struct AttributionWindow {
   MainWindow window;
-  explicit Window(const QString& text = QStringLiteral("The cat sat on the mat. The cat"))
+  explicit AttributionWindow(const QString& text = QStringLiteral("The cat sat on the mat. The cat"))
       : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {
     window.resize(1400, 900);
     window.show();
@@ -57,12 +58,6 @@ struct Window {
   bool current() const { return view()->isCurrent(); }
 };
 
-void clickCell(HeatmapView* heatmap, int row, int col) {
-  heatmap->replotNow();
-  QTest::mouseClick(heatmap->findChild<QWidget*>(QStringLiteral("heatmapPlot")), Qt::LeftButton, Qt::NoModifier,
-                    heatmap->cellCenter(row, col));
-}
-
 // The tolerance of the float32 pipeline drawn against itself: the view shows the core's numbers,
 // so they agree to float rounding (the core is held to the float64 reference in tests/core).
 void checkClose(double shown, double expected) {
@@ -72,7 +67,7 @@ void checkClose(double shown, double expected) {
 }  // namespace
 
 TEST_CASE("The Attribution view draws the core's attributions for the run on screen", "[window][attribution]") {
-  Window w;
+  AttributionWindow w;
   REQUIRE(waitFor([&] { return w.current(); }));
   const auto run = w.run();
   const hs::ActivationCache& cache = *run->run.cache;
@@ -121,7 +116,7 @@ TEST_CASE("The Attribution view draws the core's attributions for the run on scr
 }
 
 TEST_CASE("The Attribution view explains a logit difference against a second token", "[window][attribution]") {
-  Window w;
+  AttributionWindow w;
   REQUIRE(waitFor([&] { return w.current(); }));
   const auto run = w.run();
   const int32_t target = run->next[0].id, versus = run->next[1].id;
@@ -140,7 +135,7 @@ TEST_CASE("The Attribution view explains a logit difference against a second tok
 }
 
 TEST_CASE("The Attribution view never shows an earlier prompt's result as the current one", "[window][attribution]") {
-  Window w;
+  AttributionWindow w;
   REQUIRE(waitFor([&] { return w.current(); }));
   const auto first = w.result();
   const quint64 first_job = w.run()->job;
@@ -158,7 +153,7 @@ TEST_CASE("The Attribution view never shows an earlier prompt's result as the cu
 }
 
 TEST_CASE("Clicking a head in the Attribution view runs its exact zero ablation", "[window][attribution]") {
-  Window w;
+  AttributionWindow w;
   REQUIRE(waitFor([&] { return w.current(); }));
   const auto run = w.run();
   const int layer = 1, head = 2;
@@ -179,7 +174,7 @@ TEST_CASE("Clicking a head in the Attribution view runs its exact zero ablation"
 }
 
 TEST_CASE("The attention view's edge mode shows A times dM/dA for the selected head", "[window][attribution]") {
-  Window w;
+  AttributionWindow w;
   w.window.tabs()->setCurrentWidget(w.attention());
   w.selection()->setHead(1, 3);
   w.attention()->edgeButton()->click();
@@ -219,7 +214,7 @@ TEST_CASE("The attention view's edge mode shows A times dM/dA for the selected h
 }
 
 TEST_CASE("Export All writes the Attribution view's figures and the selected head's edges", "[window][attribution][export]") {
-  Window w;
+  AttributionWindow w;
   REQUIRE(waitFor([&] { return w.current(); }));
   QTemporaryDir tmp;
   ExportAllJob::Options options;
@@ -251,7 +246,7 @@ TEST_CASE("Export All writes the Attribution view's figures and the selected hea
 }
 
 TEST_CASE("The Attribution view fits beside the heads panel in a 1280-pixel window", "[window][attribution]") {
-  Window w;
+  AttributionWindow w;
   REQUIRE(waitFor([&] { return w.current(); }));
   INFO("minimum width " << w.view()->minimumSizeHint().width());
   CHECK(w.view()->minimumSizeHint().width() <= 900);

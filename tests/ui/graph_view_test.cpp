@@ -36,11 +36,6 @@ using namespace hs::ui::test;
 
 namespace {
 
-struct ClearSaes {
-  ClearSaes() { LoadedSaes::instance().clear(); }
-  ~ClearSaes() { LoadedSaes::instance().clear(); }
-};
-
 std::string readText(const QString& path) {
   std::ifstream in(path.toStdString(), std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -30,10 +30,10 @@ using hs::ui::test::waitFor;
 
 namespace {
 
-struct Window {
+struct MetricsWindow {
   test::ForgetModelMetrics fresh;  // the first test case asks for a Model metric directly
   MainWindow window;
-  explicit Window(const QString& text, QSize size = QSize(1400, 900))
+  explicit MetricsWindow(const QString& text, QSize size = QSize(1400, 900))
       : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {
     window.resize(size);
     window.show();
@@ -52,7 +52,7 @@ hs::RowMatrixXf coreScores(const RunResult& run, hs::HeadDetector detector) {
 }
 
 // Every thumbnail's badge is the core's score, formatted; "—" where there is none.
-void checkBadges(const Window& w, const QString& id, hs::HeadDetector detector) {
+void checkBadges(const MetricsWindow& w, const QString& id, hs::HeadDetector detector) {
   const auto run = w.run();
   const hs::RowMatrixXf scores = coreScores(*run, detector);
   const int n_head = run->n_head();
@@ -96,7 +96,7 @@ TEST_CASE("Every run carries the registered head metrics, equal to the core's", 
 }
 
 TEST_CASE("The head grid's badges show the current run's scores and follow typing", "[head_metrics][window]") {
-  Window w(QStringLiteral("The cat sat. The cat"));
+  MetricsWindow w(QStringLiteral("The cat sat. The cat"));
   REQUIRE(w.bar()->metricId() == QStringLiteral("induction"));  // on by default
   checkBadges(w, QStringLiteral("induction"), hs::HeadDetector::Induction);
   w.bar()->setMetricId(QStringLiteral("previous_token"));
@@ -131,7 +131,7 @@ TEST_CASE("The head grid's badges show the current run's scores and follow typin
 }
 
 TEST_CASE("A prompt without repeats shows no duplicate or induction score, and says why", "[head_metrics][window]") {
-  Window w(QStringLiteral("The cat"));
+  MetricsWindow w(QStringLiteral("The cat"));
   for (int i = 0; i < w.grid()->itemCount(); ++i) CHECK(w.grid()->item(i).badge == QStringLiteral("—"));
   CHECK(w.bar()->noteLabel()->text().contains(QStringLiteral("no score")));
   w.bar()->setMetricId(QStringLiteral("previous_token"));
@@ -144,7 +144,7 @@ TEST_CASE("A prompt without repeats shows no duplicate or induction score, and s
 
 TEST_CASE("Sorting and filtering by a score reorder the grid, and a click still selects the head it shows",
           "[head_metrics][window]") {
-  Window w(QStringLiteral("The cat sat on the mat. The cat sat on"));
+  MetricsWindow w(QStringLiteral("The cat sat on the mat. The cat sat on"));
   const auto run = w.run();
   const int n_head = run->n_head(), n = run->n_layer() * n_head;
   const hs::RowMatrixXf scores = coreScores(*run, hs::HeadDetector::Induction);
@@ -201,7 +201,7 @@ TEST_CASE("Sorting and filtering by a score reorder the grid, and a click still 
 }
 
 TEST_CASE("Values handed to the panel from elsewhere replace the run's for that metric", "[head_metrics][window]") {
-  Window w(QStringLiteral("The cat sat. The cat"));
+  MetricsWindow w(QStringLiteral("The cat sat. The cat"));
   const auto run = w.run();
   HeadMetricValues external{QStringLiteral("induction"), hs::RowMatrixXf::Constant(run->n_layer(), run->n_head(), 0.25f),
                             QStringLiteral("mean over 100 prompts"), {}};
@@ -226,7 +226,7 @@ TEST_CASE("Values handed to the panel from elsewhere replace the run's for that 
 
 TEST_CASE("The heads panel's controls fit at 1280 x 800 and 1600 x 1000", "[head_metrics][window]") {
   for (QSize size : {QSize(1280, 800), QSize(1600, 1000)}) {
-    Window w(QStringLiteral("The cat sat. The cat"), size);
+    MetricsWindow w(QStringLiteral("The cat sat. The cat"), size);
     INFO(size.width() << " x " << size.height());
     HeadMetricsBar* bar = w.bar();
     for (QWidget* control : std::initializer_list<QWidget*>{bar->metricCombo(), bar->sortCheck(), bar->filterCheck(),
@@ -245,7 +245,7 @@ TEST_CASE("The heads panel's controls fit at 1280 x 800 and 1600 x 1000", "[head
 }
 
 TEST_CASE("Showing the OV copying score computes it once, with a run", "[head_metrics][window]") {
-  Window w(QStringLiteral("The cat sat. The cat"));
+  MetricsWindow w(QStringLiteral("The cat sat. The cat"));
   const auto first = w.run();
   CHECK(first->headMetric(QStringLiteral("copying")) == nullptr);  // not computed while not shown
   w.bar()->setMetricId(QStringLiteral("copying"));

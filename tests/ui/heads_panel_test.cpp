@@ -37,15 +37,14 @@
 #include "ui_test_support.h"
 
 using namespace hs::ui;
+using hs::ui::test::builtinModelDir;
 using hs::ui::test::waitFor;
 
 namespace {
 
-QString builtinDir() { return QString::fromStdString(hs::builtin_model_dir().string()); }
-
-struct Window {
+struct PanelWindow {
   MainWindow window;
-  explicit Window(const QString& model, QSize size = QSize(1400, 900), bool restore = false, const QString& view = {})
+  explicit PanelWindow(const QString& model, QSize size = QSize(1400, 900), bool restore = false, const QString& view = {})
       : window(MainWindowOptions{.model_dir = model,
                                  .text = QStringLiteral("The cat sat on the mat. The cat sat on the"),
                                  .restore_settings = restore,
@@ -82,7 +81,7 @@ struct Window {
 
 TEST_CASE("Head thumbnails stay big enough for their labels: a narrow panel scrolls instead",
           "[window][heads]") {
-  Window w(builtinDir(), QSize(1280, 800));
+  PanelWindow w(builtinModelDir(), QSize(1280, 800));
   ImageGridView* grid = w.window.headGrid();
   QScrollArea* scroll = w.gridScroll();
   REQUIRE(scroll);
@@ -142,7 +141,7 @@ TEST_CASE("A grid taller than its scroll area scrolls down rather than shrinking
 TEST_CASE("The heads panel keeps its width across the Ablation dock, tabs, models and a restart", "[window][heads]") {
   QSettings().remove(QStringLiteral("window"));
   {
-    Window w(builtinDir(), QSize(1400, 900), true);
+    PanelWindow w(builtinModelDir(), QSize(1400, 900), true);
     w.dragHeadsTo(430);
     CHECK(w.window.headsWidth() == 430);
     CHECK(w.headsPanelWidth() == 430);
@@ -172,7 +171,7 @@ TEST_CASE("The heads panel keeps its width across the Ablation dock, tabs, model
     REQUIRE(waitFor([&] { return w.run() && w.run()->run.model != before->run.model; }, 30000));
     QTest::qWait(50);
     CHECK(w.headsPanelWidth() == 430);
-    w.window.loadModel(builtinDir());
+    w.window.loadModel(builtinModelDir());
     REQUIRE(waitFor([&] { return w.run() && w.run()->n_head() == before->n_head(); }, 30000));
     QTest::qWait(50);
     CHECK(w.headsPanelWidth() == 430);
@@ -181,7 +180,7 @@ TEST_CASE("The heads panel keeps its width across the Ablation dock, tabs, model
   // Saved in QSettings, and given back to the next window.
   CHECK(QSettings().value(QStringLiteral("window/headsWidth")).toInt() == 430);
   {
-    Window w(builtinDir(), QSize(1400, 900), true);
+    PanelWindow w(builtinModelDir(), QSize(1400, 900), true);
     CHECK(w.window.headsWidth() == 430);
     CHECK(waitFor([&] { return w.headsPanelWidth() == 430; }));
   }
@@ -189,7 +188,7 @@ TEST_CASE("The heads panel keeps its width across the Ablation dock, tabs, model
 }
 
 TEST_CASE("No outline is left on a head once its ablation is gone, nor on another model", "[window][heads][ablation]") {
-  Window w(builtinDir());
+  PanelWindow w(builtinModelDir());
   ImageGridView* grid = w.window.headGrid();
   const int n_head = w.run()->n_head();
   // Heads picked with Ctrl+click are outlined, then ablated together: the picks are spent.
@@ -222,7 +221,7 @@ TEST_CASE("No outline is left on a head once its ablation is gone, nor on anothe
 }
 
 TEST_CASE("The exported overview of every head carries its colour scale", "[export][heads]") {
-  Window w(test::fixtureModelDir());
+  PanelWindow w(test::fixtureModelDir());
   // The panel's own grid: the key is the widget under it on screen, and in its figure.
   ImageGridView* grid = w.window.headGrid();
   REQUIRE(!grid->colorKeys().empty());  // and the score's, when badges are shown
@@ -260,7 +259,7 @@ TEST_CASE("The exported overview of every head carries its colour scale", "[expo
 }
 
 TEST_CASE("Concat vs Sum reads at the default window size: z and r_h get room, the shapes fit", "[window][concat]") {
-  Window w(builtinDir(), QSize(1600, 1000));
+  PanelWindow w(builtinModelDir(), QSize(1600, 1000));
   w.window.tabs()->setCurrentWidget(w.window.view(QStringLiteral("concat")));
   auto* view = w.window.viewAs<ConcatSumView>(QStringLiteral("concat"));
   REQUIRE(waitFor([&] { return view->layerResult() != nullptr; }));
@@ -284,7 +283,7 @@ TEST_CASE("A long tensor name in a load error wraps between its parts, and the d
   CHECK(breakableText(QStringLiteral("tensor transformer.h.0.attn.c_attn.weight is short")) ==
         QStringLiteral("tensor transformer.\u200Bh.\u200B0.\u200Battn.\u200Bc_\u200Battn.\u200Bweight is short"));
   CHECK(breakableText(QStringLiteral("a short.name stays")) == QStringLiteral("a short.name stays"));
-  Window w(test::fixtureModelDir());
+  PanelWindow w(test::fixtureModelDir());
   QTemporaryDir tmp;
   const std::filesystem::path dir = std::filesystem::path(tmp.path().toStdString()) / "truncated";
   hs::test::copy_model_folder(test::fixtureModelDir().toStdString(), dir);
@@ -303,7 +302,7 @@ TEST_CASE("A long tensor name in a load error wraps between its parts, and the d
 }
 
 TEST_CASE("The option --view ablation opens the window with the Ablation panel showing", "[window][ablation]") {
-  Window w(test::fixtureModelDir(), QSize(1400, 900), false, QString::fromLatin1(MainWindow::kAblationViewId));
+  PanelWindow w(test::fixtureModelDir(), QSize(1400, 900), false, QString::fromLatin1(MainWindow::kAblationViewId));
   CHECK(w.window.ablationDock()->isVisible());
   CHECK(w.window.tabs()->currentIndex() == 0);
   QProcess p;

@@ -23,13 +23,14 @@
 #include "ui_test_support.h"
 
 using namespace hs::ui;
+using hs::ui::test::clickCell;
 using hs::ui::test::waitFor;
 
 namespace {
 
-struct Window {
+struct LensWindow {
   MainWindow window;
-  explicit Window(const QString& text = QStringLiteral("The cat sat on the mat"))
+  explicit LensWindow(const QString& text = QStringLiteral("The cat sat on the mat"))
       : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {
     window.resize(1400, 900);
     window.show();
@@ -41,23 +42,17 @@ struct Window {
   CircuitsView* circuits() const { return window.viewAs<CircuitsView>(QStringLiteral("circuits")); }
 };
 
-std::shared_ptr<const LensResult> lensResult(const Window& w) {
+std::shared_ptr<const LensResult> lensResult(const LensWindow& w) {
   return std::dynamic_pointer_cast<const LensResult>(w.lens()->result());
 }
-std::shared_ptr<const CircuitsResult> circuitsResult(const Window& w) {
+std::shared_ptr<const CircuitsResult> circuitsResult(const LensWindow& w) {
   return std::dynamic_pointer_cast<const CircuitsResult>(w.circuits()->result());
-}
-
-void clickCell(HeatmapView* heatmap, int row, int col) {
-  heatmap->replotNow();
-  QTest::mouseClick(heatmap->findChild<QWidget*>(QStringLiteral("heatmapPlot")), Qt::LeftButton, Qt::NoModifier,
-                    heatmap->cellCenter(row, col));
 }
 
 }  // namespace
 
 TEST_CASE("The logit lens grid shows the core's top tokens and probabilities", "[window][lens]") {
-  Window w;
+  LensWindow w;
   w.window.tabs()->setCurrentWidget(w.lens());
   REQUIRE(waitFor([&] { return lensResult(w) && lensResult(w)->run_job == w.run()->job; }));
   const auto run = w.run();
@@ -106,7 +101,7 @@ TEST_CASE("The logit lens grid shows the core's top tokens and probabilities", "
 }
 
 TEST_CASE("The QK / OV view shows the core's spectra and prompt circuits for the selected head", "[window][circuits]") {
-  Window w;
+  LensWindow w;
   w.window.tabs()->setCurrentWidget(w.circuits());
   w.selection()->setHead(1, 2);
   REQUIRE(waitFor([&] {
@@ -171,7 +166,7 @@ TEST_CASE("The QK / OV view shows the core's spectra and prompt circuits for the
 TEST_CASE("The QK / OV view's token vectors are chosen in the view, raw or extended, and say which", "[window][circuits]") {
   // Issue 21 item 6: the source of a head's token vectors, a choice inside the view; the default
   // is raw for layer 0's heads and extended after (the CLI's circuits --embedding default).
-  Window w;
+  LensWindow w;
   w.window.tabs()->setCurrentWidget(w.circuits());
   const auto weights = w.run()->run.model->weights();
   auto shown = [&](int layer, int head, hs::TokenVectors vectors) {
@@ -233,7 +228,7 @@ TEST_CASE("The QK / OV view's token vectors are chosen in the view, raw or exten
 }
 
 TEST_CASE("The lens and QK / OV views export their figures", "[export][lens][circuits]") {
-  Window w;
+  LensWindow w;
   for (const char* id : {"lens", "circuits"}) {
     INFO(id);
     AnalysisView* view = w.window.viewAs<AnalysisView>(QString::fromLatin1(id));

@@ -43,9 +43,9 @@ using hs::ui::test::waitFor;
 
 namespace {
 
-struct Window {
+struct FixtureWindow {
   MainWindow window;
-  explicit Window(const QString& text = QStringLiteral("The cat sat on the mat"))
+  explicit FixtureWindow(const QString& text = QStringLiteral("The cat sat on the mat"))
       : window(MainWindowOptions{test::fixtureModelDir(), text, false}) {
     window.resize(1400, 900);
     window.show();
@@ -59,7 +59,7 @@ struct Window {
 };
 
 // Waits until the views show analyses of the current run at the current selection.
-void waitForAnalyses(Window& w) {
+void waitForAnalyses(FixtureWindow& w) {
   REQUIRE(waitFor([&] {
     const auto run = w.run();
     const auto& pos = w.window.viewAs<ContributionsView>(QStringLiteral("contributions"))->positionResult();
@@ -72,7 +72,7 @@ void waitForAnalyses(Window& w) {
 }  // namespace
 
 TEST_CASE("Typing runs the model and updates every view", "[window]") {
-  Window w(QStringLiteral("Hello"));
+  FixtureWindow w(QStringLiteral("Hello"));
   PromptEdit* prompt = w.window.promptEdit();
   prompt->setFocus();
   prompt->selectAll();
@@ -98,7 +98,7 @@ TEST_CASE("Typing runs the model and updates every view", "[window]") {
 }
 
 TEST_CASE("A keystroke's attention pattern comes coloured with the run, from its worker", "[window]") {
-  Window w(QStringLiteral("The cat"));
+  FixtureWindow w(QStringLiteral("The cat"));
   AttentionView* view = w.window.viewAs<AttentionView>(QStringLiteral("attention"));
   w.window.promptEdit()->setPlainText(QStringLiteral("The cat sat on the mat"));
   REQUIRE(waitFor([&] { return w.run() && w.run()->run.text == "The cat sat on the mat"; }));
@@ -118,7 +118,7 @@ TEST_CASE("A keystroke's attention pattern comes coloured with the run, from its
 }
 
 TEST_CASE("Clicking a thumbnail shows that head's pattern, equal to the cache's", "[window]") {
-  Window w;
+  FixtureWindow w;
   const auto run = w.run();
   ImageGridView* grid = w.window.headGrid();
   const int n_head = run->n_head();
@@ -149,7 +149,7 @@ TEST_CASE("Clicking a thumbnail shows that head's pattern, equal to the cache's"
 }
 
 TEST_CASE("Arrow keys move through heads and Page Up/Down through layers", "[window]") {
-  Window w;
+  FixtureWindow w;
   w.window.headGrid()->setFocus();
   w.selection()->setHead(0, 0);
   QTest::keyClick(w.window.headGrid(), Qt::Key_Right);
@@ -167,7 +167,7 @@ TEST_CASE("Arrow keys move through heads and Page Up/Down through layers", "[win
 }
 
 TEST_CASE("Clicking a row of the pattern or a token selects that position everywhere", "[window]") {
-  Window w;
+  FixtureWindow w;
   HeatmapView* heatmap = w.window.viewAs<AttentionView>(QStringLiteral("attention"))->heatmap();
   heatmap->replotNow();
   QTest::mouseClick(heatmap->findChild<QWidget*>(QStringLiteral("heatmapPlot")), Qt::LeftButton, Qt::NoModifier,
@@ -184,7 +184,7 @@ TEST_CASE("Clicking a row of the pattern or a token selects that position everyw
 }
 
 TEST_CASE("The concat and sum panels agree and show the core's numbers", "[window]") {
-  Window w;
+  FixtureWindow w;
   w.window.tabs()->setCurrentWidget(w.window.viewAs<ConcatSumView>(QStringLiteral("concat")));
   w.selection()->setHead(1, 3);
   waitForAnalyses(w);
@@ -217,7 +217,7 @@ TEST_CASE("The concat and sum panels agree and show the core's numbers", "[windo
 }
 
 TEST_CASE("Contributions show the decomposition and the logit attribution of the core", "[window]") {
-  Window w;
+  FixtureWindow w;
   waitForAnalyses(w);
   ContributionsView* view = w.window.viewAs<ContributionsView>(QStringLiteral("contributions"));
   w.window.tabs()->setCurrentWidget(view);
@@ -251,7 +251,7 @@ TEST_CASE("Contributions show the decomposition and the logit attribution of the
 }
 
 TEST_CASE("A view on a hidden tab draws the latest data when its tab is shown, not while hidden", "[window]") {
-  Window w(QStringLiteral("The cat"));
+  FixtureWindow w(QStringLiteral("The cat"));
   waitForAnalyses(w);
   ConcatSumView* concat = w.window.viewAs<ConcatSumView>(QStringLiteral("concat"));
   ContributionsView* contributions = w.window.viewAs<ContributionsView>(QStringLiteral("contributions"));
@@ -282,7 +282,7 @@ TEST_CASE("A view on a hidden tab draws the latest data when its tab is shown, n
 }
 
 TEST_CASE("A broken model folder reports the error and keeps the previous model", "[window]") {
-  Window w;
+  FixtureWindow w;
   QTemporaryDir tmp;
   const auto before = w.window.controller()->model();
   QSignalSpy failed(w.window.controller(), &AnalysisController::modelLoadFailed);
@@ -302,7 +302,7 @@ TEST_CASE("A broken model folder reports the error and keeps the previous model"
 }
 
 TEST_CASE("A failed run shows its message, keeps the last views and the window stays usable", "[window]") {
-  Window w(QStringLiteral("The cat"));
+  FixtureWindow w(QStringLiteral("The cat"));
   const auto before = w.run();
   QSignalSpy failed(w.window.controller(), &AnalysisController::runFailed);
   // The memory guard refuses any run when (it is told) only 1 KiB is free.
@@ -324,7 +324,7 @@ TEST_CASE("A failed run shows its message, keeps the last views and the window s
 }
 
 TEST_CASE("Typing stays responsive: keystroke-to-views latency and GUI-thread stalls", "[window][measure]") {
-  Window w(QStringLiteral("A"));
+  FixtureWindow w(QStringLiteral("A"));
   PromptEdit* prompt = w.window.promptEdit();
   prompt->setFocus();
   prompt->moveCursor(QTextCursor::End);
@@ -349,7 +349,7 @@ TEST_CASE("Typing stays responsive: keystroke-to-views latency and GUI-thread st
 }
 
 TEST_CASE("Dropping a model folder on the window loads it and remembers it", "[window]") {
-  Window w;
+  FixtureWindow w;
   QSignalSpy changed(w.window.controller(), &AnalysisController::modelChanged);
   const QString other = QStringLiteral(HEADSCOPE_SOURCE_DIR "/tests/fixtures/models/f16_plain");
   QMimeData mime;
@@ -380,7 +380,7 @@ TEST_CASE("An idle window does not keep repainting", "[window]") {
   // Every plot re-thins its tick labels after a layout that changed its size. A plot whose axis
   // rect was collapsed (a view in a hidden tab) had re-thinned and replotted itself without end,
   // keeping the GUI thread at 100% while nothing happened.
-  Window w;
+  FixtureWindow w;
   waitForAnalyses(w);
   for (int view = 0; view < w.window.tabs()->count(); ++view) {
     int replots = 0;

@@ -32,7 +32,7 @@ using hs::ui::test::waitFor;
 
 namespace {
 
-const QString kPrompt = QStringLiteral("The cat sat on the mat. The cat sat on the");
+const QString kEditsPrompt = QStringLiteral("The cat sat on the mat. The cat sat on the");
 
 QString shippedSae() {
   return QString::fromStdString((hs::builtin_model_dir() / "saes" / "resid_pre_2").string());
@@ -65,7 +65,7 @@ TEST_CASE("An unedited SAE splice is the plain run bit for bit", "[sae_edits]") 
   const auto model = hs::Model::load(hs::builtin_model_dir());
   const hs::SaeSet set = hs::load_sae_folder(shippedSae().toStdString());
   const auto sae = std::make_shared<const hs::Sae>(set.saes.front());
-  const hs::TextRun plain = hs::run_text(model, kPrompt.toStdString());
+  const hs::TextRun plain = hs::run_text(model, kEditsPrompt.toStdString());
   hs::RunOptions options;
   options.interventions = hs::splice_sae(sae, *model->weights(), {});
   const hs::TextRun spliced = hs::run_tokens(model, plain.tokens, options);
@@ -77,7 +77,7 @@ TEST_CASE("Latent edits from the Features view: the run is splice_sae's, removin
           "[sae_edits][window]") {
   ClearAll clear;
   MainWindowOptions options;
-  options.text = kPrompt;
+  options.text = kEditsPrompt;
   options.restore_settings = false;
   options.view = QStringLiteral("features");
   options.sae_dirs = {shippedSae()};

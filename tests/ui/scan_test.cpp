@@ -40,9 +40,9 @@ std::filesystem::path scratchFile(const std::string& name) {
   return hs::test::scratch_dir() / name;
 }
 
-struct Window {
+struct ScanWindow {
   MainWindow window;
-  Window() : window(MainWindowOptions{test::fixtureModelDir(), QStringLiteral("The cat sat. The cat"), false}) {
+  ScanWindow() : window(MainWindowOptions{test::fixtureModelDir(), QStringLiteral("The cat sat. The cat"), false}) {
     window.resize(1400, 900);
     window.show();
     window.activateWindow();
@@ -75,7 +75,7 @@ TEST_CASE("File > Scan Data Set shows the data set's mean scores in the head gri
     std::ofstream out(input);
     out << "The cat sat. The cat sat\nA dog ran and a dog ran\n\nThe cat ran. The dog sat. The cat\n";
   }
-  Window w;
+  ScanWindow w;
   scanFromMenu(w.window, [&](ScanDialog& d) {
     d.setInputFile(QString::fromStdString(input.string()));
     d.setMaxTokens(20);
@@ -125,7 +125,7 @@ TEST_CASE("File > Scan Data Set shows the data set's mean scores in the head gri
 }
 
 TEST_CASE("File > Scan Data Set on a file that cannot be read says so", "[scan][window]") {
-  Window w;
+  ScanWindow w;
   QString message;
   QTimer watcher;
   QObject::connect(&watcher, &QTimer::timeout, [&] {
@@ -166,7 +166,7 @@ TEST_CASE("Data-set scores are shown only on runs of the model they were made wi
   copyFixtureModel(other, true);
   copyFixtureModel(same, false);
 
-  Window w;
+  ScanWindow w;
   scanFromMenu(w.window, [&](ScanDialog& d) {
     d.setInputFile(QString::fromStdString(input.string()));
     d.setMaxTokens(20);
@@ -209,7 +209,7 @@ TEST_CASE("File > Scan Data Set with unit dashboards writes the folder headscope
     out << "The cat sat. The cat sat\nA dog ran and a dog ran\nThe cat ran. The dog sat. The cat\n";
   }
   LoadedDashboards::instance().clear();
-  Window w;
+  ScanWindow w;
   scanFromMenu(w.window, [&](ScanDialog& d) {
     d.setInputFile(QString::fromStdString(input.string()));
     d.setMaxTokens(20);

@@ -50,9 +50,9 @@ void shoot(const QString& name) {
   REQUIRE(QProcess::execute(QStringLiteral("import"), {QStringLiteral("-window"), QStringLiteral("root"), path}) == 0);
 }
 
-struct Window {
+struct ShotWindow {
   MainWindow window;
-  Window(const QString& text, const QString& model = {}) : window(MainWindowOptions{.model_dir = model, .text = text, .restore_settings = false}) {
+  ShotWindow(const QString& text, const QString& model = {}) : window(MainWindowOptions{.model_dir = model, .text = text, .restore_settings = false}) {
     window.move(0, 0);
     window.resize(1600, 1000);
     window.show();
@@ -80,7 +80,7 @@ TEST_CASE("Screenshots of the heads panel", "[.screenshots]") {
   QDir().mkpath(shotsDir());
   {
     // The Ablation dock open beside the heads panel: the thumbnails keep their labels.
-    Window w(QStringLiteral("When Mary and John went to the store, John gave a drink to"));
+    ShotWindow w(QStringLiteral("When Mary and John went to the store, John gave a drink to"));
     w.ablate(3, 2);
     w.ablate(2, 5);
     w.ablate(1, 0, QStringLiteral("actionMeanAblate"));
@@ -91,7 +91,7 @@ TEST_CASE("Screenshots of the heads panel", "[.screenshots]") {
   {
     // File > Scan Data Set on the built-in model, then a model of the same name and shape whose
     // weights differ in one place: the grid does not pass the first model's scores off as its own.
-    Window w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
+    ShotWindow w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
     bool filled = false;
     QTimer::singleShot(0, &w.window, [&] {
       if (auto* dialog = qobject_cast<ScanDialog*>(QApplication::activeModalWidget())) {
@@ -123,7 +123,7 @@ TEST_CASE("Screenshot of the Attribution view", "[.screenshots]") {
   QDir().mkpath(shotsDir());
   // The built-in model completing a repeated sentence: integrated gradients over the input tokens,
   // and an induction head's exact ablation beside its estimate.
-  Window w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
+  ShotWindow w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
   auto* view = w.window.viewAs<AttributionView>(QStringLiteral("attribution"));
   REQUIRE(view);
   w.window.tabs()->setCurrentWidget(view);
@@ -153,7 +153,7 @@ TEST_CASE("Screenshot of the Patching view's estimate beside the exact sweep", "
   {
     // The README's patching example, as the Patching tab shows it after Run: the exact sweep, and
     // beside it each head's AtP estimate against its exact effect.
-    Window w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
+    ShotWindow w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
     auto* view = w.window.viewAs<PatchingView>(QStringLiteral("patching"));
     w.window.tabs()->setCurrentWidget(view);
     view->setViewInputs({{PatchingView::kCorrupt,
@@ -169,7 +169,7 @@ TEST_CASE("Screenshot of the Patching view's estimate beside the exact sweep", "
   }
   // The README's patching example on the built-in model: the AtP maps, Run for the exact sweep,
   // the scatter of resid_pre with its worst node picked.
-  Window w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
+  ShotWindow w(QStringLiteral("The vivid walrus juggles seven copper kites near Oslo. The vivid walrus juggles"));
   auto* view = w.window.viewAs<PatchingView>(QStringLiteral("patching"));
   w.window.tabs()->setCurrentWidget(view);
   view->setViewInputs({{PatchingView::kCorrupt,
@@ -194,7 +194,7 @@ TEST_CASE("Screenshots of the Graph view", "[.screenshots]") {
   LoadedSaes::instance().clear();
   // The built-in model's graph over its own transcoders on a repeated sentence: the most
   // influential feature picked, its strongest paths to the logits drawn thick.
-  Window w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
+  ShotWindow w(QStringLiteral("The cat sat on the mat. The cat sat on the"));
   auto* view = w.window.viewAs<GraphView>(QStringLiteral("graph"));
   w.window.tabs()->setCurrentWidget(view);
   w.window.loadShippedSaes(QString::fromStdString(hs::builtin_model_dir().string()));

@@ -2,11 +2,15 @@
 
 #include <QDir>
 #include <QFile>
+#include <QTest>
 #include <QThread>
 
 #include "core/model/model.h"
+#include "core/session/session.h"
+#include "ui/controller/loaded_saes.h"
 #include "ui/views/patching_view.h"
 #include "ui/views/registry.h"
+#include "ui/widgets/heatmap_view.h"
 
 namespace hs::ui::test {
 
@@ -69,6 +73,17 @@ ExportOutcome runExport(ExportAllJob& job) {
   job.start();
   waitFor([&] { return out.finished; }, 60000);
   return out;
+}
+
+QString builtinModelDir() { return QString::fromStdString(hs::builtin_model_dir().string()); }
+
+ClearSaes::ClearSaes() { LoadedSaes::instance().clear(); }
+ClearSaes::~ClearSaes() { LoadedSaes::instance().clear(); }
+
+void clickCell(HeatmapView* heatmap, int row, int col) {
+  heatmap->replotNow();
+  QTest::mouseClick(heatmap->findChild<QWidget*>(QStringLiteral("heatmapPlot")), Qt::LeftButton, Qt::NoModifier,
+                    heatmap->cellCenter(row, col));
 }
 
 QString makeBrokenModelDir(const QString& parent) {

@@ -15,6 +15,7 @@
 #include "ui/window/export_all.h"
 
 namespace hs { class Model; }
+namespace hs::ui { class HeatmapView; }
 
 namespace hs::ui::test {
 
@@ -43,12 +44,23 @@ class AnalysisSpy {
 
 // A small committed GPT-2 fixture (2 layers x 4 heads, context 24).
 QString fixtureModelDir();
+// The built-in model's folder, as the programs find it.
+QString builtinModelDir();
 // The fixture, loaded once per test binary.
 std::shared_ptr<const hs::Model> fixtureModel();
 
 // The Patching view's inputs for the fixture and the prompt "The cat sat on the mat!": a corrupted
 // prompt of the same length and two one-token answers the fixture tells apart.
 QVariantMap fixturePatchingInputs();
+
+// Leaves no SAE loaded behind a test, whatever it ends with.
+struct ClearSaes {
+  ClearSaes();
+  ~ClearSaes();
+};
+
+// A left click at the centre of one cell, on the heatmap as last drawn.
+void clickCell(HeatmapView* heatmap, int row, int col);
 
 // Runs the event loop until `done()` holds or `timeout_ms` passes; returns done().
 bool waitFor(const std::function<bool()>& done, int timeout_ms = 10000);

@@ -48,14 +48,14 @@
 #include "ui_test_support.h"
 
 using namespace hs::ui;
+using hs::ui::test::builtinModelDir;
+using hs::ui::test::ClearSaes;
 using hs::ui::test::waitFor;
 
 namespace {
 
 const QString kPrompt = QStringLiteral("The cat sat on the mat. The cat sat on the");
 constexpr int kLayer = 2;
-
-QString builtinDir() { return QString::fromStdString(hs::builtin_model_dir().string()); }
 
 std::shared_ptr<const hs::Model> builtinModel() {
   static std::shared_ptr<const hs::Model> model = hs::Model::load(hs::builtin_model_dir());
@@ -160,12 +160,6 @@ void writeSaeFolder(const QString& dir, int d_in, int d_sae, const std::string& 
   REQUIRE(config.open(QIODevice::WriteOnly));
   config.write(QByteArray::fromStdString(cfg.dump(2)));
 }
-
-// Leaves no SAE loaded behind a test, whatever it ends with.
-struct ClearSaes {
-  ClearSaes() { LoadedSaes::instance().clear(); }
-  ~ClearSaes() { LoadedSaes::instance().clear(); }
-};
 
 std::shared_ptr<const UnitsResult> computeFor(UnitKind kind, std::shared_ptr<const RunResult> run, const AnalysisKey& key) {
   const ViewDescriptor d = kind == UnitKind::Neuron ? UnitsView::neuronsDescriptor() : UnitsView::featuresDescriptor();
@@ -471,7 +465,7 @@ TEST_CASE("The window refuses an SAE that does not fit its model with a message,
   writeSaeFolder(bad, model->config().d_model / 2, 64, "blocks.2.hook_resid_pre", 8);
 
   MainWindowOptions options;
-  options.model_dir = builtinDir();
+  options.model_dir = builtinModelDir();
   options.text = QStringLiteral("The cat sat");
   options.restore_settings = false;
   options.view = QStringLiteral("features");
