@@ -282,7 +282,7 @@ def partial_influences(edge_matrix, logit_probs, row_to_node, max_iter=128):
 
 def attribute(ctx, max_feature_nodes, update_interval=4):
     """Phases 3 and 4 of _run_attribution, timed after one warm-up batch. Returns (adjacency
-    [nodes, nodes] float32 numpy, selected feature indices, rows, ms)."""
+    [nodes, nodes] float32 numpy, selected feature indices, rows, ms, of which ms choosing rows)."""
     B, L, P = ctx.batch, ctx.W.n_layer, ctx.n_pos
     F, K = ctx.n_feat, len(ctx.logit_tokens)
     logit_offset = F + (L + 1) * P
@@ -299,14 +299,16 @@ def attribute(ctx, max_feature_nodes, update_interval=4):
         v = ctx.logit_vecs[i:i + B]
         edge[i:i + len(v), :logit_offset] = ctx.compute_batch(torch.full((len(v),), L), torch.full((len(v),), P - 1), v)
         row_to_node[i:i + len(v)] = torch.arange(i, i + len(v)) + logit_offset
-    st, visited, n_visited = K, torch.zeros(F, dtype=torch.bool), 0
+    st, visited, n_visited, choosing = K, torch.zeros(F, dtype=torch.bool), 0, 0.0
     while n_visited < n_rows:
         if n_rows == F:
             pending = torch.arange(F)
         else:
+            t0 = time.perf_counter()
             infl = partial_influences(edge[:st], ctx.logit_probs, row_to_node[:st])
             rank = torch.argsort(infl[:F], descending=True)
             pending = rank[~visited[rank]][:min(update_interval * B, n_rows - n_visited)]
+            choosing += time.perf_counter() - t0
         for j in range(0, len(pending), B):
             idx = pending[j:j + B]
             n_visited += len(idx)
@@ -325,7 +327,7 @@ def attribute(ctx, max_feature_nodes, update_interval=4):
     adjacency = torch.zeros(n, n)
     adjacency[:n_rows] = edge[:n_rows]
     adjacency[n - K:] = edge[n_rows:]
-    return adjacency.numpy(), selected.numpy(), n_rows + K, ms
+    return adjacency.numpy(), selected.numpy(), n_rows + K, ms, choosing * 1e3
 
 
 def check(raw_path, ctx, adjacency, selected, tol=1e-4):
@@ -374,10 +376,11 @@ def main(argv=None):
         ap.error("--tokens or --check RAW.npz")
     W = Weights(a.model, transcoder_dirs(a.transcoders, a.model))
     ctx = Context(W, tokens, a.batch, a.read)
-    adjacency, selected, rows, ms = attribute(ctx, 0 if a.check else a.max_feature_nodes)
+    adjacency, selected, rows, ms, choosing_ms = attribute(ctx, 0 if a.check else a.max_feature_nodes)
     print(f"{len(tokens)} tokens, {ctx.n_feat} active features, {len(ctx.logit_tokens)} logits, "
           f"{adjacency.shape[0]} nodes (read {a.read})")
-    print(f"torch graph rows: {rows} rows in {ms:.0f} ms ({torch.get_num_threads()} threads, batch {a.batch})")
+    print(f"torch graph rows: {rows} rows in {ms:.0f} ms ({torch.get_num_threads()} threads, batch {a.batch}); "
+          f"of which {choosing_ms:.0f} ms choosing rows (partial influences)")
     if a.show_config:
         with open("/proc/self/maps") as f:
             libs = sorted({os.path.realpath(s.split()[-1]) for s in f if "blas" in s or "lapack" in s})
