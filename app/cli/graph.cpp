@@ -43,7 +43,7 @@ int graph(const Args& a) {
   hs::GraphOptions options;
   options.max_logits = static_cast<int>(a.integer("--max-logits"));
   options.logit_probability = a.number("--logit-probability");
-  // Absent: the graph kind's default (transcoders: every feature; neurons: kNeuronGraphMaxNodes).
+  // Absent: the graph kind's default (kTranscoderGraphMaxNodes, kNeuronGraphMaxNodes).
   if (a.has("--max-feature-nodes")) options.max_feature_nodes = static_cast<int>(a.integer("--max-feature-nodes"));
   options.batch = static_cast<int>(a.integer("--batch"));
   options.threads = threads(a);
@@ -147,6 +147,13 @@ node does not name one concept as a transcoder feature is meant to. Rows are com
 2048 most influential neurons by default (--max-feature-nodes; 0: all): each row holds one
 column per active neuron, tens of thousands at 32 tokens, so all of them would take gigabytes.
 
+--max-feature-nodes bounds the rows computed: by default 7500 transcoder features, as circuit-tracer's
+command line does, and 2048 neurons; 0 computes every one. Under the bound the rows are chosen by
+their influence on the logits, as circuit-tracer chooses them, and the graph's feature nodes are the
+chosen ones. A prompt with fewer active features than the bound gives all of them rows. The
+memory of a long prompt's graph is set by this bound, not by the prompt's length squared
+(docs/graph.md, "Long prompts").
+
 RAW.npz holds the unpruned graph: adjacency float32 [nodes, nodes] (rows targets, columns
 sources; nodes ordered features, errors, tokens, logits), node_ids, features int32 [features, 3]
 (layer, position, latent or neuron), activations, logit_tokens, logit_probs, node_input (each
@@ -169,7 +176,7 @@ Files are written atomically: on any error, none is left.
                   {.name = "--logit-probability", .metavar = "P", .kind = ValueKind::Number,
                    .help = "logit nodes until their probabilities sum to this", .default_value = "0.95"},
                   {.name = "--max-feature-nodes", .metavar = "N", .kind = ValueKind::Integer,
-                   .help = "compute rows for at most N features, the most influential (0: all; default: all "
+                   .help = "compute rows for at most N features, the most influential (0: all; default: 7500 "
                            "transcoder features, 2048 neurons)",
                    .min = 0, .max = 1 << 30},
                   {.name = "--batch", .metavar = "N", .kind = ValueKind::Integer, .help = "targets per backward pass",

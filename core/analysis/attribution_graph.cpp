@@ -100,12 +100,69 @@ struct Target {
   const float* vector = nullptr;
 };
 
+// A pass's buffers hold [targets x positions, d_model] floats each, a dozen of them per thread. A
+// batch whose targets times positions would need more than this many floats a buffer is run as
+// several passes; the rows do not depend on which targets share a pass.
+constexpr Eigen::Index kPassFloats = Eigen::Index{1} << 22;
+// Keys per block of the attention's backward product (BatchPass::run).
+constexpr Eigen::Index kKeyBlock = 128;
+
+// The columns a target at (layer, pos) can reach (logits: layer L, the last position), as runs of
+// consecutive columns in column order: the features and error nodes of the layers below it, at
+// its position or before, and the token nodes up to its position (a layer's sources are the MLPs
+// below it, and attention is causal). Every other column of its row is exactly zero.
+// fn(first_column, count, offset): the run's place in the row and in the row's reachable values.
+template <class Fn>
+void for_reach(const Frozen& f, int layer, int pos, Fn&& fn) {
+  const int top = std::min(layer, f.L);
+  size_t at = 0;
+  for (int l = 0; l < top; ++l) {
+    const std::vector<int>& begin = f.begin[static_cast<size_t>(l)];
+    const int b = begin[0], e = begin[static_cast<size_t>(pos) + 1];
+    if (e > b) fn(b, e - b, at);
+    at += static_cast<size_t>(e - b);
+  }
+  if (f.n_err() > 0)
+    for (int l = 0; l < top; ++l) {
+      fn(f.n_active + l * f.S, pos + 1, at);
+      at += static_cast<size_t>(pos) + 1;
+    }
+  fn(f.n_active + f.n_err(), pos + 1, at);
+}
+
+// A computed row kept over the columns its target reaches only (for_reach). When rows are chosen
+// by influence, the rows are kept until the chosen features are known; dense, they would be
+// [rows, every active unit], which for a long prompt is most of the graph's memory.
+struct ReachRow {
+  int layer = 0, pos = 0;
+  std::vector<float> values;
+
+  void store(const Frozen& f, const Target& t, const float* full) {
+    layer = t.layer;
+    pos = t.pos;
+    size_t n = 0;
+    for_reach(f, layer, pos, [&](int, int len, size_t) { n += static_cast<size_t>(len); });
+    values.resize(n);
+    for_reach(f, layer, pos, [&](int col, int len, size_t at) { std::copy_n(full + col, len, values.data() + at); });
+  }
+  // Where each layer's feature run starts in `values` (layers below this row's only).
+  std::vector<size_t> feature_offsets(const Frozen& f) const {
+    std::vector<size_t> off;
+    size_t at = 0;
+    for (int l = 0; l < std::min(layer, f.L); ++l) {
+      off.push_back(at);
+      const std::vector<int>& begin = f.begin[static_cast<size_t>(l)];
+      at += static_cast<size_t>(begin[static_cast<size_t>(pos) + 1] - begin[0]);
+    }
+    return off;
+  }
+};
+
 // d_x = J^T d_y for a norm with its scale frozen: y = xc * w / s (+ b), xc = x - mean(x) for
 // LayerNorm. Rows r of d_y are position r % S_b.
-void frozen_norm_backward(RowMatrixXf& d_x, const RowMatrixXf& d_y, const VectorXf& inv_scale, const float* w,
-                          NormKind kind, Eigen::Index S_b) {
+void frozen_norm_backward(Eigen::Ref<RowMatrixXf> d_x, const Eigen::Ref<const RowMatrixXf>& d_y, const VectorXf& inv_scale,
+                          const float* w, NormKind kind, Eigen::Index S_b) {
   const Eigen::Index D = d_y.cols();
-  d_x.resize(d_y.rows(), D);
   const Eigen::Map<const RowVectorXf> weight(w, D);
   for (Eigen::Index r = 0; r < d_y.rows(); ++r) {
     auto out = d_x.row(r);
@@ -113,6 +170,27 @@ void frozen_norm_backward(RowMatrixXf& d_x, const RowMatrixXf& d_y, const Vector
     if (kind == NormKind::LayerNorm) out.array() -= out.mean();
   }
 }
+
+// A row-major scratch matrix that keeps its memory from one pass to the next. The passes differ in
+// size (each is cut to the positions its targets reach), and a block this large, freed and
+// allocated again, goes back to the kernel and is faulted in again, zeroed, on every pass.
+// Aligned as Eigen aligns its own matrices: a reduction's partial sums depend on where its data
+// starts, and a row must come out the same in whichever pass computes it.
+class Scratch {
+ public:
+  using View = Eigen::Map<RowMatrixXf, Eigen::AlignedMax>;
+  View get(Eigen::Index rows, Eigen::Index cols) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    if (n > data_.size()) {
+      data_ = {};  // freed before the larger one is taken
+      data_.resize(n);
+    }
+    return {data_.data(), rows, cols};
+  }
+
+ private:
+  std::vector<float, Eigen::aligned_allocator<float>> data_;
+};
 
 class BatchPass {
  public:
@@ -129,81 +207,92 @@ class BatchPass {
     }
     // Attention is causal: a target at position p has no gradient past p.
     const Eigen::Index Sb = max_pos + 1, D = f_.D, R = B * Sb;
+    const Eigen::Index H = c.n_heads, dh = c.d_head, group = c.n_heads / c.n_key_value_heads;
+    const Eigen::Index kv_width = Eigen::Index{c.n_key_value_heads} * dh;
     out.setZero();
-    G_.setZero(R, D);
+    Scratch::View G = G_.get(R, D), d_in = d_in_.get(R, D), d_x2 = d_x2_.get(R, D), d_mid = d_mid_.get(R, D),
+                  d_z = d_z_.get(R, H * dh), d_v = d_v_.get(R, kv_width), d_ln1 = d_ln1_.get(R, D),
+                  d_x1 = d_x1_.get(R, D), pattern = pattern_.get(Sb, Sb), gather = gather_.get(Sb, B * dh),
+                  mixed = mixed_.get(Sb, B * dh);
+    G.setZero();
     if (top == f_.L) {
-      RowMatrixXf y = RowMatrixXf::Zero(R, D);
+      Scratch::View y = tmp_.get(R, D);
+      y.setZero();
       for (Eigen::Index b = 0; b < B; ++b)
         if (targets[static_cast<size_t>(b)].layer == f_.L)
           y.row(b * Sb + targets[static_cast<size_t>(b)].pos) = Eigen::Map<const RowVectorXf>(targets[static_cast<size_t>(b)].vector, D);
-      frozen_norm_backward(G_, y, f_.inv_final, f_.final_w, f_.norm, Sb);
+      frozen_norm_backward(G, y, f_.inv_final, f_.final_w, f_.norm, Sb);
     }
-    const Eigen::Index H = c.n_heads, dh = c.d_head, group = c.n_heads / c.n_key_value_heads;
     for (int l = std::min(top, f_.L - 1); l >= 0; --l) {
-      // G_ is the gradient at resid_post(l), which is hook_mlp_out(l)'s: the layer's sources read it.
-      if (l < top) read_sources(l, B, Sb, out);
+      // G is the gradient at resid_post(l), which is hook_mlp_out(l)'s: the layer's sources read it.
+      if (l < top) read_sources(G, l, B, Sb, out);
       // The MLP's input: the targets of this layer and a skip transcoder's linear path.
       bool any = false;
-      d_in_.setZero(R, D);
+      d_in.setZero();
       for (Eigen::Index b = 0; b < B; ++b) {
         const Target& t = targets[static_cast<size_t>(b)];
         if (t.layer != l) continue;
-        d_in_.row(b * Sb + t.pos) += Eigen::Map<const RowVectorXf>(t.vector, D);
+        d_in.row(b * Sb + t.pos) += Eigen::Map<const RowVectorXf>(t.vector, D);
         any = true;
       }
       if (f_.skip[static_cast<size_t>(l)] && l < top) {
-        d_in_.noalias() += G_ * *f_.skip[static_cast<size_t>(l)];
+        d_in.noalias() += G * *f_.skip[static_cast<size_t>(l)];
         any = true;
       }
       if (any && f_.input[static_cast<size_t>(l)] == InputPoint::Ln2Normalized)
-        frozen_norm_backward(d_x2_, d_in_, f_.inv2[static_cast<size_t>(l)], f_.w2[static_cast<size_t>(l)], f_.norm, Sb);
+        frozen_norm_backward(d_x2, d_in, f_.inv2[static_cast<size_t>(l)], f_.w2[static_cast<size_t>(l)], f_.norm, Sb);
       else if (any)
-        d_x2_ = d_in_;
+        d_x2 = d_in;
       // resid_mid = resid_pre + attn_out; a sequential block's MLP reads resid_mid.
-      d_mid_ = G_;
-      if (any && !f_.parallel) d_mid_ += d_x2_;
+      d_mid = G;
+      if (any && !f_.parallel) d_mid += d_x2;
       // Attention with its patterns frozen: only the values carry a gradient.
-      const RowMatrixXf* d_attn = &d_mid_;
       if (c.architecture.post_attn_norm) {
-        frozen_norm_backward(tmp_, d_mid_, f_.inv_post1[static_cast<size_t>(l)], f_.w_post1[static_cast<size_t>(l)],
+        Scratch::View post = tmp_.get(R, D);
+        frozen_norm_backward(post, d_mid, f_.inv_post1[static_cast<size_t>(l)], f_.w_post1[static_cast<size_t>(l)],
                              NormKind::RMSNorm, Sb);
-        d_attn = &tmp_;
+        d_z.noalias() = post * f_.W_O[static_cast<size_t>(l)].transpose();
+      } else {
+        d_z.noalias() = d_mid * f_.W_O[static_cast<size_t>(l)].transpose();
       }
-      d_z_.noalias() = *d_attn * f_.W_O[static_cast<size_t>(l)].transpose();
-      d_v_.setZero(R, Eigen::Index{c.n_key_value_heads} * dh);
+      d_v.setZero();
       const LayerActivations& a = f_.cache->layer(l);
-      pattern_.setZero(Sb, Sb);
+      pattern.setZero();
       for (Eigen::Index h = 0; h < H; ++h) {
-        for (Eigen::Index q = 0; q < Sb; ++q) pattern_.row(q).head(q + 1) = a.pattern.row(static_cast<int>(h), q);
-        gather_.resize(Sb, B * dh);
-        for (Eigen::Index b = 0; b < B; ++b)
-          gather_.middleCols(b * dh, dh) = d_z_.block(b * Sb, h * dh, Sb, dh);
-        mixed_.noalias() = pattern_.transpose() * gather_;
+        for (Eigen::Index q = 0; q < Sb; ++q) pattern.row(q).head(q + 1) = a.pattern.row(static_cast<int>(h), q);
+        for (Eigen::Index b = 0; b < B; ++b) gather.middleCols(b * dh, dh) = d_z.block(b * Sb, h * dh, Sb, dh);
+        // mixed[k] = sum over queries q >= k of pattern[q, k] gather[q]. The pattern is causal, so
+        // a block of keys takes only the queries from its first key on: about half the product.
+        for (Eigen::Index k0 = 0; k0 < Sb; k0 += kKeyBlock) {
+          const Eigen::Index n = std::min(kKeyBlock, Sb - k0);
+          mixed.middleRows(k0, n).noalias() = pattern.block(k0, k0, Sb - k0, n).transpose() * gather.middleRows(k0, Sb - k0);
+        }
         const Eigen::Index g = h / group;
-        for (Eigen::Index b = 0; b < B; ++b) d_v_.block(b * Sb, g * dh, Sb, dh) += mixed_.middleCols(b * dh, dh);
+        for (Eigen::Index b = 0; b < B; ++b) d_v.block(b * Sb, g * dh, Sb, dh) += mixed.middleCols(b * dh, dh);
       }
-      d_ln1_.noalias() = d_v_ * f_.W_V[static_cast<size_t>(l)].transpose();
-      frozen_norm_backward(d_x1_, d_ln1_, f_.inv1[static_cast<size_t>(l)], f_.w1[static_cast<size_t>(l)], f_.norm, Sb);
-      G_ = d_mid_ + d_x1_;
-      if (any && f_.parallel) G_ += d_x2_;
+      d_ln1.noalias() = d_v * f_.W_V[static_cast<size_t>(l)].transpose();
+      frozen_norm_backward(d_x1, d_ln1, f_.inv1[static_cast<size_t>(l)], f_.w1[static_cast<size_t>(l)], f_.norm, Sb);
+      G = d_mid + d_x1;
+      if (any && f_.parallel) G += d_x2;
     }
-    // G_ is the gradient at resid_pre(0): hook_embed's (and the position embedding's).
+    // G is the gradient at resid_pre(0): hook_embed's (and the position embedding's).
     const Eigen::Index tok0 = f_.n_active + Eigen::Index{f_.n_err()};
-    for (Eigen::Index p = 0; p < Sb; ++p) out.col(tok0 + p).noalias() = rows_at(p, B, Sb) * f_.embed.row(p).transpose();
+    for (Eigen::Index p = 0; p < Sb; ++p) out.col(tok0 + p).noalias() = rows_at(G, p, B, Sb) * f_.embed.row(p).transpose();
   }
 
  private:
-  // The rows of G_ at position p, one per target: [B, D] with a stride of Sb rows.
-  Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>> rows_at(Eigen::Index p, Eigen::Index B, Eigen::Index Sb) const {
-    return {G_.data() + p * G_.cols(), B, G_.cols(), Eigen::OuterStride<>(Sb * G_.cols())};
+  // The rows of G at position p, one per target: [B, D] with a stride of Sb rows.
+  static Eigen::Map<const RowMatrixXf, 0, Eigen::OuterStride<>> rows_at(const Scratch::View& G, Eigen::Index p, Eigen::Index B,
+                                                                        Eigen::Index Sb) {
+    return {G.data() + p * G.cols(), B, G.cols(), Eigen::OuterStride<>(Sb * G.cols())};
   }
 
-  void read_sources(int l, Eigen::Index B, Eigen::Index Sb, Eigen::Ref<RowMatrixXf> out) {
+  void read_sources(const Scratch::View& G, int l, Eigen::Index B, Eigen::Index Sb, Eigen::Ref<RowMatrixXf> out) {
     const std::vector<int>& begin = f_.begin[static_cast<size_t>(l)];
     const RowMatrixXf* error = f_.error.empty() ? nullptr : &f_.error[static_cast<size_t>(l)];
     const Eigen::Index err0 = f_.n_active + Eigen::Index{l} * f_.S;
     for (Eigen::Index p = 0; p < Sb; ++p) {
-      const auto g = rows_at(p, B, Sb);
+      const auto g = rows_at(G, p, B, Sb);
       const int fb = begin[static_cast<size_t>(p)], fe = begin[static_cast<size_t>(p) + 1];
       if (fe > fb) out.middleCols(fb, fe - fb).noalias() = g * f_.out.middleRows(fb, fe - fb).transpose();
       if (error) out.col(err0 + p).noalias() = g * error->row(p).transpose();
@@ -211,7 +300,7 @@ class BatchPass {
   }
 
   const Frozen& f_;
-  RowMatrixXf G_, d_in_, d_x2_, d_mid_, tmp_, d_z_, d_v_, d_ln1_, d_x1_, pattern_, gather_, mixed_;
+  Scratch G_, d_in_, d_x2_, d_mid_, tmp_, d_z_, d_v_, d_ln1_, d_x1_, pattern_, gather_, mixed_;
 };
 
 InputPoint transcoder_input(const Sae& t, const ModelConfig& c, int l) {
@@ -399,38 +488,63 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
   const int batch = std::max(1, options.batch);
   // Every feature a row: the rows are the adjacency's own (features in order, then the logits
   // last, as the graph orders its nodes), written in place, so that the graph never holds two
-  // [nodes, nodes] matrices at once. Otherwise the rows are kept apart ([logits + rows, columns])
-  // until the chosen features are known. Not zeroed for the rows: BatchPass::run writes each in full.
+  // [nodes, nodes] matrices at once. Otherwise each row is kept over the columns it can reach
+  // (ReachRow) until the chosen features are known. Not zeroed for the rows: BatchPass::run writes
+  // each in full.
   const bool direct = max_features == total;
   const int n_direct = f.n_cols() + n_logits;  // features, errors, tokens, logits
-  RowMatrixXf rows;
+  std::vector<ReachRow> rows;
   if (direct) {
     g.adjacency = RowMatrixXf::Zero(n_direct, n_direct);
   } else {
-    rows.resize(n_logits + max_features, f.n_cols());
+    rows.resize(static_cast<size_t>(n_logits + max_features));
   }
-  // Computed row k (logits first, then features in the order computed) in memory.
-  auto row_block = [&](int first, Eigen::Index n) -> Eigen::Ref<RowMatrixXf> {
-    if (!direct) return rows.middleRows(first, n);
-    const int r = first < n_logits ? n_direct - n_logits + first : first - n_logits;
-    return g.adjacency.block(r, 0, n, f.n_cols());
-  };
   std::vector<int> row_feature(static_cast<size_t>(max_features), -1);  // which feature each feature row is
   std::vector<Target> logit_targets;
   for (int i = 0; i < n_logits; ++i) logit_targets.push_back({L, S - 1, logit_dirs.row(i).data()});
   // Progress and cancellation, asked on the calling thread (OpenMP's thread 0) between its batches.
   const double all_rows = static_cast<double>(n_logits + max_features);
+  const Eigen::Index pass_width = std::max<Eigen::Index>(D, std::max(q_width, kv_width));
   std::atomic<long> rows_done{0};
   std::atomic<bool> stop{false};
+  // One pass per thread, its buffers kept from one round of batches to the next.
+  std::vector<BatchPass> passes;
+  std::vector<Scratch> full_rows(static_cast<size_t>(omp_get_max_threads()));  // a pass's rows at full width
+  for (int t = 0; t < omp_get_max_threads(); ++t) passes.emplace_back(f);
+  // Computes batch i's rows (row first_row[i] on: logits first, then features in the order chosen).
   auto run_batches = [&](const std::vector<std::vector<Target>>& batches, const std::vector<int>& first_row) {
 #pragma omp parallel
     {
-      BatchPass pass(f);
+      BatchPass& pass = passes[static_cast<size_t>(omp_get_thread_num())];
+      Scratch& full_scratch = full_rows[static_cast<size_t>(omp_get_thread_num())];
 #pragma omp for schedule(dynamic, 1)
       for (int i = 0; i < static_cast<int>(batches.size()); ++i) {
         if (stop.load(std::memory_order_relaxed)) continue;
         const auto& b = batches[static_cast<size_t>(i)];
-        pass.run(b, row_block(first_row[static_cast<size_t>(i)], static_cast<Eigen::Index>(b.size())));
+        for (size_t j = 0; j < b.size();) {
+          // As many of the batch's targets as one pass's buffers hold (at least one).
+          size_t n = 1;
+          int max_pos = b[j].pos;
+          while (j + n < b.size()) {
+            const int mp = std::max(max_pos, b[j + n].pos);
+            if (static_cast<Eigen::Index>(n + 1) * (mp + 1) * pass_width > kPassFloats) break;
+            max_pos = mp;
+            ++n;
+          }
+          const std::vector<Target> chunk(b.begin() + static_cast<std::ptrdiff_t>(j), b.begin() + static_cast<std::ptrdiff_t>(j + n));
+          const int r0 = first_row[static_cast<size_t>(i)] + static_cast<int>(j);
+          const Eigen::Index rn = static_cast<Eigen::Index>(n);
+          if (direct) {
+            const int r = r0 < n_logits ? n_direct - n_logits + r0 : r0 - n_logits;
+            pass.run(chunk, g.adjacency.block(r, 0, rn, f.n_cols()));
+          } else {
+            Scratch::View full = full_scratch.get(rn, f.n_cols());
+            pass.run(chunk, full);
+            for (size_t k = 0; k < n; ++k)
+              rows[static_cast<size_t>(r0) + k].store(f, chunk[k], full.row(static_cast<Eigen::Index>(k)).data());
+          }
+          j += n;
+        }
         rows_done += static_cast<long>(b.size());
         if (omp_get_thread_num() == 0) {
           if (options.progress) options.progress(static_cast<double>(rows_done.load()) / all_rows);
@@ -451,6 +565,8 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
   }
   std::vector<char> visited(static_cast<size_t>(total), 0);
   std::vector<double> inv_sum;  // 1 / each computed row's sum of |edges|
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> sub_all;
+  int sub_rows = 0, sub_cols = 0;  // the part of sub_all filled
   int n_visited = 0;
   while (n_visited < max_features) {
     std::vector<int> pending;
@@ -461,15 +577,35 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
       // compute_partial_influences over the rows so far: |rows| normalised by row, propagated
       // from the logits' probabilities through the rows' nodes. The propagation is linear, so it
       // runs on the rows' own columns ([st, st - n_logits], small), and the influence on every
-      // column is one pass over the rows with each row's summed weight.
+      // column is one pass over the rows with each row's summed weight. A row's columns it cannot
+      // reach are zero, and adding them changes no sum.
       const int st = n_logits + n_visited;
-      for (int r = static_cast<int>(inv_sum.size()); r < st; ++r)
-        inv_sum.push_back(1.0 / std::max(double{rows.row(r).cwiseAbs().cast<double>().sum()}, 1e-8));
+      for (int r = static_cast<int>(inv_sum.size()); r < st; ++r) {
+        double sum = 0.0;
+        for (float v : rows[static_cast<size_t>(r)].values) sum += std::abs(double{v});
+        inv_sum.push_back(1.0 / std::max(sum, 1e-8));
+      }
       const int sf = st - n_logits;
-      Eigen::MatrixXd sub(st, sf);  // sub(r, k): row r's normalised |edge| from the node of feature row k
-      for (int r = 0; r < st; ++r)
-        for (int k = 0; k < sf; ++k)
-          sub(r, k) = inv_sum[static_cast<size_t>(r)] * std::abs(double{rows(r, row_feature[static_cast<size_t>(k)])});
+      // sub(r, k): row r's normalised |edge| from the node of feature row k. Rows and their sums
+      // do not change once computed, so only the new rows and the new columns are filled.
+      if (sub_all.size() == 0) sub_all.resize(n_logits + max_features, max_features);
+#pragma omp parallel for schedule(dynamic, 16)
+      for (int r = 0; r < st; ++r) {
+        const ReachRow& row = rows[static_cast<size_t>(r)];
+        const std::vector<size_t> off = row.feature_offsets(f);
+        for (int k = r < sub_rows ? sub_cols : 0; k < sf; ++k) {
+          const int id = row_feature[static_cast<size_t>(k)];
+          const AttributionGraph::Feature& ft = g.active[static_cast<size_t>(id)];
+          const bool reached = ft.layer < static_cast<int>(off.size()) && ft.pos <= row.pos;
+          sub_all(r, k) = reached ? inv_sum[static_cast<size_t>(r)] *
+                                    std::abs(double{row.values[off[static_cast<size_t>(ft.layer)] +
+                                                               static_cast<size_t>(id - f.begin[static_cast<size_t>(ft.layer)][0])]})
+                              : 0.0;
+        }
+      }
+      sub_rows = st;
+      sub_cols = sf;
+      const auto sub = sub_all.topLeftCorner(st, sf);
       Eigen::VectorXd weight = Eigen::VectorXd::Zero(st), total_weight;
       for (int i = 0; i < n_logits; ++i) weight(i) = g.logit_probs[static_cast<size_t>(i)];
       total_weight = weight;
@@ -480,7 +616,7 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
         total_weight += next;
         weight = std::move(next);
       }
-      // Row by row over a block of columns per thread: the rows are stored by row.
+      // Over a block of columns per thread, the rows in order (each column's sum in row order).
       std::vector<double> influence(static_cast<size_t>(total), 0.0);
       constexpr int kBlock = 2048;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -490,8 +626,12 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
         for (int r = 0; r < st; ++r) {
           const double w = total_weight(r) * inv_sum[static_cast<size_t>(r)];
           if (w == 0.0) continue;
-          const float* row = rows.row(r).data();
-          for (int col = c0; col < c1; ++col) acc[col - c0] += w * std::abs(double{row[col]});
+          const ReachRow& row = rows[static_cast<size_t>(r)];
+          for_reach(f, row.layer, row.pos, [&](int col, int len, size_t at) {
+            const int from = std::max(col, c0), to = std::min(col + len, c1);
+            for (int k = from; k < to; ++k)
+              acc[k - c0] += w * std::abs(double{row.values[at + static_cast<size_t>(k - col)]});
+          });
         }
       }
       std::vector<int> rank(static_cast<size_t>(total));
@@ -504,6 +644,10 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
         if (static_cast<int>(pending.size()) >= queue) break;
         if (!visited[static_cast<size_t>(i)]) pending.push_back(i);
       }
+      // In feature order (layer, then position), as when every feature is a row: a batch's pass
+      // reaches its highest target's layer and its last target's position, so targets alike in
+      // both make the passes short. The rows do not depend on the order.
+      std::sort(pending.begin(), pending.end());
     }
     std::vector<std::vector<Target>> batches;
     std::vector<int> first;
@@ -523,26 +667,38 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
     n_visited += static_cast<int>(pending.size());
   }
 
+  // What only the rows needed, given back before the graph is assembled.
+  passes.clear();
+  full_rows.clear();
+  sub_all = {};
+
   // The graph: the selected features' rows in feature order, the logits' last; the columns of
   // the features not selected dropped.
   for (int i = 0; i < total; ++i)
     if (visited[static_cast<size_t>(i)]) g.selected.push_back(i);
   const int n_sel = static_cast<int>(g.selected.size());
   const int N = g.n_nodes();
-  std::vector<int> column(static_cast<size_t>(N));  // the rows' column of each node (logits: none)
-  for (int i = 0; i < n_sel; ++i) column[static_cast<size_t>(i)] = g.selected[static_cast<size_t>(i)];
-  const int n_err = f.n_err();
-  for (int i = n_sel; i < n_sel + n_err + S; ++i) column[static_cast<size_t>(i)] = total + (i - n_sel);
   if (!direct) {
+    // The node each of the rows' columns is (-1: a feature not selected).
+    std::vector<int> node_of(static_cast<size_t>(f.n_cols()), -1);
+    for (int i = 0; i < n_sel; ++i) node_of[static_cast<size_t>(g.selected[static_cast<size_t>(i)])] = i;
+    for (int j = total; j < f.n_cols(); ++j) node_of[static_cast<size_t>(j)] = n_sel + (j - total);
     std::vector<int> feature_row(static_cast<size_t>(total), -1);
     for (int r = 0; r < max_features; ++r) feature_row[static_cast<size_t>(row_feature[static_cast<size_t>(r)])] = n_logits + r;
     g.adjacency = RowMatrixXf::Zero(N, N);
-    auto copy_row = [&](int node, int r) {
-      for (int j = 0; j < n_sel + n_err + S; ++j) g.adjacency(node, j) = rows(r, column[static_cast<size_t>(j)]);
+    auto copy_row = [&](int node, ReachRow& row) {
+      for_reach(f, row.layer, row.pos, [&](int col, int len, size_t at) {
+        for (int k = 0; k < len; ++k) {
+          const int to = node_of[static_cast<size_t>(col + k)];
+          if (to >= 0) g.adjacency(node, to) = row.values[at + static_cast<size_t>(k)];
+        }
+      });
+      row.values = std::vector<float>();  // given back as the adjacency fills
     };
-    for (int i = 0; i < n_sel; ++i) copy_row(i, feature_row[static_cast<size_t>(g.selected[static_cast<size_t>(i)])]);
-    for (int i = 0; i < n_logits; ++i) copy_row(g.logit_node(i), i);
-    rows = RowMatrixXf();
+    for (int i = 0; i < n_sel; ++i)
+      copy_row(i, rows[static_cast<size_t>(feature_row[static_cast<size_t>(g.selected[static_cast<size_t>(i)])])]);
+    for (int i = 0; i < n_logits; ++i) copy_row(g.logit_node(i), rows[static_cast<size_t>(i)]);
+    rows = std::vector<ReachRow>();
   } else if (N != n_direct) {
     throw Error("internal: the attribution graph's node count changed while its rows were written.");
   }
@@ -631,7 +787,7 @@ AttributionGraph attribution_graph(const ActivationCache& cache, const std::vect
   enc_parts.clear();
   out_parts.clear();
 
-  return finish(cache, f, std::move(g), encoder, pre, options, 0);
+  return finish(cache, f, std::move(g), encoder, pre, options, kTranscoderGraphMaxNodes);
 }
 
 AttributionGraph neuron_attribution_graph(const ActivationCache& cache, const GraphOptions& options) {

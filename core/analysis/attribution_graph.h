@@ -51,7 +51,7 @@ struct GraphOptions {
   // Rows computed for at most this many features, chosen by their influence on the logits as
   // circuit-tracer's max_feature_nodes does (the partial influences of the rows so far, updated
   // every update_interval batches); 0: every active feature; < 0: the graph kind's default
-  // (transcoders: every feature; neurons: kNeuronGraphMaxNodes).
+  // (transcoders: kTranscoderGraphMaxNodes; neurons: kNeuronGraphMaxNodes).
   int max_feature_nodes = -1;
   int update_interval = 4;
   int threads = 0;                 // 0: every core
@@ -61,11 +61,19 @@ struct GraphOptions {
   std::function<bool()> cancelled;
 };
 
-// Neuron graphs' default max_feature_nodes. The rows computed are stored at full width (one
-// column per active neuron) until the graph is assembled, as circuit-tracer stores them: at 32
-// tokens the built-in model has tens of thousands of active neurons, so each row is a few hundred
-// kB and every active neuron's row would take gigabytes. The most influential neurons' rows are
-// computed instead; pruning keeps far fewer nodes than this.
+// Transcoder graphs' default max_feature_nodes: circuit-tracer's command line's
+// (circuit_tracer/__main__.py, `attribute --max_feature_nodes`, default 7500). A prompt with fewer
+// active features gives every one of them a row. With more, the rows are chosen by influence and
+// kept over the columns they can reach only (a layer's sources are the layers below, attention is
+// causal) until the graph is assembled; the adjacency is then [chosen + errors + tokens + logits]
+// squared. That is what keeps a long prompt's graph in memory: every feature a row would be the
+// active features squared.
+inline constexpr int kTranscoderGraphMaxNodes = 7500;
+
+// Neuron graphs' default max_feature_nodes. At 32 tokens the built-in model has tens of thousands
+// of active neurons, so a row is tens of thousands of columns, and every active neuron's row would
+// take gigabytes. The most influential neurons' rows are computed instead; pruning keeps far fewer
+// nodes than this.
 inline constexpr int kNeuronGraphMaxNodes = 2048;
 
 struct AttributionGraph {

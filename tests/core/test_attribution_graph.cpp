@@ -246,6 +246,36 @@ TEST_CASE("a graph with max_feature_nodes computes rows for the most influential
   CHECK(part.logit_tokens == full.logit_tokens);
 }
 
+TEST_CASE("a batch too large for one pass's buffers runs as several passes with the same rows") {
+  const Case c = fixture("builtin");
+  // A long prompt (the fixture's tokens repeated): at 160 positions one pass holds about a
+  // hundred of the built-in model's targets, so a batch of 256 is split.
+  std::vector<int32_t> tokens;
+  for (float t : c.ref["tokens"].data) tokens.push_back(static_cast<int32_t>(t));
+  const size_t n = tokens.size();
+  while (tokens.size() < 160) tokens.push_back(tokens[1 + tokens.size() % (n - 1)]);
+  const hs::TextRun r = hs::run_tokens(c.model, tokens);
+  // The same rows chosen in the same order: update_interval x batch is the queue either way.
+  hs::GraphOptions split;
+  split.max_feature_nodes = 300;
+  split.batch = 256;
+  split.update_interval = 1;
+  hs::GraphOptions whole = split;
+  whole.batch = 64;
+  whole.update_interval = 4;
+  const hs::AttributionGraph a = hs::attribution_graph(*r.cache, c.transcoders, split);
+  const hs::AttributionGraph b = hs::attribution_graph(*r.cache, c.transcoders, whole);
+  REQUIRE(a.selected == b.selected);
+  REQUIRE(a.n_features() == 300);
+  const float scale = b.adjacency.cwiseAbs().maxCoeff();
+  CHECK(scale > 0.0f);
+  CHECK((a.adjacency - b.adjacency).cwiseAbs().maxCoeff() <= 1e-5f * scale);
+  // The default bound is circuit-tracer's command line's, recorded with the graph.
+  CHECK(a.max_feature_nodes == 300);
+  const hs::TextRun short_run = hs::run_tokens(c.model, std::vector<int32_t>(tokens.begin(), tokens.begin() + 8));
+  CHECK(hs::attribution_graph(*short_run.cache, c.transcoders).max_feature_nodes == hs::kTranscoderGraphMaxNodes);
+}
+
 TEST_CASE("a graph reports its progress on the calling thread and stops with hs::Cancelled when asked") {
   const Case c = fixture("builtin");
   const std::thread::id caller = std::this_thread::get_id();

@@ -870,6 +870,11 @@ QString GraphView::statusText() const {
                   .arg(shown_.picture ? shown_.picture->edges.size() : 0)
                   .arg(shown_.prune_ms, 0, 'f', 0)
                   .arg(g.unit == hs::AttributionGraph::Unit::Neuron ? QStringLiteral("neurons") : QStringLiteral("features"));
+  if (g.n_features() < static_cast<int>(g.active.size()))
+    s += QStringLiteral(" Rows were computed for the %1 most influential %2 only (circuit-tracer's max_feature_nodes); "
+                        "the others are not nodes.")
+             .arg(g.n_features())
+             .arg(g.unit == hs::AttributionGraph::Unit::Neuron ? QStringLiteral("neurons") : QStringLiteral("features"));
   if (canvas_->keptEdgeCount() > canvas_->drawnEdgeCount())
     s += QStringLiteral(" The %1 strongest edges are drawn.").arg(canvas_->drawnEdgeCount());
   if (prune_pending_) s += QStringLiteral(" Pruning at the new thresholds…");
