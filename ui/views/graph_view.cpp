@@ -14,6 +14,7 @@
 #include <QPainter>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTextBrowser>
@@ -503,6 +504,7 @@ GraphView::GraphView(Selection* selection, QWidget* parent) : AnalysisView(selec
 
   auto* split = new QSplitter(Qt::Horizontal, this);
   auto* scroll = new QScrollArea(split);
+  scroll_ = scroll;
   scroll->setObjectName(QStringLiteral("graphScroll"));
   scroll->setWidgetResizable(true);  // the canvas fills the view, and scrolls when the graph needs more
   scroll->setBackgroundRole(QPalette::Base);
@@ -740,6 +742,13 @@ void GraphView::refresh() {
     if (canvas_->picture() != shown_.picture.get()) canvas_->setPicture(shown_.picture);
   } else {
     canvas_->setPicture(nullptr);
+  }
+  // A graph wider than the view opens at its right end, where the prediction and its logits are;
+  // new thresholds on the same graph keep the reader's place.
+  const void* shown = showingFile() ? static_cast<const void*>(file_picture_.get()) : static_cast<const void*>(result_.get());
+  if (canvas_->picture() && shown != scrolled_for_) {
+    scrolled_for_ = shown;
+    QTimer::singleShot(0, this, [this] { scroll_->horizontalScrollBar()->setValue(scroll_->horizontalScrollBar()->maximum()); });
   }
   canvas_->setFigureText(figureText());
   updateDetails();

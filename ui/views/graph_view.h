@@ -30,6 +30,7 @@ class QDoubleSpinBox;
 class QLabel;
 class QPushButton;
 class QSpinBox;
+class QScrollArea;
 class QTextBrowser;
 class QTimer;
 
@@ -208,6 +209,9 @@ class GraphView : public AnalysisView {
   QPushButton* open_button_ = nullptr;
   QPushButton* save_button_ = nullptr;
   GraphCanvas* canvas_ = nullptr;
+  QScrollArea* scroll_ = nullptr;
+  // The graph (a result or an opened file) the canvas was last scrolled to the logits for.
+  const void* scrolled_for_ = nullptr;
   QTextBrowser* details_ = nullptr;
   QTimer* prune_timer_ = nullptr;
   RefreshWhenShown* refresher_ = nullptr;
