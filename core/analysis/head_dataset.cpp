@@ -7,9 +7,9 @@
 #include <numeric>
 #include <tuple>
 
+#include "core/analysis/scan_state_io.h"
 #include "core/error.h"
 #include "core/io/base64.h"
-#include "core/io/splitmix64.h"
 #include "core/model/cache.h"
 #include "core/model/config_json.h"
 #include "core/model/model.h"
@@ -20,12 +20,6 @@ namespace hs {
 namespace {
 
 using nlohmann::json;
-
-// The sampling key of (input index, position): the same on every machine and in every shard.
-uint64_t sample_hash(int64_t index, int position) {
-  return splitmix64_mix(splitmix64_mix(static_cast<uint64_t>(index) + 0x9e3779b97f4a7c15ULL) ^
-                        static_cast<uint64_t>(position));
-}
 
 bool sample_before(const HeadSample& a, const HeadSample& b) {
   return std::tie(a.hash, a.index, a.position) < std::tie(b.hash, b.index, b.position);
@@ -44,26 +38,6 @@ void add_checked(uint64_t& a, uint64_t b) {
 }
 void add_checked(int64_t& a, int64_t b) {
   if (__builtin_add_overflow(a, b, &a)) throw Error("counts overflow: the scan outputs were edited.");
-}
-
-template <typename T>
-std::string encode_array(const std::vector<T>& v) {
-  return base64_encode(v.data(), v.size() * sizeof(T));
-}
-
-// Decodes `what` into exactly `n` values of T, refusing any other length before allocating.
-template <typename T>
-std::vector<T> decode_array(const json& j, size_t n, const std::string& what) {
-  if (!j.is_string()) throw Error(what + " is " + json_brief(j) + ", not a base64 string");
-  const std::string& text = j.get_ref<const std::string&>();
-  const int64_t bytes = base64_decoded_size(text);
-  if (bytes < 0 || static_cast<uint64_t>(bytes) != n * sizeof(T))
-    throw Error(what + " holds " + std::to_string(bytes < 0 ? 0 : bytes / static_cast<int64_t>(sizeof(T))) +
-                " values; the shape says " + std::to_string(n));
-  const std::vector<uint8_t> raw = base64_decode(text, what);
-  std::vector<T> out(n);
-  if (n > 0) std::memcpy(out.data(), raw.data(), n * sizeof(T));
-  return out;
 }
 
 int64_t int_in(const json& v, const std::string& what, int64_t lo, int64_t hi) {

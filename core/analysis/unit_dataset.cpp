@@ -6,9 +6,9 @@
 #include <cstring>
 #include <tuple>
 
+#include "core/analysis/scan_state_io.h"
 #include "core/error.h"
 #include "core/io/base64.h"
-#include "core/io/splitmix64.h"
 
 namespace hs {
 
@@ -16,36 +16,13 @@ namespace {
 
 using nlohmann::json;
 
-// The sampling key of (input index, position), as head_dataset.cpp's: the same in every shard.
-uint64_t sample_hash(int64_t index, int position) {
-  return splitmix64_mix(splitmix64_mix(static_cast<uint64_t>(index) + 0x9e3779b97f4a7c15ULL) ^
-                        static_cast<uint64_t>(position));
-}
-
 // (activation desc, index, position): a total order, so merged top lists equal one process's.
 bool top_before(const UnitExample& a, const UnitExample& b) {
   if (a.act != b.act) return a.act > b.act;
   return std::tie(a.index, a.position) < std::tie(b.index, b.position);
 }
-bool sample_before(const UnitExample& a, const UnitExample& b) {
+bool example_sample_before(const UnitExample& a, const UnitExample& b) {
   return std::tie(a.hash, a.index, a.position) < std::tie(b.hash, b.index, b.position);
-}
-
-template <typename T>
-std::string encode_array(const std::vector<T>& v) {
-  return base64_encode(v.data(), v.size() * sizeof(T));
-}
-template <typename T>
-std::vector<T> decode_array(const json& j, size_t n, const std::string& what) {
-  if (!j.is_string()) throw Error(what + " is not a base64 string");
-  const std::string& text = j.get_ref<const std::string&>();
-  const int64_t bytes = base64_decoded_size(text);
-  if (bytes < 0 || static_cast<uint64_t>(bytes) != n * sizeof(T))
-    throw Error(what + " does not hold " + std::to_string(n) + " values");
-  const std::vector<uint8_t> raw = base64_decode(text, what);
-  std::vector<T> out(n);
-  if (n > 0) std::memcpy(out.data(), raw.data(), n * sizeof(T));
-  return out;
 }
 
 json example_state(const UnitExample& e) {
@@ -141,7 +118,7 @@ void UnitDatasetStats::add(int64_t index, std::span<const int32_t> tokens, int64
       std::vector<UnitExample>& s = sample_[u];
       if (samples_ > 0 && (static_cast<int>(s.size()) < samples_ || hash < s.back().hash)) {
         UnitExample e = make_example(index, tokens, p, x, hash, acts, c);
-        s.insert(std::upper_bound(s.begin(), s.end(), e, sample_before), std::move(e));
+        s.insert(std::upper_bound(s.begin(), s.end(), e, example_sample_before), std::move(e));
         if (static_cast<int>(s.size()) > samples_) s.pop_back();
       }
     }
@@ -162,7 +139,7 @@ void UnitDatasetStats::merge(const UnitDatasetStats& o) {
     top_[u] = std::move(t);
     std::vector<UnitExample> s = sample_[u];
     s.insert(s.end(), o.sample_[u].begin(), o.sample_[u].end());
-    std::sort(s.begin(), s.end(), sample_before);
+    std::sort(s.begin(), s.end(), example_sample_before);
     if (static_cast<int>(s.size()) > samples_) s.resize(static_cast<size_t>(samples_));
     sample_[u] = std::move(s);
   }
@@ -217,7 +194,7 @@ UnitDatasetStats UnitDatasetStats::from_state(const json& j, int64_t n_units) {
       for (const json& e : top[u]) s.top_[u].push_back(example_from_state(e, window, "a top example"));
       for (const json& e : sample[u]) s.sample_[u].push_back(example_from_state(e, window, "a sample"));
       if (!std::is_sorted(s.top_[u].begin(), s.top_[u].end(), top_before) ||
-          !std::is_sorted(s.sample_[u].begin(), s.sample_[u].end(), sample_before))
+          !std::is_sorted(s.sample_[u].begin(), s.sample_[u].end(), example_sample_before))
         throw Error("unit " + std::to_string(u) + "'s lists are out of order");
     }
     return s;
