@@ -180,7 +180,7 @@ class Sax final : public nlohmann::json_sax<json> {
 // surprise (a number that is not a plain id, a shape the scanner does not expect, broken JSON)
 // sends the whole file down nlohmann's path, which gives the canonical message.
 
-struct Scanner {
+struct TableScanner {
   std::string_view t;
   size_t i = 0;
 
@@ -293,7 +293,7 @@ struct Scanner {
   }
 };
 
-bool scan_vocab(Scanner& s, std::vector<std::pair<std::string, int32_t>>& out) {
+bool scan_vocab(TableScanner& s, std::vector<std::pair<std::string, int32_t>>& out) {
   if (!s.eat('{')) return false;
   if (s.eat('}')) return true;
   std::string key;
@@ -314,7 +314,7 @@ bool scan_vocab(Scanner& s, std::vector<std::pair<std::string, int32_t>>& out) {
   return s.eat('}');
 }
 
-bool scan_merges(Scanner& s, std::vector<std::pair<std::string, std::string>>& out) {
+bool scan_merges(TableScanner& s, std::vector<std::pair<std::string, std::string>>& out) {
   if (!s.eat('[')) return false;
   if (s.eat(']')) return true;
   std::string a, b;
@@ -335,7 +335,7 @@ bool scan_merges(Scanner& s, std::vector<std::pair<std::string, std::string>>& o
 // The byte ranges [begin, end) of the values of "model" -> "vocab" and "merges", when the file is
 // an object whose "model" is an object.
 bool locate_tables(std::string_view text, std::pair<size_t, size_t>& vocab, std::pair<size_t, size_t>& merges) {
-  Scanner s{text};
+  TableScanner s{text};
   std::string key;
   if (!s.eat('{')) return false;
   bool found_model = false;
@@ -380,14 +380,14 @@ bool parse_fast(std::string_view text, TokenizerJson& out) {
   out.vocab.reserve(count(vocab, ':'));
   out.merges.reserve(count(merges, ',') + 1);
   if (vocab.second > vocab.first) {
-    Scanner s{text.substr(0, vocab.second), vocab.first};
+    TableScanner s{text.substr(0, vocab.second), vocab.first};
     if (!scan_vocab(s, out.vocab)) return false;
     s.ws();
     if (s.i != vocab.second) return false;
     out.has_vocab = true;
   }
   if (merges.second > merges.first) {
-    Scanner s{text.substr(0, merges.second), merges.first};
+    TableScanner s{text.substr(0, merges.second), merges.first};
     if (!scan_merges(s, out.merges)) return false;
     s.ws();
     if (s.i != merges.second) return false;
