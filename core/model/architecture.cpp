@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/model/arch/families.h"
 #include "core/model/config.h"
+#include "core/tensor/tensor.h"
 
 namespace hs {
 namespace {
@@ -37,12 +38,6 @@ bool is_matrix(TensorRole r) {
     default:
       return false;
   }
-}
-
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
 }
 
 [[noreturn]] void not_implemented(const ModelConfig& c, const std::string& option) {
@@ -216,12 +211,12 @@ std::vector<TensorSpec> tensor_specs(const ModelConfig& c) {
 int64_t parameter_count(const ModelConfig& c) {
   int64_t model = 0, layer = 0;
   for (TensorRole r : kModelRolesBefore)
-    if (has_role(c, r)) model += numel(logical_shape(c, r));
+    if (has_role(c, r)) model += Tensor::count(logical_shape(c, r));
   for (TensorRole r : kLayerRoles)
-    if (has_role(c, r)) layer += numel(logical_shape(c, r));
+    if (has_role(c, r)) layer += Tensor::count(logical_shape(c, r));
   for (TensorRole r : kModelRolesAfter)
     if (has_role(c, r) && !(r == TensorRole::Unembedding && c.architecture.unembedding != UnembeddingTie::Untied))
-      model += numel(logical_shape(c, r));
+      model += Tensor::count(logical_shape(c, r));
   return model + c.n_layers * layer;
 }
 

@@ -95,7 +95,7 @@ std::string what_is_edited(const Intervention& i) {
   }
 }
 
-std::string number_text(float v) {
+std::string trimmed_number(float v) {
   std::string s = std::to_string(v);
   while (s.size() > 1 && s.back() == '0') s.pop_back();
   if (!s.empty() && s.back() == '.') s.pop_back();
@@ -113,7 +113,7 @@ std::string describe(const Intervention& i) {
     case InterventionKind::Patch:
       return (i.hook == HookPoint::Z && i.head >= 0 ? "z of " : "") + what_is_edited(i) + where + " patched";
     case InterventionKind::Add:
-      return what_is_edited(i) + where + " steered (scale " + number_text(i.scale) + ")";
+      return what_is_edited(i) + where + " steered (scale " + trimmed_number(i.scale) + ")";
     case InterventionKind::Call:
       return what_is_edited(i) + where + " edited by " + (i.call ? i.call->name : std::string("nothing"));
   }

@@ -113,12 +113,6 @@ class Binder {
   std::map<const float*, const SafetensorsFile*> mapped_;
 };
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 }  // namespace
 
 std::shared_ptr<const Weights> Weights::load(std::shared_ptr<const SafetensorsFile> file, const ModelConfig& c) {
@@ -181,7 +175,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
     // Gemma's norms multiply by (1 + w): the 1 is folded into an owned copy, in float32 as
     // Gemma2RMSNorm.forward's `output * (1.0 + self.weight.float())` computes it.
     if (c.architecture.norm_weight_plus_one && is_norm_weight(spec.role)) {
-      const int64_t n = numel(spec.shape);
+      const int64_t n = Tensor::count(spec.shape);
       FloatBuffer& folded = w->owned_.emplace_back(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) folded[static_cast<size_t>(i)] = 1.0f + p[i];
       p = folded.data();
@@ -257,7 +251,7 @@ std::shared_ptr<const Weights> Weights::load(std::vector<std::shared_ptr<const S
   // bad value has its tensors scanned in the file, for the count per tensor.
   auto warn_bad = [&](const Bound& t) {
     const Source& src = t.source;
-    const int64_t n = numel(t.spec->shape);
+    const int64_t n = Tensor::count(t.spec->shape);
     const int64_t bad = src.is16() ? count_non_finite16(src.raw(), n, src.type) : count_bad(src.f32, n);
     if (bad)
       w->warnings_.push_back(index_name + ": " + std::to_string(bad) + " non-finite value(s) (NaN or infinity) in " +
