@@ -522,10 +522,12 @@ AttributionGraph finish(const ActivationCache& cache, Frozen& f, AttributionGrap
         if (stop.load(std::memory_order_relaxed)) continue;
         const auto& b = batches[static_cast<size_t>(i)];
         for (size_t j = 0; j < b.size();) {
-          // As many of the batch's targets as one pass's buffers hold (at least one).
+          // As many of the batch's targets as one pass's buffers hold (at least one), all of one
+          // layer: a pass runs from its highest target's layer down, and a lower target's rows
+          // would be carried through the layers above it for nothing.
           size_t n = 1;
           int max_pos = b[j].pos;
-          while (j + n < b.size()) {
+          while (j + n < b.size() && b[j + n].layer == b[j].layer) {
             const int mp = std::max(max_pos, b[j + n].pos);
             if (static_cast<Eigen::Index>(n + 1) * (mp + 1) * pass_width > kPassFloats) break;
             max_pos = mp;
