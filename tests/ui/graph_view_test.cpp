@@ -179,7 +179,6 @@ TEST_CASE("Graph view: a graph file opens as the file's graph, never the prompt'
           "[graph]") {
   ClearSaes clear;
   GraphWindow w(fixtureModelDir(), QStringLiteral("The cat sat"));
-  MainWindow& window = w.window;
   GraphView* view = w.view;
 
   QTemporaryDir tmp;
