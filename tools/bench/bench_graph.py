@@ -103,7 +103,7 @@ if "--long" in args:
     i = args.index("--long")
     long_model = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
     if long_model:
-        text, ids = "", []
+        text = ""
         with open(os.path.join(REPO, "resources", "models", "headscope-tiny", "heldout.jsonl"), encoding="utf-8") as f:
             for line in f:
                 text += json.loads(line)["text"] + "\n\n"

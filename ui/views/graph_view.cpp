@@ -868,6 +868,7 @@ QString GraphView::statusText() const {
   }
   if (!result_ || !result_->graph) return progress_.isEmpty() ? QString() : progress_;
   const hs::AttributionGraph& g = *result_->graph;
+  const QString units = g.unit == hs::AttributionGraph::Unit::Neuron ? QStringLiteral("neurons") : QStringLiteral("features");
   QString s = QStringLiteral("%1 active %9, %2 nodes in all (built in %3 ms). Kept at node threshold %4, edge "
                              "threshold %5: %6 nodes, %7 edges (pruned in %8 ms).")
                   .arg(g.active.size())
@@ -878,12 +879,12 @@ QString GraphView::statusText() const {
                   .arg(shown_.picture ? shown_.picture->nodes.size() : 0)
                   .arg(shown_.picture ? shown_.picture->edges.size() : 0)
                   .arg(shown_.prune_ms, 0, 'f', 0)
-                  .arg(g.unit == hs::AttributionGraph::Unit::Neuron ? QStringLiteral("neurons") : QStringLiteral("features"));
+                  .arg(units);
   if (g.n_features() < static_cast<int>(g.active.size()))
     s += QStringLiteral(" Rows were computed for the %1 most influential %2 only (circuit-tracer's max_feature_nodes); "
                         "the others are not nodes.")
              .arg(g.n_features())
-             .arg(g.unit == hs::AttributionGraph::Unit::Neuron ? QStringLiteral("neurons") : QStringLiteral("features"));
+             .arg(units);
   if (canvas_->keptEdgeCount() > canvas_->drawnEdgeCount())
     s += QStringLiteral(" The %1 strongest edges are drawn.").arg(canvas_->drawnEdgeCount());
   if (prune_pending_) s += QStringLiteral(" Pruning at the new thresholds…");
