@@ -22,6 +22,9 @@ the yardstick's favour. The header shows the BLAS torch loaded and torch.__confi
 Not yet a section of suite.py (docs/benchmarks.md does not show it yet)."""
 import json, os, re, statistics, subprocess, sys, tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from openblas_env import best_env  # noqa: E402
+
 args = sys.argv[1:]
 build = args[0] if args and not args[0].startswith("--") else "build"
 runs = int(args[args.index("--runs") + 1]) if "--runs" in args else 5
@@ -56,8 +59,8 @@ def graph(n, extra=(), ids=None):
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILTIN = os.path.join(REPO, "resources", "models", "headscope-tiny")
-# OPENBLAS_CORETYPE forces AVX2 kernels on this AVX-512 machine: gone for torch alone (as suite.py).
-torch_env = {k: v for k, v in env.items() if k != "OPENBLAS_CORETYPE"}
+# OpenBLAS's best kernel for this CPU for torch (openblas_env.py, as suite.py).
+torch_env = best_env(env)
 
 
 def torch_rows(ids, model=BUILTIN, transcoders=os.path.join(BUILTIN, "saes"), batch=64, show_config=False):

@@ -34,7 +34,7 @@ wants() { [[ -z $sections || ,$sections, == *,$1,* ]]; }
 
 # --- packages: HeadScope's own (tools/dev/deps.sh), then the benchmark's --------------------------
 tools/dev/deps.sh
-BENCH_PACKAGES=(libbenchmark-dev python3-torch python3-numpy libopenblas0-openmp)
+BENCH_PACKAGES=(libbenchmark-dev python3-torch python3-numpy python3-threadpoolctl libopenblas0-openmp)
 missing=()
 for p in "${BENCH_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -35,9 +35,10 @@ of them (VmHWM of each run): a scan's memory should not grow with the number of 
 import os
 import sys
 
-if "OPENBLAS_CORETYPE" in os.environ:  # must be gone before OpenBLAS loads (as torch_bench.py)
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from openblas_env import reexec_with_best_openblas  # noqa: E402
+
+reexec_with_best_openblas()  # OpenBLAS's best kernel for this CPU, set before it loads (as torch_bench.py)
 
 import argparse  # noqa: E402
 import json  # noqa: E402

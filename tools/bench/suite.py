@@ -50,6 +50,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"
+sys.path.insert(0, HERE)
+from openblas_env import best_coretype, best_env  # noqa: E402
 
 TOKENS = (20, 128, 1024)
 THREADS = (1, 2)
@@ -219,8 +221,7 @@ def machine(build_dir: str, hs_row: str) -> dict:
         "print(sorted(set(re.findall(r'(/\\S*(?:blas|lapack)\\S*)', maps))))\n"
         "print(torch.get_num_threads())\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    out = sh([PYTHON, "-c", probe], env=env).splitlines()
+    out = sh([PYTHON, "-c", probe], env=best_env()).splitlines()
     m["torch"] = out[0] if out else "not found"
     m["numpy"] = out[1] if len(out) > 1 else "?"
     blas_libs = [os.path.realpath(p) for p in eval(out[2])] if len(out) > 2 else []  # noqa: S307 (our own output)
@@ -256,8 +257,8 @@ def reopen(hs_row: str, model: str, runs: int) -> dict:
 
 
 def torch_env(threads: int) -> dict:
-    # OPENBLAS_CORETYPE forces AVX2 kernels on this AVX-512 machine: gone for torch alone.
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    # OpenBLAS's best kernel for this CPU (openblas_env.py; torch_bench.py sets it again itself).
+    env = best_env()
     env["OMP_NUM_THREADS"] = str(threads)
     return env
 
@@ -1259,7 +1260,8 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
              f"minus the suite's own).")
     L.append(f"- Load average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in load_start)} at the start, "
              f"{' '.join(f'{x:.2f}' for x in load_end)} at the end. OPENBLAS_CORETYPE in the environment: "
-             f"{ct if ct else 'not set'} (unset for the PyTorch commands in any case).")
+             f"{ct if ct else 'not set'}; for the PyTorch commands: "
+             f"{best_coretype() or 'not set (OpenBLAS chooses)'} (tools/bench/openblas_env.py: chosen from the CPU's instruction sets).")
     L.append("")
     L.append("## Targets (issue 5)")
     L.append("")
@@ -1541,6 +1543,8 @@ def main() -> int:
 
     m = machine(args.build_dir, hs_row)
     log(f"suite: {m['cpu']}, {m['cores']} cores; torch {m['torch']} with {m['torch_blas']}; load {load_start}")
+    if "openblas" in m["torch_blas"] and not best_coretype():
+        log("suite: WARNING: no AVX2 or AVX-512 in /proc/cpuinfo; OpenBLAS chooses its own kernel for PyTorch")
     if "openblas" not in m["torch_blas"] or "openmp" not in m["torch_blas"]:
         log("suite: WARNING: torch does not load OpenMP OpenBLAS (libopenblas0-openmp); PyTorch is not at its best")
 

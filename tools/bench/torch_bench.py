@@ -30,10 +30,12 @@ the whole process (ru_maxrss), run_peak_rss_mb the peak after loading (VmHWM res
 run in the format of `hsref.py run` (float32, masked scores -inf), to check this implementation:
 `hsref.py compare --reference REF.npz --candidate OUT.npz`.
 
-Measured here: Debian's torch is fastest with libopenblas0-openmp and with OPENBLAS_CORETYPE
-unset, so the script re-executes itself without that variable; threads are always set explicitly.
+PyTorch runs on OpenBLAS's best kernel for the CPU (openblas_env.py: OPENBLAS_CORETYPE set from the
+CPU's instruction sets, since Debian's OpenBLAS falls back to its SSE3 kernels on a CPU it does not
+know) with libopenblas0-openmp; threads are always set explicitly. The script re-executes itself
+with that environment before torch loads.
 
-It also re-executes itself with glibc's malloc set as HeadScope sets its own (core/model/forward.cpp:
+It also runs with glibc's malloc set as HeadScope sets its own (core/model/forward.cpp:
 a fixed 4 MiB mmap threshold and a 64 MiB trim threshold, through GLIBC_TUNABLES). With glibc's
 default, which moves the mmap threshold as blocks are freed, the cache mode's large tensors were
 mapped and faulted in afresh on every pass or not depending on the process's allocation history:
@@ -45,17 +47,12 @@ default. The JSON says which malloc setting and which BLAS and kernel ran (threa
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from openblas_env import reexec_with_best_openblas  # noqa: E402
+
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=4194304:glibc.malloc.trim_threshold=67108864"
-_env = dict(os.environ)
-_reexec = False
-if "OPENBLAS_CORETYPE" in _env:  # must be gone before OpenBLAS loads
-    del _env["OPENBLAS_CORETYPE"]
-    _reexec = True
-if _env.get("HEADSCOPE_TORCH_MALLOC") != "default" and _env.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
-    _env["GLIBC_TUNABLES"] = MALLOC_TUNABLES  # read by the dynamic loader: only a new process sees it
-    _reexec = True
-if _reexec:
-    os.execve(sys.executable, [sys.executable] + sys.argv, _env)
+reexec_with_best_openblas({} if os.environ.get("HEADSCOPE_TORCH_MALLOC") == "default"
+                          else {"GLIBC_TUNABLES": MALLOC_TUNABLES})  # read by the dynamic loader: a new process
 
 import argparse  # noqa: E402
 import json  # noqa: E402

@@ -55,8 +55,13 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from openblas_env import reexec_with_best_openblas  # noqa: E402
+
+reexec_with_best_openblas()  # OpenBLAS's best kernel for this CPU, set before numpy and torch load
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
