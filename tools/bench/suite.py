@@ -793,6 +793,15 @@ def targets_block_head(begin, end, title, partial_note, shown):
     return L
 
 
+def kernels_text(pt_blas) -> str:
+    """The BLAS and OpenMP libraries a PyTorch process ran on, as torch_bench.py's threadpoolctl saw them."""
+    if not isinstance(pt_blas, list):
+        return str(pt_blas)
+    return ", ".join(f"{b.get('internal_api')} {b.get('version') or ''} {b.get('architecture') or ''} "
+                     f"({b.get('threading_layer') or '-'}, {b.get('num_threads')} threads)".replace("  ", " ")
+                     for b in pt_blas)
+
+
 def issue24_markdown(entries, partial_note=""):
     L = targets_block_head(ISSUE24_BEGIN, ISSUE24_END, "## Gemma 2 and Qwen3 shapes (issue 24)", partial_note,
                            issue24_targets(entries) if entries else None)
@@ -841,6 +850,11 @@ def issue24_markdown(entries, partial_note=""):
                      f"{fmt_ms(lg['median_ms'])} ms, peak RSS **{lg['peak_rss_mb']:.0f} MiB** (the cache alone "
                      f"{fx(lg.get('cache_mb'), '.0f')} MiB).")
     L.append("")
+    blas = next((e["row"]["pt_blas"] for e in entries if e.get("row") and e["row"].get("pt_blas")), None)
+    if blas:
+        L.append(f"PyTorch ran on (threadpoolctl, in the timed process): {kernels_text(blas)}; "
+                 f"OPENBLAS_CORETYPE {best_coretype() or 'not set'} (`tools/bench/openblas_env.py`).")
+        L.append("")
     L.append("Reproduce these alone (the rest of this page is kept): `tools/bench/run.sh --sections gemma2,qwen3`.")
     L.append(ISSUE24_END)
     return L
@@ -1251,10 +1265,7 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     ct = m["openblas_coretype_in_env"]
     pt_row = next((r for r in rows if r.get("pt_blas")), None)
     if pt_row:
-        kernels = ", ".join(f"{b.get('internal_api')} {b.get('version') or ''} {b.get('architecture') or ''} "
-                            f"({b.get('threading_layer') or '-'}, {b.get('num_threads')} threads)".replace("  ", " ")
-                            for b in pt_row["pt_blas"]) if isinstance(pt_row["pt_blas"], list) else pt_row["pt_blas"]
-        L.append(f"- PyTorch's rows ran on (threadpoolctl, in the timed process): {kernels}; malloc: "
+        L.append(f"- PyTorch's rows ran on (threadpoolctl, in the timed process): {kernels_text(pt_row['pt_blas'])}; malloc: "
                  f"{pt_row['pt_malloc']} (torch_bench.py sets glibc's as HeadScope sets its own)")
     L.append(f"- Other processes' CPU use during the run: {others:.2f} cores on average (the machine's busy time "
              f"minus the suite's own).")
@@ -1466,10 +1477,10 @@ def markdown(args, m, rows, open_warm, open_cold, keys, profiles, load_start, lo
     L.append("")
     L.append("```sh")
     L.append("OMP_NUM_THREADS=2 build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
-    L.append("env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
+    L.append("OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 20 --threads 2 --mode cache")
     L.append("build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --mode open --runs 5 [--cold]")
     L.append("OMP_NUM_THREADS=2 build-bench/tools/bench/hs_bench_row --model build-bench/gpt2-small --tokens 16 --threads 2 --mode patch --what resid_pre")
-    L.append("env -u OPENBLAS_CORETYPE OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 16 --threads 2 --mode patch --what resid_pre --warmup 0 --runs 1")
+    L.append("OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/torch_bench.py --model build-bench/gpt2-small --tokens 16 --threads 2 --mode patch --what resid_pre --warmup 0 --runs 1")
     L.append("build-bench/tools/bench/hs_bench_keys          # GUI keystroke latency, headless")
     L.append("```")
     L.append("")
