@@ -6,6 +6,7 @@
 #include <QCheckBox>
 #include <QDoubleSpinBox>
 #include <QFile>
+#include <QFontMetrics>
 #include <QLabel>
 #include <QPushButton>
 #include <QSpinBox>
@@ -14,6 +15,8 @@
 #include <QTest>
 #include <QTextBrowser>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -106,6 +109,23 @@ TEST_CASE("Graph view: the built-in model's graph over its own transcoders is th
   // The top logit is the run's own prediction.
   REQUIRE(!result->graph->logit_tokens.empty());
   CHECK(result->graph->logit_tokens[0] == run->next.front().id);
+
+  // The logits stand in one line, far enough apart that the tokens written slanted (55 degrees)
+  // above them are a line of text apart, and the last one's label stays inside the drawing.
+  {
+    const GraphPicture& drawn = *view->canvas()->picture();
+    std::vector<QPointF> logits;
+    for (size_t k = 0; k < drawn.nodes.size(); ++k)
+      if (drawn.nodes[k].kind == GraphPicture::Kind::Logit) logits.push_back(view->canvas()->nodeCenter(static_cast<int>(k)));
+    REQUIRE(logits.size() >= 2);
+    std::sort(logits.begin(), logits.end(), [](QPointF a, QPointF b) { return a.x() < b.x(); });
+    const double line = QFontMetrics(view->canvas()->font()).height();
+    for (size_t k = 1; k < logits.size(); ++k) {
+      CHECK(logits[k].y() == logits[0].y());
+      CHECK((logits[k].x() - logits[k - 1].x()) * std::sin(55.0 * M_PI / 180.0) >= line);
+    }
+    CHECK(logits.back().x() + 70.0 * std::cos(55.0 * M_PI / 180.0) <= view->canvas()->figureSize().width());
+  }
 
   // New thresholds prune again on a worker, and the drawing follows.
   const size_t before = view->canvas()->picture()->nodes.size();

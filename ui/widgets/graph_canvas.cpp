@@ -20,6 +20,13 @@ namespace {
 constexpr int kStep = 13;        // distance between node centres in a cell
 constexpr double kRadius = 4.5;  // a node's radius
 constexpr int kLeft = 58, kRight = 14, kTop = 64, kBottom = 44, kCellPad = 6;
+// A logit's token is written slanted above its diamond, at most kLabelWidth pixels long.
+constexpr double kLabelAngle = 55.0;
+constexpr int kLabelWidth = 70;
+// The right margin: kRight, or more when the last column's slanted labels reach further.
+int rightMargin() {
+  return std::max(kRight, static_cast<int>(std::ceil(kLabelWidth * std::cos(kLabelAngle * M_PI / 180.0))));
+}
 // The diverging map's ends (ColorBrewer RdBu): red raises the target's input, blue lowers it.
 const QColor kPositive(0xb2, 0x18, 0x2b), kNegative(0x21, 0x66, 0xac);
 
@@ -205,6 +212,8 @@ void GraphCanvas::relayout() {
   step_x_ = pinned_only_ ? 60 : kStep;
   step_y_ = pinned_only_ ? 40 : kStep;
   const QFontMetrics fm(font());
+  // Labels slanted at kLabelAngle stand step * sin(angle) apart: at least a line of text.
+  logit_step_x_ = static_cast<int>(std::ceil((fm.height() + 1) / std::sin(kLabelAngle * M_PI / 180.0)));
   natural_width_.assign(static_cast<size_t>(n_pos), 0);
   for (int c = 0; c < n_pos; ++c) {
     const int text = c < g.positions.size() ? fm.horizontalAdvance(g.positions[c]) + 8 : 0;
@@ -213,13 +222,14 @@ void GraphCanvas::relayout() {
   natural_height_.assign(static_cast<size_t>(n_rows), pinned_only_ ? 48 : 26);
   for (const auto& [cell, list] : cells_) {
     const int n = static_cast<int>(list.size());
-    const int across = std::min(n, per_row_), lines = (n + per_row_ - 1) / per_row_;
+    const auto [per_row, step_x] = cellGrid(cell.first, n);
+    const int across = std::min(n, per_row), lines = (n + per_row - 1) / per_row;
     int& w = natural_width_[static_cast<size_t>(cell.second)];
-    w = std::max(w, across * step_x_ + 2 * kCellPad);
+    w = std::max(w, across * step_x + 2 * kCellPad);
     int& h = natural_height_[static_cast<size_t>(cell.first)];
     h = std::max(h, lines * step_y_ + 2 * kCellPad);
   }
-  int width = kLeft + kRight, height = kTop + kBottom;
+  int width = kLeft + rightMargin(), height = kTop + kBottom;
   for (int w : natural_width_) width += w;
   for (int h : natural_height_) height += h;
   content_size_ = QSize(width, height);
@@ -232,6 +242,13 @@ void GraphCanvas::relayout() {
   computePaths();
   updateGeometry();
   update();
+}
+
+std::pair<int, int> GraphCanvas::cellGrid(int row, int n) const {
+  // The logits (band 0, the only kind there) stand in one line, far enough apart that the tokens
+  // written slanted above them do not run into each other or into a second line's diamonds.
+  if (row == 0) return {std::max(1, n), std::max(step_x_, logit_step_x_)};
+  return {per_row_, step_x_};
 }
 
 void GraphCanvas::place() {
@@ -255,22 +272,23 @@ void GraphCanvas::place() {
     row_height_[static_cast<size_t>(r)] = natural_height_[static_cast<size_t>(r)] + extra_h / n_rows;
     y += row_height_[static_cast<size_t>(r)];
   }
-  drawn_size_ = QSize(x + kRight, y + kBottom);
+  drawn_size_ = QSize(x + rightMargin(), y + kBottom);
   layout_.clear();
   placed_of_node_.assign(picture_->nodes.size(), -1);
   for (const auto& [cell, list] : cells_) {
     const int n = static_cast<int>(list.size());
-    const int across = std::min(n, per_row_), lines = (n + per_row_ - 1) / per_row_;
+    const auto [per_row, step_x] = cellGrid(cell.first, n);
+    const int across = std::min(n, per_row), lines = (n + per_row - 1) / per_row;
     // The cell's items centred in it.
     const double x0 = column_left_[static_cast<size_t>(cell.second)] +
-                      (column_width_[static_cast<size_t>(cell.second)] - across * step_x_) / 2.0;
+                      (column_width_[static_cast<size_t>(cell.second)] - across * step_x) / 2.0;
     const double y0 = row_top_[static_cast<size_t>(cell.first)] + (row_height_[static_cast<size_t>(cell.first)] - lines * step_y_) / 2.0;
     for (int k = 0; k < n; ++k) {
       const int item = list[static_cast<size_t>(k)];
       Placed placed;
       placed.nodes = items_[static_cast<size_t>(item)];
       placed.group = item_group_[static_cast<size_t>(item)];
-      placed.center = QPointF(x0 + (k % per_row_) * step_x_ + step_x_ / 2.0, y0 + (k / per_row_) * step_y_ + step_y_ / 2.0);
+      placed.center = QPointF(x0 + (k % per_row) * step_x + step_x / 2.0, y0 + (k / per_row) * step_y_ + step_y_ / 2.0);
       for (int node : placed.nodes) placed_of_node_[static_cast<size_t>(node)] = static_cast<int>(layout_.size());
       layout_.push_back(std::move(placed));
     }
@@ -382,7 +400,7 @@ void GraphCanvas::paint(QPainter& p) const {
   const QFontMetrics fm(p.font());
   // Bands and their names.
   for (int r = 0; r < n_rows; ++r) {
-    const QRect band(kLeft, row_top_[static_cast<size_t>(r)], drawn_size_.width() - kLeft - kRight,
+    const QRect band(kLeft, row_top_[static_cast<size_t>(r)], drawn_size_.width() - kLeft - rightMargin(),
                      row_height_[static_cast<size_t>(r)]);
     if (r % 2 == 1) p.fillRect(band, QColor(0xf4, 0xf5, 0xf7));
     const int layer = g.n_layers - r;
@@ -496,9 +514,9 @@ void GraphCanvas::paint(QPainter& p) const {
         // The token, slanted above the node.
         p.save();
         p.translate(c.x() + 2, c.y() - r - 3);
-        p.rotate(-55);
+        p.rotate(-kLabelAngle);
         p.setPen(QColor(0x22, 0x22, 0x22));
-        p.drawText(QPointF(0, 0), fm.elidedText(n.label, Qt::ElideRight, 70));
+        p.drawText(QPointF(0, 0), fm.elidedText(n.label, Qt::ElideRight, kLabelWidth));
         p.restore();
         break;
       }

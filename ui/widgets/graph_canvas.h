@@ -159,6 +159,9 @@ class GraphCanvas : public QWidget, public FigureSource {
   std::vector<QString> item_group_;      // [item] its supernode's name, or empty
   std::map<std::pair<int, int>, std::vector<int>> cells_;  // (row, pos) -> items, most influential first
   int per_row_ = 8, step_x_ = 13, step_y_ = 13;
+  int logit_step_x_ = 19;  // the logits' spacing: their slanted labels one line apart (see cellGrid)
+  // (items a line, distance between centres across) of the cell in band `row` holding n items.
+  std::pair<int, int> cellGrid(int row, int n) const;
   std::vector<int> natural_width_, natural_height_;  // [pos], [row]
   std::vector<int> row_top_;  // [row] top y of each band; rows: logits, layers top-down, tokens
   std::vector<int> row_height_;
