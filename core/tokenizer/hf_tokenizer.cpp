@@ -17,13 +17,16 @@ namespace hs {
 using namespace tokenizer_detail;
 using nlohmann::json;
 
-namespace {
-
-struct AddedToken {
+// An added token of tokenizer.json. Outside the anonymous namespace because HfTokenizer::Impl
+// holds a vector of them: in a unity build this file is included, and GCC warns
+// (-Wsubobject-linkage) when a class of an included file has a member of an internal type.
+struct HfAddedToken {
   int32_t id;
   std::string content;
   bool single_word, lstrip, rstrip, normalized;
 };
+
+namespace {
 
 // Rust's char::is_whitespace is White_Space.
 bool is_white_space(char32_t c) {
@@ -74,7 +77,7 @@ struct HfTokenizer::Impl {
   std::array<int32_t, 256> byte_fallback_ids{};  // <0xNN> ids, or -1
 
   // Added tokens, longest first within each first byte, in two sets as Hugging Face matches them.
-  std::vector<AddedToken> added;
+  std::vector<HfAddedToken> added;
   std::array<std::vector<size_t>, 256> raw_by_first_byte, normalized_by_first_byte;  // indices into `added`
 
   std::vector<int32_t> added_of_id;  // [vocab_size] index into `added`, or -1
@@ -141,7 +144,7 @@ std::vector<Piece> HfTokenizer::Impl::split_added(std::vector<Piece> pieces, boo
       if (end > emitted) out.push_back(Piece{std::string(s.substr(emitted, end - emitted)), piece.at_start && emitted == 0, {}});
     };
     for (size_t at = 0; at < s.size();) {
-      const AddedToken* hit = nullptr;
+      const HfAddedToken* hit = nullptr;
       for (const size_t k : index[static_cast<uint8_t>(s[at])]) {
         if (s.compare(at, added[k].content.size(), added[k].content) == 0) {
           hit = &added[k];
@@ -286,7 +289,7 @@ HfTokenizer HfTokenizer::from_parsed(TokenizerJson parsed, const std::string& so
       const json& id = r.member(t, "id", where);
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId)
         r.fail(where + ".id must be an integer from 0 to " + std::to_string(kMaxTokenId) + ".");
-      AddedToken a{static_cast<int32_t>(id.get<int64_t>()), r.string_of(t, "content", where),
+      HfAddedToken a{static_cast<int32_t>(id.get<int64_t>()), r.string_of(t, "content", where),
                    r.bool_of(t, "single_word", false, where), r.bool_of(t, "lstrip", false, where),
                    r.bool_of(t, "rstrip", false, where), r.bool_of(t, "normalized", !r.bool_of(t, "special", false, where), where)};
       if (a.content.empty()) r.fail(where + ".content is empty.");
@@ -321,7 +324,7 @@ HfTokenizer HfTokenizer::from_parsed(TokenizerJson parsed, const std::string& so
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return impl->added[a].content.size() > impl->added[b].content.size(); });
   for (const size_t k : order) {
-    const AddedToken& a = impl->added[k];
+    const HfAddedToken& a = impl->added[k];
     (a.normalized ? impl->normalized_by_first_byte : impl->raw_by_first_byte)[static_cast<uint8_t>(a.content[0])].push_back(k);
   }
 
@@ -446,7 +449,7 @@ std::optional<int32_t> HfTokenizer::end_of_text_id() const {
 }
 
 std::optional<int32_t> HfTokenizer::id_of(std::string_view vocab_string) const {
-  for (const AddedToken& a : impl_->added)
+  for (const HfAddedToken& a : impl_->added)
     if (a.content == vocab_string) return a.id;
   return impl_->find(vocab_string);
 }
