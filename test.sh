@@ -27,7 +27,7 @@ stage "Release build and tests"
 # A unity build (HEADSCOPE_UNITY, CMakeLists.txt): most of this stage's time is compiling. In a
 # folder of its own, because the option stays in a build folder's cache: build/, which run.sh and
 # a developer rebuild file by file, keeps one object per source file.
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DHEADSCOPE_UNITY=ON >/dev/null
+tools/dev/configure.sh . build-test -DCMAKE_BUILD_TYPE=Release -DHEADSCOPE_UNITY=ON
 cmake --build build-test -j"$JOBS"
 ctest --test-dir build-test --output-on-failure --timeout "$TEST_TIMEOUT" -j"$JOBS"
 
@@ -35,8 +35,8 @@ stage "ASan + UBSan build and tests"
 # -O1 keeps the sanitizer build quick to compile and its reports readable; the sanitizers, not
 # the optimizer, are what this stage tests. A unity build (HEADSCOPE_UNITY, CMakeLists.txt) for the
 # same reason: most of this stage's time is compiling. Leak checking is on (LSan comes with ASan).
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DHEADSCOPE_SANITIZE=ON -DHEADSCOPE_NATIVE=OFF -DHEADSCOPE_UNITY=ON >/dev/null
+tools/dev/configure.sh . build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DHEADSCOPE_SANITIZE=ON -DHEADSCOPE_NATIVE=OFF -DHEADSCOPE_UNITY=ON
 cmake --build build-asan -j"$JOBS"
 # No suppressions are needed: Qt, libgomp and PCRE2 run clean under both.
 ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1 \

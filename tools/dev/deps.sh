@@ -2,16 +2,17 @@
 # Installs the Debian 12 packages HeadScope needs to build, test, package and run, when any is
 # missing (dpkg-dev: dpkg-shlibdeps, which `cpack -G DEB` uses to declare the package's Depends).
 # Uses sudo when not root. Called by run.sh and test.sh; test.sh passes --with-test-tools for
-# what only its test stages need (clang-14's libFuzzer runtime, OpenMP for clang, GNU parallel for
-# the test that runs scan shards side by side, and Slurm with munge for the test that runs
-# docs/scan.md's Slurm array job on a single-node cluster it starts itself, and python3-jsonschema
-# for the test that checks graph JSON against Neuronpedia's schema).
+# what only its test stages need (Ninja, which builds its three folders; clang-14's libFuzzer
+# runtime, OpenMP for clang, GNU parallel for the test that runs scan shards side by side, and
+# Slurm with munge for the test that runs docs/scan.md's Slurm array job on a single-node cluster
+# it starts itself, and python3-jsonschema for the test that checks graph JSON against
+# Neuronpedia's schema).
 set -euo pipefail
 HEADSCOPE_PACKAGES=(cmake g++ make pkg-config dpkg-dev
   qt6-base-dev qt6-svg-dev libgl-dev libqcustomplot-dev libeigen3-dev catch2 nlohmann-json3-dev libpcre2-dev libyaml-cpp-dev
   xvfb xauth)
 if [[ ${1:-} == --with-test-tools ]]; then
-  HEADSCOPE_PACKAGES+=(clang-14 libclang-rt-14-dev libomp-14-dev parallel
+  HEADSCOPE_PACKAGES+=(ninja-build clang-14 libclang-rt-14-dev libomp-14-dev parallel
     slurmctld slurmd slurm-client munge python3-jsonschema)
 fi
 missing=()

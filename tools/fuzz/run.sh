@@ -27,7 +27,7 @@ if ! command -v clang++-14 >/dev/null; then
   echo "fuzz: clang++-14 is missing; tools/dev/deps.sh installs it" >&2
   exit 1
 fi
-cmake -S tools/fuzz -B "$BUILD" -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+tools/dev/configure.sh tools/fuzz "$BUILD" -DCMAKE_CXX_COMPILER=clang++-14  # Ninja when installed
 cmake --build "$BUILD" -j"$JOBS" >/dev/null
 
 declare -A DICT=([safetensors]=safetensors [config]=config [tokenizer_files]=tokenizer [tokenize]=tokenizer [tokenizer_json]=tokenizer
