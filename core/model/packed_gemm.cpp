@@ -23,8 +23,8 @@ namespace {
 
 // GCC/Clang vector extensions: the compiler maps them to the target's vector registers (zmm
 // with AVX-512, ymm with AVX, xmm otherwise: a portable x86-64 build such as the sanitizer one)
-// without intrinsics per ISA. The multiply-adds below are contracted to FMA where the target has
-// it.
+// without intrinsics per ISA. The multiply-adds are fused explicitly (madd), not left to
+// -ffp-contract.
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
 #elif defined(__AVX__)
@@ -33,6 +33,36 @@ constexpr int kLanes = 8;
 constexpr int kLanes = 4;
 #endif
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+// acc + a * b, one rounding where the target has FMA. Written out because contraction is the
+// compiler's choice per loop: GCC tuned for AMD Zen 2/3 (-march=native there; its
+// avoid_fma_chains tuning) kept the single-accumulator tile<1, 1>'s chain as a multiply and an add
+// while every other tile fused, so an output's bits depended on the tile that computed it (a row
+// run alone against the same row among others: 2.4e-7 apart, test_forward's incremental runs).
+// Without FMA (the portable build) every tile multiplies and adds, the same everywhere.
+inline Vec madd(Vec acc, Vec a, Vec b) {
+#if defined(__AVX512F__)
+  return (Vec)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)acc);
+#elif defined(__FMA__) && defined(__AVX__)
+  return (Vec)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
+#elif defined(__FMA__)
+  return (Vec)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)acc);
+#else
+  Vec product = a * b;
+  asm("" : "+x"(product));  // never contracted, whatever the flags
+  return acc + product;
+#endif
+}
+// Every lane s.
+inline Vec splat(float s) {
+#if defined(__AVX512F__)
+  return (Vec)_mm512_set1_ps(s);
+#elif defined(__AVX__)
+  return (Vec)_mm256_set1_ps(s);
+#else
+  return (Vec)_mm_set1_ps(s);
+#endif
+}
 
 inline Vec load(const float* p) {
   Vec v;
@@ -163,9 +193,9 @@ void tile(const TileArgs& a) {
     for (int v = 0; v < V; ++v) w[v] = Panels::load(p + v * a.pstride + k * kLanes);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const float s = PackedRows ? x[k * kTallRows + r] : x[r * a.ldx + k];
+      const Vec s = splat(PackedRows ? x[k * kTallRows + r] : x[r * a.ldx + k]);
 #pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) acc[r][v] += s * w[v];
+      for (int v = 0; v < V; ++v) acc[r][v] = madd(acc[r][v], s, w[v]);
     }
   }
   for (int r = 0; r < R; ++r)
@@ -683,7 +713,7 @@ void tile_t(const TileTArgs& a) {
       // of one vector, and the load ports, not the FMA units, would set the pace.
       if constexpr (R > 1) asm("" : "+v"(wv));
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r][t] += d[r] * wv;
+      for (int r = 0; r < R; ++r) acc[r][t] = madd(acc[r][t], d[r], wv);
     }
   }
 #pragma GCC unroll 16
@@ -723,7 +753,7 @@ void last_panel_t(int64_t rows, int64_t depth, const float* dy, int64_t lddy, co
       bits &= keep;
       std::memcpy(&wv, &bits, sizeof wv);
       Vec s = resume ? acc[i * ldacc + k] : Vec{};
-      s += d * wv;
+      s = madd(s, d, wv);
       acc[i * ldacc + k] = s;
     }
   }
