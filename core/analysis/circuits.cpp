@@ -11,6 +11,7 @@
 #include "core/analysis/top_k.h"
 #include "core/error.h"
 #include "core/model/ops.h"
+#include "core/model/thread_scope.h"
 
 namespace hs {
 namespace {
@@ -203,13 +204,16 @@ Eigen::MatrixXd unembed_embed_product(const Weights& weights, TokenVectors vecto
   for (int first = 0; first < c.d_vocab; first += kVocabBlock) {
     const int n = std::min(kVocabBlock, c.d_vocab - first);
     token_vectors_block(E_b, weights, first, n, vectors);
+    if (!(tied && raw)) embedding_block(U_b, weights, first, n, !tied);  // W_U's columns: the raw embedding rows when tied
+    // Eigen's products on one thread: with a team, Eigen splits a product's depth by the number of
+    // threads, and the window (one thread) and the command line (a team) would get different bits.
+    const ThreadScope one_thread(1);
     if (tied && raw) {
       // W_E^T W_E is symmetric: one triangle is half the product.
       G_b.setZero();
       G_b.selfadjointView<Eigen::Lower>().rankUpdate(E_b.transpose());
       G += G_b.selfadjointView<Eigen::Lower>().toDenseMatrix().cast<double>();
     } else {
-      embedding_block(U_b, weights, first, n, !tied);  // W_U's columns: the raw embedding rows when tied
       G += (U_b.transpose() * E_b).cast<double>();
     }
   }
@@ -226,6 +230,7 @@ RowMatrixXf copying_scores(const Weights& weights, TokenVectors vectors) {
                                                             : (l == 0 ? TokenVectors::Raw : vectors);
     std::optional<Eigen::MatrixXd>& G = v == TokenVectors::Raw ? G_raw : G_extended;
     if (!G) G = unembed_embed_product(weights, v);
+    const ThreadScope one_thread(1);  // Eigen's products, as in unembed_embed_product
     for (int h = 0; h < c.n_heads; ++h) {
       const HeadFactors f = head_factors(weights, l, h);
       CircuitSpectrum s;
