@@ -442,7 +442,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
 
     // Parallel blocks (GPT-NeoX) feed the MLP the block's input, not the stream after attention.
     if (parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
-    resid += block_out;  // resid_mid
+    add_in_place(resid, block_out);  // resid_mid
     if (hook && hook->edits(HookPoint::ResidMid)) {
       apply_hooks((*hook)[HookPoint::ResidMid], resid, P, c);
       store_edited(a.resid_mid, pa ? &pa->resid_mid : nullptr, P, S, resid);
@@ -472,7 +472,7 @@ std::shared_ptr<ActivationCache> forward(std::shared_ptr<const Weights> weights,
     if (hook) apply_hooks((*hook)[HookPoint::MlpOut], block_out, P, c);
     a.mlp_out.extend(pa ? &pa->mlp_out : nullptr, P, S, D);
     a.mlp_out.set_rows(P, block_out);
-    resid += block_out;  // resid_post
+    add_in_place(resid, block_out);  // resid_post
     if (hook && hook->edits(HookPoint::ResidPost)) {
       apply_hooks((*hook)[HookPoint::ResidPost], resid, P, c);
       store_edited(a.resid_post, pa ? &pa->resid_post : nullptr, P, S, resid);
@@ -638,7 +638,7 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
     linear_forward(attn_out, z, WP.W_O, W.b_O);
     if (W.post_attn_norm_w) post_norm(attn_out, W.post_attn_norm_w, c);
     if (parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
-    resid += attn_out;  // resid_mid
+    add_in_place(resid, attn_out);  // resid_mid
     if (!parallel) norm_forward(normalized, nullptr, resid, W.norm2_w, W.norm2_b, c.norm_eps, norm);
     linear_forward(mlp_pre, normalized, WP.W_in, W.b_in);
     if (gated) {
@@ -649,7 +649,7 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
     }
     linear_forward(mlp_out, mlp_post, WP.W_out, W.b_out);
     if (W.post_mlp_norm_w) post_norm(mlp_out, W.post_mlp_norm_w, c);
-    resid += mlp_out;  // resid_post
+    add_in_place(resid, mlp_out);  // resid_post
   }
   if (!kept)
     for (RowMatrixXf* m : {&normalized, &qkv, &z, &attn_out, &mlp_pre, &mlp_gate, &mlp_post, &mlp_out}) m->resize(0, 0);

@@ -1,10 +1,22 @@
 #include "core/model/ops.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace hs {
+
+namespace {
+
+// Row-wise and element-wise passes over at least this many floats share the threads (a batched
+// scan's 2048 rows, a long prompt); below it a team costs more than it saves. Each row's (or
+// element's) arithmetic is the same on any thread, so the bits do not depend on it.
+constexpr int64_t kParallelElements = int64_t{1} << 18;
+
+}  // namespace
 
 void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x, const float* w, const float* b,
                        float eps) {
@@ -12,6 +24,7 @@ void layernorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf&
   out.resize(S, D);
   ConstRowVectorRef wv(w, D);
   if (scale_out) scale_out->resize(S);
+#pragma omp parallel for schedule(static) if (S * D >= kParallelElements)
   for (Eigen::Index i = 0; i < S; ++i) {
     const float mean = x.row(i).mean();
     out.row(i) = x.row(i).array() - mean;  // centred, in place: no temporary per row
@@ -29,6 +42,7 @@ void rmsnorm_forward(RowMatrixXf& out, VectorXf* scale_out, const RowMatrixXf& x
   out.resize(S, D);
   ConstRowVectorRef wv(w, D);
   if (scale_out) scale_out->resize(S);
+#pragma omp parallel for schedule(static) if (S * D >= kParallelElements)
   for (Eigen::Index i = 0; i < S; ++i) {
     const float scale = std::sqrt(x.row(i).squaredNorm() / static_cast<float>(D) + eps);
     if (b) out.row(i) = (x.row(i).array() / scale) * wv.array() + ConstRowVectorRef(b, D).array();
@@ -145,7 +159,32 @@ void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act
   activation_forward(out.data(), pre.data(), pre.size(), act);
 }
 
+namespace {
+void activation_span(float* out_p, const float* pre_p, int64_t n, Activation act);
+}  // namespace
+
 void activation_forward(float* out_p, const float* pre_p, int64_t n, Activation act) {
+  // Chunks start at multiples of kChunk floats from an aligned first: Eigen then evaluates the
+  // same vectors as over the whole span, and only the last n % (vector width) elements take its
+  // scalar path, as they would unchunked. (From an unaligned start it peels scalars at each
+  // chunk's start and end, which could change their bits: that case stays in one piece.)
+  constexpr int64_t kChunk = 4096;
+  if (n < kParallelElements || reinterpret_cast<uintptr_t>(out_p) % EIGEN_MAX_ALIGN_BYTES != 0)
+    return activation_span(out_p, pre_p, n, act);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n; c += kChunk) activation_span(out_p + c, pre_p + c, std::min(kChunk, n - c), act);
+}
+
+void add_in_place(RowMatrixXf& y, const RowMatrixXf& x) {
+  const int64_t n = y.size();
+  float* out = y.data();
+  const float* in = x.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+}
+
+namespace {
+void activation_span(float* out_p, const float* pre_p, int64_t n, Activation act) {
   Eigen::Map<const Eigen::ArrayXf> x(pre_p, n);
   Eigen::Map<Eigen::ArrayXf> out(out_p, n);
   switch (act) {
@@ -166,6 +205,7 @@ void activation_forward(float* out_p, const float* pre_p, int64_t n, Activation 
       break;
   }
 }
+}  // namespace
 
 void activation_derivative(float* out_p, const float* x_p, int64_t n, Activation act) {
   Eigen::Map<const Eigen::ArrayXf> x(x_p, n);
@@ -203,7 +243,11 @@ void activation_backward(RowMatrixXf& d_pre, const RowMatrixXf& d_out, const Row
 
 void gated_activation_forward(RowMatrixXf& out, const RowMatrixXf& gate, const RowMatrixXf& up, Activation act) {
   activation_forward(out, gate, act);
-  out.array() *= up.array();
+  const int64_t n = out.size();
+  float* o = out.data();
+  const float* u = up.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) o[i] *= u[i];
 }
 
 void gated_activation_backward(RowMatrixXf& d_gate, RowMatrixXf& d_up, const RowMatrixXf& d_out, const RowMatrixXf& gate,

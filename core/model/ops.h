@@ -82,6 +82,8 @@ void activation_derivative(float* out, const float* x, int64_t n, Activation act
 // The same over n floats of any buffers (out may be pre): for callers that keep their own
 // storage, such as the patching sweep's row blocks. The same bits as the matrix form.
 void activation_forward(float* out, const float* pre, int64_t n, Activation act);
+// y += x, elementwise (the residual stream's adds), on the threads when large.
+void add_in_place(RowMatrixXf& y, const RowMatrixXf& x);
 // out = act(gate) * up, elementwise: a gated MLP's hidden activation (SwiGLU with silu). The
 // cache derives mlp.hook_post of a gated model with this very function.
 void gated_activation_forward(RowMatrixXf& out, const RowMatrixXf& gate, const RowMatrixXf& up, Activation act);

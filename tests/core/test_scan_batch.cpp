@@ -43,6 +43,38 @@ std::vector<std::vector<int32_t>> prompts_for(const hs::Model& m) {
 
 fs::path batch_scratch(const std::string& name) { return hs::test::scratch_dir() / name; }
 
+// forward_batch on 2 threads against each prompt run alone on 1, bit for bit: patterns and z of
+// every layer, and with logits the final norm's scales and the logits.
+void check_batch_bits(const hs::Model& m, const std::vector<std::vector<int32_t>>& prompts, bool logits) {
+  const hs::ModelConfig& c = m.config();
+  hs::BatchRunOptions bo;
+  bo.keep_z = true;
+  bo.logits = logits;
+  bo.threads = 2;
+  const auto batch = hs::forward_batch(m.weights(), prompts, bo);
+  REQUIRE(batch.size() == prompts.size());
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    hs::RunOptions ro;
+    ro.threads = 1;
+    const auto alone = m.run(prompts[b], ro);
+    const int T = static_cast<int>(prompts[b].size());
+    REQUIRE(batch[b]->tokens() == prompts[b]);
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (int h = 0; h < c.n_heads; ++h)
+        for (int q = 0; q < T; ++q)
+          REQUIRE(same_bits(batch[b]->pattern_row(l, h, q).data(), alone->pattern_row(l, h, q).data(),
+                            static_cast<size_t>(q + 1)));
+      const hs::RowMatrixXf z1 = batch[b]->layer(l).z.to_matrix(), z2 = alone->layer(l).z.to_matrix();
+      REQUIRE(same_bits(z1.data(), z2.data(), static_cast<size_t>(z1.size())));
+    }
+    if (logits) {
+      REQUIRE(same_bits(batch[b]->ln_final_scale.data(), alone->ln_final_scale.data(), static_cast<size_t>(T)));
+      const hs::RowMatrixXf a = batch[b]->logits.to_matrix(), e = alone->logits.to_matrix();
+      REQUIRE(same_bits(a.data(), e.data(), static_cast<size_t>(a.size())));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("forward_batch gives each prompt the bits forward gives it alone, on every layout", "[scan][batch]") {
@@ -53,36 +85,29 @@ TEST_CASE("forward_batch gives each prompt the bits forward gives it alone, on e
   for (const fs::path& dir : dirs) {
     INFO(dir.filename().string());
     const auto m = hs::Model::load(dir);
-    const hs::ModelConfig& c = m->config();
     const auto prompts = prompts_for(*m);
-    for (const bool logits : {false, true}) {
-      hs::BatchRunOptions bo;
-      bo.keep_z = true;
-      bo.logits = logits;
-      bo.threads = 2;
-      const auto batch = hs::forward_batch(m->weights(), prompts, bo);
-      REQUIRE(batch.size() == prompts.size());
-      for (size_t b = 0; b < prompts.size(); ++b) {
-        hs::RunOptions ro;
-        ro.threads = 1;
-        const auto alone = m->run(prompts[b], ro);
-        const int T = static_cast<int>(prompts[b].size());
-        REQUIRE(batch[b]->tokens() == prompts[b]);
-        for (int l = 0; l < c.n_layers; ++l) {
-          for (int h = 0; h < c.n_heads; ++h)
-            for (int q = 0; q < T; ++q)
-              REQUIRE(same_bits(batch[b]->pattern_row(l, h, q).data(), alone->pattern_row(l, h, q).data(),
-                                static_cast<size_t>(q + 1)));
-          const hs::RowMatrixXf z1 = batch[b]->layer(l).z.to_matrix(), z2 = alone->layer(l).z.to_matrix();
-          REQUIRE(same_bits(z1.data(), z2.data(), static_cast<size_t>(z1.size())));
-        }
-        if (logits) {
-          REQUIRE(same_bits(batch[b]->ln_final_scale.data(), alone->ln_final_scale.data(), static_cast<size_t>(T)));
-          const hs::RowMatrixXf a = batch[b]->logits.to_matrix(), e = alone->logits.to_matrix();
-          REQUIRE(same_bits(a.data(), e.data(), static_cast<size_t>(a.size())));
-        }
-      }
+    for (const bool logits : {false, true}) check_batch_bits(*m, prompts, logits);
+  }
+}
+
+TEST_CASE("forward_batch over rows enough for its norms, activations and adds to share the threads keeps the bits",
+          "[scan][batch]") {
+  // A batch of at least 2^18 floats a matrix (core/model/ops.cpp, kParallelElements) splits the
+  // norms' rows, the activation's elements and the residual adds between the threads; a prompt
+  // alone, on one thread, does none of that. The built-in model (d_model 256, d_mlp 1024) needs
+  // 1024 rows; the gated, RMSNorm llama_gqa fixture (d_model 32) 8192.
+  for (const auto& [dir, rows] : {std::pair{hs::builtin_model_dir(), 1100}, std::pair{hs::test::fixture_model("llama_gqa"), 8300}}) {
+    INFO(dir.filename().string());
+    const auto m = hs::Model::load(dir);
+    const int T = std::min(m->config().n_ctx, 128);
+    const int32_t V = m->config().d_vocab;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int n = 0, b = 0; n < rows; n += T, ++b) {
+      std::vector<int32_t> p;
+      for (int i = 0; i < T; ++i) p.push_back(static_cast<int32_t>((i * 31 + b * 17 + 5) % V));
+      prompts.push_back(p);
     }
+    check_batch_bits(*m, prompts, true);
   }
 }
 
