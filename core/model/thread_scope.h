@@ -24,6 +24,8 @@ class ThreadScope {
 // badly (docs/benchmarks.md, session 9). So one thread runs the multi-threaded work (the
 // app's run thread); any other thread that had to use a team (a load, a scan, a long analysis)
 // hands its helpers back when done. Cheap, and a no-op for a thread that never had a team.
+// (LLVM's libomp, in a clang build, keeps one helper pool for the whole process instead; there a
+// soft pause only puts the pool to sleep, and nothing per thread needs handing back.)
 inline void release_thread_team() { omp_pause_resource_all(omp_pause_soft); }
 
 }  // namespace hs

@@ -152,7 +152,9 @@ TEST_CASE("each operation's backward equals finite differences", "[backward][ops
     const PackedMatrix P32 = PackedMatrix::from_rows(Wf.data(), K, N, N);
     const PackedMatrix P16 = PackedMatrix::from_rows(PanelType::BF16, w16.data(), K, N, N);
     const RowMatrixXf dy = random_matrix(3, N, rng);
-    for (const auto& [P, W] : {std::pair<const PackedMatrix*, const RowMatrixXf*>{&P32, &Wf}, {&P16, &W16f}}) {
+    for (const auto& PW : {std::pair<const PackedMatrix*, const RowMatrixXf*>{&P32, &Wf}, {&P16, &W16f}}) {
+      const PackedMatrix* P = PW.first;  // named copies: clang before 16 cannot capture a binding
+      const RowMatrixXf* W = PW.second;
       RowMatrixXf dx;
       linear_backward_input(dx, dy, *P, 4, 10);
       const RowMatrixXf expect = dy * W->middleRows(4, 6).transpose();
@@ -459,14 +461,16 @@ TEST_CASE("the gradient at a hook predicts the metric's change when a vector is 
       const std::vector<int32_t> tokens = {2, 8, 5, 11, 6};
       const Metric metric = logprob_metric(17);
       const GradientCache g = backward(*forward(model->weights(), tokens), metric);
-      for (const auto& [hook, layer] : std::vector<std::pair<HookPoint, int>>{{HookPoint::Embed, -1},
-                                                                             {HookPoint::ResidPre, 1},
-                                                                             {HookPoint::V, 0},
-                                                                             {HookPoint::Q, 1},
-                                                                             {HookPoint::Z, 0},
-                                                                             {HookPoint::MlpPre, 0},
-                                                                             {HookPoint::MlpPost, 1},
-                                                                             {HookPoint::ResidMid, 0}}) {
+      for (const auto& site : std::vector<std::pair<HookPoint, int>>{{HookPoint::Embed, -1},
+                                                                      {HookPoint::ResidPre, 1},
+                                                                      {HookPoint::V, 0},
+                                                                      {HookPoint::Q, 1},
+                                                                      {HookPoint::Z, 0},
+                                                                      {HookPoint::MlpPre, 0},
+                                                                      {HookPoint::MlpPost, 1},
+                                                                      {HookPoint::ResidMid, 0}}) {
+        const HookPoint hook = site.first;  // named copies: clang before 16 cannot capture a binding
+        const int layer = site.second;
         INFO(hook_key(hook, layer));
         const int pos = 2;
         const int64_t width = hook_row_width(c, hook, static_cast<int64_t>(tokens.size()));

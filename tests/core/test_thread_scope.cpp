@@ -33,7 +33,28 @@ TEST_CASE("ThreadScope sets the team size for its scope and restores the caller'
 }
 
 TEST_CASE("release_thread_team hands back the helper threads a team left behind", "[threads]") {
-  // On a thread of its own, so that no team of the test runner's main thread is involved.
+#ifdef KMP_VERSION_MAJOR
+  // LLVM's libomp (a clang build, such as test.sh's sanitized stage) keeps one pool of helper
+  // threads for the whole process, taken by whichever thread starts a team, and its soft pause puts
+  // them to sleep rather than ending them: nothing is left behind per thread. What must hold there
+  // is what the release is for under libgomp: teams started on new threads, one after another, do
+  // not add threads.
+  auto team_on_new_thread = [] {
+    std::thread worker([] {
+      const hs::ThreadScope scope(2);
+      std::atomic<int> members{0};
+#pragma omp parallel
+      members += 1;
+      REQUIRE(members == 2);
+      hs::release_thread_team();
+    });
+    worker.join();
+    return thread_count();
+  };
+  const int after_first = team_on_new_thread();
+  for (int i = 0; i < 4; ++i) CHECK(team_on_new_thread() == after_first);
+#else
+  // libgomp. On a thread of its own, so that no team of the test runner's main thread is involved.
   int with_team = 0, after_release = 0, alone = 0;
   std::thread worker([&] {
     alone = thread_count();
@@ -55,4 +76,5 @@ TEST_CASE("release_thread_team hands back the helper threads a team left behind"
   worker.join();
   CHECK(with_team == alone + 1);
   CHECK(after_release == alone);
+#endif
 }

@@ -204,8 +204,8 @@ TEST_CASE("One slow computation does not take a cheap hidden analysis out of the
   AnalysisSpec s;
   s.id = QStringLiteral("hiccup");
   s.reads = kReadsLayer;
-  const int slow_ms = static_cast<int>(3 * AnalysisController::kHiddenAheadMs);
-  s.compute = [calls, slow_ms](const RunResult&, const AnalysisKey&) {
+  constexpr int slow_ms = static_cast<int>(3 * AnalysisController::kHiddenAheadMs);
+  s.compute = [calls](const RunResult&, const AnalysisKey&) {
     if (++*calls == 2) QThread::msleep(static_cast<unsigned long>(slow_ms));
     return std::make_shared<ViewResult>();
   };

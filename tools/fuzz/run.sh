@@ -27,8 +27,14 @@ if ! command -v clang++-14 >/dev/null; then
   echo "fuzz: clang++-14 is missing; tools/dev/deps.sh installs it" >&2
   exit 1
 fi
-tools/dev/configure.sh tools/fuzz "$BUILD" -DCMAKE_CXX_COMPILER=clang++-14  # Ninja when installed
-cmake --build "$BUILD" -j"$JOBS" >/dev/null
+# A folder configured with -DHEADSCOPE_FUZZ=ON (./test.sh's sanitized stage, build-asan/) is used as
+# it is; any other gets a build of the core and the targets alone, configured here.
+if ! grep -qs '^HEADSCOPE_FUZZ:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  tools/dev/configure.sh . "$BUILD" -DCMAKE_CXX_COMPILER=clang++-14 -DHEADSCOPE_SANITIZE=ON -DHEADSCOPE_FUZZ=ON \
+    -DHEADSCOPE_NATIVE=OFF -DHEADSCOPE_GUI=OFF -DHEADSCOPE_TESTS=OFF -DHEADSCOPE_UNITY=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"  # Ninja when installed
+fi
+cmake --build "$BUILD" -j"$JOBS" --target fuzz_targets >/dev/null
 
 declare -A DICT=([safetensors]=safetensors [config]=config [tokenizer_files]=tokenizer [tokenize]=tokenizer [tokenizer_json]=tokenizer
                 [scan_rows]=scan [scan_output]=scan [shard_index]=shard_index [sae_config]=sae_config

@@ -45,7 +45,9 @@ QString Ablations::actionText(const std::vector<std::pair<int, int>>& heads, hs:
 
 void Ablations::add(const std::vector<std::pair<int, int>>& heads, hs::InterventionKind kind) {
   hs::Interventions after = list_;
-  for (const auto& [l, h] : heads) {
+  // Named copies, not a structured binding: clang before 16 cannot capture one in the lambda below.
+  for (const auto& lh : heads) {
+    const int l = lh.first, h = lh.second;
     const hs::Intervention i = kind == hs::InterventionKind::Mean ? hs::mean_ablation(l, h) : hs::zero_ablation(l, h);
     auto same = std::find_if(after.begin(), after.end(), [&](const hs::Intervention& o) { return o.layer == l && o.head == h; });
     if (same != after.end()) *same = i;

@@ -265,7 +265,7 @@ void ContributionsView::refresh() {
                                 .arg(target_text, pos_text, QString::fromStdString(std::string(hs::to_string(run.run.cache->config().architecture.norm))),
                                      post_norm_text, softcap_text));
   }
-  heads_->setTooltipFormatter([this, norms, target_text](int l, int h, float v) {
+  heads_->setTooltipFormatter([norms, target_text](int l, int h, float v) {
     return norms ? QStringLiteral("%1: ‖r_h‖ = %2").arg(headLabel(l, h), formatNumber(v))
                  : QStringLiteral("%1: %2 to the logit of %3").arg(headLabel(l, h), formatSigned(v), target_text);
   });

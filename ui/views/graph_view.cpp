@@ -1090,9 +1090,7 @@ QString GraphView::qkHtml() const {
                   .arg(t.transcoders ? QStringLiteral("transcoder features with their error nodes") : QStringLiteral("MLP neurons"))
                   .arg(QString());
   h += QStringLiteral("<table><tr><th align=left>query part</th><th align=left>key part</th><th align=right>term</th></tr>");
-  double listed = 0.0;
   for (const hs::QkPair& p : t.pairs) {
-    listed += p.term;
     h += QStringLiteral("<tr><td>%1</td><td>%2</td><td align=right style=\"color:%3\">%4</td></tr>")
              .arg(label(t.query[static_cast<size_t>(p.query)], true), label(t.key[static_cast<size_t>(p.key)], false),
                   p.term >= 0 ? QStringLiteral("#b2182b") : QStringLiteral("#2166ac"))
