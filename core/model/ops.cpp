@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -160,30 +161,6 @@ void activation_forward(RowMatrixXf& out, const RowMatrixXf& pre, Activation act
 }
 
 namespace {
-void activation_span(float* out_p, const float* pre_p, int64_t n, Activation act);
-}  // namespace
-
-void activation_forward(float* out_p, const float* pre_p, int64_t n, Activation act) {
-  // Chunks start at multiples of kChunk floats from an aligned first: Eigen then evaluates the
-  // same vectors as over the whole span, and only the last n % (vector width) elements take its
-  // scalar path, as they would unchunked. (From an unaligned start it peels scalars at each
-  // chunk's start and end, which could change their bits: that case stays in one piece.)
-  constexpr int64_t kChunk = 4096;
-  if (n < kParallelElements || reinterpret_cast<uintptr_t>(out_p) % EIGEN_MAX_ALIGN_BYTES != 0)
-    return activation_span(out_p, pre_p, n, act);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < n; c += kChunk) activation_span(out_p + c, pre_p + c, std::min(kChunk, n - c), act);
-}
-
-void add_in_place(RowMatrixXf& y, const RowMatrixXf& x) {
-  const int64_t n = y.size();
-  float* out = y.data();
-  const float* in = x.data();
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-  for (int64_t i = 0; i < n; ++i) out[i] += in[i];
-}
-
-namespace {
 void activation_span(float* out_p, const float* pre_p, int64_t n, Activation act) {
   Eigen::Map<const Eigen::ArrayXf> x(pre_p, n);
   Eigen::Map<Eigen::ArrayXf> out(out_p, n);
@@ -206,6 +183,27 @@ void activation_span(float* out_p, const float* pre_p, int64_t n, Activation act
   }
 }
 }  // namespace
+
+void activation_forward(float* out_p, const float* pre_p, int64_t n, Activation act) {
+  // Chunks start at multiples of kChunk floats from an aligned first: Eigen then evaluates the
+  // same vectors as over the whole span, and only the last n % (vector width) elements take its
+  // scalar path, as they would unchunked. (From an unaligned start it peels scalars at each
+  // chunk's start and end, which could change their bits: that case stays in one piece.)
+  constexpr int64_t kChunk = 4096;
+  if (n < kParallelElements || reinterpret_cast<uintptr_t>(out_p) % EIGEN_MAX_ALIGN_BYTES != 0)
+    return activation_span(out_p, pre_p, n, act);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n; c += kChunk) activation_span(out_p + c, pre_p + c, std::min(kChunk, n - c), act);
+}
+
+void add_in_place(RowMatrixXf& y, const RowMatrixXf& x) {
+  assert(x.rows() == y.rows() && x.cols() == y.cols());
+  const int64_t n = y.size();
+  float* out = y.data();
+  const float* in = x.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+}
 
 void activation_derivative(float* out_p, const float* x_p, int64_t n, Activation act) {
   Eigen::Map<const Eigen::ArrayXf> x(x_p, n);
