@@ -4,7 +4,8 @@
 #   tools/fuzz/run.sh [SECONDS_PER_TARGET]          (default 60)
 #
 # Environment:
-#   HEADSCOPE_FUZZ_BUILD   build folder (default: build-fuzz at the repository root)
+#   HEADSCOPE_FUZZ_BUILD   build folder (default: build-fuzz at the repository root); one configured
+#                          with -DHEADSCOPE_FUZZ=ON (./test.sh's build-asan) is used as it is
 #   HEADSCOPE_FUZZ_TARGETS space-separated subset of: safetensors config tokenizer_files tokenize export
 #                          tokenizer_json llama2c_tokenizer edits scan_rows scan_output shard_index
 #                          llama2c_checkpoint sae_config unit_dashboard graph_json
