@@ -536,8 +536,9 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
   // The output lines of the next row tile, fetched (for writing) while this one computes: a tile's
   // first stores to lines not yet in cache stalled the thread after every tile, about 3% of a
   // batched scan (perf). Only the first K block's pass: later ones find the lines in cache.
-  const auto prefetch_for_writing = [](const RowTile& next, int64_t column, int np, int64_t ldo) {
-    const int64_t bytes = np * kLanes * static_cast<int64_t>(sizeof(float));
+  // `columns` are the tile's valid ones, so no address is formed past a row's end.
+  const auto prefetch_for_writing = [](const RowTile& next, int64_t column, int64_t columns, int64_t ldo) {
+    const int64_t bytes = columns * static_cast<int64_t>(sizeof(float));
     for (int r = 0; r < next.rows; ++r) {
       const char* line = reinterpret_cast<const char*>(next.out + r * ldo + column);
       for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(line + b, 1, 3);
@@ -613,7 +614,8 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
                      ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, nullptr, ldo};
           for (int64_t t = t0; t < t1; ++t) {
             const RowTile& rt = row_tiles[static_cast<size_t>(t)];
-            if (kb == k0 && t + 1 < t1) prefetch_for_writing(row_tiles[static_cast<size_t>(t + 1)], p0 * kLanes, np, ldo);
+            if (kb == k0 && t + 1 < t1) prefetch_for_writing(row_tiles[static_cast<size_t>(t + 1)], p0 * kLanes,
+                                                         (np - 1) * kLanes + last_cols, ldo);
             TileArgs at = a;
             at.out = rt.out + p0 * kLanes;
             if (pack_rows) {
