@@ -257,7 +257,7 @@ const CommandSpec& scan_command() {
                           [--per-prompt OUT.jsonl] [--resume] [--batch-tokens N] [--threads N]
                           -o OUT.json|OUT.npz
 
-Runs every prompt of a data set through the model, one at a time, and aggregates (docs/scan.md):
+Runs every prompt of a data set through the model, several to a pass, and aggregates (docs/scan.md):
 per head the mean and standard deviation over prompts of the previous-token, duplicate-token and
 induction scores (docs/head-scores.md, "On any prompt"), of the attention entropy and of the
 direct logit attribution to the next token; the mean loss per position; and, for JSON Lines rows
