@@ -22,9 +22,9 @@ ScanDialog::ScanDialog(int n_ctx, QWidget* parent) : QDialog(parent) {
   setWindowTitle(QStringLiteral("Scan Data Set"));
   setObjectName(QStringLiteral("scanDialog"));
   auto* layout = new QVBoxLayout(this);
-  auto* intro = new QLabel(QStringLiteral("Runs every prompt through the model (several to a pass; one at a time with unit "
-                                          "dashboards) and shows each head's "
-                                          "mean score over the data set in the head grid (Scores: … (data set)); "
+  auto* intro = new QLabel(QStringLiteral("Runs every prompt through the model (several to a pass; one at a time with "
+                                          "unit dashboards) and shows each head's mean score over the data set in "
+                                          "the head grid (Scores: … (data set)); "
                                           "with “Describe each head”, the Heads over Data view describes every head."),
                            this);
   intro->setWordWrap(true);
