@@ -174,6 +174,14 @@ struct TileArgs {
   int last_cols;        // valid columns of the tile's last panel
   float* out;
   int64_t ldo;
+  // The next block's share of this tile, fetched ahead while it computes (see gemm_segments):
+  // one line of each of pf_panels panels (pf_pstride bytes apart) every 2^pf_shift k steps, up to
+  // pf_lines lines a panel from pf. No fetch when pf is null.
+  const char* pf = nullptr;
+  int64_t pf_pstride = 0;
+  int64_t pf_lines = 0;
+  int pf_panels = 0;
+  int pf_shift = 0;
 };
 
 // With PackedRows (a tall product, see gemm_segments) x holds the tile's rows packed k-major,
@@ -187,15 +195,23 @@ void tile(const TileArgs& a) {
       acc[r][v] = a.resume ? load_n(a.out + r * a.ldo + v * kLanes, v + 1 == V ? a.last_cols : kLanes) : Vec{};
   const float* x = a.x;
   const auto* p = static_cast<const typename Panels::T*>(a.p);
-  for (int64_t k = 0; k < a.n; ++k) {
-    Vec w[V];
+  // k steps in chunks of 2^pf_shift, a line of each next panel fetched before each chunk (the
+  // steps themselves unchanged, in order).
+  const int64_t chunk = a.pf ? int64_t{1} << a.pf_shift : a.n;
+  for (int64_t k0 = 0, line = 0; k0 < a.n; k0 += chunk, ++line) {
+    if (a.pf && line < a.pf_lines)
+      for (int q = 0; q < a.pf_panels; ++q) __builtin_prefetch(a.pf + q * a.pf_pstride + line * 64, 0, 2);
+    const int64_t k1 = std::min(a.n, k0 + chunk);
+    for (int64_t k = k0; k < k1; ++k) {
+      Vec w[V];
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) w[v] = Panels::load(p + v * a.pstride + k * kLanes);
+      for (int v = 0; v < V; ++v) w[v] = Panels::load(p + v * a.pstride + k * kLanes);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const Vec s = splat(PackedRows ? x[k * kTallRows + r] : x[r * a.ldx + k]);
+      for (int r = 0; r < R; ++r) {
+        const Vec s = splat(PackedRows ? x[k * kTallRows + r] : x[r * a.ldx + k]);
 #pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) acc[r][v] = madd(acc[r][v], s, w[v]);
+        for (int v = 0; v < V; ++v) acc[r][v] = madd(acc[r][v], s, w[v]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -612,12 +628,34 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
           }
           TileArgs a{ke - kb, nullptr, ldx, block, block_stride, kb > k0,
                      ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, nullptr, ldo};
+          // The block this thread reads next (the next K block, else the next panel group's
+          // first), fetched a share per row tile while these tiles compute. Otherwise the first
+          // tile reads a block from memory at the memory's pace while the others find it in
+          // cache: with 20 rows (4 tiles a block) fetching ahead took GPT-2 small's full-cache
+          // pass from 66 to 57 ms on one thread and from 36 to 31 ms on two (docs/benchmarks.md).
+          // A block that a single tile reads (a row or two) streams at the memory's pace either
+          // way, and fetching ahead there only competes with it.
+          const int64_t nkb = ke < k1 ? ke : k0, ng = ke < k1 ? g : g + 1;
+          const bool fetch_next = ng < groups && t1 - t0 >= 2;
+          const int64_t next_lines = ((std::min(k1, nkb + kKBlock) - nkb) * kLanes * static_cast<int64_t>(element_bytes) + 63) / 64;
+          const char* next_block = fetch_next ? static_cast<const char*>(W.panel(ng * width)) + static_cast<size_t>(nkb * kLanes) * element_bytes : nullptr;
+          const int64_t share = (next_lines + (t1 - t0) - 1) / (t1 - t0);
+          int shift = 0;
+          while (((ke - kb) >> (shift + 1)) >= share) ++shift;
           for (int64_t t = t0; t < t1; ++t) {
             const RowTile& rt = row_tiles[static_cast<size_t>(t)];
             if (kb == k0 && t + 1 < t1) prefetch_for_writing(row_tiles[static_cast<size_t>(t + 1)], p0 * kLanes,
                                                          (np - 1) * kLanes + last_cols, ldo);
             TileArgs at = a;
             at.out = rt.out + p0 * kLanes;
+            if (fetch_next) {
+              const int64_t first = (t - t0) * share;
+              at.pf = next_block + first * 64;
+              at.pf_pstride = pstride * static_cast<int64_t>(element_bytes);
+              at.pf_lines = std::min(share, next_lines - first);
+              at.pf_panels = static_cast<int>(std::min<int64_t>(width, panels - ng * width));
+              at.pf_shift = shift;
+            }
             if (pack_rows) {
               at.x = packed.data() + (t - t0) * (k1 - k0) * kTallRows;
               packed_tile_for(rt.rows, np)(at);
