@@ -157,7 +157,8 @@ constexpr int64_t kTallFrom = 128;
 // over it; K is d_model in most products, d_mlp in the MLP's output.
 constexpr int64_t kKBlock = 768;
 // Rows taken together when a product has many (see gemm_segments): a block of them, a K block
-// deep, is 384 KiB, which stays in a 1 MiB L2 beside the panels' block.
+// deep, is 384 KiB, which stays in a 512 KiB L2 (Zen 3's; Zen 4 has 1 MiB) beside the panels'
+// block.
 constexpr int64_t kMBlockRows = 128;
 // Row tiles per K block from which a 16-bit matrix's block is widened to float32 once, rather
 // than in every tile (see packed_gemm).
