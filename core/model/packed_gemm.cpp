@@ -631,9 +631,10 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
           TileArgs a{ke - kb, nullptr, ldx, block, block_stride, kb > k0,
                      ke == k1 && bias ? bias + p0 * kLanes : nullptr, last_cols, nullptr, ldo};
           // The block this thread reads next (the next K block, else the next panel group's
-          // first), fetched a share per row tile while these tiles compute. Otherwise the first
-          // tile reads a block from memory at the memory's pace while the others find it in
-          // cache: with 20 rows (4 tiles a block) fetching ahead took GPT-2 small's full-cache
+          // first; after the last group of a turn that group may go to another thread, and the
+          // fetch is wasted), fetched a share per row tile while these tiles compute. Otherwise
+          // the first tile reads a block from memory at the memory's pace while the others find
+          // it in cache: with 20 rows (4 tiles a block) fetching ahead took GPT-2 small's full-cache
           // pass from 66 to 57 ms on one thread and from 36 to 31 ms on two (docs/benchmarks.md).
           // A block that a single tile reads (a row or two) streams at the memory's pace either
           // way, and fetching ahead there only competes with it.
