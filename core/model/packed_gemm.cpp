@@ -643,8 +643,11 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
           const int64_t next_lines = ((std::min(k1, nkb + kKBlock) - nkb) * kLanes * static_cast<int64_t>(element_bytes) + 63) / 64;
           const char* next_block = fetch_next ? static_cast<const char*>(W.panel(ng * width)) + static_cast<size_t>(nkb * kLanes) * element_bytes : nullptr;
           const int64_t share = (next_lines + (t1 - t0) - 1) / (t1 - t0);
-          int shift = 0;
-          while (((ke - kb) >> (shift + 1)) >= share) ++shift;
+          if (fetch_next) {
+            a.pf_pstride = pstride * static_cast<int64_t>(element_bytes);
+            a.pf_panels = static_cast<int>(std::min<int64_t>(width, panels - ng * width));
+            while (((ke - kb) >> (a.pf_shift + 1)) >= share) ++a.pf_shift;
+          }
           for (int64_t t = t0; t < t1; ++t) {
             const RowTile& rt = row_tiles[static_cast<size_t>(t)];
             TileArgs at = a;
@@ -652,10 +655,7 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
             if (fetch_next) {
               const int64_t first = (t - t0) * share;
               at.pf = next_block + first * 64;
-              at.pf_pstride = pstride * static_cast<int64_t>(element_bytes);
               at.pf_lines = std::min(share, next_lines - first);
-              at.pf_panels = static_cast<int>(std::min<int64_t>(width, panels - ng * width));
-              at.pf_shift = shift;
             }
             if (pack_rows) {
               at.x = packed.data() + (t - t0) * (k1 - k0) * kTallRows;
