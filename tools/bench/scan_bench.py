@@ -27,6 +27,13 @@ tenth).
   from the benchmark build, --hs-row). Targets of issue 27: HeadScope at least 1.7x faster than
   PyTorch, and at most 1.3x the floor.
 
+Rounds (--rounds, default 3): each measures the peak, times HeadScope's whole scan, then
+PyTorch's, so both sides and the floor see the same minutes of the host. The figures and targets
+are on each side's best round (its least time; the peak's greatest rate), the usual way to read
+a benchmark on a shared machine, where other work only ever adds time. Every round's times and
+ratios are printed too. (A single round made the ratio a measure of this host's minute: its speed
+moved by up to 2x between minutes, medians doubling while minima held; docs/benchmarks.md.)
+
 Both must agree (means to 1e-4 absolute: float32 against float32 on different kernels). Prints
 both times and their ratio, and HeadScope's peak RSS after --prompts // 10 prompts and after all
 of them (VmHWM of each run): a scan's memory should not grow with the number of prompts. Runs GPT-2-family folders (hsref's load_gpt2). Run it on a quiet machine.
@@ -165,11 +172,14 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32, help="prompts per PyTorch batch")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of peak, HeadScope, PyTorch; the best of each counts")
     ap.add_argument("--cli", default=os.path.join(REPO, "build", "app", "headscope-cli"))
     ap.add_argument("--work", default=None, help="folder for the outputs (default: a temporary one)")
     ap.add_argument("--hs-row", default=os.path.join(REPO, "build-bench", "tools", "bench", "hs_bench_row"),
                     help="hs_bench_row of the benchmark build, for the multiply-add peak (tools/bench/run.sh builds it)")
     a = ap.parse_args()
+    if a.rounds < 1:
+        sys.exit("scan_bench: --rounds must be at least 1.")
     if a.prompts < 10:
         sys.exit("scan_bench: --prompts must be at least 10 (RSS is compared after a tenth of them).")
     work = a.work or tempfile.mkdtemp(prefix="scan_bench_")
@@ -188,8 +198,6 @@ def main():
     rows = os.path.join(work, "rows.jsonl")  # the ids HeadScope ran, to check ours against
     _, rss_tenth = run_cli(base + ["--limit", str(a.prompts // 10), "--per-prompt", rows,
                                    "-o", os.path.join(work, "tenth.json")])
-    hs_seconds, rss_all = run_cli(base + ["--limit", str(a.prompts), "-o", os.path.join(work, "scan.json")])
-    hs = json.load(open(os.path.join(work, "scan.json")))
 
     # The same prompts, drawn here; checked against what HeadScope ran.
     vocab = min(info["d_vocab"], info["tokenizer_vocab_size"])
@@ -202,15 +210,12 @@ def main():
     if not os.path.exists(a.hs_row):
         sys.exit(f"scan_bench: {a.hs_row} is missing; build it (cmake -B build-bench -DHEADSCOPE_BENCH=ON, "
                  "target hs_bench_row) or give --hs-row.")
-    peak = json.loads(subprocess.run([a.hs_row, "--model", a.model, "--mode", "peak", "--tokens", str(2 * n + 1),
-                                      "--threads", str(a.threads)], check=True, capture_output=True, text=True).stdout)
     T = 2 * n + 1
     L, H, D, dh = info["n_layer"], info["n_head"], info["d_model"], info["d_head"]
     d_mlp = info["d_mlp"]
     qkv, o, mlp = 3 * D * D, D * D, 2 * D * d_mlp   # GPT-2's products, multiply-adds per token
     causal = T * (T + 1) / 2
     flop_per_prompt = 2 * ((L - 1) * (T * (qkv + o + mlp) + 2 * H * dh * causal) + T * qkv + H * dh * causal)
-    floor_seconds = a.prompts * flop_per_prompt / (peak["gflops_threads"] * 1e9)
 
     torch.set_num_threads(a.threads)
     try:
@@ -223,10 +228,34 @@ def main():
     weights = hsref.torch_weights(model, torch.float32)
     with torch.inference_mode():
         torch_head_scores(model, weights, prompts[:a.batch], a.batch)  # warm-up, not timed
-        start = time.perf_counter()
-        per_prompt = torch_head_scores(model, weights, prompts, a.batch)   # [P, 3, layer, head]
-        mean = torch.nanmean(per_prompt.double(), dim=0)                   # [3, layer, head]
-        torch_seconds = time.perf_counter() - start
+    rounds = []
+    for r in range(a.rounds):
+        peak = json.loads(subprocess.run([a.hs_row, "--model", a.model, "--mode", "peak", "--tokens", str(T),
+                                          "--threads", str(a.threads)], check=True, capture_output=True,
+                                         text=True).stdout)
+        hs_s, rss_all = run_cli(base + ["--limit", str(a.prompts), "-o", os.path.join(work, f"scan{r}.json")])
+        with torch.inference_mode():
+            start = time.perf_counter()
+            per_prompt = torch_head_scores(model, weights, prompts, a.batch)   # [P, 3, layer, head]
+            mean = torch.nanmean(per_prompt.double(), dim=0)                   # [3, layer, head]
+            torch_s = time.perf_counter() - start
+        floor_s = a.prompts * flop_per_prompt / (peak["gflops_threads"] * 1e9)
+        rounds.append({"peak_gflops": peak["gflops_threads"], "floor_seconds": round(floor_s, 3),
+                       "headscope_seconds": round(hs_s, 3), "torch_seconds": round(torch_s, 3),
+                       "torch_over_headscope": round(torch_s / hs_s, 2),
+                       "headscope_over_floor": round(hs_s / floor_s, 2), "torch_over_floor": round(torch_s / floor_s, 2),
+                       "headscope_peak_rss_mb": round(rss_all, 1)})
+        print(f"scan_bench: round {r + 1}/{a.rounds}: HeadScope {hs_s:.1f} s, PyTorch {torch_s:.1f} s, "
+              f"floor {floor_s:.1f} s", file=sys.stderr)
+    hs_seconds = min(x["headscope_seconds"] for x in rounds)
+    torch_seconds = min(x["torch_seconds"] for x in rounds)
+    peak_gflops = max(x["peak_gflops"] for x in rounds)
+    floor_seconds = a.prompts * flop_per_prompt / (peak_gflops * 1e9)
+    rss_all = max(x["headscope_peak_rss_mb"] for x in rounds)
+    hs = json.load(open(os.path.join(work, "scan0.json")))
+    for r in range(1, a.rounds):  # every round's scan wrote the same aggregates
+        if json.load(open(os.path.join(work, f"scan{r}.json")))["aggregates"] != hs["aggregates"]:
+            sys.exit(f"scan_bench: HeadScope's round {r + 1} gave other aggregates than its first.")
 
     worst = 0.0
     for d, name in enumerate(DETECTORS):
@@ -235,13 +264,14 @@ def main():
     agree = worst <= 1e-4
     print(json.dumps({
         "model": info["name"], "prompts": a.prompts, "tokens_per_prompt": 2 * n + 1, "threads": a.threads,
+        "rounds": rounds, "best_of": a.rounds,
         "headscope_seconds": round(hs_seconds, 3), "torch_seconds": round(torch_seconds, 3),
         "torch_over_headscope": round(torch_seconds / hs_seconds, 2),
         # the same without HeadScope's start (loading the model, writing the output: a scan of 0 prompts)
         "headscope_startup_seconds": round(startup_seconds, 3),
         "torch_over_headscope_after_startup": round(torch_seconds / max(hs_seconds - startup_seconds, 1e-9), 2),
         "max_abs_difference_of_means": worst, "agree": agree,
-        "peak_gflops": peak["gflops_threads"], "gflop_per_prompt": round(flop_per_prompt / 1e9, 3),
+        "peak_gflops": peak_gflops, "gflop_per_prompt": round(flop_per_prompt / 1e9, 3),
         "floor_seconds": round(floor_seconds, 3),
         "headscope_over_floor": round(hs_seconds / floor_seconds, 2),
         "headscope_after_startup_over_floor": round((hs_seconds - startup_seconds) / floor_seconds, 2),
