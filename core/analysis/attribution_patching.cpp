@@ -111,7 +111,8 @@ void layer_pattern(RowMatrixXf& out, const ConstStridedMatrixRef& q, const Const
                    const ActivationCache& run, int l) {
   const Eigen::Index S = q.rows();
   const int window = attention_window(run.config(), l);
-  out.noalias() = q * k.transpose();
+  out.resize(S, S);
+  head_scores_forward(out.data(), S, q.data(), q.outerStride(), S, 0, k.data(), k.outerStride(), S, q.cols());
   for (Eigen::Index i = 0; i < S; ++i) {
     run.finish_scores(l, static_cast<int>(i), out.row(i).data());
     const Eigen::Index first = first_key(window, static_cast<int>(i));

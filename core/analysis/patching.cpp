@@ -218,14 +218,16 @@ class Sweep {
     for (int h = 0; h < c_.n_heads; ++h) {
       const int kv = c_.kv_head(h);
       pattern.resize(nq, S);
-      pattern.noalias() = qkv.block(m.row0 + q0, Eigen::Index{h} * dh, nq, dh) * K.middleCols(kv * dh, dh).transpose();
+      head_scores_forward(pattern.data(), S, qkv.data() + (m.row0 + q0) * qkv.cols() + Eigen::Index{h} * dh, qkv.cols(),
+                          nq, p + q0, K.data() + kv * dh, K.cols(), S, dh);
       for (Eigen::Index r = 0; r < nq; ++r) {
         const Eigen::Index i = p + q0 + r;  // the query's position
         scaled_softmax_forward(pattern.row(r).data(), i + 1, scale);
         pattern.row(r).tail(S - i - 1).setZero();
       }
       const Eigen::Index zr = last_only ? out_row : m.row0;
-      z.block(zr, Eigen::Index{h} * dh, nq, dh).noalias() = pattern * V.middleCols(kv * dh, dh);
+      head_mix_forward(z.data() + zr * z.cols() + Eigen::Index{h} * dh, z.cols(), pattern.data(), S, nq, p + q0,
+                       V.data() + kv * dh, V.cols(), S, dh);
     }
   }
 

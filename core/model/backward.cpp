@@ -139,7 +139,8 @@ void attention_backward(RowMatrixXf& d_q, RowMatrixXf& d_k, RowMatrixXf& d_v, co
         // scores = cap * tanh(raw * scale / cap): the capped scores again, with the forward's
         // operations (attention_forward), then the cap's derivative on the kept keys.
         RowMatrixXf& Y = scratch_y[static_cast<size_t>(omp_get_thread_num())];
-        Y.noalias() = q.middleCols(h * dh, dh) * k_kv.transpose();
+        Y.resize(S, S);
+        head_scores_forward(Y.data(), S, q.data() + h * dh, q.cols(), S, 0, k_kv.data(), k.cols(), S, dh);
         for (Eigen::Index i = 0; i < S; ++i) {
           const Eigen::Index first = first_key(io.window, static_cast<int>(i));
           auto row = Y.row(i).segment(first, i + 1 - first).array();

@@ -173,7 +173,8 @@ RowMatrixXf ActivationCache::head_scores(int l, int h) const {
   if (!a.scores_hqk.empty()) return ConstMatrixRef(a.scores_hqk.data() + h * S * S, S, S);
   // The same operations in the same order as the forward pass, so the values are identical.
   RowMatrixXf s(S, S);
-  s.noalias() = a.q.middle_cols(h * c.d_head, c.d_head) * a.k.middle_cols(c.kv_head(h) * c.d_head, c.d_head).transpose();
+  const RowMatrixXf q = a.q.middle_cols(h * c.d_head, c.d_head), k = a.k.middle_cols(c.kv_head(h) * c.d_head, c.d_head);
+  head_scores_forward(s.data(), S, q.data(), c.d_head, S, 0, k.data(), c.d_head, S, c.d_head);
   for (int64_t i = 0; i < S; ++i) {
     finish_scores(l, static_cast<int>(i), s.row(i).data());
     s.row(i).tail(S - i - 1).setConstant(kNegInf);

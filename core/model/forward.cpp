@@ -78,11 +78,16 @@ void head_attention(int h, const RowMatrixXf& q_new, RowMatrixXf& z_new, RowMatr
   const Eigen::Index N = S - P;
   const int d_head = c.d_head, kv = c.kv_head(h);
   const size_t SS = static_cast<size_t>(S * S);
-  const auto q_h = q_new.middleCols(h * d_head, d_head);
   pattern.resize(N, S);  // [new query_pos, key_pos]; no reallocation when the size is unchanged
+  // The keys (as keys^T) and values of the head, packed for packed_gemm_lower: its products cover
+  // the causal half only, half the multiply-adds of Eigen's over the whole square and without its
+  // packing per product (3.5% of a batched scan before).
+  std::vector<float>& panels = head_panels(std::max(panel_floats(d_head, S), panel_floats(S, d_head)));
   for_each_key_block([&](Eigen::Index k0, const ConstStridedMatrixRef& keys) {
-    pattern.middleCols(k0, keys.rows()).noalias() = q_h * keys.middleCols(kv * d_head, d_head).transpose();
+    pack_transposed_into(panels.data(), d_head, k0, keys.rows(), keys.data() + kv * d_head, keys.outerStride());
   });
+  packed_gemm_lower(N, q_new.data() + h * d_head, q_new.cols(), panels.data(), d_head, S, P, LowerLimit::Columns,
+                    pattern.data(), S);
   for (Eigen::Index r = 0; r < N; ++r) {
     const Eigen::Index i = P + r;
     // Keys first .. i: the causal mask, and a sliding window's on its layers (q - W < k <= q).
@@ -105,11 +110,12 @@ void head_attention(int h, const RowMatrixXf& q_new, RowMatrixXf& z_new, RowMatr
     for (Eigen::Index r = 0; r < N; ++r) std::copy_n(pattern.row(r).data(), P + r + 1, pattern_out(P + r));
   }
   if (!compute_z) return;
-  auto z_h = z_new.middleCols(h * d_head, d_head);
-  z_h.setZero();
   for_each_value_block([&](Eigen::Index k0, const ConstStridedMatrixRef& values) {
-    z_h.noalias() += pattern.middleCols(k0, values.rows()) * values.middleCols(kv * d_head, d_head);
+    pack_rows_into(panels.data(), S, d_head, k0, values.rows(), values.data() + kv * d_head, values.outerStride());
   });
+  // An edit may weigh any key of a row's pattern, up to the last: then every row reads all S.
+  packed_gemm_lower(N, pattern.data(), S, panels.data(), S, d_head, pattern_edits ? S : P, LowerLimit::Depth,
+                    z_new.data() + h * d_head, z_new.cols());
 }
 
 void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixXf& z_new, Eigen::Index P,
@@ -122,11 +128,10 @@ void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixX
   // Edits of the pattern run on one thread: a callable edit need not be thread-safe.
   //
   // Heads go to threads once the layer's attention is worth a fork (about half a million
-  // multiply-adds). Below that, on one thread, each head's two products are Eigen's, and Eigen
-  // forks its own team for a product of 100k multiply-adds or more when it is not already in a
-  // parallel region: with Gemma's 256-wide heads at 20 tokens that was two forks per head, and
-  // the pass waited on libgomp. The bits do not change: each head is computed the same way on
-  // whichever thread.
+  // multiply-adds). Below that they run on one thread. (When each head's two products were
+  // Eigen's, Eigen forked its own team for a product of 100k multiply-adds or more: with Gemma's
+  // 256-wide heads at 20 tokens that was two forks per head. packed_gemm_lower never forks.) The
+  // bits do not change: each head is computed the same way on whichever thread.
   const bool parallel = static_cast<int64_t>(n_heads) * N * S * d_head >= (int64_t{1} << 19) && !pattern_edits;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int h = 0; h < n_heads; ++h) {

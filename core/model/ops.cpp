@@ -305,6 +305,26 @@ void rotary_backward(Eigen::Ref<RowMatrixXf> d, int n_heads, int d_head, int dim
   }
 }
 
+std::vector<float>& head_panels(int64_t floats) {
+  thread_local std::vector<float> panels;
+  if (panels.size() < static_cast<size_t>(floats)) panels.resize(static_cast<size_t>(floats));
+  return panels;
+}
+
+void head_scores_forward(float* out, int64_t ldo, const float* q, int64_t ldq, int64_t nq, int64_t first,
+                         const float* k, int64_t ldk, int64_t nk, int64_t d_head) {
+  std::vector<float>& panels = head_panels(panel_floats(d_head, nk));
+  pack_transposed_into(panels.data(), d_head, 0, nk, k, ldk);
+  packed_gemm_lower(nq, q, ldq, panels.data(), d_head, nk, first, LowerLimit::Columns, out, ldo);
+}
+
+void head_mix_forward(float* z, int64_t ldz, const float* pattern, int64_t ldp, int64_t nq, int64_t first,
+                      const float* v, int64_t ldv, int64_t nk, int64_t d_head) {
+  std::vector<float>& panels = head_panels(panel_floats(nk, d_head));
+  pack_rows_into(panels.data(), nk, d_head, 0, nk, v, ldv);
+  packed_gemm_lower(nq, pattern, ldp, panels.data(), nk, d_head, first, LowerLimit::Depth, z, ldz);
+}
+
 void scaled_softmax_forward(float* s, int64_t n, float scale) {
   Eigen::Map<Eigen::ArrayXf> row(s, n);
   row *= scale;

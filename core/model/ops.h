@@ -105,6 +105,21 @@ void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
 //   d_x_i = d_i cos + d_{i+dim/2} sin,   d_x_{i+dim/2} = d_{i+dim/2} cos - d_i sin.
 void rotary_backward(Eigen::Ref<RowMatrixXf> d, int n_heads, int d_head, int dim,
                      const Eigen::Ref<const RowMatrixXf>& cos, const Eigen::Ref<const RowMatrixXf>& sin);
+// The calling thread's buffer for one head's packed keys or values (at least `floats` floats; the
+// products below and the forward pass's attention use it).
+std::vector<float>& head_panels(int64_t floats);
+// A head's scores, out[r, j] = q[r] . k[j] for query r at position first + r and keys j <= first + r
+// (packed_gemm_lower over the causal half; a few entries past the diagonal are written too, and
+// are the caller's to ignore). q [nq, d_head] and k [nk, d_head] with row strides ldq and ldk,
+// out [nq, nk] with stride ldo. The forward pass's attention computes its scores this way (its
+// keys come a position block at a time), so these are the same bits.
+void head_scores_forward(float* out, int64_t ldo, const float* q, int64_t ldq, int64_t nq, int64_t first,
+                         const float* k, int64_t ldk, int64_t nk, int64_t d_head);
+// A head's mix, z[r] = sum over keys j <= first + r of pattern[r, j] v[j]: pattern [nq, nk] (stride
+// ldp) must be zero past each row's last key; v [nk, d_head] (stride ldv); z [nq, d_head] (stride
+// ldz), written over. The same operations as the forward pass's attention.
+void head_mix_forward(float* z, int64_t ldz, const float* pattern, int64_t ldp, int64_t nq, int64_t first,
+                      const float* v, int64_t ldv, int64_t nk, int64_t d_head);
 // One attention row in place: s[j] = softmax(scale * s)[j] for j < n (the largest subtracted
 // first), the causal row of keys 0..n-1. forward.cpp's attention computes the same, inline.
 void scaled_softmax_forward(float* s, int64_t n, float scale);

@@ -681,6 +681,60 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
 
 }  // namespace
 
+int64_t panel_floats(int64_t K, int64_t N) { return (N + kLanes - 1) / kLanes * kLanes * K; }
+
+void pack_transposed_into(float* panels, int64_t K, int64_t j0, int64_t n, const float* src, int64_t ld) {
+  const auto one_column = [&](int64_t j) {
+    float* dst = panels + (j / kLanes) * K * kLanes + j % kLanes;
+    const float* col = src + (j - j0) * ld;
+    for (int64_t k = 0; k < K; ++k) dst[k * kLanes] = col[k];
+  };
+  int64_t j = j0;
+  while (j < j0 + n && j % kLanes != 0) one_column(j++);
+  for (; j + kLanes <= j0 + n; j += kLanes) {  // a whole panel: one vector store per k
+    float* dst = panels + (j / kLanes) * K * kLanes;
+    const float* cols = src + (j - j0) * ld;
+    for (int64_t k = 0; k < K; ++k) {
+      float lanes[kLanes];
+      for (int l = 0; l < kLanes; ++l) lanes[l] = cols[l * ld + k];
+      store(dst + k * kLanes, load(lanes));
+    }
+  }
+  while (j < j0 + n) one_column(j++);
+}
+
+void pack_rows_into(float* panels, int64_t K, int64_t N, int64_t k0, int64_t n, const float* src, int64_t ld) {
+  const int64_t full = N / kLanes;  // whole panels: a vector's copy each (a memcpy of variable size was a call)
+  for (int64_t k = k0; k < k0 + n; ++k) {
+    const float* row = src + (k - k0) * ld;
+    for (int64_t p = 0; p < full; ++p) store(panels + (p * K + k) * kLanes, load(row + p * kLanes));
+    if (full * kLanes < N)
+      std::memcpy(panels + (full * K + k) * kLanes, row + full * kLanes, static_cast<size_t>(N - full * kLanes) * sizeof(float));
+  }
+}
+
+void packed_gemm_lower(int64_t M, const float* x, int64_t ldx, const float* panels, int64_t K, int64_t N,
+                       int64_t first, LowerLimit limit, float* out, int64_t ldo) {
+  // The tiles of a product of a few dozen rows (see gemm_segments); lanes past N (and past a
+  // row's columns) are computed from whatever the panels hold there and never stored.
+  const int64_t pstride = K * kLanes;
+  for (int64_t r0 = 0; r0 < M;) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMidRows, M - r0));
+    const int64_t reach = first + r0 + rows;  // one past the last key of the tile's last row
+    const int64_t cols = limit == LowerLimit::Columns ? std::min(N, reach) : N;
+    const int64_t depth = limit == LowerLimit::Depth ? std::min(K, reach) : K;
+    const int64_t n_panels = (cols + kLanes - 1) / kLanes;
+    for (int64_t p0 = 0; p0 < n_panels; p0 += 2) {
+      const int np = static_cast<int>(std::min<int64_t>(2, n_panels - p0));
+      const int last_cols = p0 + np == n_panels ? static_cast<int>(cols - (n_panels - 1) * kLanes) : kLanes;
+      const TileArgs a{depth, x + r0 * ldx, ldx, panels + p0 * pstride, pstride, false, nullptr, last_cols,
+                       out + r0 * ldo + p0 * kLanes, ldo};
+      tile_for(PanelType::F32, rows, np)(a);
+    }
+    r0 += rows;
+  }
+}
+
 void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
                  const float* bias, float* out, int64_t ldo) {
   const std::pair<float*, int64_t> all{out, M};

@@ -106,6 +106,28 @@ void packed_gemm(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, 
 void packed_gemm(const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1, const float* bias,
                  std::span<const std::pair<float*, int64_t>> out_segments, int64_t ldo);
 
+// An attention head's two products, on the calling thread (no threads, no allocation), over the
+// causal half: out[r, j] = sum over k of x[r, k] * W[k, j], where query row r sits at position
+// first + r and reads keys 0 .. first + r only. With LowerLimit::Columns (the scores q k^T, W =
+// keys^T [d_head, key]) row r's columns stop there; with LowerLimit::Depth (the mix pattern v, W
+// = values [key, d_head]) its sum does. Each limit is rounded up to the end of the row's tile of
+// rows: the extra columns are computed and not read (the scores above the diagonal), and the
+// extra depth multiplies entries of x the caller has zeroed (the pattern above the diagonal). W is
+// given as float32 panels (pack_transposed_into, pack_rows_into: K rows a panel, panel_width()
+// columns). Every output is one chain of multiply-adds in k order, as in packed_gemm, so its bits
+// do not depend on how many queries come with it.
+enum class LowerLimit : uint8_t { Columns, Depth };
+void packed_gemm_lower(int64_t M, const float* x, int64_t ldx, const float* panels, int64_t K, int64_t N,
+                       int64_t first, LowerLimit limit, float* out, int64_t ldo);
+// Floats of the panels of a float32 [K, N] matrix.
+int64_t panel_floats(int64_t K, int64_t N);
+// Columns [j0, j0 + n) of W [K, N] into `panels`, from rows of W's transpose: column j is the K
+// floats at src + (j - j0) * ld (a head's keys, [key, d_head], give W = keys^T).
+void pack_transposed_into(float* panels, int64_t K, int64_t j0, int64_t n, const float* src, int64_t ld);
+// Rows [k0, k0 + n) of W [K, N] into `panels`, from row-major rows: row k is the N floats at
+// src + (k - k0) * ld (a head's values, [key, d_head]).
+void pack_rows_into(float* panels, int64_t K, int64_t N, int64_t k0, int64_t n, const float* src, int64_t ld);
+
 // The product with W's transpose, the backward pass through x @ W: dx[i, k - k0] = sum over
 // j < W.cols() of dy[i, j] * W[k, j] for i < M and k in [k0, k1), added to dx when `accumulate`,
 // else written over it. Strides in floats (lddy >= W.cols(), lddx >= k1 - k0). A row range is how

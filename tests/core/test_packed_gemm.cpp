@@ -521,3 +521,75 @@ TEST_CASE("packed_gemm_transposed through the unembedding gives dlogits @ W_U^T"
       CHECK(worst <= 1e-5);  // relative to the terms' magnitudes, as above
     }
 }
+
+// An attention head's two products over the causal half (packed_gemm_lower): the scores q k^T
+// with each query's columns stopping at its own position, and the mix pattern v with each query's
+// sum stopping there. Against float64 on the entries each query reads, with queries at an offset
+// (a typed extension: first > 0), shapes that are not multiples of the tile or the panel width;
+// and each row's bits equal to the row computed alone (a query's values do not depend on which
+// queries come with it).
+TEST_CASE("packed_gemm_lower computes an attention head's causal half, each row as it would alone",
+          "[packed_gemm][attention]") {
+  std::mt19937 gen(27);
+  struct Shape {
+    int64_t queries, first, d_head;
+  };
+  for (const Shape s : {Shape{1, 0, 64}, Shape{65, 0, 64}, Shape{13, 7, 24}, Shape{40, 3, 80}, Shape{7, 0, 5}}) {
+    const int64_t nq = s.queries, S = s.first + nq, dh = s.d_head;
+    CAPTURE(nq, s.first, dh);
+    const std::vector<float> q = random_vector(static_cast<size_t>(nq * dh), gen);
+    const std::vector<float> k = random_vector(static_cast<size_t>(S * dh), gen);
+    const std::vector<float> v = random_vector(static_cast<size_t>(S * dh), gen);
+    // Keys packed as W = k^T [dh, S] in two pieces (as the cache's position blocks arrive).
+    std::vector<float> kp(static_cast<size_t>(hs::panel_floats(dh, S)), std::nanf(""));
+    const int64_t split = S / 2;
+    hs::pack_transposed_into(kp.data(), dh, 0, split, k.data(), dh);
+    hs::pack_transposed_into(kp.data(), dh, split, S - split, k.data() + split * dh, dh);
+    std::vector<float> scores(static_cast<size_t>(nq * S), 0.0f);
+    hs::packed_gemm_lower(nq, q.data(), dh, kp.data(), dh, S, s.first, hs::LowerLimit::Columns, scores.data(), S);
+    // The pattern: the scores' causal half (any values; zero past each query's last key).
+    std::vector<float> pattern(static_cast<size_t>(nq * S), 0.0f);
+    for (int64_t r = 0; r < nq; ++r)
+      for (int64_t j = 0; j <= s.first + r; ++j) pattern[static_cast<size_t>(r * S + j)] = scores[static_cast<size_t>(r * S + j)];
+    std::vector<float> vp(static_cast<size_t>(hs::panel_floats(S, dh)), std::nanf(""));
+    hs::pack_rows_into(vp.data(), S, dh, 0, split, v.data(), dh);
+    hs::pack_rows_into(vp.data(), S, dh, split, S - split, v.data() + split * dh, dh);
+    std::vector<float> z(static_cast<size_t>(nq * dh), std::nanf(""));
+    hs::packed_gemm_lower(nq, pattern.data(), S, vp.data(), S, dh, s.first, hs::LowerLimit::Depth, z.data(), dh);
+    // Each entry within the forward error bound of a float32 sum of n products, n * 2^-24 * sum |term|.
+    size_t checked = 0, outside = 0;
+    const auto check = [&](double want, double magnitude, int64_t n, float got) {
+      ++checked;
+      if (std::abs(want - got) > static_cast<double>(n) * 0x1p-24 * magnitude + 1e-30) ++outside;
+    };
+    for (int64_t r = 0; r < nq; ++r) {
+      const int64_t last = s.first + r;
+      for (int64_t j = 0; j <= last; ++j) {
+        double want = 0.0, magnitude = 0.0;
+        for (int64_t d = 0; d < dh; ++d) {
+          const double t = static_cast<double>(q[static_cast<size_t>(r * dh + d)]) * k[static_cast<size_t>(j * dh + d)];
+          want += t;
+          magnitude += std::abs(t);
+        }
+        check(want, magnitude, dh, scores[static_cast<size_t>(r * S + j)]);
+      }
+      for (int64_t d = 0; d < dh; ++d) {
+        double want = 0.0, magnitude = 0.0;
+        for (int64_t j = 0; j <= last; ++j) {
+          const double t = static_cast<double>(pattern[static_cast<size_t>(r * S + j)]) * v[static_cast<size_t>(j * dh + d)];
+          want += t;
+          magnitude += std::abs(t);
+        }
+        check(want, magnitude, last + 1, z[static_cast<size_t>(r * dh + d)]);
+      }
+      // Row r alone, as a typed extension computes it: one query at position first + r.
+      std::vector<float> row_scores(static_cast<size_t>(S), 0.0f), row_z(static_cast<size_t>(dh), 0.0f);
+      hs::packed_gemm_lower(1, q.data() + r * dh, dh, kp.data(), dh, S, last, hs::LowerLimit::Columns, row_scores.data(), S);
+      hs::packed_gemm_lower(1, pattern.data() + r * S, S, vp.data(), S, dh, last, hs::LowerLimit::Depth, row_z.data(), dh);
+      CHECK(std::memcmp(row_scores.data(), scores.data() + r * S, static_cast<size_t>(last + 1) * sizeof(float)) == 0);
+      CHECK(std::memcmp(row_z.data(), z.data() + r * dh, static_cast<size_t>(dh) * sizeof(float)) == 0);
+    }
+    CHECK(checked == static_cast<size_t>(nq * s.first + nq * (nq + 1) / 2 + nq * dh));
+    CHECK(outside == 0);
+  }
+}
