@@ -1,9 +1,12 @@
 #include "core/analysis/scan.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -586,8 +589,26 @@ class Scanner {
       bo.logits = wants("dla_next_token") || wants("loss_per_position");
       caches = forward_batch(model_.weights(), prompts, bo, &batch_scratch_);
     }
+    // Each prompt's analyses on both threads (they read only its own run); then added to the
+    // state in input order, so the sums are the same bits as one by one. On one thread the other
+    // waited for them.
+    std::vector<PromptAnalyses> analyses(pending_.size());
+    std::exception_ptr failed;
+    {
+      const ThreadScope threads(o_.threads > 0 ? o_.threads : omp_get_num_procs());
+#pragma omp parallel for schedule(dynamic, 1)
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        try {
+          analyses[i] = analyse(*caches[i]);
+        } catch (...) {
+#pragma omp critical(scan_analyse)
+          if (!failed) failed = std::current_exception();
+        }
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
     for (size_t i = 0; i < pending_.size(); ++i)
-      aggregate(pending_[i].index, *caches[i], pending_[i].dropped);
+      aggregate(pending_[i].index, *caches[i], pending_[i].dropped, analyses[i]);
     pending_.clear();
     pending_tokens_ = 0;
   }
@@ -643,19 +664,36 @@ class Scanner {
     return true;
   }
 
-  // One prompt's run added to the aggregates asked for.
-  void aggregate(int64_t index, const ActivationCache& run, int dropped) {
-    const ActivationCache* cache = &run;
-    const std::vector<int32_t>& tokens = run.tokens();
+  // What the aggregates asked for read from one prompt's run: a function of that run alone.
+  struct PromptAnalyses {
+    PromptHeadScores scores;
+    RowMatrixXf entropy, dla;
+    std::vector<double> loss;
+  };
+  PromptAnalyses analyse(const ActivationCache& run) const {
     // The analyses' products are small: on one thread, never Eigen's own threads, which spin
     // against each other on a busy machine (docs/DESIGN.md, "Things found the hard way").
     ThreadScope one_thread(1);
     const bool bos = o_.prepend_bos || o_.repeat_random > 0;
     const bool scores_wanted = wants("previous_token") || wants("duplicate_token") || wants("induction");
-    const PromptHeadScores scores = scores_wanted ? score_heads_on_prompt(*cache, bos) : PromptHeadScores{};
-    const RowMatrixXf entropy = wants("attention_entropy") ? attention_entropy(*cache) : RowMatrixXf();
-    const RowMatrixXf dla = wants("dla_next_token") ? dla_next_token(*cache) : RowMatrixXf();
-    const std::vector<double> loss = wants("loss_per_position") ? next_token_loss(*cache) : std::vector<double>();
+    PromptAnalyses a;
+    if (scores_wanted) a.scores = score_heads_on_prompt(run, bos);
+    if (wants("attention_entropy")) a.entropy = attention_entropy(run);
+    if (wants("dla_next_token")) a.dla = dla_next_token(run);
+    if (wants("loss_per_position")) a.loss = next_token_loss(run);
+    return a;
+  }
+
+  // One prompt's run added to the aggregates asked for.
+  void aggregate(int64_t index, const ActivationCache& run, int dropped, const PromptAnalyses& analyses) {
+    const ActivationCache* cache = &run;
+    const std::vector<int32_t>& tokens = run.tokens();
+    ThreadScope one_thread(1);
+    const bool bos = o_.prepend_bos || o_.repeat_random > 0;
+    const PromptHeadScores& scores = analyses.scores;
+    const RowMatrixXf& entropy = analyses.entropy;
+    const RowMatrixXf& dla = analyses.dla;
+    const std::vector<double>& loss = analyses.loss;
     if (wants("previous_token")) add_grid(s_.grids["previous_token"], scores.previous_token.scores);
     if (wants("duplicate_token")) add_grid(s_.grids["duplicate_token"], scores.duplicate_token.scores);
     if (wants("induction")) add_grid(s_.grids["induction"], scores.induction.scores);
