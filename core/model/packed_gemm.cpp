@@ -395,15 +395,10 @@ PackedMatrix PackedMatrix::from_transposed_rows(const float* U, int64_t N, int64
   float* base = reinterpret_cast<float*>(m.data_);
 #pragma omp parallel for schedule(static) if (K * N >= (int64_t{1} << 20))
   for (int64_t p = 0; p < panels; ++p) {
+    const int64_t j = p * kLanes, n = std::min<int64_t>(kLanes, N - j);
+    pack_transposed_into(base, K, j, n, U + j * ldu, ldu);
     float* dst = base + p * K * kLanes;
-    const unsigned char* src[kLanes];
-    for (int l = 0; l < kLanes; ++l)
-      src[l] = p * kLanes + l < N ? reinterpret_cast<const unsigned char*>(U + (p * kLanes + l) * ldu) : nullptr;
-    const int64_t done = gather_transposed(src, K, sizeof(float), dst);
-    for (int l = 0; l < kLanes; ++l) {
-      const float* row = reinterpret_cast<const float*>(src[l]);
-      for (int64_t k = done; k < K; ++k) dst[k * kLanes + l] = row ? row[k] : 0.0f;
-    }
+    for (int64_t k = 0; k < K && n < kLanes; ++k) std::fill(dst + k * kLanes + n, dst + (k + 1) * kLanes, 0.0f);
   }
   return m;
 }
@@ -691,10 +686,12 @@ void pack_transposed_into(float* panels, int64_t K, int64_t j0, int64_t n, const
   };
   int64_t j = j0;
   while (j < j0 + n && j % kLanes != 0) one_column(j++);
-  for (; j + kLanes <= j0 + n; j += kLanes) {  // a whole panel: one vector store per k
+  for (; j + kLanes <= j0 + n; j += kLanes) {  // a whole panel: a gather, else one vector store per k
     float* dst = panels + (j / kLanes) * K * kLanes;
     const float* cols = src + (j - j0) * ld;
-    for (int64_t k = 0; k < K; ++k) {
+    const unsigned char* rows[kLanes];
+    for (int l = 0; l < kLanes; ++l) rows[l] = reinterpret_cast<const unsigned char*>(cols + l * ld);
+    for (int64_t k = gather_transposed(rows, K, sizeof(float), dst); k < K; ++k) {
       float lanes[kLanes];
       for (int l = 0; l < kLanes; ++l) lanes[l] = cols[l * ld + k];
       store(dst + k * kLanes, load(lanes));
