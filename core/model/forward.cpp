@@ -64,15 +64,30 @@ struct AttentionOptions {
 };
 void edit_pattern(const LayerHooks& hooks, int h, RowMatrixXf& pattern, Eigen::Index P);
 
+// A thread's packed keys and values of one key/value head: the query heads that share it (grouped-
+// query attention puts 4-8 on each, and a thread's heads are consecutive) pack it once. Emptied at
+// the start of each layer's attention, since the same buffers then hold other keys.
+struct KVPanels {
+  std::vector<float> keys, values;
+  int64_t keys_of = -1, values_of = -1;  // the caller's id of the kv head they hold, or -1
+  static KVPanels& of_this_thread() {
+    thread_local KVPanels panels;
+    panels.keys_of = panels.values_of = -1;
+    return panels;
+  }
+};
+
 // Head h of one layer for the new queries P .. S-1 (q_new [S - P, n_heads*d_head]): its scores,
 // pattern and z. `for_each_key_block(f)` and `for_each_value_block(f)` call f(k0, rows) for the
 // key and value rows 0 .. S-1 a position block at a time (rows [n, kv width], the kv head's slice
 // at kv * d_head), so a run's cache and a batch's stacked rows give the same products, bit for
 // bit. Row i of the pattern goes to pattern_out(i) (i + 1 floats), and the scores to scores_hqk
-// ([head, query_pos, key_pos]) when it is not null. `pattern` is [N, S] scratch.
+// ([head, query_pos, key_pos]) when it is not null. `pattern` is [N, S] scratch; `packed` holds
+// the kv head's panels when `kv_id` says they are already there.
 template <class KeyBlocks, class ValueBlocks, class PatternOut>
-void head_attention(int h, const RowMatrixXf& q_new, RowMatrixXf& z_new, RowMatrixXf& pattern, Eigen::Index P,
-                    Eigen::Index S, const ModelConfig& c, const AttentionOptions& o, float* scores_hqk,
+void head_attention(int h, KVPanels& packed, int64_t kv_id, const RowMatrixXf& q_new, RowMatrixXf& z_new,
+                    RowMatrixXf& pattern, Eigen::Index P, Eigen::Index S, const ModelConfig& c,
+                    const AttentionOptions& o, float* scores_hqk,
                     const KeyBlocks& for_each_key_block, const ValueBlocks& for_each_value_block,
                     const PatternOut& pattern_out, const LayerHooks* pattern_edits, bool compute_z = true) {
   const Eigen::Index N = S - P;
@@ -81,12 +96,16 @@ void head_attention(int h, const RowMatrixXf& q_new, RowMatrixXf& z_new, RowMatr
   pattern.resize(N, S);  // [new query_pos, key_pos]; no reallocation when the size is unchanged
   // The keys (as keys^T) and values of the head, packed for packed_gemm_lower: its products cover
   // the causal half only, half the multiply-adds of Eigen's over the whole square and without its
-  // packing per product (3.9% of a batched scan before, 2.5% now).
-  std::vector<float>& panels = head_panels(std::max(panel_floats(d_head, S), panel_floats(S, d_head)));
-  for_each_key_block([&](Eigen::Index k0, const ConstStridedMatrixRef& keys) {
-    pack_transposed_into(panels.data(), d_head, k0, keys.rows(), keys.data() + kv * d_head, keys.outerStride());
-  });
-  packed_gemm_lower(N, q_new.data() + h * d_head, q_new.cols(), panels.data(), d_head, S, P, LowerLimit::Columns,
+  // packing per product (3.9% of a batched scan before, 2.5% now). `kv_id` names the kv head
+  // among the caller's (a batch's prompts have one each).
+  if (packed.keys_of != kv_id) {
+    packed.keys.resize(static_cast<size_t>(std::max<int64_t>(packed.keys.size(), panel_floats(d_head, S))));
+    for_each_key_block([&](Eigen::Index k0, const ConstStridedMatrixRef& keys) {
+      pack_transposed_into(packed.keys.data(), d_head, k0, keys.rows(), keys.data() + kv * d_head, keys.outerStride());
+    });
+    packed.keys_of = kv_id;
+  }
+  packed_gemm_lower(N, q_new.data() + h * d_head, q_new.cols(), packed.keys.data(), d_head, S, P, LowerLimit::Columns,
                     pattern.data(), S);
   for (Eigen::Index r = 0; r < N; ++r) {
     const Eigen::Index i = P + r;
@@ -110,11 +129,16 @@ void head_attention(int h, const RowMatrixXf& q_new, RowMatrixXf& z_new, RowMatr
     for (Eigen::Index r = 0; r < N; ++r) std::copy_n(pattern.row(r).data(), P + r + 1, pattern_out(P + r));
   }
   if (!compute_z) return;
-  for_each_value_block([&](Eigen::Index k0, const ConstStridedMatrixRef& values) {
-    pack_rows_into(panels.data(), S, d_head, k0, values.rows(), values.data() + kv * d_head, values.outerStride());
-  });
+  if (packed.values_of != kv_id) {
+    packed.values.resize(static_cast<size_t>(std::max<int64_t>(packed.values.size(), panel_floats(S, d_head))));
+    for_each_value_block([&](Eigen::Index k0, const ConstStridedMatrixRef& values) {
+      pack_rows_into(packed.values.data(), S, d_head, k0, values.rows(), values.data() + kv * d_head,
+                     values.outerStride());
+    });
+    packed.values_of = kv_id;
+  }
   // An edit may weigh any key of a row's pattern, up to the last: then every row reads all S.
-  packed_gemm_lower(N, pattern.data(), S, panels.data(), S, d_head, pattern_edits ? S : P, LowerLimit::Depth,
+  packed_gemm_lower(N, pattern.data(), S, packed.values.data(), S, d_head, pattern_edits ? S : P, LowerLimit::Depth,
                     z_new.data() + h * d_head, z_new.cols());
 }
 
@@ -133,13 +157,17 @@ void attention_forward(LayerActivations& a, const RowMatrixXf& q_new, RowMatrixX
   // 256-wide heads at 20 tokens that was two forks per head. packed_gemm_lower never forks.) The
   // bits do not change: each head is computed the same way on whichever thread.
   const bool parallel = static_cast<int64_t>(n_heads) * N * S * d_head >= (int64_t{1} << 19) && !pattern_edits;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int h = 0; h < n_heads; ++h) {
-    head_attention(
-        h, q_new, z_new, scratch[static_cast<size_t>(omp_get_thread_num())], P, S, c, o,
-        store_scores ? a.scores_hqk.data() : nullptr, [&](const auto& f) { a.k.for_each_block(0, S, f); },
-        [&](const auto& f) { a.v.for_each_block(0, S, f); }, [&](Eigen::Index i) { return a.pattern.mutable_row(h, i); },
-        pattern_edits);
+#pragma omp parallel if (parallel)
+  {
+    KVPanels& packed = KVPanels::of_this_thread();
+#pragma omp for schedule(static)
+    for (int h = 0; h < n_heads; ++h) {
+      head_attention(h, packed, c.kv_head(h), q_new, z_new, scratch[static_cast<size_t>(omp_get_thread_num())], P, S,
+                     c, o, store_scores ? a.scores_hqk.data() : nullptr,
+                     [&](const auto& f) { a.k.for_each_block(0, S, f); },
+                     [&](const auto& f) { a.v.for_each_block(0, S, f); },
+                     [&](Eigen::Index i) { return a.pattern.mutable_row(h, i); }, pattern_edits);
+    }
   }
 }
 
@@ -619,18 +647,22 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
     // Attention per (prompt, head): B x H independent pieces, shared between the threads.
     const AttentionOptions attention{caches[0]->attention_scale(l), c.architecture.attn_softcap, attention_window(c, l)};
     const int pieces = B * static_cast<int>(H);
-#pragma omp parallel for schedule(dynamic, 4)
-    for (int piece = 0; piece < pieces; ++piece) {
-      const int b = piece / static_cast<int>(H), h = piece % static_cast<int>(H);
-      const Eigen::Index T = rows_of(b);
-      const float* rows = qkv.data() + offset[static_cast<size_t>(b)] * qkv.cols();
-      LayerActivations& a = caches[static_cast<size_t>(b)]->layer(l);
-      head_attention(
-          h, q_new[static_cast<size_t>(b)], z_new[static_cast<size_t>(b)], scratch[static_cast<size_t>(omp_get_thread_num())],
-          0, T, c, attention, nullptr,
-          [&](const auto& f) { for_each_stacked_block(rows + q_width, T, kv_width, qkv.cols(), f); },
-          [&](const auto& f) { for_each_stacked_block(rows + q_width + kv_width, T, kv_width, qkv.cols(), f); },
-          [&](Eigen::Index i) { return a.pattern.mutable_row(h, i); }, nullptr, want_z);
+#pragma omp parallel
+    {
+      KVPanels& packed = KVPanels::of_this_thread();
+#pragma omp for schedule(dynamic, 4)
+      for (int piece = 0; piece < pieces; ++piece) {
+        const int b = piece / static_cast<int>(H), h = piece % static_cast<int>(H);
+        const Eigen::Index T = rows_of(b);
+        const float* rows = qkv.data() + offset[static_cast<size_t>(b)] * qkv.cols();
+        LayerActivations& a = caches[static_cast<size_t>(b)]->layer(l);
+        head_attention(
+            h, packed, int64_t{b} * c.n_key_value_heads + c.kv_head(h), q_new[static_cast<size_t>(b)],
+            z_new[static_cast<size_t>(b)], scratch[static_cast<size_t>(omp_get_thread_num())], 0, T, c, attention,
+            nullptr, [&](const auto& f) { for_each_stacked_block(rows + q_width, T, kv_width, qkv.cols(), f); },
+            [&](const auto& f) { for_each_stacked_block(rows + q_width + kv_width, T, kv_width, qkv.cols(), f); },
+            [&](Eigen::Index i) { return a.pattern.mutable_row(h, i); }, nullptr, want_z);
+      }
     }
     if (!want_z) break;
 #pragma omp parallel for schedule(static)
