@@ -616,8 +616,16 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
     const PackedLayer& WP = weights->packed(l);
     // The last block a scan of patterns alone needs stops at its pattern.
     const bool last = l + 1 == layers && !options.logits;
+    const bool want_z = !last || options.keep_z;
     norm_forward(normalized, nullptr, resid, W.norm1_w, W.norm1_b, c.norm_eps, norm);
-    linear_forward(qkv, normalized, WP.W_qkv, W.b_qkv);  // [rows, Q | K | V]
+    // [rows, Q | K | V]. A last block that stops at its pattern reads no values: its product stops
+    // at Q | K when they end on a panel (the same bits for them, packed_gemm.h), and V's columns
+    // keep whatever the scratch held. The matrix keeps its shape, which the scratch is kept for.
+    const bool qk_only = !want_z && (q_width + kv_width) % PackedMatrix::panel_width() == 0;
+    qkv.resize(R, WP.W_qkv.cols());
+    packed_gemm(R, normalized.data(), normalized.cols(),
+                qk_only ? WP.W_qkv.leading_columns(q_width + kv_width) : WP.W_qkv, 0, WP.W_qkv.rows(), W.b_qkv,
+                qkv.data(), qkv.cols());
     if (c.architecture.qk_norm) {
       head_rmsnorm_forward(qkv.leftCols(q_width), H, c.d_head, W.q_norm_w, c.norm_eps, nullptr);
       head_rmsnorm_forward(qkv.middleCols(q_width, kv_width), c.n_key_value_heads, c.d_head, W.k_norm_w, c.norm_eps,
@@ -634,7 +642,6 @@ std::vector<std::shared_ptr<ActivationCache>> forward_batch(std::shared_ptr<cons
                        cos, sin);
       }
     }
-    const bool want_z = !last || options.keep_z;
     // Per-prompt copies and allocations on both threads: on one, the other waited for them
     // (about 1% of a batched scan's time).
 #pragma omp parallel for schedule(static)

@@ -11,7 +11,8 @@
 #include <memory>
 #include <new>
 #include <span>
-#include <vector>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -507,6 +508,17 @@ int64_t count_non_finite16(const void* p, int64_t n, PanelType type) {
   }
   for (int64_t i = n / 4 * 4; i < n; ++i) bad += (read16(bytes + 2 * i) & exponent) == exponent;
   return bad;
+}
+
+PackedMatrix PackedMatrix::leading_columns(int64_t n) const {
+  if (n < 0 || n > N_ || (n % kLanes != 0 && n != N_))
+    throw std::logic_error("PackedMatrix::leading_columns: " + std::to_string(n) + " of " + std::to_string(N_) +
+                           " columns is not a whole number of panels");
+  PackedMatrix m = *this;
+  m.N_ = n;
+  m.bytes_ = bytes_for(type_, K_, n);
+  if (non_finite_ != 0) m.non_finite_ = -1;  // a count of all the columns says nothing of these
+  return m;
 }
 
 int64_t PackedMatrix::count_non_finite() const {

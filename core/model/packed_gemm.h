@@ -70,6 +70,10 @@ class PackedMatrix {
   // Panel p: columns [p * panel_width(), ...), K rows of panel_width() elements of type(); columns
   // past N are 0.
   const void* panel(int64_t p) const { return data_ + static_cast<size_t>(p * K_ * panel_width()) * element_bytes(); }
+  // The first n columns, n a multiple of panel_width() (or cols()): the same panels, shared, not
+  // copied. A product over it gives those columns the bits of the product over the whole matrix
+  // (each output is its own chain, packed_gemm below), without the other columns' multiply-adds.
+  PackedMatrix leading_columns(int64_t n) const;
   // All the panels, bytes() of them, as they lie in memory (what a packed copy on disk holds).
   const void* data() const { return data_; }
   // The bytes a matrix of this type and shape packs into.

@@ -5,6 +5,7 @@
 // 16-bit panels against their float32 conversion, bit for bit.
 #include <omp.h>
 
+#include <array>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "core/model/packed_gemm.h"
@@ -135,6 +137,51 @@ TEST_CASE("a tall product (a batch of prompts) gives each row the bits it gets a
     }
   }
   omp_set_num_threads(omp_get_num_procs());
+}
+
+TEST_CASE("a matrix's leading columns multiply as those columns of the whole", "[packed_gemm]") {
+  // A batched scan's last block stops its Q | K | V product at Q | K: those columns must keep the
+  // bits of the whole product (the same panels, each output its own chain), on every tile path,
+  // in float32 and from 16-bit panels, while the columns after them are left as they were.
+  std::mt19937 gen(21);
+  const int64_t lanes = hs::PackedMatrix::panel_width();
+  for (const auto& [M, K, panels] : {std::array<int64_t, 3>{3, 64, 5}, {20, 768, 9}, {300, 96, 7}, {1, 800, 3}}) {
+    const int64_t N = panels * lanes + 3, ldo = N + 2;
+    const auto x = random_vector(static_cast<size_t>(M * K), gen);
+    const auto W = random_vector(static_cast<size_t>(K * N), gen);
+    const auto b = random_vector(static_cast<size_t>(N), gen);
+    std::vector<uint16_t> W16(W.size());
+    for (size_t i = 0; i < W.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &W[i], sizeof bits);
+      W16[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    W16[static_cast<size_t>(K * N - 1)] = 0x7f80;  // an infinity in the last column only
+    for (const hs::PackedMatrix& P :
+         {hs::PackedMatrix::from_rows(W.data(), K, N, N), hs::PackedMatrix::from_rows(hs::PanelType::BF16, W16.data(), K, N, N)}) {
+      std::vector<float> whole(static_cast<size_t>(M * ldo));
+      hs::packed_gemm(M, x.data(), K, P, 0, K, b.data(), whole.data(), ldo);
+      for (const int64_t n : {lanes, (panels - 1) * lanes, N}) {
+        const hs::PackedMatrix lead = P.leading_columns(n);
+        REQUIRE(lead.cols() == n);
+        REQUIRE(lead.rows() == K);
+        std::vector<float> part(static_cast<size_t>(M * ldo), -7.0f);
+        for (int threads : {1, 2}) {
+          omp_set_num_threads(threads);
+          hs::packed_gemm(M, x.data(), K, lead, 0, K, b.data(), part.data(), ldo);
+          INFO("M " << M << " K " << K << " N " << N << " leading " << n << " threads " << threads);
+          for (int64_t i = 0; i < M; ++i) {
+            REQUIRE(std::memcmp(part.data() + i * ldo, whole.data() + i * ldo, static_cast<size_t>(n) * sizeof(float)) == 0);
+            for (int64_t j = n; j < ldo; ++j) REQUIRE(part[static_cast<size_t>(i * ldo + j)] == -7.0f);
+          }
+        }
+        omp_set_num_threads(omp_get_num_procs());
+        if (P.type() == hs::PanelType::BF16) CHECK(lead.count_non_finite() == (n == N ? 1 : 0));
+      }
+      CHECK_THROWS_AS(P.leading_columns(lanes + 1), std::logic_error);
+      CHECK_THROWS_AS(P.leading_columns(N + lanes), std::logic_error);
+    }
+  }
 }
 
 TEST_CASE("a matrix packed from its transpose's rows multiplies like the matrix", "[packed_gemm]") {

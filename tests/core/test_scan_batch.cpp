@@ -127,6 +127,42 @@ TEST_CASE("forward_batch stops at the last layer asked for", "[scan][batch]") {
   CHECK_THROWS_AS(hs::forward_batch(m->weights(), bad, bo), hs::Error);
 }
 
+TEST_CASE("forward_batch's last layer, computed without its values, has every head's pattern bits", "[scan][batch]") {
+  // The layer a scan of patterns stops at multiplies its normalized rows by Q | K of W_qkv only,
+  // into scratch whose V columns still hold the previous pass's: every head's pattern there (and
+  // below) must be forward()'s, on every layout, grouped key/value heads among them.
+  std::vector<fs::path> dirs = {hs::builtin_model_dir()};
+  for (const char* name : {"gemma2_window", "llama_gqa", "neox_parallel", "qwen3_qknorm", "bf16_prefixed"})
+    dirs.push_back(hs::test::fixture_model(name));
+  for (const fs::path& dir : dirs) {
+    INFO(dir.filename().string());
+    const auto m = hs::Model::load(dir);
+    const hs::ModelConfig& c = m->config();
+    const auto prompts = prompts_for(*m);
+    hs::BatchScratch scratch;
+    hs::BatchRunOptions full;
+    full.logits = true;
+    hs::forward_batch(m->weights(), prompts, full, &scratch);  // the scratch's V columns now hold values
+    for (int layers = 1; layers <= std::min(c.n_layers, 2); ++layers) {
+      hs::BatchRunOptions bo;
+      bo.layers = layers;
+      bo.threads = 2;
+      const auto batch = hs::forward_batch(m->weights(), prompts, bo, &scratch);
+      for (size_t b = 0; b < prompts.size(); ++b) {
+        const auto alone = m->run(prompts[b]);
+        for (int l = 0; l < layers; ++l)
+          for (int h = 0; h < c.n_heads; ++h)
+            for (int q = 0; q < static_cast<int>(prompts[b].size()); ++q) {
+              INFO("layers " << layers << " prompt " << b << " L" << l << "H" << h << " query " << q);
+              REQUIRE(same_bits(batch[b]->pattern_row(l, h, q).data(), alone->pattern_row(l, h, q).data(),
+                                static_cast<size_t>(q + 1)));
+            }
+        CHECK(batch[b]->layer(layers - 1).z.empty());
+      }
+    }
+  }
+}
+
 TEST_CASE("scan: the batched pass and one prompt at a time give the same state bit for bit", "[scan][batch]") {
   const auto m = batch_model();
   const fs::path input = batch_scratch("batch.jsonl");

@@ -12,18 +12,19 @@ tenth).
 - HeadScope: `headscope-cli scan --repeat-random N --limit P --aggregates previous_token,
   duplicate_token,induction`, timed from the command to its exit (model loading included; also
   reported without it, less the time of a scan of 0 prompts). It computes the three head scores
-  and nothing else: its batched pass stops after the last layer's pattern, as PyTorch's does.
+  and nothing else: its batched pass computes the last layer's queries and keys only and stops
+  after that layer's pattern, as PyTorch's does.
 - PyTorch: the same three head scores per prompt with TransformerLens's conventions (a forward pass
   that keeps hook_pattern, the detectors as masks over [query_pos, key_pos] on the prompt's tokens,
   averaged over the queries that have one), then the mean and standard deviation over prompts. It
   is the fastest honest version we know: tools/reference/hsref.py's GPT-2 weights in float32,
   converted once (not timed), prompts in batches of --batch under torch.inference_mode(), only
-  the patterns kept, the last layer stopped after its pattern, the final norm and the unembedding
-  skipped (the head scores do not read them). The BLAS and threads it ran with are printed
-  (threadpoolctl), as the suite does.
+  the patterns kept, the last layer's product stopped at its queries and keys and the layer at
+  its pattern, the final norm and the unembedding skipped (the head scores do not read them).
+  The BLAS and threads it ran with are printed (threadpoolctl), as the suite does.
 - The compute floor: the multiply-adds the head scores need (every layer's products but the last
-  layer's, whose queries and keys alone count, and attention's scores and mixing over the causal
-  half), at the peak multiply-add rate measured in the same run (`hs_bench_row --mode peak`,
+  layer's, whose queries and keys alone count, as both sides compute only those there; and
+  attention's scores and mixing over the causal half), at the peak multiply-add rate measured in the same run (`hs_bench_row --mode peak`,
   from the benchmark build, --hs-row). Targets of issue 27: HeadScope at least 1.7x faster than
   PyTorch, and at most 1.3x the floor.
 
@@ -121,17 +122,21 @@ def torch_head_scores(model, weights, prompts, batch):
         for l in range(c.n_layer):
             p = f"h.{l}."
             x = F.layer_norm(resid, (D,), weights[p + "ln_1.weight"], weights[p + "ln_1.bias"], c.layer_norm_eps)
-            qkv = torch.addmm(weights[p + "attn.c_attn.bias"], x.reshape(B * T, D), weights[p + "attn.c_attn.weight"])
-            q, k, v = (u.reshape(B, T, H, dh).transpose(1, 2) for u in qkv.split(D, dim=-1))  # [batch, head, pos, d_head]
+            last = l + 1 == c.n_layer
+            # The last layer's values are never read: its product stops at Q | K (weights made once).
+            W_attn = weights[p + ("attn.c_attn.weight_qk" if last else "attn.c_attn.weight")]
+            b_attn = weights[p + ("attn.c_attn.bias_qk" if last else "attn.c_attn.bias")]
+            qkv = torch.addmm(b_attn, x.reshape(B * T, D), W_attn)
+            q, k, *v = (u.reshape(B, T, H, dh).transpose(1, 2) for u in qkv.split(D, dim=-1))  # [batch, head, pos, d_head]
             att = (q @ k.transpose(-1, -2)) / math.sqrt(dh)              # [batch, head, query_pos, key_pos]
             if c.scale_attn_by_inverse_layer_idx:
                 att = att / float(l + 1)
             pattern = torch.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)  # hook_pattern
             on_keys = torch.einsum("bhqk,bdqk->bdhq", pattern, masks)   # [batch, 3, head, query_pos]
             scores[:, :, l, :] = (on_keys * counts[:, :, None, :]).sum(-1) / n_queries[:, :, None]
-            if l + 1 == c.n_layer:
+            if last:
                 break  # the scores read nothing after the last pattern
-            z = (pattern @ v).transpose(1, 2).reshape(B * T, D)         # [batch*pos, head*d_head]
+            z = (pattern @ v[0]).transpose(1, 2).reshape(B * T, D)      # [batch*pos, head*d_head]
             resid = resid + torch.addmm(weights[p + "attn.c_proj.bias"], z, weights[p + "attn.c_proj.weight"]).reshape(B, T, D)
             x = F.layer_norm(resid, (D,), weights[p + "ln_2.weight"], weights[p + "ln_2.bias"], c.layer_norm_eps)
             h = act(torch.addmm(weights[p + "mlp.c_fc.bias"], x.reshape(B * T, D), weights[p + "mlp.c_fc.weight"]))
@@ -215,7 +220,8 @@ def main():
     d_mlp = info["d_mlp"]
     qkv, o, mlp = 3 * D * D, D * D, 2 * D * d_mlp   # GPT-2's products, multiply-adds per token
     causal = T * (T + 1) / 2
-    flop_per_prompt = 2 * ((L - 1) * (T * (qkv + o + mlp) + 2 * H * dh * causal) + T * qkv + H * dh * causal)
+    qk = 2 * D * D                                    # the last layer's queries and keys alone
+    flop_per_prompt = 2 * ((L - 1) * (T * (qkv + o + mlp) + 2 * H * dh * causal) + T * qk + H * dh * causal)
 
     torch.set_num_threads(a.threads)
     try:
@@ -226,6 +232,10 @@ def main():
         blas = "threadpoolctl not installed"
     model = hsref.load_gpt2(a.model)
     weights = hsref.torch_weights(model, torch.float32)
+    last = f"h.{model.config.n_layer - 1}.attn.c_attn."
+    D = model.config.d_model
+    weights[last + "weight_qk"] = weights[last + "weight"][:, :2 * D].contiguous()  # Q | K of [D, 3D]
+    weights[last + "bias_qk"] = weights[last + "bias"][:2 * D].contiguous()
     with torch.inference_mode():
         torch_head_scores(model, weights, prompts[:a.batch], a.batch)  # warm-up, not timed
     rounds = []
