@@ -32,6 +32,17 @@ std::vector<float> random_vector(size_t n, std::mt19937& gen) {
   return v;
 }
 
+// Each float's top 16 bits: BF16 by truncation (any 16-bit values do for these tests).
+std::vector<uint16_t> bf16_by_truncation(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], sizeof bits);
+    out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("packed_gemm equals a float64 product on every path", "[packed_gemm]") {
@@ -109,12 +120,7 @@ TEST_CASE("a tall product (a batch of prompts) gives each row the bits it gets a
     const auto x = random_vector(static_cast<size_t>(M * K), gen);
     const auto W = random_vector(static_cast<size_t>(K * N), gen);
     const auto b = random_vector(static_cast<size_t>(N), gen);
-    std::vector<uint16_t> W16(W.size());
-    for (size_t i = 0; i < W.size(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &W[i], sizeof bits);
-      W16[i] = static_cast<uint16_t>(bits >> 16);  // BF16 by truncation: any 16-bit values do
-    }
+    const std::vector<uint16_t> W16 = bf16_by_truncation(W);
     for (const hs::PackedMatrix& P :
          {hs::PackedMatrix::from_rows(W.data(), K, N, N), hs::PackedMatrix::from_rows(hs::PanelType::BF16, W16.data(), K, N, N)}) {
       std::vector<float> all(static_cast<size_t>(M * N)), one(static_cast<size_t>(N));
@@ -150,12 +156,7 @@ TEST_CASE("a matrix's leading columns multiply as those columns of the whole", "
     const auto x = random_vector(static_cast<size_t>(M * K), gen);
     const auto W = random_vector(static_cast<size_t>(K * N), gen);
     const auto b = random_vector(static_cast<size_t>(N), gen);
-    std::vector<uint16_t> W16(W.size());
-    for (size_t i = 0; i < W.size(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &W[i], sizeof bits);
-      W16[i] = static_cast<uint16_t>(bits >> 16);
-    }
+    std::vector<uint16_t> W16 = bf16_by_truncation(W);
     W16[static_cast<size_t>(K * N - 1)] = 0x7f80;  // an infinity in the last column only
     for (const hs::PackedMatrix& P :
          {hs::PackedMatrix::from_rows(W.data(), K, N, N), hs::PackedMatrix::from_rows(hs::PanelType::BF16, W16.data(), K, N, N)}) {
