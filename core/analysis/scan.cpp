@@ -670,14 +670,16 @@ class Scanner {
     RowMatrixXf entropy, dla;
     std::vector<double> loss;
   };
+  // Whether every prompt's position 0 is a BOS token, which the head scores and statistics are told.
+  bool prompts_start_with_bos() const { return o_.prepend_bos || o_.repeat_random > 0; }
+
   PromptAnalyses analyse(const ActivationCache& run) const {
     // The analyses' products are small: on one thread, never Eigen's own threads, which spin
     // against each other on a busy machine (docs/DESIGN.md, "Things found the hard way").
     ThreadScope one_thread(1);
-    const bool bos = o_.prepend_bos || o_.repeat_random > 0;
     const bool scores_wanted = wants("previous_token") || wants("duplicate_token") || wants("induction");
     PromptAnalyses a;
-    if (scores_wanted) a.scores = score_heads_on_prompt(run, bos);
+    if (scores_wanted) a.scores = score_heads_on_prompt(run, prompts_start_with_bos());
     if (wants("attention_entropy")) a.entropy = attention_entropy(run);
     if (wants("dla_next_token")) a.dla = dla_next_token(run);
     if (wants("loss_per_position")) a.loss = next_token_loss(run);
@@ -689,7 +691,6 @@ class Scanner {
     const ActivationCache* cache = &run;
     const std::vector<int32_t>& tokens = run.tokens();
     ThreadScope one_thread(1);
-    const bool bos = o_.prepend_bos || o_.repeat_random > 0;
     const PromptHeadScores& scores = analyses.scores;
     const RowMatrixXf& entropy = analyses.entropy;
     const RowMatrixXf& dla = analyses.dla;
@@ -705,7 +706,7 @@ class Scanner {
       lg.add(static_cast<int>(p), 0, loss[p]);
       loss_sum += loss[p];
     }
-    if (!s_.heads.empty()) s_.heads.add_prompt(model_, index, *cache, bos);
+    if (!s_.heads.empty()) s_.heads.add_prompt(model_, index, *cache, prompts_start_with_bos());
     if (!s_.units.empty()) {
       ThreadScope threads(o_.threads > 0 ? o_.threads : omp_get_num_procs());  // the SAE's encoder is the large product here
       for (const UnitSource::Group& g : units_.groups)

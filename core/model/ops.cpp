@@ -305,11 +305,14 @@ void rotary_backward(Eigen::Ref<RowMatrixXf> d, int n_heads, int d_head, int dim
   }
 }
 
+namespace {
+// The calling thread's buffer for one head's packed keys or values, at least `floats` floats.
 std::vector<float>& head_panels(int64_t floats) {
   thread_local std::vector<float> panels;
   if (panels.size() < static_cast<size_t>(floats)) panels.resize(static_cast<size_t>(floats));
   return panels;
 }
+}  // namespace
 
 void head_scores_forward(float* out, int64_t ldo, const float* q, int64_t ldq, int64_t nq, int64_t first,
                          const float* k, int64_t ldk, int64_t nk, int64_t d_head) {

@@ -105,9 +105,6 @@ void rotary_forward(Eigen::Ref<RowMatrixXf> x, int n_heads, int d_head, int dim,
 //   d_x_i = d_i cos + d_{i+dim/2} sin,   d_x_{i+dim/2} = d_{i+dim/2} cos - d_i sin.
 void rotary_backward(Eigen::Ref<RowMatrixXf> d, int n_heads, int d_head, int dim,
                      const Eigen::Ref<const RowMatrixXf>& cos, const Eigen::Ref<const RowMatrixXf>& sin);
-// The calling thread's buffer for one head's packed keys or values (at least `floats` floats; the
-// products below and the forward pass's attention use it).
-std::vector<float>& head_panels(int64_t floats);
 // A head's scores, out[r, j] = q[r] . k[j] for query r at position first + r and keys j <= first + r
 // (packed_gemm_lower over the causal half; a few entries past the diagonal are written too, and
 // are the caller's to ignore). q [nq, d_head] and k [nk, d_head] with row strides ldq and ldk,
