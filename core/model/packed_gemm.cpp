@@ -548,6 +548,46 @@ void PackedMatrix::column(int64_t j, float* out) const {
 
 namespace {
 
+// Floats that pack_row_tile may write past a tile's K * kTallRows (lanes it never meant to keep).
+constexpr int64_t kPackRowsSlack = 8;
+
+// A row tile's rows packed k-major for tile<..., PackedRows = true>: dst[k * kTallRows + r] =
+// x[r * ldx + k] for r < rows (the other lanes of a step are never read). Element by element this
+// was a third of gemm_segments' own samples in a batched scan (perf annotate: a scalar load and a
+// store 24 bytes from the last per value). With AVX, eight k steps of eight rows (rows past `rows`
+// repeat the first) are transposed in registers and each step stored as one vector at its place:
+// its lanes past kTallRows spill into the next step's, which is stored after it, and the last
+// step's into kPackRowsSlack floats after the tile, or into the next tile's, packed after it.
+void pack_row_tile(const float* x, int64_t ldx, int rows, int64_t K, float* dst) {
+  int64_t k = 0;
+#if defined(__AVX__)
+  static_assert(kTallRows <= 8 && 8 - kTallRows <= kPackRowsSlack);
+  for (; k + 8 <= K; k += 8) {
+    __m256 v[8];
+    for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(x + (r < rows ? r : 0) * ldx + k);
+    const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    float* out = dst + k * kTallRows;  // step k + i: rows 0..7 of column k + i
+    _mm256_storeu_ps(out + 0 * kTallRows, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(out + 1 * kTallRows, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(out + 2 * kTallRows, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(out + 3 * kTallRows, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(out + 4 * kTallRows, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(out + 5 * kTallRows, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(out + 6 * kTallRows, _mm256_permute2f128_ps(s2, s6, 0x31));
+    _mm256_storeu_ps(out + 7 * kTallRows, _mm256_permute2f128_ps(s3, s7, 0x31));
+  }
+#endif
+  for (; k < K; ++k)
+    for (int r = 0; r < rows; ++r) dst[k * kTallRows + r] = x[r * ldx + k];
+}
+
 // out rows in segments: segment s holds its rows contiguously (stride ldo) from its pointer. Row
 // tiles never cross a segment, and each tile's arithmetic is the same wherever its rows live.
 void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W, int64_t k0, int64_t k1,
@@ -611,15 +651,13 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
     std::vector<float> widened;  // [width panels, K block, kLanes] when widen_first
     if (widen_first) widened.resize(static_cast<size_t>(width * std::min(kKBlock, k1 - k0) * kLanes));
     std::vector<float> packed;   // [row tile of the block, k, kTallRows] when pack_rows
-    if (pack_rows) packed.resize(static_cast<size_t>(tiles_per_block * (k1 - k0) * kTallRows));
+    if (pack_rows) packed.resize(static_cast<size_t>(tiles_per_block * (k1 - k0) * kTallRows + kPackRowsSlack));
     for (int64_t t0 = 0; t0 < n_tiles; t0 += tiles_per_block) {
       const int64_t t1 = std::min(n_tiles, t0 + tiles_per_block);
       if (pack_rows)
         for (int64_t t = t0; t < t1; ++t) {
           const RowTile& rt = row_tiles[static_cast<size_t>(t)];
-          float* dst = packed.data() + (t - t0) * (k1 - k0) * kTallRows;
-          for (int r = 0; r < rt.rows; ++r)
-            for (int64_t k = 0; k < k1 - k0; ++k) dst[k * kTallRows + r] = rt.x[r * ldx + k];
+          pack_row_tile(rt.x, ldx, rt.rows, k1 - k0, packed.data() + (t - t0) * (k1 - k0) * kTallRows);
         }
       const auto run_group = [&](int64_t g) {
         const int64_t p0 = g * width;
@@ -655,9 +693,13 @@ void gemm_segments(int64_t M, const float* x, int64_t ldx, const PackedMatrix& W
             a.pf_panels = static_cast<int>(std::min<int64_t>(width, panels - ng * width));
             while (((ke - kb) >> (a.pf_shift + 1)) >= share) ++a.pf_shift;
           }
+          // One TileArgs for the block's tiles, its per-tile fields set in place. A copy of `a` per
+          // tile was built by GCC from 8-byte stores read back as 16-byte loads, which the store
+          // buffer cannot forward: a stall of each copy, the larger part of gemm_segments' own
+          // samples in a batched scan (perf annotate).
+          TileArgs at = a;
           for (int64_t t = t0; t < t1; ++t) {
             const RowTile& rt = row_tiles[static_cast<size_t>(t)];
-            TileArgs at = a;
             at.out = rt.out + p0 * kLanes;
             if (fetch_next) {
               const int64_t first = (t - t0) * share;
